@@ -1,0 +1,24 @@
+"""Profile Jupyter cells with NVIDIA Nsight Systems / Nsight Compute and see the results inline.
+
+Pipeline: cell -> run (subprocess under the tool) -> report files -> readers (DataFrames)
+-> analysis -> views -> store.  Every stage works without IPython.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["open_report", "load_ipython_extension", "__version__"]
+
+
+def open_report(path):
+    """Open an Nsight Systems or Nsight Compute report (file or saved profile folder)."""
+    from .readers import open_report as _open
+
+    return _open(path)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext nsight_magic`: register %%nsys, %%ncu, %nsys_load, %%nsight_setup."""
+    from .magics import register
+
+    register(ipython)

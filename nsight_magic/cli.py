@@ -1,0 +1,169 @@
+"""Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`, `nsight-magic doctor`."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from .errors import NsightMagicError
+from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
+
+
+def _add(parser: argparse.ArgumentParser, *specs) -> None:
+    for group in specs:
+        for flags, kwargs in group:
+            if flags[0] in ("--vars", "--no-vars", "--return"):  # notebook state: meaningless for a script
+                continue
+            parser.add_argument(*flags, **kwargs)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nsight-magic", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    prof = sub.add_parser("profile", help="profile a Python script under Nsight Systems (same runner as %%nsys)")
+    _add(prof, NSYS_ARGS, COMMON_ARGS)
+    prof.add_argument("script", help="the Python script to run")
+    prof.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for the script")
+    view = sub.add_parser("view", help="write a standalone HTML view of a report or profile folder")
+    view.add_argument("report", help=".nsys-rep, .sqlite, .ncu-rep, .csv or a profile folder")
+    view.add_argument("-o", "--output", default=None, help="HTML file to write (default: view.html beside it)")
+    sub.add_parser("doctor", help="check nsys, ncu, GPU, NVTX and the profile folder")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"profile": _profile, "view": _view, "doctor": _doctor}[args.command](args)
+    except NsightMagicError as e:
+        print(f"nsight-magic: {e}", file=sys.stderr)
+        return 2
+
+
+def _profile(args) -> int:
+    from .run import run_nsys
+
+    args.vars, args.no_vars, args.returns = None, True, None
+    script = Path(args.script).resolve()
+    if not script.is_file():
+        print(f"nsight-magic: {args.script}: no such script", file=sys.stderr)
+        return 2
+    opts = nsys_options_from_args(args, default_name=script.stem)
+    out = lambda stream, text: (sys.stdout if stream == "stdout" else sys.stderr).write(text)  # noqa: E731
+    status = (lambda phase, t: None) if opts.quiet else (
+        lambda phase, t: print(f"[nsight-magic] {phase} ({t:.1f} s)", file=sys.stderr))
+    result = run_nsys(script.read_text(), opts, script=str(script), script_args=args.script_args,
+                      on_output=None if opts.quiet else out, on_status=status)
+    for m in result.messages:
+        print(f"nsight-magic: {m}", file=sys.stderr)
+    if result.sqlite:
+        report = result.open()
+        if opts.render:
+            from .views import write_view_html
+
+            path = write_view_html(report, result.folder.view_html, folder=result.folder.path)
+            print(f"nsight-magic: view written to {path}")
+        from .views.summary import summary_text
+
+        print(summary_text(report, result.folder.path))
+    print(f"nsight-magic: profile saved in {result.folder.path}")
+    return 0 if result.ok else 1
+
+
+def _view(args) -> int:
+    from . import open_report
+
+    src = Path(args.report)
+    report = open_report(src)
+    folder = src if src.is_dir() else None
+    out = Path(args.output) if args.output else (src if src.is_dir() else src.parent) / "view.html"
+    if type(report).__name__ == "NcuReport":
+        from .views.ncu import ncu_html
+
+        out.write_text(ncu_html(report, folder=folder), encoding="utf-8")
+    else:
+        from .views import write_view_html
+
+        write_view_html(report, out, folder=folder)
+    print(f"nsight-magic: view written to {out}")
+    return 0
+
+
+def _doctor(args) -> int:
+    """Each check prints one line: ok / warn / FAIL, and what to do."""
+    from . import tools
+    from .store import profiles_root
+
+    failed = False
+
+    def say(level: str, text: str) -> None:
+        nonlocal failed
+        failed |= level == "FAIL"
+        print(f"{level:<4}  {text}")
+
+    nsys_version = None
+    try:
+        nsys = tools.find_nsys()
+        nsys_version = tools.nsys_version(nsys)
+        say("ok", f"nsys {nsys_version} at {nsys}")
+        importer = tools.find_qdstrm_importer(nsys)
+        if importer:
+            say("ok", f"QdstrmImporter at {importer}")
+        else:
+            say("FAIL", f"no QdstrmImporter beside {nsys}: nsys can record but not make reports; reinstall nsys")
+    except NsightMagicError as e:
+        say("FAIL", str(e))
+    try:
+        ncu_tool = importlib.import_module("nsight_magic.ncu_tool")
+        ncu = ncu_tool.find_ncu()
+        say("ok", f"ncu {ncu_tool.ncu_version(ncu)} at {ncu}")
+    except NsightMagicError as e:
+        say("warn", f"{e} (only %%ncu needs it)")
+    try:
+        ncu_report = importlib.import_module("ncu_report")
+        say("ok", f"ncu_report {getattr(ncu_report, '__version__', '') or _dist('ncu_report') or ''} importable")
+    except Exception:
+        say("warn", "Python module ncu_report not importable: pip install ncu_report (to open .ncu-rep files)")
+    if tools.gpu_visible():
+        names = tools.gpu_names()
+        say("ok", f"GPU visible: {', '.join(names) or 'yes'}")
+    else:
+        say("warn", "no GPU visible: %%nsys will trace CPU activity and NVTX only; %%ncu cannot run")
+    root = profiles_root(None)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root):
+            pass
+        say("ok", f"profile folder {root} is writable")
+    except OSError as e:
+        say("FAIL", f"profile folder {root} is not writable ({e.strerror}); use --dir")
+    nvtx_version = _dist("nvtx")
+    if nvtx_version is None:
+        say("warn", "Python package nvtx not installed: pip install nvtx (needed for --capture cell)")
+    else:
+        pitfall = tools.nvtx_pitfall(nsys_version)
+        if pitfall:
+            say("warn", pitfall)
+        else:
+            say("ok", f"nvtx {nvtx_version} ranges are recorded by this nsys")
+    from .run import child_environment
+
+    hidden = sorted(set(os.environ) - set(child_environment()))
+    if hidden:
+        say("ok", f"kept out of profiled processes (names look secret): {', '.join(hidden)}")
+    return 1 if failed else 0
+
+
+def _dist(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

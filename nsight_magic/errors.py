@@ -1,0 +1,17 @@
+"""Errors the user can act on: each message is one line that says what to do."""
+
+
+class NsightMagicError(Exception):
+    """Base class: the message is meant for the user as it is (no traceback needed)."""
+
+
+class ToolNotFound(NsightMagicError):
+    """nsys or ncu could not be found."""
+
+
+class ReportError(NsightMagicError):
+    """A report file is missing, broken, or of a kind we cannot read."""
+
+
+class OptionError(NsightMagicError):
+    """A magic or command-line option is invalid."""

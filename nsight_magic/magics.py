@@ -1,0 +1,181 @@
+"""IPython magics: %%nsys, %%ncu, %nsys_load, %%nsight_setup.  Thin glue over run.py, readers and views."""
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import display
+
+from .errors import NsightMagicError
+from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
+
+
+def arguments_from(*specs):
+    """Decorator applying option specs from options.py (shared with the command line)."""
+    def apply(func):
+        for spec in reversed([item for group in specs for item in group]):
+            flags, kwargs = spec
+            func = argument(*flags, **kwargs)(func)
+        return func
+    return apply
+
+
+class _LiveStatus:
+    """One status line in the cell output, updated in place; the child's output streams below it."""
+
+    def __init__(self, tool: str, quiet: bool):
+        self.tool, self.quiet, self.handle, self.phase = tool, quiet, None, None
+
+    def __call__(self, phase: str, elapsed: float) -> None:
+        if self.quiet:
+            return
+        label = {"importing": "loading setup and variables", "running": "running cell",
+                 "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
+        text = f"{self.tool}: {label} ({elapsed:.1f} s)"
+        if self.handle is None:
+            self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        else:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def output(self, stream: str, text: str) -> None:
+        if not self.quiet:
+            (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+
+
+@magics_class
+class NsightMagics(Magics):
+    def __init__(self, shell):
+        super().__init__(shell)
+        self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
+        self.last_result = None
+
+    # ---- %%nsight_setup -------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--reset", action="store_true", help="forget all remembered setup code first")
+    @argument("--list", action="store_true", help="print the remembered setup code and run nothing")
+    @cell_magic
+    def nsight_setup(self, line, cell):
+        """Run this cell in the notebook as usual and remember it as setup code.
+
+        The remembered setup code runs in the profiled process before every %%nsys / %%ncu cell, outside the
+        capture: imports, model definitions, data.  Re-running an edited setup cell replaces its earlier version.
+        """
+        args = parse_argstring(self.nsight_setup, line)
+        if args.reset:
+            self.setup_sources.clear()
+        if args.list:
+            print("\n\n".join(self.setup_sources.values()) or "no setup code remembered")
+            return
+        result = self.shell.run_cell(cell, store_history=False)
+        if not result.success:
+            print("nsight-magic: the setup cell failed, so it was not remembered", file=sys.stderr)
+            return
+        self.setup_sources[self._cell_key(cell)] = cell
+        print(f"nsight-magic: remembered as setup code ({len(self.setup_sources)} setup cell"
+              f"{'s' if len(self.setup_sources) != 1 else ''})")
+
+    def _cell_key(self, cell: str) -> str:
+        header = getattr(self.shell, "parent_header", None) or {}
+        cell_id = (header.get("metadata") or {}).get("cellId")
+        return cell_id or hashlib.sha1(cell.encode()).hexdigest()
+
+    # ---- %%nsys ---------------------------------------------------------------------------------------------
+    @magic_arguments()
+    @arguments_from(NSYS_ARGS, COMMON_ARGS)
+    @cell_magic
+    def nsys(self, line, cell):
+        """Profile this cell with Nsight Systems in a fresh process; the notebook's kernel is never instrumented.
+
+        The cell's free variables are sent with cloudpickle, %%nsight_setup code runs first, and the result is
+        saved in nsight-profiles/<name>-<time>/ beside the notebook and shown inline.
+        """
+        try:
+            args = parse_argstring(self.nsys, line)
+            opts = nsys_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        from .run import run_nsys
+
+        status = _LiveStatus("nsys", opts.quiet)
+        try:
+            result = run_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
+                              on_output=status.output, on_status=status,
+                              on_prepared=None if opts.quiet else _print_manifest)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        self._finish(result, opts.render)
+
+    def _finish(self, result, render: bool) -> None:
+        """Messages, returned variables, then the report view."""
+        self.last_result = result
+        for m in result.messages:
+            print(f"nsight-magic: {m}", file=sys.stderr)
+        if result.returned:
+            self.shell.user_ns.update(result.returned)
+            print(f"nsight-magic: returned {', '.join(result.returned)}")
+        if result.sqlite or result.report_file:
+            _show_report(result.sqlite or result.report_file, result.folder.path, render)
+
+    # ---- %nsys_load -----------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("path", help="a saved profile folder, a .nsys-rep/.qdrep/.sqlite (or .ncu-rep/.csv) report")
+    @argument("--no-render", action="store_true", help="print a text summary instead of the interactive view")
+    @line_magic
+    def nsys_load(self, line):
+        """Show a saved profile or any Nsight report again."""
+        args = parse_argstring(self.nsys_load, line)
+        path = Path(args.path.strip("'\"")).expanduser()
+        _show_report(path, path if path.is_dir() else None, not args.no_render)
+
+
+def _print_manifest(manifest) -> None:
+    from .state import manifest_line
+
+    if manifest:
+        print(f"nsight-magic: {manifest_line(manifest)}")
+
+
+def _show_report(path: Path, folder: Path | None, render: bool) -> None:
+    """Open and display a report; failures become one line, never a traceback into the user's cell."""
+    from . import open_report
+
+    try:
+        report = open_report(path)
+    except NsightMagicError as e:
+        print(f"nsight-magic: {e}", file=sys.stderr)
+        return
+    try:
+        display_report(report, folder, render)
+    except Exception as e:  # a view bug must not look like the user's cell failed
+        print(f"nsight-magic: could not render {path.name} ({type(e).__name__}: {e}); the files are in "
+              f"{folder or path.parent}/", file=sys.stderr)
+
+
+def display_report(report, folder: Path | None, render: bool) -> None:
+    """The one place that picks a view for a report (Nsight Systems or Nsight Compute)."""
+    from .readers.nsys import NsysReport
+
+    if isinstance(report, NsysReport):
+        if render:
+            from .views import display_nsys
+
+            display_nsys(report, folder=folder)
+        else:
+            from .views.summary import summary_text
+
+            print(summary_text(report, folder))
+        return
+    from .views.ncu import display_ncu, ncu_text
+
+    if render:
+        display_ncu(report, folder=folder)
+    else:
+        print(ncu_text(report))
+
+
+def register(ipython) -> None:
+    ipython.register_magics(NsightMagics)

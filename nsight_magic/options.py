@@ -1,0 +1,171 @@
+"""Options shared by %%nsys, %%ncu and the command line: frozen dataclasses and their validation."""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from .errors import OptionError
+
+DEFAULT_TRACE = "cuda,nvtx,osrt"
+
+# Flags whose value the runner decides; passing them through would break the saved-profile contract.
+NSYS_OWNED_FLAGS = {
+    "-o": "the report name is chosen by nsight-magic (use --name / --dir)",
+    "--output": "the report name is chosen by nsight-magic (use --name / --dir)",
+    "-f": "reports are never overwritten",
+    "--force-overwrite": "reports are never overwritten",
+    "-x": "the profiled process always runs to its end",
+    "--stop-on-exit": "the profiled process always runs to its end",
+    "--session": "each cell runs in its own nsys session",
+    "--session-new": "each cell runs in its own nsys session",
+    "-c": "use --capture cell|all",
+    "--capture-range": "use --capture cell|all",
+    "--capture-range-end": "use --capture cell|all",
+    "-p": "use --capture cell|all",
+    "--nvtx-capture": "use --capture cell|all",
+    "-t": "use --trace",
+    "--trace": "use --trace",
+    "--export": "nsight-magic exports report.sqlite itself",
+    "--stats": "nsight-magic shows its own summaries",
+}
+
+# Our defaults that a user may replace through --nsys-args: (flag spellings, default argv).
+NSYS_DEFAULTS = (
+    (("-s", "--sample"), ["--sample=none"]),
+    # Context-switch tracing made Debian's nsys 2022.4 hang in about 1 run of 4 (shared/nsys-on-cpu.md).
+    (("--cpuctxsw",), ["--cpuctxsw=none"]),
+)
+
+SECRET_NAME_PATTERNS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY",
+                        "CREDENTIAL", "AUTH", "SESSION_KEY", "COOKIE")
+
+
+@dataclass(frozen=True)
+class NsysOptions:
+    """What one %%nsys run does; built once from the parsed arguments."""
+
+    name: str = "cell"
+    trace: str = DEFAULT_TRACE
+    capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
+    directory: str | None = None     # parent of the profile folders; None = nsight-profiles beside the notebook
+    timeout: float | None = None
+    send_vars: tuple[str, ...] | None = None   # None = automatic (free names of the cell)
+    no_vars: bool = False
+    return_vars: tuple[str, ...] = ()
+    nsys_args: tuple[str, ...] = ()
+    render: bool = True
+    quiet: bool = False
+    env_keep: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self):
+        if self.capture not in ("cell", "all"):
+            raise OptionError(f"--capture must be 'cell' or 'all', not {self.capture!r}")
+        if self.timeout is not None and self.timeout <= 0:
+            raise OptionError("--timeout must be a positive number of seconds")
+        for n in (*self.return_vars, *(self.send_vars or ())):
+            if not n.isidentifier():
+                raise OptionError(f"{n!r} is not a Python variable name")
+
+
+def split_names(text: str | None) -> tuple[str, ...]:
+    """'a, b,c' -> ('a', 'b', 'c')."""
+    if not text:
+        return ()
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def safe_name(text: str) -> str:
+    """A folder-safe profile name: letters, digits, '.', '_' and '-'."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "cell"
+    return cleaned[:60]
+
+
+def _flag_name(token: str) -> str:
+    return token.split("=", 1)[0]
+
+
+def validate_passthrough(text: str, owned: dict[str, str], tool: str) -> tuple[str, ...]:
+    """Split --nsys-args/--ncu-args with shlex and refuse the flags nsight-magic owns (one-line OptionError)."""
+    try:
+        tokens = shlex.split(text or "")
+    except ValueError as e:
+        raise OptionError(f"--{tool}-args could not be parsed ({e}); quote values like --{tool}-args \"--flag value\"")
+    for tok in tokens:
+        if not tok.startswith("-"):
+            continue
+        name = _flag_name(tok)
+        # Short flags with glued values, e.g. -onew: match on the first two characters.
+        short = name[:2] if not name.startswith("--") else name
+        for candidate in (name, short):
+            if candidate in owned:
+                raise OptionError(f"--{tool}-args may not contain {candidate}: {owned[candidate]}")
+    return tuple(tokens)
+
+
+def trace_for_machine(trace: str, gpu: bool) -> tuple[str, str | None]:
+    """Drop `cuda` from the trace list when no GPU is visible; returns (trace, note)."""
+    parts = [t.strip() for t in trace.split(",") if t.strip()]
+    if not parts:
+        raise OptionError("--trace is empty; use e.g. --trace cuda,nvtx,osrt")
+    if not gpu and "cuda" in parts:
+        parts = [t for t in parts if t not in ("cuda", "cublas", "cudnn", "cusparse", "cuda-hw")]
+        rest = ",".join(parts) or "nvtx"
+        return rest, f"no GPU visible: tracing {rest} only (CPU activity and NVTX ranges)"
+    return ",".join(parts), None
+
+
+def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
+    """Our default nsys flags, minus those the user set through --nsys-args."""
+    given = {_flag_name(t) for t in user_args if t.startswith("-")}
+    out: list[str] = []
+    for spellings, argv in NSYS_DEFAULTS:
+        if not given.intersection(spellings):
+            out += argv
+    return out
+
+
+def is_secret_name(name: str, patterns=SECRET_NAME_PATTERNS) -> bool:
+    upper = name.upper()
+    return any(p in upper for p in patterns)
+
+
+# ---- argument specs shared by the magics and the command line (one copy, so they cannot drift) --------------
+# Each entry is (flags, argparse keyword arguments).
+COMMON_ARGS = (
+    (("--name",), dict(default=None, help="name of the profile folder (default: cell<N> in a notebook, the "
+                                           "script's name on the command line)")),
+    (("--dir",), dict(default=None, help="where profile folders go (default: nsight-profiles beside the notebook)")),
+    (("--timeout",), dict(type=float, default=None, metavar="SECONDS",
+                          help="stop the run after this many seconds (the report so far is kept)")),
+    (("--vars",), dict(default=None, metavar="A,B", help="send exactly these notebook variables "
+                                                         "(default: the cell's free names found in the notebook)")),
+    (("--no-vars",), dict(action="store_true", help="send no variables")),
+    (("--return",), dict(dest="returns", default=None, metavar="A,B",
+                         help="bring these variables back into the notebook after the run")),
+    (("--no-render",), dict(action="store_true", help="print a text summary instead of the interactive view")),
+    (("--quiet",), dict(action="store_true", help="no status line, no variable list, no streamed output "
+                                                  "(all of it is still saved in the profile folder)")),
+)
+
+NSYS_ARGS = (
+    (("-t", "--trace"), dict(default=DEFAULT_TRACE, help=f"what nsys traces (default {DEFAULT_TRACE}; cuda is "
+                                                         "dropped with a note when no GPU is visible)")),
+    (("--capture",), dict(choices=("cell", "all"), default="cell",
+                          help="cell: only the cell body (setup code and variable loading stay out); "
+                               "all: the whole profiled process")),
+    (("--nsys-args",), dict(default="", metavar='"..."',
+                            help="more `nsys profile` flags, e.g. \"--sample=process-tree --cudabacktrace=all\"; "
+                                 "flags nsight-magic owns (-o, --force-overwrite, -x, --session, the capture "
+                                 "range, --trace, --export) are refused")),
+)
+
+
+def nsys_options_from_args(args, default_name: str) -> NsysOptions:
+    """NsysOptions from parsed COMMON_ARGS + NSYS_ARGS (magic or command line)."""
+    return NsysOptions(
+        name=args.name or default_name, trace=args.trace, capture=args.capture, directory=args.dir,
+        timeout=args.timeout, send_vars=split_names(args.vars) if args.vars is not None else None,
+        no_vars=args.no_vars, return_vars=split_names(args.returns),
+        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
+        render=not args.no_render, quiet=args.quiet)

@@ -1,0 +1,42 @@
+"""Readers: report files -> DataFrames.  They know nothing of widgets or Jupyter."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import ReportError
+
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+NCU_SUFFIXES = (".ncu-rep", ".csv")
+
+
+def open_report(path):
+    """Open a report by its kind: nsys (.sqlite/.nsys-rep/.qdrep), ncu (.ncu-rep/.csv) or a profile folder."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ReportError(f"{p}: no such file or folder; pass a .nsys-rep, .sqlite, .ncu-rep, .csv or a profile folder")
+    if p.is_dir():
+        return _open_folder(p)
+    suffix = p.suffix.lower()
+    if suffix in NSYS_SUFFIXES:
+        from .nsys import open_nsys_report
+
+        return open_nsys_report(p)
+    if suffix in NCU_SUFFIXES:
+        from .ncu import open_ncu_report
+
+        return open_ncu_report(p)
+    raise ReportError(
+        f"{p}: unknown report type {suffix!r}; expected one of {', '.join(NSYS_SUFFIXES + NCU_SUFFIXES)}"
+    )
+
+
+def _open_folder(folder: Path):
+    """A saved profile folder holds report.sqlite / report.nsys-rep (nsys) or report.ncu-rep / CSVs (ncu)."""
+    for name in ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report_details.csv"):
+        if (folder / name).exists():
+            return open_report(folder / name)
+    for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep", "*.ncu-rep"):
+        found = sorted(folder.glob(pattern))
+        if found:
+            return open_report(found[0])
+    raise ReportError(f"{folder}: no report in this folder (looked for report.sqlite, report.nsys-rep, report.ncu-rep)")

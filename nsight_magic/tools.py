@@ -1,0 +1,185 @@
+"""Find Nsight Systems and its importer, read versions, build nsys argv lists, export reports.
+
+Everything here is an argv list (never a shell string).  Finding and argv building are pure;
+`import_qdstrm` and `export_sqlite` run nsys's own programs with a timeout.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from .errors import ReportError, ToolNotFound
+
+NSYS_ENV = "NSIGHT_MAGIC_NSYS"
+
+NSYS_INSTALL_HINT = (
+    "install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian 12: "
+    "scripts/install-nsys-debian.sh) or set NSIGHT_MAGIC_NSYS=/path/to/nsys"
+)
+
+# Where NVIDIA's installers put nsys when it is not on PATH; newest version first after sorting.
+_NSYS_GLOBS = (
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    # Nsight Compute ships a full Nsight Systems CLI.
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
+)
+
+
+def _version_key(path: str) -> tuple:
+    return tuple(int(n) for n in re.findall(r"\d+", path))
+
+
+def find_nsys() -> Path:
+    """The nsys to use: $NSIGHT_MAGIC_NSYS, then PATH, then NVIDIA's usual install folders."""
+    env = os.environ.get(NSYS_ENV)
+    if env:
+        p = Path(env).expanduser()
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise ToolNotFound(f"{NSYS_ENV}={env} is not an executable file; fix it or unset it")
+    on_path = shutil.which("nsys")
+    if on_path:
+        return Path(on_path)
+    for pattern in _NSYS_GLOBS:
+        found = sorted(glob.glob(pattern), key=_version_key, reverse=True)
+        for f in found:
+            if os.access(f, os.X_OK):
+                return Path(f)
+    raise ToolNotFound(f"nsys (Nsight Systems) was not found: {NSYS_INSTALL_HINT}")
+
+
+@functools.lru_cache(maxsize=16)
+def _version_of(exe: str) -> str:
+    try:
+        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise ToolNotFound(f"{exe} --version failed ({e}); check the installation") from None
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
+    if not m:
+        raise ToolNotFound(f"{exe} --version printed no version: {(out.stdout + out.stderr).strip()[:200]}")
+    return m.group(1)
+
+
+def nsys_version(nsys: Path | str | None = None) -> str:
+    """Version of nsys as 'YYYY.M.P[.B]', e.g. '2022.4.2.1'."""
+    return _version_of(str(nsys or find_nsys()))
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def find_qdstrm_importer(nsys: Path | str | None = None) -> Path | None:
+    """QdstrmImporter beside nsys.
+
+    Layouts seen: `<root>/host-linux-x64/QdstrmImporter` next to `<root>/target-linux-x64/nsys`,
+    `<root>/host/linux-desktop-glibc_*-x64/QdstrmImporter` (Nsight Compute's bundled nsys), and Debian's split of
+    `/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys` vs `/usr/lib/nsight-systems/host-linux-x64/`.
+    """
+    nsys = Path(nsys or find_nsys())
+    starts = [nsys.parent, nsys.resolve().parent]
+    seen: set[Path] = set()
+    for start in starts:
+        for ancestor in [start, *list(start.parents)[:3]]:
+            if ancestor in seen:
+                continue
+            seen.add(ancestor)
+            for pattern in ("host-linux-x64", "linux-desktop-*", "*/host-linux-x64", "*/linux-desktop-*"):
+                for d in sorted(ancestor.glob(pattern)):
+                    exe = d / "QdstrmImporter"
+                    if exe.is_file() and os.access(exe, os.X_OK):
+                        return exe
+    return None
+
+
+def import_qdstrm(qdstrm: Path, nsys: Path | str | None = None, timeout: float = 600) -> Path:
+    """Turn a raw `.qdstrm` (left when nsys's own import failed) into a `.nsys-rep` with QdstrmImporter."""
+    importer = find_qdstrm_importer(nsys)
+    if importer is None:
+        raise ReportError(f"nsys left {qdstrm.name} but no QdstrmImporter was found beside {nsys or find_nsys()}")
+    out = qdstrm.with_suffix(".nsys-rep")
+    proc = _run([str(importer), "-i", str(qdstrm), "-o", str(out), "-f"], timeout, what="QdstrmImporter")
+    if not out.exists():
+        raise ReportError(f"QdstrmImporter could not import {qdstrm.name}: {_last_line(proc)}")
+    return out
+
+
+def export_sqlite(report: Path | str, nsys: Path | str | None = None, out: Path | str | None = None,
+                  timeout: float = 600) -> Path:
+    """`nsys export --type sqlite` of a .nsys-rep/.qdrep; returns the .sqlite path (raises ReportError)."""
+    report = Path(report)
+    out = Path(out) if out else report.with_suffix(".sqlite")
+    nsys = str(nsys or find_nsys())
+    argv = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(report)]
+    proc = _run(argv, timeout, what="nsys export")
+    if proc.returncode != 0 or not out.exists():
+        raise ReportError(f"nsys {nsys_version(nsys)} could not export {report.name}: {_last_line(proc)}")
+    return out
+
+
+def _run(argv: list[str], timeout: float, what: str) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ReportError(f"{what} did not finish within {timeout:.0f} s") from None
+    except OSError as e:
+        raise ToolNotFound(f"{what} could not start: {e}") from None
+
+
+def _last_line(proc: subprocess.CompletedProcess) -> str:
+    # nsys draws progress bars with carriage returns; the useful message is the last real line.
+    text = (proc.stderr or "") + "\n" + (proc.stdout or "")
+    lines = [ln.split("\r")[-1].strip() for ln in text.splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith(("Processing [", "Exporting "))]
+    errors = [ln for ln in lines if re.search(r"error|invalid|fail|unsupported", ln, re.I)]
+    return (errors or lines or [f"exit status {proc.returncode}"])[-1][:300]
+
+
+def gpu_visible() -> bool:
+    """Whether an NVIDIA GPU is visible to processes started from here."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
+        return False
+    if glob.glob("/proc/driver/nvidia/gpus/*") or glob.glob("/dev/nvidia[0-9]*"):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            return out.returncode == 0 and "GPU" in out.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return False
+
+
+def gpu_names() -> list[str]:
+    """Names of the visible GPUs from nvidia-smi (empty when there is none)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+
+
+def nvtx_pitfall(nsys_version: str | None) -> str | None:
+    """nsys older than 2023 silently drops ranges from nvtx>=0.2.11 (measured with 2022.4 and 0.2.17)."""
+    try:
+        nvtx_version = metadata.version("nvtx")
+    except metadata.PackageNotFoundError:
+        return None
+    if nsys_version and version_tuple(nsys_version) < (2023,) and version_tuple(nvtx_version) >= (0, 2, 11):
+        return (f"nsys {nsys_version} does not record ranges from nvtx {nvtx_version}: "
+                f"pip install 'nvtx==0.2.10' or use a newer nsys")
+    return None

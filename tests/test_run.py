@@ -1,0 +1,181 @@
+"""The runner with real nsys processes: files kept, capture range, state, environment, and every failure path."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from conftest import nvtx_ranges, requires_nsys
+from nsight_magic.errors import OptionError
+from nsight_magic.options import NsysOptions
+from nsight_magic.run import RunFailed, run_nsys
+from nsight_magic.state import UnpicklableVariable
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(180)]
+
+CELL = """
+import nvtx, time
+with nvtx.annotate("work A"):
+    time.sleep(0.02)
+    with nvtx.annotate("inner B"):
+        print("hello from the cell", x)
+y = x + 1
+"""
+
+SETUP = """
+import nvtx, time
+with nvtx.annotate("setup range"):
+    time.sleep(0.01)
+"""
+
+
+def _opts(tmp_path: Path, **kw) -> NsysOptions:
+    return NsysOptions(name=kw.pop("name", "t"), directory=str(tmp_path), **kw)
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
+    out, phases = [], []
+    r = run_nsys(CELL, _opts(tmp_path, return_vars=("y",)), setup_sources=[SETUP], namespace={"x": 41},
+                 on_output=lambda s, t: out.append((s, t)), on_status=lambda p, t: phases.append(p))
+    assert r.ok, r.messages
+    names = {p.name for p in r.folder.files()}
+    for f in ("cell.py", "setup.py", "vars.json", "stdout.txt", "stderr.txt", "command.txt", "versions.json",
+              "report.nsys-rep", "report.sqlite"):
+        assert f in names
+    assert "hello from the cell 41" in "".join(t for s, t in out if s == "stdout")
+    assert "hello from the cell 41" in r.folder.stdout.read_text()
+    assert r.returned == {"y": 42}
+    assert [v.name for v in r.manifest] == ["x"]
+    assert {"starting", "importing", "running", "finished", "exporting"} <= set(phases)
+    ranges = nvtx_ranges(r.sqlite)
+    assert "work A" in ranges and "inner B" in ranges
+    # --capture cell: the setup code's range is outside the capture
+    assert "setup range" not in ranges
+    argv = r.folder.command.read_text()
+    assert "--capture-range=nvtx" in argv and "nsight_magic.child" in argv
+
+
+def test_capture_all_includes_setup(tmp_path):
+    r = run_nsys(CELL, _opts(tmp_path, capture="all"), setup_sources=[SETUP], namespace={"x": 1})
+    assert r.ok, r.messages
+    assert "setup range" in nvtx_ranges(r.sqlite)
+
+
+def test_secret_looking_variables_never_reach_the_report(tmp_path, monkeypatch):
+    secret, plain = uuid.uuid4().hex, uuid.uuid4().hex
+    monkeypatch.setenv("NSIGHT_TEST_API_KEY", secret)
+    monkeypatch.setenv("NSIGHT_TEST_PLAIN", plain)
+    r = run_nsys("print('x')", _opts(tmp_path, capture="all"))
+    blob = r.sqlite.read_bytes() + r.report_file.read_bytes()
+    assert plain.encode() in blob  # nsys does record the environment...
+    assert secret.encode() not in blob  # ...but not what looks secret
+
+
+def test_two_runs_in_one_second_get_distinct_folders(tmp_path):
+    from nsight_magic.store import create_profile_folder
+
+    now = time.time()
+    a = create_profile_folder(tmp_path, "same", now)
+    b = create_profile_folder(tmp_path, "same", now)
+    assert a != b and a.exists() and b.exists() and b.name.endswith("-2")
+
+
+def test_syntax_error_is_reported_before_nsys_starts(tmp_path):
+    with pytest.raises(OptionError, match=r"syntax error in the cell, line 2") as e:
+        run_nsys("x = 1\nif x = 2:\n  pass\n", _opts(tmp_path))
+    folder = next(tmp_path.iterdir())
+    assert str(folder) in str(e.value)
+    assert (folder / "cell.py").read_text().startswith("x = 1")
+    assert not (folder / "tool-output.txt").exists()
+
+
+def test_ipython_syntax_in_the_cell_is_explained(tmp_path):
+    with pytest.raises(OptionError, match="magics and shell escapes"):
+        run_nsys("!ls\n", _opts(tmp_path))
+
+
+def test_unpicklable_variable_stops_before_nsys_starts(tmp_path):
+    lock = threading.Lock()
+    with pytest.raises(UnpicklableVariable, match=r"variable 'lock' \(lock\) cannot be sent.*%%nsight_setup"):
+        run_nsys("with lock:\n    pass", _opts(tmp_path), namespace={"lock": lock})
+    folder = next(tmp_path.iterdir())
+    assert not (folder / "tool-output.txt").exists()
+
+
+def test_exception_in_cell_shows_traceback_and_keeps_report(tmp_path):
+    cell = "import nvtx\nwith nvtx.annotate('before error'):\n    pass\nraise ValueError('boom')\n"
+    r = run_nsys(cell, _opts(tmp_path))
+    assert r.status == "cell-error"
+    err = r.folder.stderr.read_text()
+    assert "ValueError: boom" in err and "cell.py" in err and "nsight_magic/child.py" not in err
+    assert r.sqlite is not None and "before error" in nvtx_ranges(r.sqlite)
+    assert any("raised an exception" in m and str(r.folder.path) in m for m in r.messages)
+
+
+def test_nonzero_exit_is_reported(tmp_path):
+    r = run_nsys("import sys\nprint('leaving')\nsys.exit(3)\n", _opts(tmp_path))
+    assert r.status == "failed" and r.returncode == 3
+    assert any("status 3" in m and str(r.folder.path) in m for m in r.messages)
+    assert "leaving" in r.folder.stdout.read_text()
+
+
+def test_segfault_is_reported_and_files_kept(tmp_path):
+    r = run_nsys("print('about to crash', flush=True)\nimport ctypes\nctypes.string_at(0)\n", _opts(tmp_path))
+    assert r.status == "failed"
+    assert any(("SIGSEGV" in m or "died" in m) and str(r.folder.path) in m for m in r.messages), r.messages
+    assert "about to crash" in r.folder.stdout.read_text()
+
+
+def test_timeout_stops_the_whole_process_group(tmp_path):
+    t0 = time.monotonic()
+    r = run_nsys("import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n", _opts(tmp_path, timeout=4),
+                 stop_grace_s=15)
+    assert time.monotonic() - t0 < 60
+    assert r.status == "timeout"
+    assert any("--timeout of 4 s" in m and str(r.folder.path) in m for m in r.messages)
+    time.sleep(0.5)
+    assert _processes_mentioning(str(r.folder.path)) == []
+
+
+def test_keyboard_interrupt_stops_the_run_and_keeps_files(tmp_path):
+    progress = []
+
+    def interrupt_when_running(phase, t):
+        progress.append(phase)
+        if phase == "running" and progress.count("running") == 1:
+            threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)).start()
+
+    r = run_nsys("import time\ntime.sleep(120)\n", _opts(tmp_path), on_status=interrupt_when_running,
+                 stop_grace_s=15)
+    assert r.status == "interrupted"
+    assert any(m.startswith("interrupted") and str(r.folder.path) in m for m in r.messages)
+    assert r.folder.cell.exists()
+    time.sleep(0.5)
+    assert _processes_mentioning(str(r.folder.path)) == []
+
+
+def test_missing_nsys_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(tmp_path / "no-such-nsys"))
+    with pytest.raises(RunFailed, match="NSIGHT_MAGIC_NSYS=.*not an executable"):
+        run_nsys("pass", _opts(tmp_path))
+    monkeypatch.delenv("NSIGHT_MAGIC_NSYS")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RunFailed, match=r"not found: install Nsight Systems.*NSIGHT_MAGIC_NSYS.*kept in"):
+        run_nsys("pass", _opts(tmp_path))
