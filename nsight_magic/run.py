@@ -385,7 +385,10 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     trace, note = trace_for_machine(opts.trace, tools.gpu_visible())
     if note:
         messages.append(note)
-    argv = nsys_argv(nsys, opts, trace, folder, child_argv(folder))
+    prefix, isolation_note = tools.isolation_prefix()
+    if isolation_note:
+        messages.append(isolation_note)
+    argv = [*prefix, *nsys_argv(nsys, opts, trace, folder, child_argv(folder))]
     folder.command.write_text(shlex.join(argv) + "\n")
     folder.write_json(folder.versions, _versions(nsys, "nsys", version))
     env = child_environment()

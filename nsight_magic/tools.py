@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from importlib import metadata
 from pathlib import Path
 
@@ -183,3 +184,35 @@ def nvtx_pitfall(nsys_version: str | None) -> str | None:
         return (f"nsys {nsys_version} does not record ranges from nvtx {nvtx_version}: "
                 f"pip install 'nvtx==0.2.10' or use a newer nsys")
     return None
+
+
+ISOLATE_ENV = "NSIGHT_MAGIC_ISOLATE"
+
+
+@functools.lru_cache(maxsize=1)
+def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
+    """argv prefix that runs the profiler in its own PID namespace, and a note when that is impossible.
+
+    nsys records the process list of the machine with every readable process's environment (the notebook
+    kernel's and the user's shells' included) into the report.  In a fresh PID namespace with its own /proc it
+    sees only itself and the profiled process; `--kill-child` also ends everything left inside when we stop it.
+    `nsight_magic.isolate` then gives nsys a private /dev/shm and /tmp/nvidia (ids restart inside the namespace).
+    """
+    if os.environ.get(ISOLATE_ENV, "1") == "0":
+        return (), f"{ISOLATE_ENV}=0: nsys may record other processes' environment variables in the report"
+    unshare = shutil.which("unshare")
+    if not unshare:
+        return (), "unshare (util-linux) not found: nsys may record other processes' environment variables"
+    isolate = [sys.executable, "-m", "nsight_magic.isolate"]
+    ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
+    attempts = [[unshare, *ns, *isolate]] if os.geteuid() == 0 else []
+    attempts.append([unshare, "--user", "--map-root-user", *ns, *isolate])
+    for prefix in attempts:
+        try:
+            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=20).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return tuple(prefix), None
+    return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold "
+                "other processes' environment variables; set NSIGHT_MAGIC_ISOLATE=0 to silence this note")

@@ -1,0 +1,97 @@
+"""End to end: a real Jupyter kernel (nbclient) runs %%nsys cells under a real nsys."""
+from __future__ import annotations
+
+import json
+import uuid
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import nvtx_ranges, requires_nsys
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
+
+SECRET = uuid.uuid4().hex
+
+
+def _notebook(cells: list[str]):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    return nb
+
+
+def _run(nb, cwd, monkeypatch):
+    # The kernel inherits this environment: a secret-looking variable the profiled process must not get.
+    monkeypatch.setenv("NSIGHT_E2E_ACCESS_TOKEN", SECRET)
+    client = NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    return nb
+
+
+def _text(cell, name=None) -> str:
+    parts = []
+    for o in cell.outputs:
+        if o.output_type == "stream" and (name is None or o.name == name):
+            parts.append(o.text)
+        elif o.output_type in ("display_data", "execute_result") and name is None:
+            parts.append(o.data.get("text/plain", ""))
+        elif o.output_type == "error":
+            parts.append("\n".join(o.traceback))
+    return "".join(parts)
+
+
+def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
+    nb = _notebook([
+        "%load_ext nsight_magic",
+        "%%nsight_setup\nimport time, nvtx\nwith nvtx.annotate('setup work'):\n    time.sleep(0.01)\n"
+        "def helper(v):\n    return v * 2",
+        "x = 20\nunused_here = object()",
+        "%%nsys --name e2e --return y\nwith nvtx.annotate('outer'):\n    with nvtx.annotate('inner'):\n"
+        "        print('cell sees x =', x, flush=True)\n        y = helper(x) + 2\n",
+        "print('back in the notebook: y =', y)",
+    ])
+    _run(nb, tmp_path, monkeypatch)
+    cells = nb.cells
+    assert "remembered as setup code" in _text(cells[1])
+    profiled = _text(cells[3])
+    assert "sending 1 variable: x (int" in profiled  # the manifest: free names only, setup names excluded
+    assert "cell sees x = 20" in _text(cells[3], "stdout")  # streamed from the child
+    assert "nsys:" in profiled  # the status line
+    assert "back in the notebook: y = 42" in _text(cells[4])
+
+    folders = list((tmp_path / "nsight-profiles").iterdir())
+    assert len(folders) == 1 and folders[0].name.startswith("e2e-")
+    folder = folders[0]
+    for f in ("cell.py", "setup.py", "vars.json", "stdout.txt", "stderr.txt", "command.txt", "versions.json",
+              "report.nsys-rep", "report.sqlite"):
+        assert (folder / f).exists(), f
+    assert json.loads((folder / "vars.json").read_text())[0]["name"] == "x"
+    assert "def helper" in (folder / "setup.py").read_text()
+    ranges = nvtx_ranges(folder / "report.sqlite")
+    assert "outer" in ranges and "inner" in ranges
+    assert "setup work" not in ranges  # setup ran outside the capture
+    blob = (folder / "report.sqlite").read_bytes() + (folder / "report.nsys-rep").read_bytes()
+    assert SECRET.encode() not in blob
+    versions = json.loads((folder / "versions.json").read_text())
+    assert versions["nsys"].startswith("20")
+
+
+def test_magic_help_and_usage_errors(tmp_path, monkeypatch):
+    nb = _notebook([
+        "%load_ext nsight_magic",
+        "%%nsys --nsys-args '-o elsewhere'\npass",
+        "%%nsys --capture sometimes\npass",
+        "from nsight_magic.magics import NsightMagics\nprint(NsightMagics.nsys.__doc__)",
+        "%nsys_load /no/such/report.nsys-rep",
+    ])
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    assert "may not contain -o" in _text(nb.cells[1])
+    assert "invalid choice: 'sometimes'" in _text(nb.cells[2])
+    doc = _text(nb.cells[3])
+    for flag in ("--trace", "--capture", "--timeout", "--vars", "--no-vars", "--return", "--nsys-args",
+                 "--no-render", "--quiet", "--name", "--dir"):
+        assert flag in doc
+    assert "no such file" in _text(nb.cells[4])
