@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["open_report", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "annotate_modules", "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -15,6 +15,13 @@ def open_report(path):
     from .readers import open_report as _open
 
     return _open(path)
+
+
+def annotate_modules(model, prefix: str = "", include_root: bool = False):
+    """Give each submodule of a PyTorch model its own NVTX range (see nsight_magic.annotate)."""
+    from .annotate import annotate_modules as _annotate
+
+    return _annotate(model, prefix=prefix, include_root=include_root)
 
 
 def load_ipython_extension(ipython):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 import tempfile
@@ -117,17 +116,20 @@ def _doctor(args) -> int:
             say("FAIL", f"no QdstrmImporter beside {nsys}: nsys can record but not make reports; reinstall nsys")
     except NsightMagicError as e:
         say("FAIL", str(e))
+    from . import ncu_tool
+
     try:
-        ncu_tool = importlib.import_module("nsight_magic.ncu_tool")
         ncu = ncu_tool.find_ncu()
         say("ok", f"ncu {ncu_tool.ncu_version(ncu)} at {ncu}")
     except NsightMagicError as e:
         say("warn", f"{e} (only %%ncu needs it)")
     try:
-        ncu_report = importlib.import_module("ncu_report")
-        say("ok", f"ncu_report {getattr(ncu_report, '__version__', '') or _dist('ncu_report') or ''} importable")
-    except Exception:
-        say("warn", "Python module ncu_report not importable: pip install ncu_report (to open .ncu-rep files)")
+        from .readers.ncu_rep import load_ncu_report_module
+
+        module, version = load_ncu_report_module()
+        say("ok", f"ncu_report {version} from {Path(module.__file__).parent} reads .ncu-rep files")
+    except NsightMagicError as e:
+        say("warn", f"{e} (only .ncu-rep files need it)")
     if tools.gpu_visible():
         names = tools.gpu_names()
         say("ok", f"GPU visible: {', '.join(names) or 'yes'}")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import sys
+import time
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -11,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import display
 
 from .errors import NsightMagicError
-from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
+from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
 
 
 def arguments_from(*specs):
@@ -109,6 +110,34 @@ class NsightMagics(Magics):
             raise UsageError(str(e)) from None
         self._finish(result, opts.render)
 
+    # ---- %%ncu ----------------------------------------------------------------------------------------------
+    @magic_arguments()
+    @arguments_from(NCU_ARGS, COMMON_ARGS)
+    @cell_magic
+    def ncu(self, line, cell):
+        """Profile this cell's CUDA kernels with Nsight Compute in a fresh process.
+
+        Each cell picks its own sections and filters: no kernel restart. Defaults: --set basic plus
+        MemoryWorkloadAnalysis, NVTX ranges recorded, at most 50 kernels, only the cell's own kernels (setup code
+        excluded) unless --nvtx-include/--module choose other ranges. Saved in nsight-profiles/<name>-<time>/ with
+        report.ncu-rep and its raw/details CSV pages.
+        """
+        try:
+            args = parse_argstring(self.ncu, line)
+            opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        from .run import run_ncu
+
+        status = _LiveStatus("ncu", opts.quiet)
+        try:
+            result = run_ncu(cell, opts, ncu_opts, setup_sources=list(self.setup_sources.values()),
+                             namespace=self.shell.user_ns, on_output=status.output, on_status=status,
+                             on_prepared=None if opts.quiet else _print_manifest)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        self._finish(result, opts.render)
+
     def _finish(self, result, render: bool) -> None:
         """Messages, returned variables, then the report view."""
         self.last_result = result
@@ -118,7 +147,9 @@ class NsightMagics(Magics):
             self.shell.user_ns.update(result.returned)
             print(f"nsight-magic: returned {', '.join(result.returned)}")
         if result.sqlite or result.report_file:
+            t0 = time.monotonic()
             _show_report(result.sqlite or result.report_file, result.folder.path, render)
+            result.timings["show_s"] = time.monotonic() - t0
 
     # ---- %nsys_load -----------------------------------------------------------------------------------------
     @magic_arguments()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .errors import OptionError
 
@@ -42,30 +42,38 @@ SECRET_NAME_PATTERNS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "API
 
 
 @dataclass(frozen=True)
-class NsysOptions:
-    """What one %%nsys run does; built once from the parsed arguments."""
+class RunOptions:
+    """What every profiled run shares (%%nsys and %%ncu); built once from the parsed arguments."""
 
     name: str = "cell"
-    trace: str = DEFAULT_TRACE
-    capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
     directory: str | None = None     # parent of the profile folders; None = nsight-profiles beside the notebook
     timeout: float | None = None
     send_vars: tuple[str, ...] | None = None   # None = automatic (free names of the cell)
     no_vars: bool = False
     return_vars: tuple[str, ...] = ()
-    nsys_args: tuple[str, ...] = ()
     render: bool = True
     quiet: bool = False
-    env_keep: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self):
-        if self.capture not in ("cell", "all"):
-            raise OptionError(f"--capture must be 'cell' or 'all', not {self.capture!r}")
         if self.timeout is not None and self.timeout <= 0:
             raise OptionError("--timeout must be a positive number of seconds")
         for n in (*self.return_vars, *(self.send_vars or ())):
             if not n.isidentifier():
                 raise OptionError(f"{n!r} is not a Python variable name")
+
+
+@dataclass(frozen=True)
+class NsysOptions(RunOptions):
+    """A %%nsys run: the shared options plus what nsys traces and captures."""
+
+    trace: str = DEFAULT_TRACE
+    capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
+    nsys_args: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.capture not in ("cell", "all"):
+            raise OptionError(f"--capture must be 'cell' or 'all', not {self.capture!r}")
 
 
 def split_names(text: str | None) -> tuple[str, ...]:
@@ -126,8 +134,11 @@ def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
 
 
 def is_secret_name(name: str, patterns=SECRET_NAME_PATTERNS) -> bool:
+    """Whether an environment variable's name looks secret: a pattern as a whole '_'-separated part
+    (plural allowed), so GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY and SSH_AUTH_SOCK match but TIKTOKEN_CACHE_DIR and
+    GIT_AUTHOR_NAME do not."""
     upper = name.upper()
-    return any(p in upper for p in patterns)
+    return any(re.search(rf"(?:^|_){re.escape(p)}S?(?:_|$)", upper) for p in patterns)
 
 
 # ---- argument specs shared by the magics and the command line (one copy, so they cannot drift) --------------
@@ -161,11 +172,48 @@ NSYS_ARGS = (
 )
 
 
+def _common(args, default_name: str) -> dict:
+    return dict(name=args.name or default_name, directory=args.dir, timeout=args.timeout,
+                send_vars=split_names(args.vars) if args.vars is not None else None, no_vars=args.no_vars,
+                return_vars=split_names(args.returns), render=not args.no_render, quiet=args.quiet)
+
+
 def nsys_options_from_args(args, default_name: str) -> NsysOptions:
     """NsysOptions from parsed COMMON_ARGS + NSYS_ARGS (magic or command line)."""
-    return NsysOptions(
-        name=args.name or default_name, trace=args.trace, capture=args.capture, directory=args.dir,
-        timeout=args.timeout, send_vars=split_names(args.vars) if args.vars is not None else None,
-        no_vars=args.no_vars, return_vars=split_names(args.returns),
-        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
-        render=not args.no_render, quiet=args.quiet)
+    return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
+                       nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"))
+
+
+NCU_ARGS = (
+    (("--set",), dict(default="basic", help="ncu section set (default basic; 'full' for everything, slower)")),
+    (("--section",), dict(action="append", default=None, metavar="NAME",
+                          help="add a section (repeatable; default MemoryWorkloadAnalysis)")),
+    (("--metrics",), dict(default=None, metavar="A,B", help="extra metrics, comma-separated")),
+    (("--kernel",), dict(default=None, metavar="REGEX", help="profile only kernels whose name matches")),
+    (("--nvtx-include",), dict(action="append", default=None, metavar="EXPR",
+                               help="profile only kernels inside NVTX ranges (repeatable, OR'ed). Push/pop "
+                                    "ranges need a trailing slash: 'step 3/' = inside push/pop range 'step 3', "
+                                    "'A/B' = B pushed directly inside A; without the slash a start/end range "
+                                    "is meant; 'Domain@A/' for a named domain")),
+    (("--module",), dict(default=None, metavar="NAME",
+                         help="kernels inside the NVTX range of this nn.Module (ranges from "
+                              "nsight_magic.annotate_modules; NAME is the module's dotted path)")),
+    (("--count",), dict(type=int, default=50, metavar="N", help="profile at most N kernels (default 50)")),
+    (("--skip",), dict(type=int, default=0, metavar="N", help="skip the first N matching kernels")),
+    (("--replay",), dict(default="kernel", choices=("kernel", "application", "range", "app-range"),
+                         help="replay mode (default kernel)")),
+    (("--ncu-args",), dict(default="", metavar='"..."',
+                           help="more ncu flags; flags nsight-magic owns (-o/--export, -f, --log-file, --csv, "
+                                "--page, --print-units, --import) are refused")),
+)
+
+
+def ncu_options_from_args(args, default_name: str):
+    """(RunOptions, NcuOptions) from parsed COMMON_ARGS + NCU_ARGS."""
+    from .ncu_tool import DEFAULT_SECTIONS, NcuOptions, validate_ncu_args
+
+    ncu = NcuOptions(set=args.set or None, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
+                     metrics=split_names(args.metrics), kernel=args.kernel,
+                     nvtx_include=tuple(args.nvtx_include or ()), module=args.module, count=args.count,
+                     skip=args.skip, replay=args.replay, extra_args=tuple(validate_ncu_args(args.ncu_args)))
+    return RunOptions(**_common(args, default_name)), ncu

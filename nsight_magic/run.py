@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
@@ -26,8 +26,8 @@ from typing import Callable
 from . import __version__, state, tools
 from .child import CAPTURE_DOMAIN, EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR
 from .errors import NsightMagicError, OptionError, ReportError, ToolNotFound
-from .options import (NSYS_OWNED_FLAGS, NsysOptions, is_secret_name, nsys_default_args, trace_for_machine,
-                      validate_passthrough)
+from .options import (NSYS_OWNED_FLAGS, NsysOptions, RunOptions, is_secret_name, nsys_default_args,
+                      trace_for_machine, validate_passthrough)
 from .store import ProfileFolder, create_profile_folder, notebook_dir, profiles_root
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
@@ -56,6 +56,7 @@ class RunResult:
     messages: list[str] = field(default_factory=list)
     returned: dict = field(default_factory=dict)
     manifest: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)   # seconds: run (tool + child), report (import/export), ...
 
     @property
     def ok(self) -> bool:
@@ -401,7 +402,9 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     message = describe_outcome(outcome, "nsys", opts.timeout, folder)
     if message:
         messages.append(message)
+    t_report = time.monotonic()
     rep, sqlite = finish_nsys(folder, nsys, messages)
+    timings = {"run_s": outcome.wall_s, "report_s": time.monotonic() - t_report}
     if rep is None and not any("kept" in m and "raw" in m for m in messages):
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
@@ -410,7 +413,7 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         messages.append(f"nsys wrote no report:{hint} nsys's own output is in {folder.tool_log}")
     returned = _load_returns(folder, messages)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
-                     returned, prep.manifest)
+                     returned, prep.manifest, timings)
 
 
 def _load_returns(folder: ProfileFolder, messages: list[str]) -> dict:
@@ -422,3 +425,65 @@ def _load_returns(folder: ProfileFolder, messages: list[str]) -> dict:
         messages.append(f"--return values could not be loaded here ({type(e).__name__}: {e}); "
                         f"they are kept in {folder.returns_blob}")
         return {}
+
+
+def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespace: dict | None = None,
+            on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
+            on_prepared: Callable[[list], None] | None = None, stop_grace_s: float = 30.0) -> RunResult:
+    """Profile the kernels of `cell` with Nsight Compute; same folder, state transfer and failure handling as nsys.
+
+    Without --nvtx-include/--module only the cell's own kernels are profiled (the NVTX range the child pushes
+    around the cell), so setup code does not use up --count.
+    """
+    from . import ncu_tool
+
+    t0 = time.monotonic()
+    prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
+                   namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture="cell",
+                   returns=opts.return_vars, cwd=notebook_dir())
+    folder = prep.folder
+    if on_prepared:
+        on_prepared(prep.manifest)
+    messages: list[str] = []
+    try:
+        ncu = ncu_tool.find_ncu()
+        version = ncu_tool.ncu_version(ncu)
+    except (ToolNotFound, ValueError, OSError, subprocess.TimeoutExpired) as e:
+        raise RunFailed(f"{e}; nothing was run, the cell is kept in {folder.path}/") from None
+    if not ncu_opts.nvtx_include and not ncu_opts.module:
+        ncu_opts = replace(ncu_opts, nvtx_include=(f"{CAPTURE_DOMAIN}@{folder.path.name}/",))
+    prefix, isolation_note = tools.isolation_prefix()
+    if isolation_note:
+        messages.append(isolation_note)
+    argv = [*prefix, *ncu_tool.build_ncu_argv(ncu, ncu_opts, folder.report_base, child_argv(folder))]
+    folder.command.write_text(shlex.join(argv) + "\n")
+    folder.write_json(folder.versions, _versions(ncu, "ncu", version))
+
+    outcome = run_child(argv, prep, child_environment(), opts.timeout, on_output, on_status, stop_grace_s)
+    if on_status:
+        on_status("importing report", outcome.wall_s)
+    tool_text = folder.tool_log.read_text(errors="replace") if folder.tool_log.exists() else ""
+    explained = ncu_tool.explain_ncu_failure(tool_text, outcome.returncode or 0, ncu_opts)
+    message = describe_outcome(outcome, "ncu", opts.timeout, folder)
+    if explained:
+        messages.append(f"{explained}; everything is kept in {folder.path}/")
+    elif message:
+        messages.append(message)
+    report = folder.path / "report.ncu-rep"
+    if not report.exists():
+        if not explained:
+            messages.append(f"ncu wrote no report; its output is in {folder.tool_log}")
+        report = None
+    else:
+        try:
+            raw, _details = ncu_tool.import_csvs(ncu, report)
+            from .readers.ncu import open_ncu_report
+
+            note = ncu_tool.count_limit_note(ncu_opts, len(open_ncu_report(raw).kernels))
+            if note:
+                messages.append(note)
+        except (RuntimeError, NsightMagicError) as e:
+            messages.append(f"{e}; report.ncu-rep is kept in {folder.path}/")
+    returned = _load_returns(folder, messages)
+    return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, report, None, messages,
+                     returned, prep.manifest)

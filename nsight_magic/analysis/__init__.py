@@ -1,0 +1,1 @@
+"""Analysis: pure functions over reader DataFrames -> DataFrames (no I/O, no plotting)."""

@@ -1,0 +1,229 @@
+"""The whole GPU check, in one call on the lent GPU machine (see scripts/gpu-check.sh, which sets the machine up).
+
+Sections (pick with --only):
+  nsys      a notebook with %%nsight_setup + %%nsys on a PyTorch model, executed by nbclient in a real kernel:
+            kernels captured, setup code outside the capture, returned value, wall time
+  capture   bare nsys on one script: no capture range vs --capture-range=nvtx vs cudaProfilerApi (wall, kernels)
+  ncu       a notebook with %%ncu on the per-module NVTX workload, executed by nbclient
+Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+OUT = Path(os.environ.get("OUT", "gpu-check-out"))
+RESULTS: dict = {}
+
+
+def say(section: str, key: str, value) -> None:
+    RESULTS.setdefault(section, {})[key] = value
+    print(f"[{section}] {key}: {value}", flush=True)
+
+
+def run_notebook(cells: list[str], cwd: Path, timeout: int = 600):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb, time.perf_counter() - t0
+
+
+def cell_text(cell) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif o.output_type == "error":
+            out.append("\n".join(o.traceback))
+        elif "text/plain" in o.get("data", {}):
+            out.append(o.data["text/plain"])
+    return "".join(out)
+
+
+SETUP = """%%nsight_setup
+import torch, torch.nn as nn, nvtx
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(64, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with nvtx.annotate("setup warmup"):
+    for _ in range(3):  # these kernels must stay outside the capture
+        model(torch.randn(8, 3, 32, 32, device="cuda")).sum().backward()
+torch.cuda.synchronize()
+"""
+
+PROFILED = """%%nsys --name gpu-e2e --return loss_value
+x = torch.randn(batch, 3, 64, 64).pin_memory()
+y = torch.randint(0, 10, (batch,))
+for i in range(steps):
+    with nvtx.annotate(f"step {i}"):
+        xb, yb = x.cuda(non_blocking=True), y.cuda()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad(); loss.backward(); opt.step()
+loss_value = loss.item()
+"""
+
+
+def check_nsys(work: Path) -> None:
+    cells = ["%load_ext nsight_magic", SETUP, "batch, steps = 64, 5", PROFILED, "print('loss_value', loss_value)"]
+    nb, wall = run_notebook(cells, work)
+    say("nsys", "notebook_wall_s", round(wall, 2))
+    say("nsys", "profiled_cell_output", cell_text(nb.cells[3])[-1500:])
+    say("nsys", "returned", cell_text(nb.cells[4]).strip())
+    folder = sorted((work / "nsight-profiles").glob("gpu-e2e-*"))[-1]
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from nsight_magic import open_report
+
+    rep = open_report(folder)
+    say("nsys", "nsys_version", rep.meta.nsys_version)
+    say("nsys", "kernels", len(rep.kernels))
+    say("nsys", "memcpy", len(rep.memcpy))
+    say("nsys", "cuda_api", len(rep.cuda_api))
+    names = set(rep.nvtx["name"].astype(str))
+    say("nsys", "nvtx_ranges", sorted(names))
+    say("nsys", "setup_range_in_report", "setup warmup" in names)
+    first_kernel = int(rep.kernels["start_ns"].min()) if len(rep.kernels) else None
+    cap = rep.nvtx[rep.nvtx["name"].astype(str).str.contains(folder.name)]
+    if len(cap) and first_kernel is not None:
+        say("nsys", "first_kernel_after_capture_start", bool(first_kernel >= int(cap["start_ns"].min())))
+    say("nsys", "top_kernels", rep.kernel_summary().head(5)[["name", "count", "total_ns"]].to_dict("records"))
+    shutil.copy(folder / "report.sqlite", OUT / "gpu_e2e_report.sqlite")
+    for f in ("command.txt", "versions.json", "stderr.txt"):
+        say("nsys", f, (folder / f).read_text()[-800:])
+
+
+CAPTURE_SCRIPT = """
+import sys, time, torch, nvtx
+t0 = time.perf_counter()
+a = torch.randn(2048, 2048, device="cuda")
+for _ in range(20):           # setup: must stay out of a capture
+    a = torch.tanh(a @ a * 1e-3)
+torch.cuda.synchronize()
+mode = sys.argv[1]
+if mode == "cudaProfilerApi":
+    torch.cuda.cudart().cudaProfilerStart()
+elif mode == "nvtx":
+    nvtx.push_range("cell", domain="nsight-magic")
+for _ in range(200):
+    a = torch.tanh(a @ a * 1e-3)
+torch.cuda.synchronize()
+if mode == "cudaProfilerApi":
+    torch.cuda.cudart().cudaProfilerStop()
+elif mode == "nvtx":
+    nvtx.pop_range(domain="nsight-magic")
+"""
+
+
+def check_capture(work: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from nsight_magic import open_report, tools
+
+    nsys = str(tools.find_nsys())
+    script = work / "capture.py"
+    script.write_text(CAPTURE_SCRIPT)
+    variants = {
+        "none": [],
+        "nvtx": ["--capture-range=nvtx", "--nvtx-capture=cell@nsight-magic", "--capture-range-end=stop"],
+        "cudaProfilerApi": ["--capture-range=cudaProfilerApi", "--capture-range-end=stop"],
+    }
+    env = {**os.environ, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+    for rep_i in range(2):
+        for name, extra in variants.items():
+            out = work / f"cap_{name}_{rep_i}"
+            t0 = time.perf_counter()
+            p = subprocess.run([nsys, "profile", "--trace=cuda,nvtx", "--sample=none", "--cpuctxsw=none",
+                                f"--output={out}", *extra, sys.executable, str(script), name],
+                               capture_output=True, text=True, env=env, timeout=300)
+            wall = time.perf_counter() - t0
+            rep_file = out.with_suffix(".nsys-rep")
+            kernels = None
+            if rep_file.exists():
+                kernels = len(open_report(tools.export_sqlite(rep_file, nsys)).kernels)
+            say("capture", f"{name}_run{rep_i}", {"wall_s": round(wall, 2), "kernels": kernels, "rc": p.returncode})
+
+
+NCU_CELLS = [
+    "%load_ext nsight_magic",
+    """%%nsight_setup
+import torch, torch.nn as nn
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(64, 10)).cuda().eval()
+from nsight_magic import annotate_modules
+annotate_modules(model)
+x = torch.randn(32, 3, 64, 64, device="cuda")
+""",
+    """%%ncu --name ncu-e2e --module 0 --count 5
+with torch.no_grad():
+    model(x)
+torch.cuda.synchronize()
+""",
+    """%%ncu --name ncu-all --count 40
+with torch.no_grad():
+    model(x)
+torch.cuda.synchronize()
+""",
+]
+
+
+def check_ncu(work: Path) -> None:
+    nb, wall = run_notebook(NCU_CELLS, work, timeout=900)
+    say("ncu", "notebook_wall_s", round(wall, 2))
+    for i in (1, 2, 3):
+        say("ncu", f"cell{i}_output", cell_text(nb.cells[i])[-2000:])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from nsight_magic import open_report
+
+    for name in ("ncu-e2e", "ncu-all"):
+        folders = sorted((work / "nsight-profiles").glob(f"{name}-*"))
+        if not folders:
+            say("ncu", name, "no profile folder")
+            continue
+        folder = folders[-1]
+        say("ncu", f"{name}_files", sorted(p.name for p in folder.iterdir()))
+        try:
+            rep = open_report(folder)
+            say("ncu", f"{name}_kernels", len(rep.kernels))
+            say("ncu", f"{name}_kernel_rows", rep.kernels[["name", "nvtx", "duration_ns"]].head(8).to_dict("records"))
+        except Exception as e:  # report what happened; this is a check script
+            say("ncu", f"{name}_open_error", f"{type(e).__name__}: {e}")
+        for f in folder.glob("*.csv"):
+            shutil.copy(f, OUT / f"{name}_{f.name}")
+        rep_file = folder / "report.ncu-rep"
+        if rep_file.exists() and rep_file.stat().st_size < 15 * 2**20:
+            shutil.copy(rep_file, OUT / f"{name}.ncu-rep")
+        elif rep_file.exists():
+            say("ncu", f"{name}_rep_bytes", rep_file.stat().st_size)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="nsys,capture,ncu")
+    args = ap.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    for section in args.only.split(","):
+        t0 = time.perf_counter()
+        try:
+            {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu}[section](work)
+        except Exception as e:  # keep going: one broken section must not hide the others
+            say(section, "error", f"{type(e).__name__}: {e}")
+        say(section, "section_wall_s", round(time.perf_counter() - t0, 1))
+    (OUT / "gpu_check.json").write_text(json.dumps(RESULTS, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()

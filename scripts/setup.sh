@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian 12 machine for nsight-magic: Nsight Systems (CPU profiling), Nsight Compute (report
+# import), Chromium (browser tests), and a virtual environment .venv with the package and its test extras.
+# Idempotent: each step skips what is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-nsys-debian.sh
+bash scripts/install-ncu-debian.sh
+bash scripts/install-browser-debian.sh
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e ".[test]"
+# Notebooks run by nbclient/nbconvert use this kernel, i.e. this environment.
+.venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+echo "setup done: $(.venv/bin/python -c 'import nsight_magic; print("nsight_magic", nsight_magic.__version__)')"

@@ -1,0 +1,68 @@
+"""Options: pass-through validation, trace on CPU-only machines, secret-looking names, free names of a cell."""
+from __future__ import annotations
+
+import pytest
+
+from nsight_magic.errors import OptionError
+from nsight_magic.options import (NSYS_OWNED_FLAGS, NsysOptions, is_secret_name, nsys_default_args,
+                                  trace_for_machine, validate_passthrough)
+from nsight_magic.run import child_environment
+from nsight_magic.state import free_names
+
+
+@pytest.mark.parametrize("args", ["-o x", "--output=x", "-ox", "--force-overwrite true", "-x true",
+                                  "--capture-range=nvtx", "--session-new s", "-t cuda"])
+def test_owned_nsys_flags_are_refused(args):
+    with pytest.raises(OptionError, match="may not contain"):
+        validate_passthrough(args, NSYS_OWNED_FLAGS, "nsys")
+
+
+def test_other_nsys_flags_pass_and_replace_our_defaults():
+    args = validate_passthrough("--sample=cpu --cudabacktrace all", NSYS_OWNED_FLAGS, "nsys")
+    assert args == ("--sample=cpu", "--cudabacktrace", "all")
+    assert nsys_default_args(args) == ["--cpuctxsw=none"]
+    assert nsys_default_args(()) == ["--sample=none", "--cpuctxsw=none"]
+
+
+def test_unbalanced_quotes_are_a_clear_error():
+    with pytest.raises(OptionError, match="could not be parsed"):
+        validate_passthrough("--foo 'bar", NSYS_OWNED_FLAGS, "nsys")
+
+
+def test_cuda_is_dropped_without_gpu_with_a_note():
+    assert trace_for_machine("cuda,nvtx,osrt", gpu=True) == ("cuda,nvtx,osrt", None)
+    trace, note = trace_for_machine("cuda,nvtx,osrt,cublas", gpu=False)
+    assert trace == "nvtx,osrt" and "no GPU visible" in note
+
+
+def test_bad_option_values():
+    with pytest.raises(OptionError):
+        NsysOptions(capture="sometimes")
+    with pytest.raises(OptionError):
+        NsysOptions(timeout=0)
+    with pytest.raises(OptionError):
+        NsysOptions(return_vars=("not a name",))
+
+
+@pytest.mark.parametrize("name,secret", [
+    ("GITHUB_TOKEN", True), ("HF_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("OPENAI_API_KEY", True),
+    ("DB_PASSWORD", True), ("SSH_AUTH_SOCK", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
+    ("TIKTOKEN_CACHE_DIR", False), ("GIT_AUTHOR_NAME", False), ("PATH", False), ("CUDA_VISIBLE_DEVICES", False),
+])
+def test_secret_looking_names(name, secret):
+    assert is_secret_name(name) is secret
+
+
+def test_child_environment_is_configurable(monkeypatch):
+    base = {"MY_TOKEN": "1", "KEEP_TOKEN": "2", "COMPANY_BADGE": "3", "PLAIN": "4"}
+    monkeypatch.setenv("NSIGHT_MAGIC_KEEP_ENV", "KEEP_TOKEN")
+    monkeypatch.setenv("NSIGHT_MAGIC_SECRET_PATTERNS", "badge")
+    env = child_environment(base)
+    assert "MY_TOKEN" not in env and "COMPANY_BADGE" not in env
+    assert env["KEEP_TOKEN"] == "2" and env["PLAIN"] == "4"
+
+
+def test_free_names_skip_setup_definitions_and_builtins():
+    ns = {"x": 1, "model": object(), "helper": len, "unused": 2, "np": object()}
+    cell = "import math\ny = helper(x) + len([1])\nmodel.eval()\nz = math.pi"
+    assert free_names(cell, ["import numpy as np\ndef helper(v):\n    return v"], ns) == ["model", "x"]

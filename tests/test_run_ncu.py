@@ -1,0 +1,42 @@
+"""%%ncu's runner with a real ncu process (Debian's 2022.3 here: no GPU, so no kernel can be profiled)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from nsight_magic.ncu_tool import NcuOptions
+from nsight_magic.options import RunOptions
+from nsight_magic.run import RunFailed, run_ncu
+
+requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None, reason="ncu not installed (scripts/install-ncu-debian.sh)")
+pytestmark = [pytest.mark.timeout(180)]
+
+
+@requires_ncu
+def test_cell_without_kernels_says_no_kernel_was_profiled(tmp_path):
+    out = []
+    r = run_ncu("x = 6 * 7\nprint('cell ran', x)", RunOptions(name="k", directory=str(tmp_path), return_vars=("x",)),
+                NcuOptions(), on_output=lambda s, t: out.append(t))
+    assert "cell ran 42" in "".join(out)
+    assert r.returned == {"x": 42}
+    assert r.report_file is None
+    msg = " ".join(r.messages)
+    assert "no kernels were profiled" in msg and str(r.folder.path) in msg
+    # only the cell's own kernels by default: the NVTX range the child pushes around the cell
+    argv = r.folder.command.read_text()
+    assert f"--nvtx-include nsight-magic@{r.folder.path.name}/" in argv
+    assert "--section MemoryWorkloadAnalysis" in argv and "--set basic" in argv
+
+
+@requires_ncu
+def test_module_filter_replaces_the_cell_filter(tmp_path):
+    r = run_ncu("pass", RunOptions(name="m", directory=str(tmp_path)), NcuOptions(module="encoder.layer"))
+    argv = r.folder.command.read_text()
+    assert "--nvtx-include encoder.layer/" in argv and "nsight-magic@" not in argv
+
+
+def test_missing_ncu_says_how_to_install(tmp_path, monkeypatch):
+    monkeypatch.setenv("NSIGHT_MAGIC_NCU", str(tmp_path / "nope"))
+    with pytest.raises(RunFailed, match=r"NSIGHT_MAGIC_NCU=.*install Nsight Compute.*kept in"):
+        run_ncu("pass", RunOptions(directory=str(tmp_path)), NcuOptions())
