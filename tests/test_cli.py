@@ -1,0 +1,64 @@
+"""The command line with real processes: profile a script, doctor, view."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import nvtx_ranges, requires_nsys
+
+pytestmark = [pytest.mark.timeout(240)]
+
+
+def _cli(*args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "nsight_magic.cli", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=200, env={**os.environ, **(env or {})})
+
+
+@requires_nsys
+def test_profile_a_script_with_arguments(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys, nvtx\nwith nvtx.annotate('script range'):\n"
+                      "    print('args', sys.argv[1:])\n")
+    p = _cli("profile", "--dir", str(tmp_path / "profiles"), str(script), "--lr", "0.1", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "args ['--lr', '0.1']" in p.stdout
+    folder = next((tmp_path / "profiles").glob("train-*"))
+    assert "script range" in nvtx_ranges(folder / "report.sqlite")
+    assert (folder / "view.html").stat().st_size > 1000
+    assert str(folder) in p.stdout
+
+
+@requires_nsys
+def test_profile_exit_status_follows_the_script(tmp_path):
+    script = tmp_path / "fail.py"
+    script.write_text("raise SystemExit(4)\n")
+    p = _cli("profile", "--no-render", "--dir", str(tmp_path / "p"), str(script), cwd=tmp_path)
+    assert p.returncode == 1
+    assert "status 4" in p.stderr
+
+
+def test_profile_missing_script_is_one_line(tmp_path):
+    p = _cli("profile", str(tmp_path / "nope.py"), cwd=tmp_path)
+    assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no such script" in p.stderr
+
+
+def test_doctor_reports_a_missing_nsys(tmp_path):
+    p = _cli("doctor", cwd=tmp_path, env={"NSIGHT_MAGIC_NSYS": str(tmp_path / "nsys-missing")})
+    assert p.returncode == 1
+    assert "FAIL" in p.stdout and "NSIGHT_MAGIC_NSYS" in p.stdout
+
+
+@requires_nsys
+def test_doctor_passes_with_debian_nsys(tmp_path):
+    p = _cli("doctor", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout
+    assert "QdstrmImporter at" in p.stdout
+
+
+def test_view_of_a_missing_report_is_one_line(tmp_path):
+    p = _cli("view", str(tmp_path / "missing.sqlite"), cwd=tmp_path)
+    assert p.returncode == 2 and "no such file" in p.stderr and "Traceback" not in p.stderr
