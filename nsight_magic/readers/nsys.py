@@ -1,0 +1,506 @@
+"""Nsight Systems reports (.sqlite exports, or .nsys-rep/.qdrep exported with the installed nsys) -> pandas.
+
+    rep = open_nsys_report("run.nsys-rep")
+    rep.kernels, rep.memcpy, rep.cuda_api, rep.nvtx, ...   # one row per event, sorted by start_ns
+    rep.kernel_summary()                                    # = `nsys stats --report cuda_gpu_kern_sum`
+
+Column meanings follow issue 3: integer `*_ns` times, names resolved, ENUMs decoded, pid/tid from globalTid.
+Frames are read lazily (functools.cached_property); absent tables give empty frames with the same columns.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import sqlite3
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import NsightMagicError, ReportError
+from . import nsys_schema as S
+from .nsys_frames import build_nvtx, empty_frame, launch_tids, read_frame, sort_by_start
+from .nsys_sql import NULL, Strings, connect, find_table
+from .nsys_summary import (busy_fraction, empty_stats, grouped_stats, memcpy_operation, nvtx_projection,
+                           with_pct)
+
+REP_SUFFIXES = (".nsys-rep", ".qdrep")
+
+
+@dataclass(frozen=True)
+class ReportMeta:
+    """What the export says about itself.  Times are in the report's own clock (ns)."""
+
+    nsys_version: str | None  # nsys that exported the file (EXPORT_PRODUCT_VERSION), None before 2021
+    schema_version: str | None  # EXPORT_SCHEMA_VERSION
+    start_ns: int  # capture span: ANALYSIS_DETAILS, else the first/last event
+    end_ns: int
+    duration_ns: int
+    utc_start_ns: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs
+    tables: tuple[str, ...] = ()
+
+
+def open_nsys_report(path) -> "NsysReport":
+    """Open a .sqlite export, or export a .nsys-rep/.qdrep with the installed nsys first (cached beside it)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ReportError(f"{p}: no such file")
+    if p.is_dir():
+        raise ReportError(f"{p}: is a folder; pass the .sqlite/.nsys-rep inside it or use open_report()")
+    if p.suffix.lower() in REP_SUFFIXES:
+        return NsysReport(export_report(p), source=p)
+    return NsysReport(p)
+
+
+def export_report(rep: Path, timeout: float = 600) -> Path:
+    """The .sqlite of a .nsys-rep/.qdrep: `X.sqlite` beside it when newer, else exported there (or to a temp
+    folder when that is not writable).  A failed export leaves no file behind."""
+    from .. import tools
+
+    beside = rep.with_suffix(".sqlite")
+    if beside.exists() and beside.stat().st_mtime >= rep.stat().st_mtime and _is_complete(beside):
+        return beside
+    out = beside if os.access(rep.parent, os.W_OK) else _temp_export_path(rep)
+    if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime and _is_complete(out):
+        return out
+    part = out.with_name(out.stem + ".part.sqlite")
+    nsys = tools.find_nsys()
+    try:
+        tools.export_sqlite(rep, nsys=nsys, out=part, timeout=timeout)
+    except ReportError as e:
+        part.unlink(missing_ok=True)
+        raise ReportError(_explain_export_failure(rep, str(e), tools.nsys_version(nsys))) from None
+    part.replace(out)
+    return out
+
+
+def _temp_export_path(rep: Path) -> Path:
+    h = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:12]
+    d = Path(tempfile.gettempdir()) / "nsight-magic-exports"
+    d.mkdir(exist_ok=True)
+    return d / f"{rep.stem}-{h}.sqlite"
+
+
+def _is_complete(sqlite_path: Path) -> bool:
+    try:
+        con, _ = connect(sqlite_path)
+        con.close()
+        return True
+    except NsightMagicError:
+        return False
+
+
+_VERSION_RE = re.compile(rb"(20\d\d\.\d+\.\d+\.\d+)-[0-9a-f]{7,}")
+
+
+def report_version(rep: Path) -> str | None:
+    """nsys version that wrote a .nsys-rep/.qdrep, read from the container's header strings."""
+    try:
+        with open(rep, "rb") as f:
+            m = _VERSION_RE.search(f.read(8 << 20))
+    except OSError:
+        return None
+    return m.group(1).decode() if m else None
+
+
+def _explain_export_failure(rep: Path, message: str, have: str) -> str:
+    need = report_version(rep)
+    from ..tools import version_tuple
+
+    if need and version_tuple(need)[:2] > version_tuple(have)[:2]:
+        return (f"{rep.name} was written by nsys {need}; the installed nsys {have} is too old to export it: "
+                f"install nsys >= {'.'.join(need.split('.')[:2])} (or export it there with "
+                f"`nsys export --type sqlite`)")
+    if re.search(r"version number is invalid|protobuf|newer", message, re.I):
+        return f"{rep.name} needs a newer nsys than {have}: {message}"
+    return message
+
+
+class NsysReport:
+    """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3)."""
+
+    def __init__(self, sqlite_path, source=None):
+        self.sqlite_path = Path(sqlite_path)
+        self.path = Path(source) if source else self.sqlite_path
+        self._core_cache: dict[str, dict | None] = {}
+        self._con, self._tables = connect(self.sqlite_path)
+        try:
+            self._check_has_events()
+            self.meta = self._read_meta()
+        except BaseException:
+            self.close()
+            raise
+
+    def __repr__(self):
+        return f"<NsysReport {self.path.name} nsys={self.meta.nsys_version} {self.meta.duration_ns / 1e9:.3f}s>"
+
+    def close(self):
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def show(self, **kw):
+        from ..views import show_nsys
+
+        return show_nsys(self, **kw)
+
+    def _check_has_events(self):
+        """An export with tables but not one event (nothing traced, or the program ended at once) is an error."""
+        data = [t for t in self._tables if t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "OSRT_API"))
+                or (t.endswith(("_EVENTS", "_EVENTS_V2", "_EVENTS_V3")) and not t.startswith("DIAGNOSTIC"))]
+        for t in data:
+            if self._query(lambda: self._con.execute(f'SELECT 1 FROM "{t}" LIMIT 1').fetchone()):
+                return
+        raise ReportError(f"{self.path}: empty capture (no CUDA, NVTX, OS runtime or sampling events); "
+                          "check that the profiled code ran and that nsys traced its APIs (-t cuda,nvtx,osrt)")
+
+    # -- reading ---------------------------------------------------------------------------------------------
+    def _query(self, fn, *args):
+        """Run a read; a damaged file becomes a one-line ReportError instead of an sqlite traceback."""
+        if self._con is None:
+            raise ReportError(f"{self.path}: report is closed")
+        try:
+            return fn(*args)
+        except sqlite3.DatabaseError as e:
+            raise ReportError(f"{self.sqlite_path}: cannot read ({e}); re-export the report") from None
+
+    @functools.cached_property
+    def _strings(self) -> Strings:
+        return self._query(Strings, self._con, self._tables)
+
+    def _frame(self, name: str) -> pd.DataFrame:
+        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name])
+        return sort_by_start(df) if "start_ns" in df else df
+
+    def _table(self, name: str) -> str | None:
+        return find_table(self._tables, name)
+
+    def _read_meta(self) -> ReportMeta:
+        kv: dict[str, str] = {}
+        for t in S.META_TABLES:
+            if t in self._tables:
+                kv = dict(self._query(lambda: self._con.execute(f"SELECT name, value FROM {t}").fetchall()))
+                break
+        start = end = None
+        if "ANALYSIS_DETAILS" in self._tables:
+            row = self._query(lambda: self._con.execute(
+                "SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS").fetchone())
+            start, end = row
+        if start is None:
+            start, end = self._event_span()
+        utc = None
+        if "TARGET_INFO_SESSION_START_TIME" in self._tables:
+            try:
+                utc = self._con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+                utc = utc[0] if utc else None
+            except sqlite3.DatabaseError:
+                utc = None
+        start, end = int(start or 0), int(end or 0)
+        return ReportMeta(kv.get("EXPORT_PRODUCT_VERSION"), kv.get("EXPORT_SCHEMA_VERSION"), start, end,
+                          end - start, utc, tuple(sorted(self._tables)))
+
+    def _event_span(self):
+        lo = hi = None
+        for spec in S.ALL_SPECS.values():
+            for name in spec.tables:
+                t = self._table(name)
+                if t and spec.frame not in ("threads", "processes", "gpus"):
+                    a, b = self._query(lambda: self._con.execute(
+                        f'SELECT min(start), max(coalesce("end", start)) FROM "{t}"').fetchone())
+                    if a is not None:
+                        lo, hi = (a if lo is None else min(lo, a)), (b if hi is None else max(hi, b))
+        return lo, hi
+
+    # -- frames ----------------------------------------------------------------------------------------------
+    @functools.cached_property
+    def kernels(self) -> pd.DataFrame:
+        """GPU kernels; launch_tid is the thread of the runtime API call with the same (pid, correlation id)."""
+        df = self._frame("kernels")
+        if len(df) == 0:
+            return df
+        api = self._core("cuda_api")
+        if api is None:
+            df["launch_tid"] = pd.array([pd.NA] * len(df), dtype="Int64")
+            return df
+        corr = api["correlation_id"]
+        df["launch_tid"] = launch_tids(df, api["pid"], api["tid"], pd.arrays.IntegerArray(corr, corr == NULL))
+        return df
+
+    @functools.cached_property
+    def memcpy(self) -> pd.DataFrame:
+        """GPU copies: kind HtoD/DtoH/DtoD/HtoH/PtoP/...; src_kind/dst_kind pageable/pinned/device/managed/..."""
+        return self._frame("memcpy")
+
+    @functools.cached_property
+    def memset(self) -> pd.DataFrame:
+        return self._frame("memset")
+
+    @functools.cached_property
+    def cuda_api(self) -> pd.DataFrame:
+        """CUDA runtime/driver API calls (name as recorded, e.g. cudaLaunchKernel_v7000)."""
+        return self._frame("cuda_api")
+
+    @functools.cached_property
+    def osrt(self) -> pd.DataFrame:
+        return self._frame("osrt")
+
+    @functools.cached_property
+    def sync(self) -> pd.DataFrame:
+        return self._frame("sync")
+
+    @functools.cached_property
+    def cublas(self) -> pd.DataFrame:
+        return self._frame("cublas")
+
+    @functools.cached_property
+    def cudnn(self) -> pd.DataFrame:
+        return self._frame("cudnn")
+
+    @functools.cached_property
+    def _nvtx_both(self):
+        raw = self._query(read_frame, self._con, self._tables, self._strings, S.NVTX_RAW)
+        if len(raw) == 0:
+            return empty_frame("nvtx"), {
+                "tag": np.empty(0, object), "style": np.empty(0, object), "is_range": np.empty(0, bool),
+                "same_thread": np.empty(0, bool), "thread": np.empty(0, np.int64)}
+        return build_nvtx(raw, self._strings)
+
+    @property
+    def nvtx(self) -> pd.DataFrame:
+        """NVTX ranges and marks: name, domain, kind (push_pop/start_end/mark), pid, tid, depth (ranges of the
+        same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set).
+        Marks have NA end_ns; ranges never closed have NA end_ns too."""
+        return self._nvtx_both[0]
+
+    @functools.cached_property
+    def threads(self) -> pd.DataFrame:
+        return self._frame("threads")
+
+    @functools.cached_property
+    def processes(self) -> pd.DataFrame:
+        return self._frame("processes")
+
+    @functools.cached_property
+    def gpus(self) -> pd.DataFrame:
+        """GPUs from TARGET_INFO_GPU (or TARGET_INFO_CUDA_GPU before 2021); when the report has neither, the
+        device ids seen in GPU activity, with NA names."""
+        df = self._frame("gpus")
+        if len(df):
+            return df.drop_duplicates("id").sort_values("id").reset_index(drop=True)
+        ids = set()
+        for name in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+            t = self._table(name)
+            if t:
+                ids |= {r[0] for r in self._query(lambda: self._con.execute(
+                    f'SELECT DISTINCT deviceId FROM "{t}"').fetchall())}
+        if not ids:
+            return df
+        out = empty_frame("gpus").reindex(range(len(ids)))
+        out["id"] = np.array(sorted(ids), np.int64)
+        return out
+
+    # -- summaries -------------------------------------------------------------------------------------------
+    # Summaries read only the columns they need (integer ids, `end - start`) and decode names on the grouped
+    # result: several times faster than building the full frames, and the same definitions as nsys's scripts.
+    def _narrow(self, spec: S.TableSpec, cols: list[str]) -> list[np.ndarray] | None:
+        """Raw integer columns of a spec's table by our column names; None when the table is absent."""
+        from .nsys_frames import read_raw
+        from .nsys_sql import find_spec_table
+
+        table = find_spec_table(self._tables, spec)
+        if table is None:
+            return None
+        got = self._query(read_raw, self._con, table, spec, cols)
+        return [got[c] for c in cols]
+
+    _CORE = {  # columns the summaries and the NVTX projection share: one scan of each table
+        "kernels": ["start_ns", "end_ns", "pid", "correlation_id", "name"],
+        "memcpy": ["start_ns", "end_ns", "pid", "correlation_id", "kind", "bytes"],
+        "memset": ["start_ns", "end_ns", "pid", "correlation_id", "bytes"],
+        "cuda_api": ["start_ns", "end_ns", "pid", "tid", "correlation_id", "name"],
+    }
+
+    def _core(self, frame: str) -> dict[str, np.ndarray] | None:
+        """Raw integer columns (ids undecoded) of a table, by our column names; None when the table is absent."""
+        if frame not in self._core_cache:
+            cols = self._narrow(S.ALL_SPECS[frame], self._CORE[frame])
+            self._core_cache[frame] = None if cols is None else dict(zip(self._CORE[frame], cols))
+        return self._core_cache[frame]
+
+    def kernel_summary(self, base: bool = False, by_launch: bool = False) -> pd.DataFrame:
+        """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (nsys 2023+).
+
+        base: group by short name (`:base`).  by_launch: also by grid and block, as nsys 2022.4's gpukernsum
+        and cuda_gpu_kern_gb_sum (adds `grid` and `block` columns, 'X Y Z')."""
+        dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if by_launch else []
+        k = self._core("kernels")
+        if k is None or len(k["start_ns"]) == 0:
+            return empty_stats(("name",) + (("grid", "block") if by_launch else ()))
+        keys = {"name_id": self._narrow(S.KERNELS, ["short_name"])[0] if base else k["name"]}
+        if by_launch:
+            keys.update(zip(dims, self._narrow(S.KERNELS, dims)))
+        s = grouped_stats(keys, k["end_ns"] - k["start_ns"])
+        s.insert(0, "name", self._strings.lookup(s.pop("name_id")))
+        if by_launch:
+            s.insert(1, "grid", _xyz(s, "grid"))
+            s.insert(2, "block", _xyz(s, "block"))
+            s = s.drop(columns=dims)
+        return with_pct(s)
+
+    def memcpy_summary(self) -> pd.DataFrame:
+        """Per memory operation, as gpumemtimesum + gpumemsizesum (cuda_gpu_mem_time_sum/_size_sum).
+
+        operation is nsys's name ('[CUDA memcpy HtoD]', '[CUDA memset]'); kind our short one ('HtoD', 'memset');
+        pct is the share of total_ns."""
+        e = np.empty(0, np.int64)
+        c, m = self._core("memcpy"), self._core("memset")
+        mc = [c["kind"], c["bytes"], c["end_ns"] - c["start_ns"]] if c else [e, e, e]
+        ms = [m["bytes"], m["end_ns"] - m["start_ns"]] if m else [e, e]
+        if len(mc[0]) + len(ms[0]) == 0:
+            return empty_stats(("operation", "kind"), ("pct",) + tuple(
+                f"{s}_bytes" for s in ("total", "avg", "med", "min", "max", "std")))
+        kind_id = np.concatenate([mc[0], np.full(len(ms[0]), -1, np.int64)])  # -1: memset
+        size = np.concatenate([mc[1], ms[0]])
+        dur = np.concatenate([mc[2], ms[1]])
+        t = grouped_stats({"kind_id": kind_id}, dur)
+        b = grouped_stats({"kind_id": kind_id}, size, suffix="bytes").drop(columns="count")
+        s = t.merge(b, on="kind_id")
+        ids = s.pop("kind_id").to_numpy(np.int64)
+        from .nsys_sql import decode_enum
+
+        kind = np.asarray(self._query(decode_enum, self._con, self._tables, "memcpy_kind", ids), dtype=object)
+        kind[ids == -1] = "memset"
+        op = memcpy_operation(kind)
+        op[ids == -1] = "[CUDA memset]"
+        s.insert(0, "operation", op)
+        s.insert(1, "kind", kind)
+        return with_pct(s)
+
+    def cuda_api_summary(self) -> pd.DataFrame:
+        """Per API function, as cudaapisum/cuda_api_sum: the '_vNNNN' version suffix is dropped from names."""
+        a = self._core("cuda_api")
+        if a is None or len(a["start_ns"]) == 0:
+            return empty_stats(("name",))
+        s = grouped_stats({"name_id": a["name"]}, a["end_ns"] - a["start_ns"])
+        names = pd.Series(self._strings.lookup(s.pop("name_id")), dtype=object).astype(str)
+        s.insert(0, "name", names.str.replace(r"_v\d{4}$", "", regex=True).to_numpy(object))
+        return with_pct(s)
+
+    def nvtx_summary(self) -> pd.DataFrame:
+        """Per NVTX range name and style, as nvtxsum/nvtx_sum, plus gpu_ns and gpu_ops.
+
+        name is nsys's label ('domain:name' when the range has a domain); style 'PushPop' or 'StartEnd'.
+        Ranges never closed last until the last NVTX timestamp.  gpu_ns sums, over the instances, the GPU
+        projection of each range (first to last GPU op launched inside it, as nvtxgpuproj); gpu_ops counts the
+        launching API calls."""
+        nv, internal = self._nvtx_both
+        rng = internal["is_range"]
+        if not rng.any():
+            return empty_stats(("name", "style"), ("pct", "gpu_ns", "gpu_ops"))
+        dur = self._nvtx_durations
+        s, group = grouped_stats({"name": internal["tag"][rng], "style": internal["style"][rng]}, dur[rng],
+                                 return_groups=True)
+        p = self._projection
+        row_group = np.full(len(rng), -1, np.int64)
+        row_group[rng] = group
+        g = row_group[p["row"].to_numpy()]
+        gpu_ns = np.zeros(len(s), np.int64)
+        gpu_ops = np.zeros(len(s), np.int64)
+        np.add.at(gpu_ns, g, p["proj_duration_ns"].to_numpy(np.int64))
+        np.add.at(gpu_ops, g, p["gpu_ops"].to_numpy(np.int64))
+        s["gpu_ns"], s["gpu_ops"] = gpu_ns, gpu_ops
+        return with_pct(s)
+
+    def _gpu_ops(self) -> pd.DataFrame:
+        """start/end/pid/correlation id of every kernel, memcpy and memset (for the NVTX projection)."""
+        names = ["start_ns", "end_ns", "pid", "correlation_id"]
+        parts = [[c[n] for n in names] for c in map(self._core, ("kernels", "memcpy", "memset"))
+                 if c is not None and len(c["start_ns"])]
+        if not parts:
+            return pd.DataFrame()
+        a = [np.concatenate([p[i] for p in parts]) for i in range(4)]
+        return pd.DataFrame({"start_ns": a[0], "end_ns": a[1], "pid": a[2],
+                             "correlation_id": pd.arrays.IntegerArray(a[3], a[3] == NULL)})
+
+    def _api_calls(self) -> pd.DataFrame:
+        c = self._core("cuda_api")
+        if c is None:
+            return pd.DataFrame()
+        cols = [c[n] for n in ("start_ns", "end_ns", "pid", "tid", "correlation_id")]
+        return pd.DataFrame({"start_ns": cols[0], "end_ns": cols[1], "pid": cols[2], "tid": cols[3],
+                             "correlation_id": pd.arrays.IntegerArray(cols[4], cols[4] == NULL)})
+
+    def nvtx_gpu_projection(self) -> pd.DataFrame:
+        """One row per NVTX range that launched GPU work, as `nsys stats --report nvtxgpuproj`: name, style,
+        start_ns, duration_ns (the range), proj_start_ns, proj_duration_ns (its GPU ops), gpu_ops, pid, tid,
+        depth."""
+        nv, internal = self._nvtx_both
+        p = self._projection
+        rows = p["row"].to_numpy()
+        dur = self._nvtx_durations[rows]
+        out = pd.DataFrame({
+            "name": internal["tag"][rows], "style": internal["style"][rows],
+            "start_ns": nv["start_ns"].to_numpy()[rows], "duration_ns": dur,
+            "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
+            "gpu_ops": p["gpu_ops"].to_numpy(), "pid": nv["pid"].to_numpy()[rows], "tid": nv["tid"].to_numpy()[rows],
+            "depth": nv["depth"].to_numpy()[rows],
+        })
+        return out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False],
+                               kind="stable").reset_index(drop=True)
+
+    @functools.cached_property
+    def _projection(self) -> pd.DataFrame:
+        nv, internal = self._nvtx_both
+        if not internal["is_range"].any():
+            ops = api = pd.DataFrame()
+        else:
+            ops, api = self._gpu_ops(), self._api_calls()
+        return nvtx_projection(nv, internal, ops, api, self._nvtx_maxts)
+
+    @functools.cached_property
+    def _nvtx_maxts(self) -> int | None:
+        """Where nsys ends ranges never closed: the last NVTX start or end."""
+        t = self._table("NVTX_EVENTS")
+        if t is None:
+            return None
+        return self._query(lambda: self._con.execute(f'SELECT max(max(start), max("end")) FROM "{t}"').fetchone()[0])
+
+    @functools.cached_property
+    def _nvtx_durations(self) -> np.ndarray:
+        nv = self.nvtx
+        maxts = self._nvtx_maxts or 0
+        end = nv["end_ns"].to_numpy(np.float64, na_value=np.nan)
+        end = np.where(np.isnan(end), maxts, end).astype(np.int64)
+        return end - nv["start_ns"].to_numpy(np.int64)
+
+    def gpu_utilization(self, bins: int = 200) -> pd.DataFrame:
+        """Per GPU and time bin over the capture span: the fraction (0..1) of the bin in which at least one
+        kernel, memcpy or memset runs.  Columns: device_id, bin_start_ns, bin_end_ns, busy_fraction."""
+        edges = np.linspace(self.meta.start_ns, max(self.meta.end_ns, self.meta.start_ns + bins), bins + 1)
+        edges = np.round(edges).astype(np.int64)
+        frames = [f[["device_id", "start_ns", "end_ns"]] for f in (self.kernels, self.memcpy, self.memset) if len(f)]
+        cols = ["device_id", "bin_start_ns", "bin_end_ns", "busy_fraction"]
+        if not frames:
+            return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "busy_fraction" else "int64") for c in cols})
+        ops = pd.concat(frames, ignore_index=True)
+        out = []
+        for dev, g in ops.groupby("device_id", sort=True):  # per GPU, not per row
+            frac = busy_fraction(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64), edges)
+            out.append(pd.DataFrame({"device_id": np.full(bins, dev, np.int64), "bin_start_ns": edges[:-1],
+                                     "bin_end_ns": edges[1:], "busy_fraction": frac}))
+        return pd.concat(out, ignore_index=True)
+
+
+def _xyz(k: pd.DataFrame, prefix: str) -> np.ndarray:
+    a = k[[f"{prefix}_x", f"{prefix}_y", f"{prefix}_z"]].astype(np.int64).astype(str)
+    return (a.iloc[:, 0] + " " + a.iloc[:, 1] + " " + a.iloc[:, 2]).to_numpy(object)

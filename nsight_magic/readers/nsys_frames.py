@@ -1,0 +1,231 @@
+"""Build the DataFrames of an Nsight Systems export from the column specs (no per-row Python)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Col,
+                          TableSpec, frame_columns)
+from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, read_ints, read_texts,
+                       to_categorical)
+
+_MASK24 = 0xFFFFFF
+
+
+def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None) -> dict[str, np.ndarray]:
+    """Integer columns of `spec` (our names; all non-text ones by default) as raw int64 arrays.
+
+    Each raw column is read once even when several of ours come from it (pid and tid both come from
+    globalTid, decoded here with numpy); a column absent from this export version reads as NULL."""
+    present = set(columns_of(con, table))
+    cols = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
+    raws = {c.name: next((r for r in c.raw if r in present), None) for c in cols}
+    # what travels from SQLite, one entry per distinct expression; fewer digits print and parse faster:
+    # `end` as `end - start`, a GlobalId as its pid when only the pid is wanted
+    uses = {}
+    for c in cols:
+        if raws[c.name]:
+            uses.setdefault(raws[c.name], set()).add(c.how)
+    delta_end = "start" in uses and "end" in uses
+    pid_only = {r for r, hows in uses.items() if hows == {"pid"}}
+
+    def expr(r):
+        if r == "end" and delta_end:
+            return '"end" - "start"'
+        if r in pid_only:
+            return f'(("{r}" >> 24) & {_MASK24})'
+        return f'"{r}"'
+
+    uniq = list(uses)
+    arrays = dict(zip(uniq, read_ints(con, table, [expr(r) for r in uniq], spec.where))) if uniq else {}
+    if delta_end:
+        d = arrays["end"]
+        arrays["end"] = np.where(d == NULL, NULL, arrays["start"] + d)
+    n = len(next(iter(arrays.values()))) if arrays else 0
+    out = {}
+    for c in cols:
+        r = raws[c.name]
+        a = arrays.get(r)
+        if a is None:
+            a = np.full(n, NULL, np.int64)
+        elif c.how in ("pid", "tid") and r not in pid_only:
+            null = a == NULL
+            a = (a >> 24) & _MASK24 if c.how == "pid" else a & _MASK24
+            a[null] = NULL
+        out[c.name] = a
+    return out
+
+
+def empty_frame(frame: str) -> pd.DataFrame:
+    """A frame with no rows and the same columns and dtypes as a read one."""
+    from .nsys_schema import ALL_SPECS, NVTX_COLUMNS
+
+    dtypes = {}
+    if frame == "nvtx":
+        dtypes = dict(zip(NVTX_COLUMNS, ("int64", "Int64", "Int64", "category", "category", "category", "int64",
+                                         "int64", "int64", "Int64", "Int64")))
+    else:
+        for c in ALL_SPECS[frame].cols:
+            dtypes[c.name] = c.dtype
+        dtypes["duration_ns"] = dtypes.get("end_ns", "int64")
+        dtypes["launch_tid"] = "Int64"
+    cols = frame_columns(frame)
+    return pd.DataFrame({c: pd.Series([], dtype=_pd_dtype(dtypes[c])) for c in cols})
+
+
+def _pd_dtype(d: str):
+    return pd.CategoricalDtype(pd.Index([], dtype=object)) if d == "category" else d
+
+
+def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec) -> pd.DataFrame:
+    table = find_spec_table(tables, spec)
+    if table is None:
+        return empty_frame(spec.frame)
+    present = set(columns_of(con, table))
+    raws = {c.name: next((r for r in c.raw if r in present), None) for c in spec.cols}
+    if spec.frame in ("threads", "processes", "gpus") and not any(raws.values()):
+        return empty_frame(spec.frame)
+    ints = read_raw(con, table, spec)
+    n = len(next(iter(ints.values()))) if ints else 0
+    data: dict[str, object] = {}
+    for c in spec.cols:
+        if c.how != "text":
+            data[c.name] = _convert(con, tables, strings, c, ints[c.name])
+    for c in spec.cols:
+        if c.how == "text":
+            raw = raws[c.name]
+            vals = read_texts(con, table, f'"{raw}"', spec.where) if raw else np.full(n, None, dtype=object)
+            data[c.name] = pd.array(vals, dtype="string") if c.dtype == "string" else to_categorical(vals)
+    df = pd.DataFrame({c.name: data[c.name] for c in spec.cols})
+    if spec.frame in ACTIVITY_SPECS:
+        df.insert(2, "duration_ns", df["end_ns"] - df["start_ns"])
+    return df
+
+
+def _convert(con, tables, strings: Strings, col: Col, a: np.ndarray):
+    null = a == NULL
+    if col.how == "strid":
+        return strings.decode(a)
+    if col.how == "enum":
+        return decode_enum(con, tables, col.enum, a)
+    if col.dtype == "uint64":  # serialized GlobalIds are unsigned 64-bit
+        return a.view(np.uint64)
+    if col.dtype == "Int64":
+        return pd.arrays.IntegerArray(a, null)
+    if col.dtype == "float64":
+        return np.where(null, np.nan, a.astype(np.float64))
+    if null.any():  # a NOT NULL column in the schema that still has NULLs: -1 marks "unknown"
+        a = np.where(null, -1, a)
+    return a
+
+
+def sort_by_start(df: pd.DataFrame) -> pd.DataFrame:
+    if len(df) < 2 or df["start_ns"].is_monotonic_increasing:
+        return df.reset_index(drop=True)
+    order = np.argsort(df["start_ns"].to_numpy(), kind="stable")
+    return df.take(order).reset_index(drop=True)
+
+
+def gkey(pid, tid) -> np.ndarray:
+    """One integer per thread (pid, tid), like globalTid without the high bits."""
+    return (np.asarray(pid, np.int64) << 24) | np.asarray(tid, np.int64)
+
+
+def ckey(pid, corr) -> np.ndarray:
+    """One integer per (process, correlation id): correlation ids repeat across processes."""
+    c = np.asarray(pd.array(corr, dtype="Int64").fillna(-1).to_numpy(np.int64))
+    return (np.asarray(pid, np.int64) << 36) ^ c
+
+
+def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
+    """tid of the runtime API call with the same (pid, correlation id) as each kernel; NA when none."""
+    keys = pd.Index(ckey(api_pid, api_corr))
+    keep = ~keys.duplicated()
+    idx = pd.Index(keys[keep]).get_indexer(ckey(kernels["pid"], kernels["correlation_id"]))
+    tids = np.asarray(api_tid, np.int64)[keep][idx]
+    return pd.arrays.IntegerArray(tids, (idx < 0) | kernels["correlation_id"].isna().to_numpy())
+
+
+def build_nvtx(raw: pd.DataFrame, strings: Strings) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    """Raw NVTX rows -> (public frame, internal arrays with nsys's tag/style for summaries).
+
+    name: registered string (textId) else text.  domain: text of the domain-create event (same domainId and
+    process).  kind: push_pop / start_end / mark.  depth: ranges of the same thread open at the row's start.
+    color: ARGB as an integer (0xAARRGGBB), NA when unset.
+    """
+    et = raw["event_type"].to_numpy()
+    dom = raw[et == NVTX_DOMAIN_CREATE]
+    keep = np.isin(et, NVTX_PUSH_POP + NVTX_START_END + NVTX_MARK)
+    ev = raw[keep].reset_index(drop=True)
+    name = ev["text_id"].astype(object).where(ev["text_id"].notna(), ev["text"].astype(object))
+    # domain names: first create event per (domainId, pid), like nsys's report scripts
+    dname = dom["text"].astype(object).where(dom["text"].notna(), dom["text_id"].astype(object))
+    dkey = pd.Series(dname.to_numpy(object), index=ckey(dom["pid"], dom["domain_id"]))
+    dkey = dkey[~dkey.index.duplicated()]
+    domain = dkey.reindex(ckey(ev["pid"], ev["domain_id"])).to_numpy(object).copy()
+    domain[ev["domain_id"].isna().to_numpy()] = None
+    kind = np.where(np.isin(ev["event_type"], NVTX_PUSH_POP), "push_pop",
+                    np.where(np.isin(ev["event_type"], NVTX_START_END), "start_end", "mark"))
+    is_range = kind != "mark"
+    end = ev["end_ns"].copy()
+    end[~is_range] = pd.NA
+    start = ev["start_ns"].to_numpy(np.int64)
+    thread = gkey(ev["pid"], ev["tid"])
+    out = pd.DataFrame({
+        "start_ns": start,
+        "end_ns": end,
+        "duration_ns": end - start,
+        "name": to_categorical(name.to_numpy(object)),
+        "domain": to_categorical(domain),
+        "kind": pd.Categorical.from_codes(np.select([kind == "push_pop", kind == "start_end"], [0, 1], 2),
+                                          categories=pd.Index(["push_pop", "start_end", "mark"], dtype=object)),
+        "pid": ev["pid"].to_numpy(np.int64),
+        "tid": ev["tid"].to_numpy(np.int64),
+        "depth": _depth(thread, start, end.to_numpy(np.float64, na_value=np.inf), is_range),
+        "color": ev["color"],
+        "category": ev["category"],
+    })
+    nm = name.to_numpy(object)
+    tag = nm.copy()
+    has_dom = ~pd.isna(domain)
+    if has_dom.any():  # "domain:name", built once per distinct pair
+        codes, pairs = pd.MultiIndex.from_arrays([domain[has_dom], nm[has_dom]]).factorize()
+        labels = np.array([f"{d}:{'' if pd.isna(n) else n}" for d, n in pairs], dtype=object)
+        tag[has_dom] = labels[codes]
+    # internal (numpy, not DataFrame: no string-dtype conversions): what nsys's scripts group by ("domain:name"),
+    # and whether the range ended on another thread
+    internal = {
+        "tag": tag, "style": np.where(kind == "push_pop", "PushPop", "StartEnd").astype(object),
+        "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": thread,
+    }
+    order = np.argsort(start, kind="stable")
+    return out.take(order).reset_index(drop=True), {k: v[order] for k, v in internal.items()}
+
+
+def _depth(thread: np.ndarray, start: np.ndarray, end: np.ndarray, is_range: np.ndarray) -> np.ndarray:
+    """Number of ranges of the same thread that are open at each row's start (vectorised sweep).
+
+    Events sorted by (thread, time, type): range ends (0) before starts (1) before point queries (2); at equal
+    starts the longer range comes first, so it counts as the parent.  Zero-length ranges and marks are queries.
+    """
+    n = len(start)
+    if n == 0:
+        return np.empty(0, np.int64)
+    opens = is_range & (end > start)
+    e_idx = np.flatnonzero(opens & np.isfinite(end))
+    t = np.concatenate([start, end[e_idx].astype(np.int64)])
+    th = np.concatenate([thread, thread[e_idx]])
+    typ = np.concatenate([np.where(opens, 1, 2), np.zeros(len(e_idx), np.int64)])
+    delta = np.concatenate([np.where(opens, 1, 0), -np.ones(len(e_idx), np.int64)])
+    neg_len = np.concatenate([-(np.minimum(end, 2.0**62) - start), np.zeros(len(e_idx))])
+    order = np.lexsort((neg_len, typ, t, th))
+    d = delta[order]
+    c = np.cumsum(d)
+    ths = th[order]
+    first = np.r_[True, ths[1:] != ths[:-1]]
+    base = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))  # index of the thread's first event
+    before = c - d - (c[base] - d[base])
+    depth = np.empty(n, np.int64)
+    is_row = order < n
+    depth[order[is_row]] = before[is_row]
+    return depth

@@ -1,0 +1,160 @@
+"""Summaries with the same definitions as NVIDIA's `nsys stats` report scripts (vectorised pandas/numpy).
+
+Definitions taken from the scripts (gpukernsum/cuda_gpu_kern_sum, gpumemtimesum, gpumemsizesum, cudaapisum,
+nvtxsum, nvtxgpuproj): median of an even count is the mean of the two middle values; std is the sample standard
+deviation (n - 1; 0 for one instance); pct is the share of the summed total of the rows listed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .nsys_frames import ckey, gkey
+
+STAT_COLS = ("count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns")
+
+
+def grouped_stats(keys: dict[str, object], values, suffix: str = "ns", return_groups: bool = False):
+    """count/total/avg/med/min/max/std of integer `values` per distinct combination of `keys` (numpy: one sort).
+
+    Totals, min and max stay exact integers; med averages the two middle values of an even count.
+    return_groups: also return each input row's output row number."""
+    v = np.asarray(values, np.int64)
+    codes, uniques = [], []
+    gid = np.zeros(len(v), np.int64)
+    for x in keys.values():
+        c, u = pd.factorize(x if isinstance(x, pd.Categorical) else np.asarray(x), use_na_sentinel=False)
+        c = np.asarray(c, np.int64)
+        codes.append(c)
+        uniques.append(np.asarray(u, dtype=object) if not isinstance(u, np.ndarray) or u.dtype == object else u)
+        gid, _ = pd.factorize(gid * max(len(u), 1) + c)  # re-densify so the product never overflows
+        gid = np.asarray(gid, np.int64)
+    order = np.lexsort((v, gid))
+    vs, gs = v[order], gid[order]
+    starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if len(vs) else np.empty(0, np.int64)
+    count = np.diff(np.r_[starts, len(vs)])
+    total = np.add.reduceat(vs, starts) if len(vs) else np.empty(0, np.int64)
+    mid = starts + (count - 1) // 2
+    med = np.where(count % 2 == 1, vs[mid], (vs[mid] + vs[np.minimum(mid + 1, len(vs) - 1)]) / 2.0)
+    mean = total / count
+    dev = vs - mean[gs]
+    ss = np.add.reduceat(dev * dev, starts) if len(vs) else np.empty(0)
+    std = np.sqrt(np.divide(ss, count - 1, out=np.zeros_like(ss), where=count > 1))  # nsys prints 0 for one
+    first = order[starts]  # a row of each group, to label it
+    out = {k: u[c[first]] for k, c, u in zip(keys, codes, uniques)}
+    out.update({"count": count, f"total_{suffix}": total, f"avg_{suffix}": mean, f"med_{suffix}": med,
+                f"min_{suffix}": vs[starts], f"max_{suffix}": vs[starts + count - 1], f"std_{suffix}": std})
+    return (pd.DataFrame(out), gid) if return_groups else pd.DataFrame(out)
+
+
+def with_pct(df: pd.DataFrame, total_col: str = "total_ns") -> pd.DataFrame:
+    total = df[total_col].sum()
+    df["pct"] = df[total_col] * 100.0 / total if total else 0.0
+    return df.sort_values(total_col, ascending=False, kind="stable").reset_index(drop=True)
+
+
+def empty_stats(keys: tuple[str, ...], extra: tuple[str, ...] = ("pct",)) -> pd.DataFrame:
+    cols = {k: pd.Series([], dtype=object) for k in keys}
+    for c in STAT_COLS + extra:
+        cols[c] = pd.Series([], dtype="int64" if c in ("count", "total_ns", "min_ns", "max_ns") else "float64")
+    return pd.DataFrame(cols)
+
+
+MEMCPY_OPS = {  # our kind label -> nsys's operation name
+    "Unknown": "[CUDA memcpy Unknown]",
+    "Unified HtoD": "[CUDA Unified Memory memcpy HtoD]",
+    "Unified DtoH": "[CUDA Unified Memory memcpy DtoH]",
+    "Unified DtoD": "[CUDA Unified Memory memcpy DtoD]",
+}
+
+
+def memcpy_operation(kind) -> np.ndarray:
+    k = pd.Series(kind, dtype=object)
+    return k.map(lambda x: MEMCPY_OPS.get(x, f"[CUDA memcpy {x}]")).to_numpy(object) if len(k) else np.empty(0, object)
+
+
+def nvtx_projection(nvtx: pd.DataFrame, internal: dict, ops: pd.DataFrame, api: pd.DataFrame,
+                    maxts: int | None) -> pd.DataFrame:
+    """GPU projection of NVTX ranges, as nsys's nvtxgpuproj: a GPU operation (kernel/memcpy/memset) belongs to a
+    range when the runtime API call that launched it lies within the range, on the range's thread; the
+    projection spans the first op start to the last op end.  Only ranges that start and end on one thread.
+
+    Returns one row per range with at least one op: row (index into `nvtx`), proj_start_ns, proj_duration_ns,
+    gpu_ops (number of launching API calls).
+    """
+    cols = ["row", "proj_start_ns", "proj_duration_ns", "gpu_ops"]
+    sel = internal["is_range"] & internal["same_thread"]
+    if not sel.any() or ops.empty or api.empty:
+        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in cols})
+    # each op -> its launching API call (same pid and correlation id)
+    akeys = pd.Index(ckey(api["pid"], api["correlation_id"]))
+    first = ~akeys.duplicated()
+    ai = pd.Index(akeys[first]).get_indexer(ckey(ops["pid"], ops["correlation_id"]))
+    ok = (ai >= 0) & ops["correlation_id"].notna().to_numpy()
+    a = api[first].reset_index(drop=True)
+    ai = ai[ok]
+    o_start = ops["start_ns"].to_numpy(np.int64)[ok]
+    o_end = ops["end_ns"].to_numpy(np.int64)[ok]
+    a_thread = gkey(a["pid"], a["tid"])[ai]
+    a_start = a["start_ns"].to_numpy(np.int64)[ai]
+    a_end = a["end_ns"].to_numpy(np.int64)[ai]
+    order = np.lexsort((ai, a_start, a_thread))
+    o_start, o_end, a_thread, a_start, a_end, ai = (x[order] for x in (o_start, o_end, a_thread, a_start, a_end, ai))
+    new_call = np.r_[True, ai[1:] != ai[:-1]]
+    call_no = np.cumsum(new_call)  # distinct API calls so far (1-based)
+    call_first = np.maximum.accumulate(np.where(new_call, np.arange(len(ai)), 0))
+
+    rows = np.flatnonzero(sel)
+    r_start = nvtx["start_ns"].to_numpy(np.int64)[rows]
+    r_end = nvtx["end_ns"].to_numpy(np.float64, na_value=np.nan)[rows]
+    r_end = np.where(np.isnan(r_end), maxts if maxts is not None else np.inf, r_end)
+    r_thread = internal["thread"][rows]
+    # per thread: ops sorted by API start; a range holds the ops in [lo, hi)
+    lo = np.zeros(len(rows), np.int64)
+    hi = np.zeros(len(rows), np.int64)
+    bounds = np.flatnonzero(np.r_[True, a_thread[1:] != a_thread[:-1], True])
+    for b0, b1 in zip(bounds[:-1], bounds[1:]):  # one iteration per thread, not per row
+        m = r_thread == a_thread[b0]
+        if m.any():
+            lo[m] = b0 + np.searchsorted(a_start[b0:b1], r_start[m], "left")
+            hi[m] = b0 + np.searchsorted(a_start[b0:b1], r_end[m], "right")
+    # an API call that starts inside the range but ends after it is not contained: drop its ops
+    last = np.maximum(hi - 1, 0)
+    crosses = (hi > lo) & (a_end[last] > r_end)
+    hi = np.where(crosses, call_first[last], hi)
+    has = hi > lo
+    lo, hi, rows = lo[has], hi[has], rows[has]
+    n = len(o_start)
+    pad_s = np.r_[o_start, 0]
+    pad_e = np.r_[o_end, 0]
+    idx = np.empty(2 * len(lo), np.int64)
+    idx[0::2], idx[1::2] = lo, hi
+    idx = np.minimum(idx, n)
+    pmin = np.minimum.reduceat(pad_s, idx)[0::2] if len(idx) else np.empty(0, np.int64)
+    pmax = np.maximum.reduceat(pad_e, idx)[0::2] if len(idx) else np.empty(0, np.int64)
+    calls = call_no[hi - 1] - call_no[lo] + 1
+    return pd.DataFrame({"row": rows, "proj_start_ns": pmin, "proj_duration_ns": pmax - pmin, "gpu_ops": calls})
+
+
+def busy_fraction(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Fraction of each [edges[i], edges[i+1]) covered by the union of the intervals [starts, ends)."""
+    if len(starts) == 0:
+        return np.zeros(len(edges) - 1)
+    order = np.argsort(starts, kind="stable")
+    t0 = edges[0]  # relative times keep float64 exact even for epoch-based clocks
+    s, e = (starts[order] - t0).astype(np.float64), (ends[order] - t0).astype(np.float64)
+    run_max = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run_max[:-1]]  # starts a new merged interval
+    us = s[new]
+    ue = np.maximum.reduceat(e, np.flatnonzero(new))
+    covered_before = np.r_[0.0, np.cumsum(ue - us)]
+
+    def cover(t):  # total covered time before t
+        i = np.searchsorted(us, t, "right")  # number of merged intervals starting at or before t
+        j = np.maximum(i - 1, 0)  # the last of them: t may lie inside it
+        part = np.clip(t - us[j], 0, ue[j] - us[j])
+        return np.where(i > 0, covered_before[j] + part, 0.0)
+
+    c = cover((edges - t0).astype(np.float64))
+    width = np.diff(edges).astype(np.float64)
+    return np.divide(np.diff(c), width, out=np.zeros_like(width), where=width > 0)

@@ -1,0 +1,534 @@
+"""The Nsight Systems reader: every fixture opens (or fails with a specific one-line message) and every summary
+equals what the installed `nsys stats` prints for the same file.
+
+tests/data/nsys_h100_a_cuda_nvtx.sqlite and nsys_h100_c_range.sqlite are copies of
+../shared/fixtures/nsys/h100-2025.3/{a_cuda_nvtx,c_range}.sqlite (made for this project on an H100 with
+nsys 2025.3.1: `nsys profile -t cuda,nvtx -s none --cpuctxsw=none python demo_train_step.py` and
+`nsys profile -t cuda,nvtx,cublas,cudnn --capture-range=cudaProfilerApi --capture-range-end=stop ...`, then
+`nsys export --type sqlite`); they stand in for the shared fixtures when those are absent.
+CPU reports are recorded here with the installed nsys (`record_cpu_report`).
+"""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsight_magic import open_report
+from nsight_magic.errors import ReportError
+from nsight_magic.readers.nsys import NsysReport, ReportMeta, open_nsys_report
+from nsight_magic.readers.nsys_schema import frame_columns
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
+DATA = Path(__file__).resolve().parent / "data"
+NSYS = shutil.which("nsys")
+FRAMES = ("kernels", "memcpy", "memset", "cuda_api", "nvtx", "osrt", "sync", "cublas", "cudnn", "threads",
+          "processes", "gpus")
+
+BROKEN = {"cardiac_report1_PARTIAL.sqlite": "incomplete Nsight Systems export"}
+
+
+def _sqlite_fixtures():
+    # the shared fixtures when present, else our own H100 exports (tests/data, copies of h100-2025.3 files)
+    files = sorted(FIXTURES.glob("*/*.sqlite")) if FIXTURES.is_dir() else sorted(DATA.glob("nsys_*.sqlite"))
+    return [pytest.param(p, id=p.name) for p in files]
+
+
+def _readable():
+    return [p for p in _sqlite_fixtures() if p.values[0].name not in BROKEN]
+
+
+def _need_fixtures():
+    if not FIXTURES.is_dir():
+        pytest.skip(f"{FIXTURES} is absent")
+
+
+def run_bounded(argv, timeout=120, **kw) -> subprocess.CompletedProcess:
+    """Run a process in its own group; on timeout kill the whole group (nsys leaves agents behind)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, stdin=subprocess.DEVNULL, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"{argv[:3]} did not finish within {timeout} s")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def nsys_stats(report: str, sqlite: Path, fmt: str = "csv") -> pd.DataFrame | None:
+    """`nsys stats --report <report>` as a DataFrame (None when nsys says the data is absent)."""
+    if NSYS is None:
+        pytest.skip("nsys is not installed")
+    r = run_bounded([NSYS, "stats", "--report", report, "--format", fmt, "--output", "-", str(sqlite)])
+    text = r.stdout
+    if "SKIPPED" in text or "does not contain" in text:
+        return None
+    lines = [ln for ln in text.splitlines() if not ln.startswith("Processing [")]
+    body = "\n".join(lines).strip()
+    if r.returncode != 0 or not body:
+        pytest.fail(f"nsys stats {report} failed on {sqlite.name}: {(r.stderr or text)[-300:]}")
+    return pd.read_csv(io.StringIO(body), keep_default_na=False, na_values=[""])
+
+
+def _close(a, b, tol=0.051):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return np.all(np.abs(a - b) <= tol + 1e-9 * np.abs(b))
+
+
+@pytest.fixture(scope="module")
+def reports():
+    cache: dict[Path, NsysReport] = {}
+
+    def get(p: Path) -> NsysReport:
+        if p not in cache:
+            cache[p] = open_nsys_report(p)
+        return cache[p]
+
+    yield get
+    for r in cache.values():
+        r.close()
+
+
+# -- every fixture opens, with the contract's columns -----------------------------------------------------------
+
+@pytest.mark.parametrize("path", _sqlite_fixtures())
+def test_every_fixture_opens_or_fails_with_a_specific_message(path):
+    if path.name in BROKEN:
+        with pytest.raises(ReportError, match=BROKEN[path.name]) as e:
+            open_report(path)
+        assert "\n" not in str(e.value)
+        return
+    rep = open_report(path)
+    try:
+        assert isinstance(rep.meta, ReportMeta)
+        assert rep.meta.end_ns >= rep.meta.start_ns and rep.meta.duration_ns == rep.meta.end_ns - rep.meta.start_ns
+        for name in FRAMES:
+            df = getattr(rep, name)
+            assert tuple(df.columns) == frame_columns(name), name
+            if "start_ns" in df and len(df):
+                assert df["start_ns"].is_monotonic_increasing, name
+                assert (df["duration_ns"].dropna() >= 0).all(), name
+            if name in ("kernels", "memcpy", "memset", "cuda_api") and len(df):
+                assert df["start_ns"].dtype == np.int64 and df["pid"].dtype == np.int64
+    finally:
+        rep.close()
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_frames_match_the_raw_row_counts(path, reports):
+    rep = reports(path)
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    for frame, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
+                         ("memset", "CUPTI_ACTIVITY_KIND_MEMSET"), ("cuda_api", "CUPTI_ACTIVITY_KIND_RUNTIME"),
+                         ("osrt", "OSRT_API")):
+        n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table in tables else 0
+        assert len(getattr(rep, frame)) == n, frame
+    con.close()
+
+
+def _dtypes(df):
+    return {c: "category" if isinstance(t, pd.CategoricalDtype) else str(t) for c, t in df.dtypes.items()}
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_frames_have_the_same_dtypes_as_empty_ones(path, reports):
+    from nsight_magic.readers.nsys_frames import empty_frame
+
+    rep = reports(path)
+    for name in FRAMES:
+        assert _dtypes(getattr(rep, name)) == _dtypes(empty_frame(name)), name
+
+
+def test_versioned_and_renamed_tables_are_found(tmp_path):
+    """Newer exports suffix some tables (NVTX_EVENTS_V3); the unversioned one wins when both exist."""
+    _need_fixtures()
+    p = tmp_path / "renamed.sqlite"
+    shutil.copy(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite", p)
+    with open_nsys_report(p) as rep:
+        n_nvtx, gpu = len(rep.nvtx), rep.gpus["name"].iloc[0]
+    con = sqlite3.connect(p)
+    con.execute("ALTER TABLE NVTX_EVENTS RENAME TO NVTX_EVENTS_V3")
+    con.execute("ALTER TABLE TARGET_INFO_GPU RENAME TO TARGET_INFO_CUDA_GPU")
+    con.execute("ALTER TABLE META_DATA_EXPORT RENAME TO EXPORT_META_DATA")
+    con.commit()
+    with open_nsys_report(p) as rep:
+        assert len(rep.nvtx) == n_nvtx and rep.gpus["name"].iloc[0] == gpu
+        assert rep.meta.nsys_version.startswith("2025.3")
+    con.execute("CREATE TABLE NVTX_EVENTS AS SELECT * FROM NVTX_EVENTS_V3 LIMIT 3")
+    con.commit()
+    con.close()
+    with open_nsys_report(p) as rep:
+        assert len(rep.nvtx) <= 3
+
+
+def test_old_schema_decodes_names_enums_and_gpus_without_enum_tables():
+    _need_fixtures()
+    rep = open_nsys_report(FIXTURES / "public-sqlite" / "beast_report2.sqlite")  # nsys 2020.3: no ENUM tables
+    assert rep.meta.nsys_version is None
+    assert set(rep.memcpy["kind"].unique()) <= {"HtoD", "DtoH", "DtoD", "HtoH", "PtoP"}
+    assert {"pageable", "device"} & set(rep.memcpy["src_kind"].astype(str))
+    assert rep.kernels["name"].notna().all() and rep.kernels["name"].str.len().min() > 0
+    assert len(rep.gpus) == 2 and rep.gpus["name"].str.contains("V100").all()
+    assert rep.gpus["sm_count"].notna().all()
+
+
+def test_launch_tid_joins_per_process_correlation_ids():
+    _need_fixtures()
+    rep = open_nsys_report(FIXTURES / "public-sqlite" / "nsysai_mfu_2gpu_before.sqlite")
+    k, api = rep.kernels, rep.cuda_api
+    assert k["pid"].nunique() == 2 and k["device_id"].nunique() == 2
+    # correlation ids repeat across the two processes, so the join key must include the pid
+    both = set(k[k.pid == k.pid.unique()[0]].correlation_id) & set(k[k.pid == k.pid.unique()[1]].correlation_id)
+    assert both
+    m = k.merge(api[["pid", "tid", "correlation_id"]], on=["pid", "correlation_id"], how="left")
+    assert m["launch_tid"].notna().mean() > 0.99
+    assert (m["launch_tid"].dropna() == m["tid"][m["launch_tid"].notna()]).all()
+    assert set(rep.gpus["id"]) == set(k["device_id"])  # 2026 export without GPU info: ids from activity
+
+
+def test_memcpy_kinds_of_the_h100_workload(reports):
+    """The demo workload copies host-to-device from pageable memory on even steps and pinned on odd ones."""
+    _need_fixtures()
+    mc = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite").memcpy
+    htod = mc[mc["kind"] == "HtoD"]
+    assert {"pageable", "pinned"} <= set(htod["src_kind"].astype(str))
+    assert set(htod["dst_kind"].astype(str)) == {"device"}
+    assert (mc["bytes"] > 0).all() and mc["correlation_id"].notna().all()
+
+
+def test_gpu_utilization_has_rows_per_gpu_on_a_two_gpu_trace(reports):
+    _need_fixtures()
+    rep = reports(FIXTURES / "public-sqlite" / "nsysai_h100_2gpu_1s.sqlite")
+    u = rep.gpu_utilization(bins=20)
+    assert sorted(u["device_id"].unique()) == sorted(rep.kernels["device_id"].unique()) and len(u) == 20 * 2
+    assert (u.groupby("device_id")["busy_fraction"].max() > 0).all()
+
+
+def test_nvtx_registered_strings_and_domains():
+    _need_fixtures()
+    rep = open_nsys_report(FIXTURES / "public-sqlite" / "nsightful_power_iteration__baseline.sqlite")
+    nv = rep.nvtx
+    con = sqlite3.connect(f"file:{rep.sqlite_path}?mode=ro", uri=True)
+    n_textid = con.execute("SELECT count(*) FROM NVTX_EVENTS WHERE textId IS NOT NULL AND eventType IN (59,60)")
+    assert n_textid.fetchone()[0] > 0 and nv["name"].notna().all()
+    # CCCL's ranges live in their own domain (one domain-create event names it)
+    cccl = nv[nv["domain"] == "CCCL"]
+    assert len(cccl) and cccl["name"].astype(str).str.startswith("cub::").all()
+    assert "CCCL:cub::DeviceReduce::Sum" in set(rep.nvtx_summary()["name"])
+    rep.close()
+
+
+# -- summaries equal nsys stats ------------------------------------------------------------------------------
+
+def _grid(s):
+    return tuple(int(x) for x in str(s).split())
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_kernel_summary_equals_nsys_stats(path, reports):
+    ref = nsys_stats("gpukernsum", path)
+    ours = reports(path).kernel_summary(by_launch=True)
+    if ref is None:
+        assert ours.empty
+        return
+    ref_keys = [(n, _grid(g), _grid(b)) for n, g, b in zip(ref["Name"], ref["GridXYZ"], ref["BlockXYZ"])]
+    our_keys = [(n, _grid(g), _grid(b)) for n, g, b in zip(ours["name"], ours["grid"], ours["block"])]
+    ours.index = pd.MultiIndex.from_tuples(our_keys)
+    ref.index = pd.MultiIndex.from_tuples(ref_keys)
+    assert sorted(our_keys) == sorted(ref_keys)
+    ours = ours.loc[ref.index]
+    assert (ours["count"].to_numpy() == ref["Instances"].to_numpy()).all()
+    for a, b in (("total_ns", "Total Time (ns)"), ("min_ns", "Min (ns)"), ("max_ns", "Max (ns)")):
+        assert (ours[a].to_numpy() == ref[b].to_numpy()).all(), a
+    for a, b in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"), ("std_ns", "StdDev (ns)"), ("pct", "Time (%)")):
+        assert _close(ours[a], ref[b]), a
+    # the default (per name, like cuda_gpu_kern_sum of nsys 2023+) folds the launch shapes together
+    by_name = reports(path).kernel_summary().set_index("name")
+    g = ref.groupby("Name").agg(n=("Instances", "sum"), total=("Total Time (ns)", "sum"),
+                                lo=("Min (ns)", "min"), hi=("Max (ns)", "max"))
+    assert sorted(by_name.index) == sorted(g.index)
+    b = by_name.loc[g.index]
+    assert (b["count"].to_numpy() == g["n"].to_numpy()).all() and (b["total_ns"].to_numpy() == g["total"].to_numpy()).all()
+    assert (b["min_ns"].to_numpy() == g["lo"].to_numpy()).all() and (b["max_ns"].to_numpy() == g["hi"].to_numpy()).all()
+
+
+def test_kernel_summary_by_name_sums_the_launch_shapes(reports):
+    _need_fixtures()
+    rep = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
+    by_name, by_launch = rep.kernel_summary(), rep.kernel_summary(by_launch=True)
+    assert by_name["name"].is_unique and len(by_launch) >= len(by_name)
+    assert by_name["total_ns"].sum() == by_launch["total_ns"].sum() == rep.kernels["duration_ns"].sum()
+    assert abs(by_name["pct"].sum() - 100) < 1e-6
+    base = rep.kernel_summary(base=True)
+    assert set(base["name"]) == set(rep.kernels["short_name"])
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_memcpy_summary_equals_nsys_stats(path, reports):
+    t = nsys_stats("gpumemtimesum", path)
+    s = nsys_stats("gpumemsizesum", path, fmt="csv:mem=B")
+    ours = reports(path).memcpy_summary()
+    if t is None:
+        assert ours.empty
+        return
+    ours = ours.set_index("operation")
+    assert sorted(ours.index) == sorted(t["Operation"])
+    o = ours.loc[t["Operation"]]
+    assert (o["count"].to_numpy() == t["Count"].to_numpy()).all()
+    assert (o["total_ns"].to_numpy() == t["Total Time (ns)"].to_numpy()).all()
+    assert (o["min_ns"].to_numpy() == t["Min (ns)"].to_numpy()).all()
+    for a, b in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"), ("std_ns", "StdDev (ns)"), ("pct", "Time (%)")):
+        assert _close(o[a], t[b]), a
+    o = ours.loc[s["Operation"]]
+    assert (o["total_bytes"].to_numpy() == s["Total (B)"].to_numpy()).all()
+    assert (o["max_bytes"].to_numpy() == s["Max (B)"].to_numpy()).all()
+    for a, b in (("avg_bytes", "Avg (B)"), ("med_bytes", "Med (B)"), ("std_bytes", "StdDev (B)")):
+        assert _close(o[a], s[b], tol=1e-6), a
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_cuda_api_summary_equals_nsys_stats(path, reports):
+    ref = nsys_stats("cudaapisum", path)
+    ours = reports(path).cuda_api_summary()
+    if ref is None:
+        assert ours.empty
+        return
+    assert sorted(ours["name"]) == sorted(ref["Name"])
+    o = ours.set_index("name").loc[ref["Name"]]
+    assert (o["count"].to_numpy() == ref["Num Calls"].to_numpy()).all()
+    assert (o["total_ns"].to_numpy() == ref["Total Time (ns)"].to_numpy()).all()
+    assert (o["max_ns"].to_numpy() == ref["Max (ns)"].to_numpy()).all()
+    for a, b in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"), ("std_ns", "StdDev (ns)"), ("pct", "Time (%)")):
+        assert _close(o[a], ref[b]), a
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_nvtx_summary_equals_nsys_stats(path, reports):
+    ref = nsys_stats("nvtxsum", path)
+    ours = reports(path).nvtx_summary()
+    if ref is None:
+        assert ours.empty
+        return
+    ref_keys = list(zip(ref["Range"].astype(str), ref["Style"]))
+    ours.index = pd.MultiIndex.from_arrays([ours["name"].astype(str), ours["style"]])
+    assert sorted(ours.index) == sorted(ref_keys)
+    o = ours.loc[ref_keys]
+    assert (o["count"].to_numpy() == ref["Instances"].to_numpy()).all()
+    assert (o["total_ns"].to_numpy() == ref["Total Time (ns)"].to_numpy()).all()
+    assert (o["min_ns"].to_numpy() == ref["Min (ns)"].to_numpy()).all()
+    for a, b in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"), ("std_ns", "StdDev (ns)"), ("pct", "Time (%)")):
+        assert _close(o[a], ref[b]), a
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_nvtx_gpu_projection_equals_nsys_stats(path, reports):
+    ref = nsys_stats("nvtxgpuproj", path)
+    rep = reports(path)
+    ours = rep.nvtx_gpu_projection()
+    if ref is None:
+        assert ours.empty
+        return
+    key = lambda n, s, ps, pd_, ops: (str(n), int(s), int(ps), int(pd_), int(ops))  # noqa: E731
+    r = sorted(map(key, ref["Name"], ref["Orig Start (ns)"], ref["Projected Start (ns)"],
+                   ref["Projected Duration (ns)"], ref["NumGPUOps"]))
+    o = sorted(map(key, ours["name"], ours["start_ns"], ours["proj_start_ns"], ours["proj_duration_ns"],
+                   ours["gpu_ops"]))
+    assert o == r
+    s = rep.nvtx_summary().set_index(["name", "style"])
+    g = ours.groupby(["name", "style"])["proj_duration_ns"].sum()
+    assert (s.loc[g.index, "gpu_ns"].to_numpy() == g.to_numpy()).all()
+
+
+def test_gpu_utilization_is_the_busy_share_of_each_bin(reports):
+    _need_fixtures()
+    rep = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
+    u = rep.gpu_utilization(bins=50)
+    assert len(u) == 50 and set(u["device_id"]) == {0}
+    assert ((u["busy_fraction"] >= 0) & (u["busy_fraction"] <= 1 + 1e-12)).all()
+    width = (u["bin_end_ns"] - u["bin_start_ns"]).to_numpy()
+    busy = (u["busy_fraction"] * width).sum()
+    ops = pd.concat([rep.kernels, rep.memcpy, rep.memset])[["start_ns", "end_ns"]].sort_values("start_ns")
+    # union length computed independently by a plain sweep
+    union, cur_s, cur_e = 0, None, None
+    for s, e in ops.itertuples(index=False):
+        if cur_e is None or s > cur_e:
+            union += 0 if cur_e is None else cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    union += cur_e - cur_s
+    assert abs(busy - union) < 1e-3 * union
+
+
+# -- .nsys-rep / .qdrep -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["beast_report2.qdrep", "mordred_report1.qdrep"])
+def test_old_qdrep_is_exported_with_the_installed_nsys(name, tmp_path):
+    _need_fixtures()
+    if NSYS is None:
+        pytest.skip("nsys is not installed")
+    src = tmp_path / name
+    shutil.copy(FIXTURES / "public-rep" / name, src)  # the export is cached beside the report
+    rep = open_report(src)
+    assert rep.sqlite_path == src.with_suffix(".sqlite") and rep.path == src
+    ref = open_nsys_report(FIXTURES / "public-sqlite" / src.with_suffix(".sqlite").name)
+    assert len(rep.kernels) == len(ref.kernels) > 0
+    assert rep.kernel_summary()["total_ns"].sum() == ref.kernel_summary()["total_ns"].sum()
+    mtime = rep.sqlite_path.stat().st_mtime_ns
+    rep.close()
+    open_report(src).close()  # second open reuses the cached export
+    assert rep.sqlite_path.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize("name,version", [("cs336half_report1.nsys-rep", "2026.1.2"),
+                                          ("pycnv_report1.nsys-rep", "2023.4.1"),
+                                          ("cudatut_report1.nsys-rep", "2023.3.3"),
+                                          ("p4arth_report1.nsys-rep", "2025.5.2")])
+def test_report_too_new_for_nsys_says_which_version_it_needs(name, version, tmp_path):
+    _need_fixtures()
+    if NSYS is None:
+        pytest.skip("nsys is not installed")
+    src = tmp_path / name
+    shutil.copy(FIXTURES / "public-rep" / name, src)
+    with pytest.raises(ReportError) as e:
+        open_report(src)
+    msg = str(e.value)
+    assert "\n" not in msg and version in msg and "too old" in msg, msg
+    assert not list(tmp_path.glob("*.sqlite")), "a failed export must not leave a file behind"
+
+
+# -- a CPU report recorded here with the real nsys ----------------------------------------------------------
+
+NVTX_SCRIPT = """
+import time, nvtx
+with nvtx.annotate("outer", color="red"):
+    time.sleep(0.01)
+    with nvtx.annotate("inner", color="blue"):
+        time.sleep(0.01)
+        with nvtx.annotate("leaf"):
+            time.sleep(0.005)
+    with nvtx.annotate("inner"):
+        time.sleep(0.005)
+    nvtx.mark("checkpoint")
+"""
+
+
+def record_cpu_report(folder: Path, script: str, trace: str = "nvtx,osrt") -> Path:
+    """nsys profile (CPU only) -> QdstrmImporter when nsys could not import -> nsys export; returns .sqlite."""
+    if NSYS is None:
+        pytest.skip("nsys is not installed")
+    from nsight_magic import tools
+
+    (folder / "script.py").write_text(script)
+    out = folder / "rec"
+    r = run_bounded([NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none", "-o", str(out),
+                     sys.executable, str(folder / "script.py")], timeout=120)
+    rep = out.with_suffix(".nsys-rep")
+    if not rep.exists():
+        qd = out.with_suffix(".qdstrm")
+        assert qd.exists(), f"nsys profile left neither .nsys-rep nor .qdstrm: {r.stderr[-300:]}"
+        tools.import_qdstrm(qd, NSYS, timeout=120)
+    return rep
+
+
+@pytest.fixture(scope="module")
+def cpu_report(tmp_path_factory):
+    return record_cpu_report(tmp_path_factory.mktemp("cpu"), NVTX_SCRIPT)
+
+
+def test_recorded_cpu_report_has_nested_nvtx_ranges(cpu_report):
+    rep = open_report(cpu_report)  # .nsys-rep: exported by the reader
+    nv = rep.nvtx
+    ranges = nv[nv["kind"] == "push_pop"].reset_index(drop=True)
+    assert list(ranges["name"]) == ["outer", "inner", "leaf", "inner"]
+    assert list(ranges["depth"]) == [0, 1, 2, 1]
+    assert ranges["pid"].nunique() == 1 and ranges["tid"].nunique() == 1
+    assert ranges["pid"].iloc[0] > 0 and ranges["tid"].iloc[0] == ranges["pid"].iloc[0]  # main thread
+    assert ranges["end_ns"].notna().all() and (ranges["duration_ns"] >= 5_000_000).all()
+    marks = nv[nv["kind"] == "mark"]
+    assert list(marks["name"]) == ["checkpoint"] and marks["end_ns"].isna().all()
+    assert int(ranges["color"].iloc[0]) & 0xFFFFFF == 0xFF0000  # ARGB integer
+    assert ranges["tid"].iloc[0] in set(rep.threads["tid"])
+    assert len(rep.osrt) > 0 and rep.kernels.empty and rep.kernel_summary().empty
+    s = rep.nvtx_summary().set_index("name")
+    assert s.loc["inner", "count"] == 2 and (s["gpu_ns"] == 0).all()
+    ref = nsys_stats("nvtxsum", rep.sqlite_path)
+    assert dict(zip(ref["Range"], ref["Total Time (ns)"])) == dict(zip(s.index, s["total_ns"]))
+    rep.close()
+
+
+# -- bad input ---------------------------------------------------------------------------------------------
+
+def _one_line_error(path, match):
+    with pytest.raises(ReportError, match=match) as e:
+        open_report(path)
+    assert "\n" not in str(e.value)
+    assert str(path.name) in str(e.value)
+
+
+def test_missing_file(tmp_path):
+    _one_line_error(tmp_path / "nope.sqlite", "no such file")
+
+
+def test_not_an_sqlite_file(tmp_path):
+    p = tmp_path / "notes.sqlite"
+    p.write_text("hello, this is text\n" * 10)
+    _one_line_error(p, "not an SQLite file")
+
+
+def test_empty_file(tmp_path):
+    p = tmp_path / "zero.sqlite"
+    p.write_bytes(b"")
+    _one_line_error(p, "empty file")
+
+
+def test_sqlite_from_another_program(tmp_path):
+    p = tmp_path / "other.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    con.execute("INSERT INTO users VALUES (1, 'a')")
+    con.commit()
+    con.close()
+    _one_line_error(p, "not an Nsight Systems export")
+
+
+def test_truncated_export_from_a_public_repository():
+    _need_fixtures()
+    _one_line_error(FIXTURES / "public-sqlite" / "cardiac_report1_PARTIAL.sqlite", "incomplete")
+
+
+def test_file_cut_in_the_middle(tmp_path):
+    _need_fixtures()
+    src = FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite"
+    p = tmp_path / "cut.sqlite"
+    p.write_bytes(src.read_bytes()[: src.stat().st_size // 3])
+    with pytest.raises(ReportError) as e:
+        rep = open_report(p)
+        for name in FRAMES:
+            getattr(rep, name)
+    assert "\n" not in str(e.value) and "cut.sqlite" in str(e.value)
+
+
+def test_empty_capture(tmp_path):
+    rep = record_cpu_report(tmp_path, "pass\n", trace="nvtx")
+    _one_line_error(rep, "empty capture")
+
+
+def test_committed_h100_exports_open():
+    files = sorted(DATA.glob("*.sqlite"))
+    if not files:
+        pytest.skip("no committed exports")
+    for p in files:
+        with open_nsys_report(p) as rep:
+            assert len(rep.kernels) > 0 and rep.kernels["launch_tid"].notna().all()
