@@ -55,6 +55,9 @@ def _exec_file(path: Path, ns: dict) -> None:
 def main(argv: list[str]) -> int:
     folder = Path(argv[0]).resolve()
     cfg = json.loads((folder / "run.json").read_text())
+    # nsys starts its target with umask 0; files the cell writes should get the notebook's permissions.
+    if "umask" in cfg:
+        os.umask(cfg["umask"])
     _redirect_output(folder / "stdout.txt", folder / "stderr.txt")
     progress = _Progress(folder / "progress.jsonl")
     progress("importing")

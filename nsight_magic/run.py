@@ -136,8 +136,15 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "cwd": str(cwd),
         "script": script,
         "script_args": list(script_args),
+        "umask": _current_umask(),
     })
     return _Prepared(folder, manifest, cwd)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 class _Tail:

@@ -70,6 +70,8 @@ def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
     assert "setup range" not in ranges
     argv = r.folder.command.read_text()
     assert "--capture-range=nvtx" in argv and "nsight_magic.child" in argv
+    # nsys starts its target with umask 0: the child restores the notebook's, files are not world-writable
+    assert r.folder.returns_blob.stat().st_mode & 0o002 == 0
 
 
 def test_capture_all_includes_setup(tmp_path):
