@@ -57,7 +57,7 @@ def _profile(args) -> int:
         lambda phase, t: print(f"[nsight-magic] {phase} ({t:.1f} s)", file=sys.stderr))
     result = run_nsys(script.read_text(), opts, script=str(script), script_args=args.script_args,
                       on_output=None if opts.quiet else out, on_status=status)
-    for m in result.messages:
+    for m in result.notes + result.messages:
         print(f"nsight-magic: {m}", file=sys.stderr)
     if result.sqlite:
         report = result.open()

@@ -42,6 +42,11 @@ class _LiveStatus:
         else:
             self.handle.update({"text/plain": text}, raw=True)
 
+    def done(self, result) -> None:
+        if self.handle is not None:
+            self.handle.update({"text/plain": f"{self.tool}: {result.status} in {result.wall_s:.1f} s, saved in "
+                                              f"{result.folder.path}/"}, raw=True)
+
     def output(self, stream: str, text: str) -> None:
         if not self.quiet:
             (sys.stdout if stream == "stdout" else sys.stderr).write(text)
@@ -108,6 +113,7 @@ class NsightMagics(Magics):
                               on_prepared=None if opts.quiet else _print_manifest)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
+        status.done(result)
         self._finish(result, opts.render)
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
@@ -136,11 +142,14 @@ class NsightMagics(Magics):
                              on_prepared=None if opts.quiet else _print_manifest)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
+        status.done(result)
         self._finish(result, opts.render)
 
     def _finish(self, result, render: bool) -> None:
         """Messages, returned variables, then the report view."""
         self.last_result = result
+        for m in result.notes:
+            print(f"nsight-magic: {m}")
         for m in result.messages:
             print(f"nsight-magic: {m}", file=sys.stderr)
         if result.returned:

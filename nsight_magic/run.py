@@ -57,6 +57,7 @@ class RunResult:
     returned: dict = field(default_factory=dict)
     manifest: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)   # seconds: run (tool + child), report (import/export), ...
+    notes: list[str] = field(default_factory=list)  # informational lines (messages are problems)
 
     @property
     def ok(self) -> bool:
@@ -390,9 +391,10 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         version = tools.nsys_version(nsys)
     except ToolNotFound as e:
         raise RunFailed(f"{e}; nothing was run, the cell is kept in {folder.path}/") from None
+    notes: list[str] = []
     trace, note = trace_for_machine(opts.trace, tools.gpu_visible())
     if note:
-        messages.append(note)
+        notes.append(note)
     prefix, isolation_note = tools.isolation_prefix()
     if isolation_note:
         messages.append(isolation_note)
@@ -420,7 +422,7 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         messages.append(f"nsys wrote no report:{hint} nsys's own output is in {folder.tool_log}")
     returned = _load_returns(folder, messages)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
-                     returned, prep.manifest, timings)
+                     returned, prep.manifest, timings, notes)
 
 
 def _load_returns(folder: ProfileFolder, messages: list[str]) -> dict:
@@ -452,6 +454,7 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     if on_prepared:
         on_prepared(prep.manifest)
     messages: list[str] = []
+    notes: list[str] = []
     try:
         ncu = ncu_tool.find_ncu()
         version = ncu_tool.ncu_version(ncu)
@@ -488,9 +491,9 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
 
             note = ncu_tool.count_limit_note(ncu_opts, len(open_ncu_report(raw).kernels))
             if note:
-                messages.append(note)
+                notes.append(note)
         except (RuntimeError, NsightMagicError) as e:
             messages.append(f"{e}; report.ncu-rep is kept in {folder.path}/")
     returned = _load_returns(folder, messages)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, report, None, messages,
-                     returned, prep.manifest)
+                     returned, prep.manifest, {"run_s": outcome.wall_s}, notes)
