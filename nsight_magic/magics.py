@@ -203,7 +203,8 @@ def display_report(report, folder: Path | None, render: bool) -> None:
         if render:
             from .views import display_nsys
 
-            display_nsys(report, folder=folder)
+            # the standalone page goes beside the report, for reading without Jupyter
+            display_nsys(report, folder=folder, save_html=Path(folder) / "view.html" if folder else None)
         else:
             from .views.summary import summary_text
 

@@ -50,6 +50,7 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
         "%%nsys --name e2e --return y\nwith nvtx.annotate('outer'):\n    with nvtx.annotate('inner'):\n"
         "        print('cell sees x =', x, flush=True)\n        y = helper(x) + 2\n",
         "print('back in the notebook: y =', y)",
+        "import glob\n%nsys_load {glob.glob('nsight-profiles/e2e-*')[0]}",
     ])
     _run(nb, tmp_path, monkeypatch)
     cells = nb.cells
@@ -59,12 +60,17 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     assert "cell sees x = 20" in _text(cells[3], "stdout")  # streamed from the child
     assert "nsys:" in profiled  # the status line
     assert "back in the notebook: y = 42" in _text(cells[4])
+    for view_cell in (cells[3], cells[5]):  # the run's view, and the saved folder shown again
+        bundles = [o.data for o in view_cell.outputs if o.output_type == "display_data"]
+        report_bundle = [d for d in bundles if "application/vnd.jupyter.widget-view+json" in d]
+        assert len(report_bundle) == 1
+        assert "Timeline" in report_bundle[0]["text/html"] and "outer" in report_bundle[0]["text/plain"]
 
     folders = list((tmp_path / "nsight-profiles").iterdir())
     assert len(folders) == 1 and folders[0].name.startswith("e2e-")
     folder = folders[0]
     for f in ("cell.py", "setup.py", "vars.json", "stdout.txt", "stderr.txt", "command.txt", "versions.json",
-              "report.nsys-rep", "report.sqlite"):
+              "report.nsys-rep", "report.sqlite", "view.html"):
         assert (folder / f).exists(), f
     assert json.loads((folder / "vars.json").read_text())[0]["name"] == "x"
     assert "def helper" in (folder / "setup.py").read_text()

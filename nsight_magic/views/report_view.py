@@ -1,0 +1,324 @@
+"""The report view: Timeline | Kernels | Memory | CUDA API | NVTX | Advice | Files.
+
+Two renderings of the same prepared data:
+- live (`show_nsys`): an ipywidgets Tab; the timeline is a jupyter_bokeh BokehModel whose zoom fetches the
+  exact events of the visible window from Python;
+- static (`nsys_html`, the `text/html` part of `display_nsys`): Bokeh's coarse level plus HTML tables, with
+  BokehJS inline (no CDN) so saved notebooks, nbconvert HTML and standalone files work offline.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ReportError
+from .tables import TABLE_CSS, TABLE_JS, table_html, table_text, table_widget
+from .timeline import build_timeline, legend_html
+from .timeline_prepare import TimelineData, prepare_timeline
+
+STATIC_BUDGET = 10000   # glyphs in saved output: keeps a cell under 2 MB with BokehJS inline
+LIVE_BUDGET = 30000     # glyphs per refresh through the widget comm
+TABS = ("Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files")
+NO_ADVICE = "No advice yet: the advice rules are not part of this version."
+
+
+@dataclass
+class ReportTables:
+    kernels: pd.DataFrame
+    memory: pd.DataFrame
+    cuda_api: pd.DataFrame
+    nvtx: pd.DataFrame
+    kernel_zoom: dict
+    nvtx_zoom: dict
+
+
+def _summary(report, method: str) -> pd.DataFrame:
+    fn = getattr(report, method, None)
+    if fn is None:
+        return pd.DataFrame()
+    df = fn()
+    if not isinstance(df, pd.DataFrame):
+        raise ReportError(f"report.{method}() returned {type(df).__name__}, expected a DataFrame")
+    return df
+
+
+def _instance_spans(df: pd.DataFrame, start_ns: int) -> dict:
+    """name -> (first start, last end) in ms from capture start: where a table click zooms to."""
+    if df is None or df.empty or not {"name", "start_ns", "end_ns"} <= set(df.columns):
+        return {}
+    # group on the column as it is (categorical names: no per-event string conversion)
+    g = df.groupby("name", sort=False, observed=True, dropna=True).agg(t0=("start_ns", "min"), t1=("end_ns", "max"))
+    t0 = (g["t0"].to_numpy(np.float64) - start_ns) / 1e6
+    t1 = (g["t1"].to_numpy(np.float64) - start_ns) / 1e6
+    return {str(k): (a, b) for k, a, b in zip(g.index, t0, t1)}
+
+
+def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
+    """The reader's summaries as they are (same numbers), plus a derived GB/s column for copies.
+
+    origin_ns: the timeline's x = 0 (TimelineData.origin_ns), so that name clicks zoom to the right place."""
+    start = int(origin_ns)
+    mem = _summary(report, "memcpy_summary")
+    if {"total_bytes", "total_ns"} <= set(mem.columns):
+        mem = mem.assign(avg_gbps=mem["total_bytes"] / mem["total_ns"].where(mem["total_ns"] > 0))
+    return ReportTables(
+        kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
+        nvtx=_summary(report, "nvtx_summary"),
+        kernel_zoom=_instance_spans(getattr(report, "kernels", None), start),
+        nvtx_zoom=_instance_spans(getattr(report, "nvtx", None), start))
+
+
+def _folder_files(folder) -> pd.DataFrame:
+    if folder is None:
+        return pd.DataFrame(columns=["file", "bytes"])
+    p = Path(folder)
+    if not p.is_dir():
+        raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})
+
+
+def _report_folder(report, folder):
+    if folder is not None:
+        return folder
+    return getattr(report, "folder", None)
+
+
+class NsysView:
+    """Prepared data for one report; renders the static page parts and the live widget."""
+
+    def __init__(self, report, folder=None, *, width: int = 1100):
+        if isinstance(report, (str, Path)):  # a path is welcome too: open it (errors are the reader's, one line)
+            from .. import open_report
+
+            report = open_report(report)
+        self.report = report
+        self.folder = _report_folder(report, folder)
+        self.data: TimelineData = prepare_timeline(report)
+        self.tables = prepare_tables(report, self.data.origin_ns)
+        self.files = _folder_files(self.folder)
+        self.width = width
+        self.uid = uuid.uuid4().hex[:8]
+        self._static: str | None = None
+
+    # ---- static -------------------------------------------------------------------------------------
+    def static_fragment(self, *, include_bokehjs: bool) -> str:
+        """An HTML fragment (tabs, coarse timeline, tables).  With include_bokehjs, BokehJS comes inline."""
+        if self._static is None:  # built once: the cell output and view.html share it
+            self._static = self._build_static()
+        return (bokehjs_html() if include_bokehjs else "") + self._static
+
+    def _build_static(self) -> str:
+        from bokeh.embed import components
+
+        tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET)
+        script, div = components(tv.layout)
+        js = ""
+        t = self.tables
+        panes = [
+            f"{legend_html(self.data.categories, self.data.colors)}{div}",
+            self._table("kernels", t.kernels, t.kernel_zoom, tv.plot_name),
+            self._table("memory", t.memory, None, tv.plot_name),
+            self._table("cudaapi", t.cuda_api, None, tv.plot_name),
+            self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
+            f"<p>{escape(NO_ADVICE)}</p>",
+            self._files_html(),
+        ]
+        buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'
+                          for i, n in enumerate(TABS))
+        body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
+                       for i, p in enumerate(panes))
+        return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
+                f'<div class="nm-report" id="nm-{self.uid}"><div class="nm-tabs">{buttons}</div>{body}</div>'
+                f"{script}")
+
+    def _table(self, key, df, zoom, plot_name) -> str:
+        if df is None or df.empty:
+            return "<p>No rows in this report.</p>"
+        return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name)
+
+    def _files_html(self) -> str:
+        if self.folder is None:
+            return "<p>This report is not in a profile folder.</p>"
+        if self.files.empty:
+            return f"<p>{escape(str(self.folder))} is empty.</p>"
+        return f"<p>{escape(str(self.folder))}</p>" + table_html(self.files, table_id=f"nm-{self.uid}-files")
+
+    def html_page(self) -> str:
+        title = escape(f"Nsight Systems report {getattr(self.report, 'path', '')}".strip())
+        return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+                f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
+
+    # ---- live ---------------------------------------------------------------------------------------
+    def widget(self):
+        import ipywidgets as w
+
+        t = self.tables
+        tv = build_timeline(self.data, width=self.width, budget=LIVE_BUDGET)
+        caption = w.Label(value=tv.glyphs.caption)
+        timeline = _bokeh_widget(tv, caption)
+        legend = w.HTML(legend_html(self.data.categories, self.data.colors))
+
+        def zoom_to(spans):
+            def go(name):
+                if name in spans:
+                    a, b = spans[name]
+                    pad = max((b - a) * 0.05, 1e-3)
+                    # the range's Python callback (live refresh) fetches the window's exact events
+                    tv.figure.x_range.update(start=a - pad, end=b + pad)
+                    tab.selected_index = 0
+            return go
+
+        def tbl(df, spans=None):
+            if df is None or df.empty:
+                return w.HTML("<p>No rows in this report.</p>")
+            return table_widget(df, on_name=zoom_to(spans) if spans else None)
+
+        if self.folder is None:
+            files = w.HTML("<p>This report is not in a profile folder.</p>")
+        elif self.files.empty:
+            files = w.HTML(f"<p>{escape(str(self.folder))} is empty.</p>")
+        else:
+            files = w.VBox([w.HTML(f"<p>{escape(str(self.folder))}</p>"), table_widget(self.files)])
+        tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
+                              tbl(t.cuda_api), tbl(t.nvtx, t.nvtx_zoom), w.HTML(f"<p>{escape(NO_ADVICE)}</p>"),
+                              files])
+        for i, n in enumerate(TABS):
+            tab.set_title(i, n)
+        tab._nsight_timeline = tv  # keep the view reachable (tests, refresh)
+        return tab
+
+    def text(self) -> str:
+        return _text(self.report, self.tables)
+
+
+def _bokeh_widget(tv, caption):
+    """The timeline as a widget that talks back to Python; without jupyter_bokeh, say what to install."""
+    import ipywidgets as w
+
+    try:
+        from jupyter_bokeh import BokehModel
+    except ImportError:
+        return w.HTML("<p>The live timeline needs the jupyter_bokeh package (pip install jupyter_bokeh); "
+                      "the static timeline is in the saved output.</p>")
+    tv.attach_live_refresh()
+    tv.figure.x_range.on_change("end", lambda attr, old, new: setattr(caption, "value", tv.glyphs.caption))
+    return BokehModel(tv.layout)
+
+
+def _text(report, t: ReportTables) -> str:
+    """Plain text from the reader's frames and summaries (no timeline preparation needed)."""
+    meta = getattr(report, "meta", None)
+    counts = {a: len(getattr(report, a)) for a in ("kernels", "memcpy", "memset", "cuda_api", "nvtx")
+              if isinstance(getattr(report, a, None), pd.DataFrame)}
+    lines = [f"Nsight Systems report{(' ' + str(report.path)) if getattr(report, 'path', None) else ''}",
+             f"nsys {getattr(meta, 'nsys_version', '?')}, capture {getattr(meta, 'duration_ns', 0) / 1e6:,.3f} ms; "
+             + ", ".join(f"{n:,} {a}" for a, n in counts.items())]
+    for title, df, cols in (("Kernels", t.kernels, ["name", "count", "total_ns", "avg_ns", "pct"]),
+                            ("Memory", t.memory, ["kind", "count", "total_ns", "total_bytes", "pct"]),
+                            ("CUDA API", t.cuda_api, ["name", "count", "total_ns", "avg_ns", "pct"]),
+                            ("NVTX", t.nvtx, ["name", "count", "total_ns", "gpu_ns", "pct"])):
+        if df is None or df.empty:
+            continue
+        keep = [c for c in cols if c in df.columns]
+        shown = df[keep].copy()
+        if "name" in shown:
+            shown["name"] = shown["name"].astype(str).str.slice(0, 60)
+        lines += ["", f"{title} (top {min(len(df), 8)} of {len(df)})", table_text(shown, max_rows=8)]
+    return "\n".join(lines)
+
+
+# ---- public API -----------------------------------------------------------------------------------------
+
+def bokehjs_html() -> str:
+    """BokehJS (core + WebGL; no widgets/tables bundles: our tables are plain HTML) as inline script tags."""
+    from bokeh.resources import Resources
+
+    return Resources(mode="inline", components=["bokeh", "bokeh-gl"]).render_js()
+
+
+# Where BokehJS went inline in this kernel: the cell id of that output (None: not yet sent).  It goes into
+# an output of its own, text/html only, so it runs both live (JupyterLab renders the widget view of the
+# report bundle, never its text/html) and in saved/nbconvert'd notebooks.
+_bokehjs_cell: list = []
+
+
+def _current_cell_id():
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        return (kernel.get_parent() or {}).get("metadata", {}).get("cellId") if kernel else None
+    except Exception:  # no kernel (terminal IPython): no cell ids, once per process is all we can do
+        return None
+
+
+def _needs_bokehjs() -> bool:
+    """Once per notebook: the first time, and again when the cell that carried it is run again (its old
+    output, BokehJS included, is being replaced)."""
+    cell = _current_cell_id()
+    if not _bokehjs_cell or (cell is not None and cell == _bokehjs_cell[0]):
+        _bokehjs_cell[:] = [cell]
+        return True
+    return False
+
+
+def show_nsys(report, folder=None):
+    """The live ipywidgets Tab for a report."""
+    return NsysView(report, folder).widget()
+
+
+def nsys_text(report) -> str:
+    """text/plain fallback: capture, counts and the top rows of each summary."""
+    return _text(report, prepare_tables(report))
+
+
+def nsys_html(report, folder=None) -> str:
+    """A standalone HTML page (BokehJS inline, works offline)."""
+    return NsysView(report, folder).html_page()
+
+
+def write_view_html(report, path, folder=None) -> Path:
+    """Write nsys_html to path; returns the path."""
+    p = Path(path)
+    p.write_text(nsys_html(report, folder), encoding="utf-8")
+    return p
+
+
+def nsys_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
+    """The display bundle: widget view (live), text/html (static, for saved/nbconvert'd notebooks), text/plain."""
+    return _bundle(NsysView(report, folder), include_bokehjs=include_bokehjs, widget=widget)
+
+
+def _bundle(view: NsysView, *, include_bokehjs: bool, widget: bool) -> dict:
+    bundle = {"text/plain": view.text(), "text/html": view.static_fragment(include_bokehjs=include_bokehjs)}
+    if widget:
+        w = view.widget()
+        bundle["application/vnd.jupyter.widget-view+json"] = {
+            "model_id": w.model_id, "version_major": 2, "version_minor": 0}
+    return bundle
+
+
+def display_nsys(report, folder=None, save_html=None) -> None:
+    """Publish the report in IPython: one bundle (widget view, static text/html, text/plain), preceded by
+    BokehJS inline the first time in a notebook.  save_html: also write the standalone page there."""
+    from IPython.display import publish_display_data
+
+    view = NsysView(report, folder)
+    bundle = _bundle(view, include_bokehjs=False, widget=True)
+    if _needs_bokehjs():
+        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the timelines below)"})
+    publish_display_data(bundle)
+    if save_html is not None:
+        Path(save_html).write_text(view.html_page(), encoding="utf-8")
+
+
+def bundle_bytes(bundle: dict) -> int:
+    """Size of a bundle as it lands in the .ipynb (JSON-encoded)."""
+    return len(json.dumps(bundle).encode())

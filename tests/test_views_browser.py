@@ -1,0 +1,308 @@
+"""The views in a real browser: Debian's Chromium driven by Playwright.
+
+Standalone HTML and an nbconvert'd notebook must draw the timeline, show a tooltip on hover and log no
+console errors; a profile recorded here with an NVTX range named like an HTML tag must not run it.
+Screenshots go to test-artifacts/.  Skipped when /usr/bin/chromium is absent
+(scripts/install-browser-debian.sh installs it).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
+ARTIFACTS = REPO / "test-artifacts"
+XSS = "<img src=x onerror=alert(1)>"
+# every root view of every Bokeh document (Bokeh.index is a Map once BokehJS has rendered)
+VIEWS = ("(() => { const i = Bokeh.index; "
+         "return (i && typeof i.values === 'function') ? [...i.values()] : Object.values(i || {}); })()")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)"),
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=60_000)
+        yield b
+        b.close()
+
+
+def js(code: str) -> str:
+    return code.replace("$VIEWS", VIEWS)
+
+
+class Page:
+    """A page with its console errors and dialogs recorded."""
+
+    def __init__(self, browser, url: str):
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors, self.dialogs, self.failed = [], [], []
+        self.page.on("requestfailed", lambda r: self.failed.append(r.url))
+        self.page.on("console", lambda m: self.errors.append(m.text) if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.goto(url)
+        self.page.wait_for_function(js("() => window.Bokeh && Bokeh.index && $VIEWS.some("
+                                    "v => v.frame && v.canvas_view)"), timeout=30_000)
+        self.page.wait_for_timeout(500)
+
+    def plots(self) -> int:
+        return self.page.evaluate(js("() => $VIEWS.filter(v => v.frame).length"))
+
+    def hover_widest_exact_glyph(self, plot: int = 0, cat: int = -1) -> dict:
+        """Move the mouse over the middle of the widest exactly-drawn event of a plot (of category cat when
+        given); return the tooltip text."""
+        pos = self.page.evaluate(js("""([k, cat]) => {
+          const v = $VIEWS.filter(v => v.frame)[k];
+          const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data);
+          const d = src.data; let best = -1, w = -1;
+          for (let i = 0; i < d.left.length; i++)
+            if ((cat < 0 || d.cat[i] == cat) && d.right[i] - d.left[i] > w) { w = d.right[i] - d.left[i]; best = i; }
+          v.el.scrollIntoView();
+          const r = v.el.getBoundingClientRect();
+          const x = v.frame.x_scale.compute((d.left[best] + d.right[best]) / 2);
+          const y = v.frame.y_scale.compute(d.row[best]);
+          return {x: r.x + x, y: r.y + y};
+        }"""), [plot, cat])
+        self.page.mouse.move(pos["x"] - 3, pos["y"])
+        self.page.mouse.move(pos["x"], pos["y"])
+        self.page.wait_for_timeout(600)
+        text = self.page.evaluate("""() => {
+          const out = [];
+          const walk = (n) => { if (!n) return;
+            if (n.classList && [...n.classList].some(c => c.startsWith('bk-tooltip')) && n.offsetParent !== null)
+              out.push(n.innerText);
+            if (n.shadowRoot) walk(n.shadowRoot);
+            for (const c of n.children || []) walk(c); };
+          walk(document.body);
+          return out.join('\\n');
+        }""")
+        return {"pos": pos, "tooltip": text}
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(exist_ok=True)
+        p = ARTIFACTS / name
+        self.page.screenshot(path=str(p), full_page=True)
+        return p
+
+
+def _fixture(name: str) -> Path:
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"{p} absent")
+    return p
+
+
+def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_path):
+    from nsight_magic import open_report
+    from nsight_magic.views import write_view_html
+
+    rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
+    path = write_view_html(rep, tmp_path / "view.html")
+    pg = Page(browser, path.as_uri())
+    assert pg.plots() == 1
+    hover = pg.hover_widest_exact_glyph()
+    assert "name:" in hover["tooltip"] and "duration:" in hover["tooltip"] and " ms" in hover["tooltip"]
+    shot = pg.screenshot("standalone_hover.png")
+    assert shot.stat().st_size > 10_000
+    # the Kernels tab shows the reader's table; a click on a kernel name zooms the timeline to its instances
+    pg.page.click(".nm-tabbtn[data-tab='1']")
+    first = pg.page.locator("table.nm-table td.nm-zoom").first
+    t0, t1 = float(first.get_attribute("data-t0")), float(first.get_attribute("data-t1"))
+    first.click()
+    pg.page.wait_for_timeout(300)
+    start, end = pg.page.evaluate(js("() => { const v = $VIEWS.find(v => v.frame);"
+                                     " return [v.model.x_range.start, v.model.x_range.end]; }"))
+    assert start <= t0 and end >= t1 and end - start < 1.2 * (t1 - t0) + 0.01
+    # filter and sort the kernel table in the page
+    pg.page.click(".nm-tabbtn[data-tab='1']")
+    table = pg.page.locator("table.nm-table").first
+    pg.page.locator("input.nm-filter").first.fill("cudnn")
+    visible = [t for t, shown in zip(table.locator("tbody tr").all_inner_texts(),
+                                     table.locator("tbody tr").evaluate_all("rs => rs.map(r => r.style.display)"))
+               if shown != "none"]
+    assert visible and all("cudnn" in t.lower() for t in visible)
+    assert len(visible) < len(rep.kernel_summary())
+    pg.page.locator("input.nm-filter").first.fill("")
+    col = list(rep.kernel_summary().columns).index("total_ns")
+    table.locator("th").nth(col).click()  # ascending by the raw nanoseconds, whatever unit is shown
+    raw = table.locator(f"tbody tr td:nth-child({col + 1})").evaluate_all("cs => cs.map(c => +c.dataset.v)")
+    assert raw == sorted(raw) and raw[0] == rep.kernel_summary()["total_ns"].min()
+    assert pg.errors == [] and pg.dialogs == []
+    pg.page.close()
+
+
+def _notebook(tmp_path: Path, reports: list[Path]) -> Path:
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    cells = [nbformat.v4.new_code_cell("from nsight_magic import open_report\n"
+                                       "from nsight_magic.views import display_nsys")]
+    cells += [nbformat.v4.new_code_cell(f"display_nsys(open_report({str(r)!r}))") for r in reports]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    nbclient.NotebookClient(nb, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}},
+                            store_widget_state=False).execute()
+    path = tmp_path / "views.ipynb"
+    nbformat.write(nb, path)
+    return path
+
+
+def test_nbconvert_html_of_an_executed_notebook_draws_both_timelines(browser, tmp_path):
+    import json
+
+    from nbconvert import HTMLExporter
+
+    nb_path = _notebook(tmp_path, [_fixture("a_cuda_nvtx.sqlite"), _fixture("c_range.sqlite")])
+    nb = json.loads(nb_path.read_text())
+    outs = [c["outputs"] for c in nb["cells"][1:]]
+    assert all(o["output_type"] == "display_data" for cell in outs for o in cell), outs
+    # BokehJS inline exactly once per notebook, in an output of its own (text/html) before the first report
+    marker = "Bokeh Contributors"  # BokehJS's licence header
+    assert [len(cell) for cell in outs] == [2, 1]
+    html_of = lambda o: "".join(o["data"].get("text/html", ""))  # noqa: E731 (.ipynb keeps lists of lines)
+    assert sum(marker in html_of(o) for cell in outs for o in cell) == 1
+    assert marker in html_of(outs[0][0])
+    sizes = [len(json.dumps(cell)) for cell in outs]
+    assert all(s <= 2_000_000 for s in sizes), sizes
+    for o in (outs[0][1], outs[1][0]):
+        assert {"text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(o["data"])
+    body, _ = HTMLExporter(template_name="lab").from_filename(str(nb_path))
+    html = tmp_path / "views.html"
+    html.write_text(body, encoding="utf-8")
+    pg = Page(browser, html.as_uri())
+    pg.page.wait_for_function(js("() => $VIEWS.filter(v => v.frame).length == 2"), timeout=30_000)
+    hover = pg.hover_widest_exact_glyph(1)
+    assert "name:" in hover["tooltip"]
+    pg.screenshot("nbconvert_hover.png")
+    # nbconvert's lab template itself loads require.js and MathJax from cdnjs (unreachable offline); those
+    # two failed loads are its console errors, none comes from our outputs
+    template = ("https://cdnjs.cloudflare.com/ajax/libs/require.js/", "https://cdnjs.cloudflare.com/ajax/libs/mathjax/")
+    assert all(u.startswith(template) for u in pg.failed), pg.failed
+    ours = [e for e in pg.errors if not e.startswith("Failed to load resource")]
+    assert ours == [] and len(pg.errors) - len(ours) <= len(pg.failed) and pg.dialogs == []
+    pg.page.close()
+
+
+def _record_nvtx_profile(tmp_path: Path, range_name: str) -> Path:
+    """Record a CPU-only profile with real nsys and nvtx==0.2.10; return the exported .sqlite."""
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        pytest.skip("nsys not installed (scripts/install-nsys-debian.sh)")
+    script = tmp_path / "nvtx_name.py"
+    script.write_text(textwrap.dedent(f"""
+        import time
+        import nvtx
+        with nvtx.annotate({range_name!r}):
+            time.sleep(0.2)
+    """))
+    out = tmp_path / "xss"
+
+    def run(argv, timeout):
+        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            text, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the nsys agent outlives its parent: kill the group
+            proc.communicate()
+            pytest.fail(f"{argv[:2]} did not finish in {timeout} s")
+        return proc.returncode, text.decode(errors="replace")
+
+    rc, text = run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", str(out),
+                    sys.executable, str(script)], 120)
+    rep = out.with_suffix(".nsys-rep")
+    if not rep.exists() and out.with_suffix(".qdstrm").exists():
+        importer = Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")
+        rc, text = run([str(importer), "-i", str(out.with_suffix(".qdstrm"))], 120)
+    assert rep.exists(), f"nsys left no report (rc {rc}): {text[-2000:]}"
+    rc, text = run([nsys, "export", "--type", "sqlite", "-o", str(out.with_suffix(".sqlite")), str(rep)], 120)
+    assert rc == 0, text[-2000:]
+    return out.with_suffix(".sqlite")
+
+
+@pytest.mark.nsys
+def test_nvtx_range_named_like_html_is_shown_as_text_and_never_runs(browser, tmp_path):
+    from nsight_magic import open_report
+    from nsight_magic.views import write_view_html
+    from nsight_magic.views.timeline_prepare import prepare_timeline
+
+    sqlite = _record_nvtx_profile(tmp_path, XSS)
+    rep = open_report(sqlite)
+    assert XSS in rep.nvtx["name"].astype(str).tolist()
+    page_path = write_view_html(rep, tmp_path / "xss.html")
+    assert XSS not in page_path.read_text(encoding="utf-8").split("<script", 1)[0]
+    data = prepare_timeline(rep)
+    assert {"nvtx", "osrt"} <= set(data.rows["kind"])  # a CPU-only profile: NVTX and OS runtime rows
+    pg = Page(browser, page_path.as_uri())
+    hover = pg.hover_widest_exact_glyph(cat=data.categories.index("NVTX"))
+    assert XSS in hover["tooltip"]  # shown literally, as text
+    pg.screenshot("xss_hover.png")
+    pg.page.click(".nm-tabbtn[data-tab='4']")  # the NVTX table holds the name too
+    assert pg.page.locator("table.nm-table td", has_text=XSS).count() >= 1
+    pg.page.wait_for_timeout(500)
+    pg.screenshot("xss_nvtx.png")
+    has_img = pg.page.evaluate("""() => { let n = 0; const walk = (x) => { if (!x) return;
+        if (x.tagName === 'IMG') n++;
+        if (x.shadowRoot) walk(x.shadowRoot);
+        for (const c of x.children || []) walk(c); };
+        walk(document.body); return n; }""")
+    assert has_img == 0
+    assert pg.dialogs == [] and pg.errors == []
+    pg.page.close()
+
+
+def test_clicking_an_nvtx_range_highlights_the_kernels_launched_inside_it(browser, tmp_path):
+    import pandas as pd
+
+    from nsight_magic import open_report
+    from nsight_magic.views import write_view_html
+    from nsight_magic.views.timeline_prepare import prepare_timeline
+
+    rep = open_report(_fixture("c_range.sqlite"))
+    nv = rep.nvtx[rep.nvtx["depth"] == 0].sort_values("duration_ns").iloc[-1]  # the longest top-level range
+    # expected, straight from the reader's frames: kernels whose launching API call (same pid and thread)
+    # starts inside the range
+    api = rep.cuda_api[(rep.cuda_api["pid"] == nv["pid"]) & (rep.cuda_api["tid"] == nv["tid"])
+                       & rep.cuda_api["start_ns"].between(nv["start_ns"], nv["end_ns"])]
+    launched = rep.kernels.merge(api[["pid", "correlation_id"]], on=["pid", "correlation_id"])
+    assert len(launched) > 0
+    data = prepare_timeline(rep)
+    nvtx_cat, name_code = data.categories.index("NVTX"), data.names.index(str(nv["name"]))
+    path = write_view_html(rep, tmp_path / "view.html")
+    pg = Page(browser, path.as_uri())
+    pos = pg.page.evaluate(js("""([cat, name, t0]) => {
+      const v = $VIEWS.find(v => v.frame);
+      const d = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data).data;
+      let i = -1;
+      for (let j = 0; j < d.left.length; j++)
+        if (d.cat[j] == cat && d.name[j] == name && Math.abs(d.left[j] - t0) < 1e-3) i = j;
+      const r = v.el.getBoundingClientRect();
+      return {x: r.x + v.frame.x_scale.compute((d.left[i] + d.right[i]) / 2),
+              y: r.y + v.frame.y_scale.compute(d.row[i])};
+    }"""), [nvtx_cat, name_code, float((nv["start_ns"] - data.origin_ns) / 1e6)])
+    pg.page.mouse.click(pos["x"], pos["y"])
+    pg.page.wait_for_timeout(400)
+    hl = pg.page.evaluate(js("""() => { const v = $VIEWS.find(v => v.frame);
+      const s = v.model.renderers.map(r => r.data_source).find(s => Object.keys(s.data).length == 3);
+      return {n: s.data.left.length, rows: [...new Set(s.data.row)]}; }"""))
+    assert hl["n"] == len(launched)
+    gpu_rows = data.rows.loc[data.rows["kind"] == "gpu", "row"].tolist()
+    assert set(hl["rows"]) <= set(gpu_rows)
+    pg.screenshot("nvtx_highlight.png")
+    assert pg.errors == []
+    pg.page.close()

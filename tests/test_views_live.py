@@ -1,0 +1,114 @@
+"""The live timeline: a zoom message from the browser reaches Python through jupyter_bokeh and the
+widget's sources are refilled with the exact events of the visible window."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
+
+
+def _fixture(name: str) -> Path:
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"{p} absent")
+    return p
+
+
+def _bokeh_model(widget):
+    from jupyter_bokeh import BokehModel
+
+    stack = [widget]
+    while stack:
+        w = stack.pop()
+        if isinstance(w, BokehModel):
+            return w
+        stack.extend(getattr(w, "children", ()))
+    raise AssertionError("no BokehModel in the view")
+
+
+def test_zoom_message_from_the_browser_fetches_exact_events_of_the_window():
+    pytest.importorskip("jupyter_bokeh")
+    from nsight_magic import open_report
+    from nsight_magic.views import show_nsys
+
+    rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
+    tab = show_nsys(rep)
+    assert [tab.get_title(i) for i in range(len(tab.children))] == [
+        "Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files"]
+    tv = tab._nsight_timeline
+    model = _bokeh_model(tab)
+    assert tv.glyphs.shown < tv.glyphs.total  # zoomed out, 35k OS runtime calls are binned
+    k = rep.kernels
+    t0 = (k["start_ns"].min() - tv.data.origin_ns) / 1e6
+    xr = tv.figure.x_range
+    # what BokehJS sends when the user zooms: two ModelChanged events on the x range, as jsevent messages
+    for attr, value in (("start", t0), ("end", t0 + 5.0)):
+        model._sync_model(model, {"event": "jsevent", "kind": "ModelChanged", "model": {"id": xr.id},
+                                  "attr": attr, "new": value}, [])
+    assert (xr.start, xr.end) == (t0, t0 + 5.0)
+    kcat = tv.data.categories.index("kernel")
+    expected = int(((k["start_ns"] - tv.data.origin_ns) / 1e6 < t0 + 5.0).sum())
+    assert (np.asarray(tv.exact_src.data["cat"]) == kcat).sum() == expected
+    assert tv.glyphs.shown == tv.glyphs.total and tv.figure.title.text.startswith("showing all")
+    caption = tab.children[0].children[0]
+    assert caption.value == tv.glyphs.caption
+
+
+def test_picking_a_kernel_name_in_the_table_zooms_the_timeline_to_its_instances():
+    pytest.importorskip("jupyter_bokeh")
+    import ipywidgets as w
+
+    from nsight_magic import open_report
+    from nsight_magic.views import show_nsys
+
+    rep = open_report(_fixture("a_cuda_nvtx.sqlite"))
+    tab = show_nsys(rep)
+    tv = tab._nsight_timeline
+    tab.selected_index = 1
+    pick = next(c for c in tab.children[1].children if isinstance(c, w.Dropdown) and c.description == "zoom to")
+    name = rep.kernel_summary()["name"].iloc[-1]  # the rarest kernel
+    pick.value = name
+    inst = rep.kernels[rep.kernels["name"] == name]
+    t0 = (inst["start_ns"].min() - tv.data.origin_ns) / 1e6
+    t1 = (inst["end_ns"].max() - tv.data.origin_ns) / 1e6
+    xr = tv.figure.x_range
+    assert xr.start <= t0 and xr.end >= t1 and (xr.end - xr.start) <= 1.2 * (t1 - t0) + 0.01
+    assert tab.selected_index == 0
+    kcat = tv.data.categories.index("kernel")
+    names = np.asarray(tv.exact_src.data["name"])[np.asarray(tv.exact_src.data["cat"]) == kcat]
+    assert (names == tv.data.names.index(str(inst["short_name"].iloc[0]))).sum() == len(inst)
+
+
+def test_table_widget_filters_and_sorts_by_raw_values():
+    import pandas as pd
+
+    from nsight_magic.views.tables import table_widget
+
+    df = pd.DataFrame({"name": ["alpha", "beta", "<b>gamma</b>"], "total_ns": [2_000_000, 900, 50_000]})
+    box = table_widget(df)
+    filt, sort, desc = box.children[0].children
+    html = box.children[-1]
+    assert "&lt;b&gt;gamma&lt;/b&gt;" in html.value and "<b>gamma" not in html.value
+    filt.value = "ALPHA"
+    assert "alpha" in html.value and "beta" not in html.value
+    filt.value = ""
+    sort.value, desc.value = "total_ns", True
+    v = html.value
+    assert v.index("2.000 ms") < v.index("50.000 us") < v.index("900 ns")
+
+
+def test_files_tab_lists_the_profile_folder_and_advice_tab_fakes_nothing(tmp_path):
+    from nsight_magic import open_report
+    from nsight_magic.views import show_nsys
+    from nsight_magic.views.report_view import NO_ADVICE
+
+    (tmp_path / "report.sqlite").write_bytes(_fixture("c_range.sqlite").read_bytes())
+    (tmp_path / "stdout <b>x.txt").write_text("cell output")
+    tab = show_nsys(open_report(tmp_path / "report.sqlite"), folder=tmp_path)
+    advice, files = tab.children[5], tab.children[6]
+    assert advice.value == f"<p>{NO_ADVICE}</p>"
+    listing = files.children[1].children[-1].value
+    assert "report.sqlite" in listing and "stdout &lt;b&gt;x.txt" in listing and "<b>x" not in listing

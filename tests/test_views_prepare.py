@@ -1,0 +1,257 @@
+"""Timeline preparation and tables: DataFrames (the reader's contract) -> rows, glyphs, formatted tables."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from nsight_magic.errors import ReportError
+from nsight_magic.views.tables import format_table, table_html
+from nsight_magic.views.timeline_prepare import prepare_timeline, view_glyphs
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
+XSS = "<img src=x onerror=alert(1)>"
+
+
+def _fixture(name: str) -> Path:
+    p = FIXTURES / name
+    if not p.exists():
+        pytest.skip(f"{p} absent")
+    return p
+
+
+def _report(n_kernels=4, kernel_gap=1000, kernel_len=500, nvtx=None, memcpy=None, span=None, streams=(7,)):
+    """A small report with the reader's columns; kernel i is launched by API call i (same pid/correlation)."""
+    starts = np.arange(n_kernels, dtype=np.int64) * kernel_gap + 10_000
+    stream = np.resize(np.array(streams), n_kernels)
+    kernels = pd.DataFrame({
+        "start_ns": starts, "end_ns": starts + kernel_len, "duration_ns": kernel_len,
+        "name": [f"void k{i % 3}<float>(float*)" for i in range(n_kernels)],
+        "short_name": [f"k{i % 3}" for i in range(n_kernels)], "device_id": 0, "context_id": 1,
+        "stream_id": stream, "correlation_id": np.arange(n_kernels) + 100, "pid": 42,
+        "grid_x": 128, "grid_y": 1, "grid_z": 1, "block_x": 256, "block_y": 1, "block_z": 1,
+        "registers_per_thread": 32, "static_smem_bytes": 0, "dynamic_smem_bytes": 0, "launch_tid": 43})
+    api = pd.DataFrame({"start_ns": starts - 400, "end_ns": starts - 100, "duration_ns": 300,
+                        "name": "cudaLaunchKernel", "pid": 42, "tid": 43, "correlation_id": np.arange(n_kernels) + 100,
+                        "return_value": 0})
+    empty_thr = pd.DataFrame(columns=["start_ns", "end_ns", "duration_ns", "name", "pid", "tid"])
+    nv = nvtx if nvtx is not None else pd.DataFrame(
+        columns=["start_ns", "end_ns", "duration_ns", "name", "domain", "kind", "pid", "tid", "depth", "color"])
+    mc = memcpy if memcpy is not None else pd.DataFrame(
+        columns=["start_ns", "end_ns", "duration_ns", "bytes", "kind", "src_kind", "dst_kind", "device_id",
+                 "stream_id", "correlation_id", "pid"])
+    end = int(max(kernels["end_ns"].max() if n_kernels else 0, 20_000)) + 1000
+    meta = SimpleNamespace(nsys_version="test", schema_version="test", start_ns=0, end_ns=end,
+                           duration_ns=span or end)
+    return SimpleNamespace(
+        meta=meta, kernels=kernels, memcpy=mc,
+        memset=pd.DataFrame(columns=["start_ns", "end_ns", "duration_ns", "bytes", "value", "mem_kind", "device_id",
+                                     "stream_id", "correlation_id", "pid"]),
+        cuda_api=api, nvtx=nv, osrt=empty_thr, cublas=empty_thr, cudnn=empty_thr, sync=empty_thr,
+        threads=pd.DataFrame({"pid": [42], "tid": [43], "name": ["python3"]}),
+        processes=pd.DataFrame({"pid": [42], "name": ["python3"]}),
+        gpus=pd.DataFrame({"id": [0], "name": ["Test GPU"]}))
+
+
+def _nvtx(rows):
+    df = pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "depth"])
+    return df.assign(duration_ns=df.end_ns - df.start_ns, domain="", kind="push_pop", pid=42, tid=43, color=None)
+
+
+def test_rows_group_threads_by_source_and_gpus_by_stream_with_a_utilization_strip():
+    nv = _nvtx([(9_000, 20_000, "outer", 0), (9_500, 12_000, "inner", 1)])
+    rep = _report(nvtx=nv, streams=(7, 13))
+    thread_calls = pd.DataFrame({"start_ns": [100, 300], "end_ns": [200, 400], "duration_ns": 100,
+                                 "name": ["read", "cublasSgemm_v2"], "pid": 42, "tid": [44, 43]})
+    rep.osrt, rep.cublas = thread_calls.iloc[:1], thread_calls.iloc[1:]
+    data = prepare_timeline(rep)
+    kinds = data.rows["kind"].tolist()
+    assert kinds == ["nvtx", "nvtx", "cuda_api", "cublas", "osrt", "util", "gpu", "gpu"]
+    assert data.rows["label"].tolist()[:5] == ["tid 43 python3 · NVTX L0", "tid 43 python3 · NVTX L1",
+                                               "tid 43 python3 · CUDA API", "tid 43 python3 · cuBLAS",
+                                               "tid 44 · OS runtime"]
+    assert data.rows["label"].tolist()[6:] == ["GPU 0 · stream 7", "GPU 0 · stream 13"]
+    assert data.rows["group"].tolist() == ["Process 42"] * 5 + ["GPU 0 Test GPU"] * 3
+    # NVTX rows know the CUDA API row of their thread (for highlighting launched kernels)
+    assert data.api_row_of_row.tolist()[:4] == [2, 2, -1, -1]
+
+
+def test_strings_are_stored_once_and_events_carry_codes():
+    data = prepare_timeline(_report(n_kernels=300))
+    assert sorted(data.names) == sorted(set(data.names))
+    assert {"k0", "k1", "k2", "cudaLaunchKernel"} <= set(data.names)
+    assert data.events["name"].dtype.kind == "i"
+    # 300 kernels share one launch configuration: one detail string
+    assert sum(d.startswith("grid (128,1,1) block (256,1,1) regs 32") for d in data.details) == 1
+
+
+def test_small_window_gives_exact_events_with_launch_links():
+    rep = _report(n_kernels=5)
+    data = prepare_timeline(rep)
+    g = view_glyphs(data, budget=1000)
+    assert g.shown == g.total == 10 and g.agg["count"].lt(0).all()  # only the utilization strip is binned
+    assert g.caption == "showing all 10 events"
+    k = g.exact[g.exact["cat"] == data.categories.index("kernel")].sort_values("left")
+    a = g.exact[g.exact["cat"] == data.categories.index("CUDA API")].sort_values("left")
+    assert k["link"].tolist() == a["link"].tolist() and len(set(k["link"])) == 5
+    assert (k["dur_us"] == 0.5).all()
+
+
+def test_busy_rows_become_busy_fraction_bins_under_the_budget():
+    # 20k kernels, each 500 ns every 1000 ns: every bin of the kernel row is 50 % busy.
+    data = prepare_timeline(_report(n_kernels=20_000))
+    g = view_glyphs(data, 0, 10_000 + 20_000 * 1000, width_px=400, budget=1000)
+    assert len(g.exact) + len(g.agg) <= 1000
+    assert g.total == 40_000 and g.shown < g.total
+    assert re.fullmatch(r"showing [\d,]+ of 40,000 events; .*", g.caption)
+    krow = data.rows.index[data.rows["label"] == "GPU 0 · stream 7"][0]
+    bins = g.agg[g.agg["row"] == krow]
+    assert len(bins) > 10
+    np.testing.assert_allclose(bins["busy"].to_numpy()[1:], 0.5, atol=0.01)  # bin 0 holds 10 us of idle start
+    busy_ns = (bins["busy"] * (bins["right"] - bins["left"])).sum()
+    assert busy_ns == pytest.approx(20_000 * 500, rel=1e-9)  # the bins add up to the kernels' total time
+    assert bins["count"].sum() >= 20_000
+
+
+def test_zooming_in_returns_the_exact_events_of_the_window():
+    data = prepare_timeline(_report(n_kernels=20_000))
+    g = view_glyphs(data, 10_000 + 5_000 * 1000, 10_000 + 5_010 * 1000, budget=1000)
+    kernels = g.exact[g.exact["cat"] == data.categories.index("kernel")]
+    assert len(kernels) == 10 and g.shown == g.total
+    assert kernels["left"].min() == 10_000 + 5_000 * 1000
+
+
+def test_utilization_is_the_union_of_overlapping_work_per_gpu():
+    rep = _report(n_kernels=2, kernel_gap=0, kernel_len=1000, streams=(7, 13))  # two kernels at the same time
+    data = prepare_timeline(rep)
+    util_row = data.rows.index[data.rows["kind"] == "util"][0]
+    g = view_glyphs(data, 10_000, 11_000, width_px=10)
+    u = g.agg[g.agg["row"] == util_row]
+    np.testing.assert_allclose(u["busy"].to_numpy(), 1.0)
+
+
+def test_copies_are_coloured_by_direction_and_host_memory_kind():
+    mc = pd.DataFrame({"start_ns": [100, 200, 300], "end_ns": [150, 250, 350], "duration_ns": 50,
+                       "bytes": [1 << 20, 1 << 20, 4], "kind": ["HtoD", "HtoD", "DtoH"],
+                       "src_kind": ["pageable", "pinned", "device"], "dst_kind": ["device", "device", "pinned"],
+                       "device_id": 0, "stream_id": 7, "correlation_id": [1, 2, 3], "pid": 42})
+    data = prepare_timeline(_report(memcpy=mc))
+    assert {"memcpy HtoD pageable", "memcpy HtoD pinned", "memcpy DtoH pinned"} <= set(data.categories)
+    colors = dict(zip(data.categories, data.colors))
+    assert len({colors["memcpy HtoD pageable"], colors["memcpy HtoD pinned"], colors["memcpy DtoH pinned"]}) == 3
+    g = view_glyphs(data)
+    assert sorted(g.exact.loc[g.exact["bytes"] > 0, "bytes"].tolist()) == [4, 1 << 20, 1 << 20]
+
+
+def test_missing_column_is_a_one_line_report_error():
+    rep = _report()
+    rep.kernels = rep.kernels.drop(columns=["stream_id"])
+    with pytest.raises(ReportError, match="report.kernels lacks column.*stream_id"):
+        prepare_timeline(rep)
+
+
+def test_empty_window_is_a_clear_error():
+    data = prepare_timeline(_report())
+    with pytest.raises(ReportError, match="empty time window"):
+        view_glyphs(data, 500, 500)
+
+
+def test_report_without_gpu_work_still_prepares():
+    rep = _report(n_kernels=0)
+    rep.nvtx = _nvtx([(0, 100, "only", 0)])
+    data = prepare_timeline(rep)
+    assert data.rows["kind"].tolist() == ["nvtx"]
+    assert view_glyphs(data).caption == "showing all 1 events"
+
+
+def test_tables_escape_names_and_sort_by_raw_values():
+    df = pd.DataFrame({"name": [XSS, "b"], "count": [3, 1], "total_ns": [1_500_000, 800], "pct": [99.9, 0.1]})
+    html = table_html(df, table_id="t1", zoom={XSS: (1.0, 2.0)}, plot_name="p")
+    assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+    assert 'data-v="1500000.0">1.500 ms<' in html and 'data-v="800.0">800 ns<' in html
+    assert 'class="nm-zoom"' in html and 'data-t0="1.000000"' in html
+    text = format_table(df)
+    assert text["pct"].tolist() == ["99.9 %", "0.1 %"] and text["total_ns"].tolist() == ["1.500 ms", "800 ns"]
+
+
+# ---- on a real report, through the reader ------------------------------------------------------------------
+
+def test_fixture_timeline_holds_every_event_of_the_reader():
+    from nsight_magic import open_report
+
+    rep = open_report(_fixture("a_cuda_nvtx.sqlite"))
+    data = prepare_timeline(rep)
+    expected = len(rep.kernels) + len(rep.memcpy) + len(rep.memset) + len(rep.cuda_api) + len(rep.nvtx)
+    assert data.total_events == expected
+    streams = sorted(rep.kernels["stream_id"].unique().tolist() + rep.memcpy["stream_id"].unique().tolist()
+                     + rep.memset["stream_id"].unique().tolist())
+    assert (data.rows["kind"] == "gpu").sum() == len(set(streams))
+    # every kernel's launch link matches exactly one CUDA API call
+    kcat, acat = data.categories.index("kernel"), data.categories.index("CUDA API")
+    ev = data.events
+    k_links = set(ev.loc[ev["cat"] == kcat, "link"])
+    a_links = ev.loc[(ev["cat"] == acat) & (ev["link"].isin(k_links)), "link"]
+    assert len(k_links) == len(rep.kernels) and a_links.is_unique and set(a_links) == k_links
+
+
+def test_fixture_tables_show_the_same_numbers_as_the_reader_summaries():
+    from nsight_magic import open_report
+    from nsight_magic.views.report_view import NsysView
+
+    rep = open_report(_fixture("a_cuda_nvtx.sqlite"))
+    view = NsysView(rep)
+    html = view.static_fragment(include_bokehjs=False)
+    ks = rep.kernel_summary()
+    for row in ks.head(5).itertuples():
+        assert f'data-v="{float(row.total_ns)!r}"' in html
+        assert f'data-v="{float(row.pct)!r}"' in html
+    ns = rep.nvtx_summary()
+    assert f'data-v="{float(ns["gpu_ns"].iloc[0])!r}"' in html
+
+
+def test_fixture_view_text_html_and_files(tmp_path):
+    from nsight_magic import open_report
+    from nsight_magic.views import nsys_html, nsys_text, write_view_html
+    from nsight_magic.views.report_view import NO_ADVICE, bundle_bytes, nsys_bundle
+
+    src = _fixture("c_range.sqlite")
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    (folder / "report.sqlite").write_bytes(src.read_bytes())
+    (folder / f"stdout {XSS}.txt").write_text("hello")
+    rep = open_report(folder / "report.sqlite")
+    text = nsys_text(rep)
+    assert "Kernels (top" in text and "cudaLaunchKernel" in text
+    page = nsys_html(rep, folder=folder)
+    assert "cdn.bokeh.org" not in page and "Bokeh" in page
+    assert NO_ADVICE in page
+    assert "report.sqlite" in page and "stdout &lt;img src=x onerror=alert(1)&gt;.txt" in page and XSS not in page
+    out = write_view_html(rep, tmp_path / "view.html", folder=folder)
+    assert out.read_text(encoding="utf-8") != "" and out.stat().st_size < 3.5e6
+    bundle = nsys_bundle(rep, widget=False)
+    assert set(bundle) == {"text/plain", "text/html"} and bundle_bytes(bundle) < 2e6
+    assert json.loads(json.dumps(bundle))["text/plain"] == text
+
+
+def test_capture_bounds_on_another_clock_fall_back_to_the_events_own_extent():
+    # seen in a capture-range report: events at 15-41 ms, capture start reported at 5.18 s
+    rep = _report(n_kernels=3)
+    rep.meta = SimpleNamespace(start_ns=5_000_000_000, end_ns=5_050_000_000, duration_ns=50_000_000)
+    data = prepare_timeline(rep)
+    assert data.origin_ns == rep.cuda_api["start_ns"].min() and data.first_ns == 0
+    assert view_glyphs(data).caption == "showing all 6 events"
+
+
+def test_events_before_the_reported_capture_start_move_x_zero_to_the_first_event():
+    # seen with nsys 2022.4 on CPU: ANALYSIS_DETAILS starts 200 ms after the first NVTX range
+    rep = _report(n_kernels=3)
+    rep.meta = SimpleNamespace(start_ns=10_000, end_ns=30_000, duration_ns=20_000)  # API calls start at 9_600
+    data = prepare_timeline(rep)
+    assert data.origin_ns == 9_600 and data.first_ns == 0 and data.span_ns == 30_000 - 9_600
+    g = view_glyphs(data)
+    assert g.shown == g.total == 6 and g.exact["left"].min() == 0
