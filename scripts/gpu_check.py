@@ -5,6 +5,7 @@ Sections (pick with --only):
             kernels captured, setup code outside the capture, returned value, wall time
   capture   bare nsys on one script: no capture range vs --capture-range=nvtx vs cudaProfilerApi (wall, kernels)
   ncu       a notebook with %%ncu on the per-module NVTX workload, executed by nbclient
+  notebook  executes notebooks/memory_workload.ipynb and saves it, outputs included, to $OUT
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -209,6 +210,21 @@ def check_ncu(work: Path) -> None:
             say("ncu", f"{name}_rep_bytes", rep_file.stat().st_size)
 
 
+def check_notebook(work: Path) -> None:
+    src = Path(__file__).resolve().parents[1] / "notebooks" / "memory_workload.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(work)}}).execute()
+    say("notebook", "wall_s", round(time.perf_counter() - t0, 1))
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    say("notebook", "errors", [f"{e.ename}: {e.evalue}" for e in errors])
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            say("notebook", f"cell{i}", cell_text(c)[-600:])
+    nbformat.write(nb, OUT / "memory_workload.ipynb")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -218,7 +234,8 @@ def main() -> None:
     for section in args.only.split(","):
         t0 = time.perf_counter()
         try:
-            {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu}[section](work)
+            {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu,
+             "notebook": check_notebook}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

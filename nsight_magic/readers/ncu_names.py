@@ -33,10 +33,15 @@ def short_kernel_names(names: pd.Series) -> pd.Series:
 
 
 def nvtx_path(domain_ranges: list[tuple[str, list[str]]]) -> str:
-    """[(domain, [outer, inner])] -> 'outer/inner' (default domain) or 'Domain@outer/inner'; several joined by ' | '."""
+    """[(domain, [outer, inner])] -> 'outer/inner' (default domain) or 'Domain@outer/inner'; several joined by ' | '.
+
+    The range nsight-magic pushes around every profiled cell (its own domain) is left out: it is on every
+    kernel's stack and would make every path, and so every module grouping, differ per run."""
+    from ..child import CAPTURE_DOMAIN
+
     parts = []
     for domain, ranges in domain_ranges:
-        if not ranges:
+        if not ranges or domain == CAPTURE_DOMAIN:
             continue
         path = "/".join(ranges)
         parts.append(path if domain in ("", DEFAULT_DOMAIN) else f"{domain}@{path}")

@@ -39,7 +39,9 @@ def _extras_candidates() -> list[tuple[Path, str]]:
         ncu = find_ncu()
     except ToolNotFound:
         return []
-    found = [root / "extras" / "python" for root in ncu_install_roots(ncu)]
+    # /usr/local/cuda/bin/ncu may be a wrapper whose Nsight Compute lives under /opt/nvidia/nsight-compute/<ver>/
+    roots = ncu_install_roots(ncu) + sorted(Path("/opt/nvidia/nsight-compute").glob("*"), reverse=True)
+    found = [root / "extras" / "python" for root in roots]
     found = [d for d in found if (d / "ncu_report.py").is_file()]
     if not found:
         return []

@@ -1,0 +1,27 @@
+"""Our own H100 %%ncu report (tests/data/README.md): the .ncu-rep and the CSVs ncu printed from it agree."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import DATA
+from nsight_magic import open_report
+
+pytest.importorskip("ncu_report")
+
+
+def test_ncu_rep_and_its_csv_pages_agree_and_our_cell_range_is_left_out():
+    rep = open_report(DATA / "ncu_h100_module0.ncu-rep")
+    raw = open_report(DATA / "ncu_h100_module0_raw.csv")
+    details = open_report(DATA / "ncu_h100_module0_details.csv")
+    assert len(rep.kernels) == len(raw.kernels) == len(details.kernels) == 2
+    # NVTX: the module range only; nsight-magic's own per-cell range (domain nsight-magic) is dropped
+    assert list(rep.kernels["nvtx"]) == list(raw.kernels["nvtx"]) == ["0", "0"]
+    # same kernels in the same order (ncu_report and the CSV demangle templates slightly differently)
+    for part in ("implicit_gemm", "elementwise_kernel"):
+        assert list(rep.kernels["name"].str.contains(part)) == list(raw.kernels["name"].str.contains(part))
+    for col in ("duration_ns", "dram_bytes_read", "dram_bytes_write", "sm_throughput_pct", "registers_per_thread"):
+        np.testing.assert_allclose(rep.kernels[col].astype(float), raw.kernels[col].astype(float), rtol=1e-3)
+    # the details page carries the guided-analysis rules with estimated speedups
+    assert len(details.rules) > 0 and details.rules["speedup_pct"].notna().any()
+    assert set(details.rules["type"]) <= {"OPT", "INF", "WRN"}
