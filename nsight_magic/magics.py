@@ -157,7 +157,8 @@ class NsightMagics(Magics):
             print(f"nsight-magic: returned {', '.join(result.returned)}")
         if result.sqlite or result.report_file:
             t0 = time.monotonic()
-            _show_report(result.sqlite or result.report_file, result.folder.path, render)
+            # the folder, not the file: it picks report.sqlite, or for ncu the CSV pages (no native ncu_report)
+            _show_report(result.folder.path, result.folder.path, render)
             result.timings["show_s"] = time.monotonic() - t0
 
     # ---- %nsys_load -----------------------------------------------------------------------------------------

@@ -201,6 +201,12 @@ def check_ncu(work: Path) -> None:
             say("ncu", f"{name}_kernel_rows", rep.kernels[["name", "nvtx", "duration_ns"]].head(8).to_dict("records"))
         except Exception as e:  # report what happened; this is a check script
             say("ncu", f"{name}_open_error", f"{type(e).__name__}: {e}")
+        try:  # the .ncu-rep itself, read by ncu_report in a worker process
+            t0 = time.perf_counter()
+            rep2 = open_report(folder / "report.ncu-rep")
+            say("ncu", f"{name}_ncu_rep", f"{rep2!r} in {time.perf_counter() - t0:.1f} s")
+        except Exception as e:
+            say("ncu", f"{name}_ncu_rep_error", f"{type(e).__name__}: {e}")
         for f in folder.glob("*.csv"):
             shutil.copy(f, OUT / f"{name}_{f.name}")
         rep_file = folder / "report.ncu-rep"

@@ -1,6 +1,8 @@
 """Our own H100 %%ncu report (tests/data/README.md): the .ncu-rep and the CSVs ncu printed from it agree."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -25,3 +27,18 @@ def test_ncu_rep_and_its_csv_pages_agree_and_our_cell_range_is_left_out():
     # the details page carries the guided-analysis rules with estimated speedups
     assert len(details.rules) > 0 and details.rules["speedup_pct"].notna().any()
     assert set(details.rules["type"]) <= {"OPT", "INF", "WRN"}
+
+
+def test_profile_folder_reads_the_csv_pages(tmp_path):
+    shutil.copy(DATA / "ncu_h100_module0_raw.csv", tmp_path / "report_raw.csv")
+    shutil.copy(DATA / "ncu_h100_module0_details.csv", tmp_path / "report_details.csv")
+    rep = open_report(tmp_path)
+    assert rep.source == "csv-raw" and len(rep.kernels) == 2 and len(rep.rules) > 0 and len(rep.metrics) > 100
+
+
+def test_ncu_rep_is_read_in_a_worker_and_a_broken_one_fails_in_one_line(tmp_path):
+    bad = tmp_path / "broken.ncu-rep"
+    bad.write_bytes((DATA / "ncu_h100_module0.ncu-rep").read_bytes()[:4000])
+    with pytest.raises(Exception) as e:
+        open_report(bad)
+    assert "\n" not in str(e.value) and "broken.ncu-rep" in str(e.value)

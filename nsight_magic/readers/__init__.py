@@ -31,7 +31,14 @@ def open_report(path):
 
 
 def _open_folder(folder: Path):
-    """A saved profile folder holds report.sqlite / report.nsys-rep (nsys) or report.ncu-rep / CSVs (ncu)."""
+    """A saved profile folder holds report.sqlite / report.nsys-rep (nsys) or report.ncu-rep and its CSV pages (ncu).
+
+    The CSV pages come first for ncu: they hold the same numbers and need no native ncu_report library."""
+    raw, details = folder / "report_raw.csv", folder / "report_details.csv"
+    if raw.exists() and details.exists():
+        from .ncu import open_ncu_pages
+
+        return open_ncu_pages(raw, details)
     for name in ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report_details.csv"):
         if (folder / name).exists():
             return open_report(folder / name)

@@ -46,6 +46,12 @@ class NcuReport:
                 columns=list(METRIC_FRAME_COLUMNS))
         return self._metrics
 
+    def detach(self) -> "NcuReport":
+        """Read everything now and drop the link to ncu_report, so the report can be pickled."""
+        self.metrics  # noqa: B018 - loads the lazy metrics
+        self._load_metrics = None
+        return self
+
     def show(self, folder=None):
         """The rich view (ipywidgets tabs)."""
         from ..views.ncu import show_ncu
@@ -57,14 +63,20 @@ class NcuReport:
                 f"rules={len(self.rules)})")
 
 
-def open_ncu_report(path, ncu_report_module=None) -> NcuReport:
+def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> NcuReport:
     """Open an .ncu-rep (needs ncu_report) or an ncu CSV (`--page raw` or `--page details`, detected from the header).
 
-    ncu_report_module: (module, version) to read .ncu-rep with, instead of the one chosen in `readers.ncu_rep`."""
+    ncu_report_module: (module, version) to read .ncu-rep with, instead of the one chosen in `readers.ncu_rep`.
+    An .ncu-rep is read in a worker process (readers/ncu_worker.py: ncu_report's native code must not be able to
+    crash the notebook's kernel) unless in_process is true or a module is given."""
     p = Path(path).expanduser()
     if not p.is_file():
         raise ReportError(f"{p}: no such file; pass an .ncu-rep or a CSV from `ncu --import R --csv --page raw`")
     suffix = p.suffix.lower()
+    if suffix == ".ncu-rep" and not in_process and ncu_report_module is None:
+        from .ncu_worker import read_in_worker
+
+        return read_in_worker(p)
     if suffix == ".ncu-rep":
         from .ncu_rep import RepSource
 
@@ -148,3 +160,11 @@ def build_kernels(info: pd.DataFrame, metrics: pd.DataFrame, details: bool = Fal
     for col in INT_COLUMNS:
         out[col] = out[col].round().astype("Int64")
     return out[list(KERNEL_FRAME_COLUMNS)]
+
+
+def open_ncu_pages(raw_csv, details_csv) -> NcuReport:
+    """The report from the two CSV pages nsight-magic writes beside every report.ncu-rep: kernels and metrics from
+    the raw page, guided-analysis rules from the details page (no ncu_report needed)."""
+    report = open_ncu_report(raw_csv)
+    report.rules = open_ncu_report(details_csv).rules
+    return report
