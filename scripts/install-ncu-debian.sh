@@ -8,16 +8,7 @@ if command -v ncu >/dev/null 2>&1 && ncu --version >/dev/null 2>&1; then
   exit 0
 fi
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-if ! grep -rqs "non-free" /etc/apt/sources.list /etc/apt/sources.list.d/ ; then
-  $sudo tee /etc/apt/sources.list.d/debian-nonfree.sources >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: contrib non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-fi
-$sudo apt-get update -qq
+bash "$(dirname "$0")/enable-debian-nonfree.sh"
 # About 230 MB download, 400 MB installed (the GUI comes with it; we only use the CLI).
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
   nsight-compute nsight-compute-target >/dev/null

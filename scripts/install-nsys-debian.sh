@@ -9,17 +9,7 @@ if command -v nsys >/dev/null 2>&1 && nsys --version >/dev/null 2>&1 \
   exit 0
 fi
 sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo"
-src=/etc/apt/sources.list.d/debian-nonfree.sources
-if ! grep -rqs "non-free" /etc/apt/sources.list /etc/apt/sources.list.d/ ; then
-  $sudo tee "$src" >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: contrib non-free
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-fi
-$sudo apt-get update -qq
+bash "$(dirname "$0")/enable-debian-nonfree.sh"
 # libssh-dev provides the unversioned libssh.so that the QdstrmImporter loads; without it
 # nsys leaves only a .qdstrm behind.
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis.memory_workload import kernel_transfers, module_scatter, range_transfers
-from .tables import TABLE_CSS, TABLE_JS, table_html, table_text, table_widget
+from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
 KERNEL_TABLE = ("id", "short_name", "nvtx", "duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -163,13 +163,9 @@ class NcuView:
                         caption=f"{len(t.metrics):,} metrics; type in the box to search"),
             f"<p>{escape(str(self.folder or Path(self.report.path).parent))}</p>" + self._table("files", t.files),
         ]
-        buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'
-                          for i, n in enumerate(TABS))
-        body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
-                       for i, p in enumerate(panes))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
                 f'<div class="nm-report" id="nc-{self.uid}"><div>{escape(self.headline())}</div>'
-                f'<div class="nm-tabs">{buttons}</div>{body}</div>{script}')
+                f'{static_tabs_html(TABS, panes)}</div>{script}')
 
     def headline(self) -> str:
         r = self.report

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
-from .tables import TABLE_CSS, TABLE_JS, table_html, table_text, table_widget
+from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 
@@ -130,12 +130,8 @@ class NsysView:
             f"<p>{escape(NO_ADVICE)}</p>",
             self._files_html(),
         ]
-        buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'
-                          for i, n in enumerate(TABS))
-        body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
-                       for i, p in enumerate(panes))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-                f'<div class="nm-report" id="nm-{self.uid}"><div class="nm-tabs">{buttons}</div>{body}</div>'
+                f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(TABS, panes)}</div>'
                 f"{script}")
 
     def _table(self, key, df, zoom, plot_name) -> str:

@@ -223,3 +223,12 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
         children.append(pick)
     children.append(out)
     return w.VBox(children)
+
+
+def static_tabs_html(titles, panes) -> str:
+    """The tab strip of a static page: one button and one pane per title (TABLE_JS switches them)."""
+    buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'
+                      for i, n in enumerate(titles))
+    body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
+                   for i, p in enumerate(panes))
+    return f'<div class="nm-tabs">{buttons}</div>{body}'
