@@ -147,11 +147,13 @@ def test_segfault_is_reported_and_files_kept(tmp_path):
 
 def test_timeout_stops_the_whole_process_group(tmp_path):
     t0 = time.monotonic()
-    r = run_nsys("import time\nprint('sleeping', flush=True)\ntime.sleep(120)\n", _opts(tmp_path, timeout=4),
-                 stop_grace_s=15)
+    cell = "import time, nvtx\nwith nvtx.annotate('before'):\n    time.sleep(0.2)\ntime.sleep(120)\n"
+    r = run_nsys(cell, _opts(tmp_path, timeout=5), stop_grace_s=15)
     assert time.monotonic() - t0 < 60
     assert r.status == "timeout"
-    assert any("--timeout of 4 s" in m and str(r.folder.path) in m for m in r.messages)
+    # SIGINT first: nsys writes what it recorded until the timeout
+    assert r.sqlite is not None and "before" in nvtx_ranges(r.sqlite)
+    assert any("--timeout of 5 s" in m and str(r.folder.path) in m for m in r.messages)
     time.sleep(0.5)
     assert _processes_mentioning(str(r.folder.path)) == []
 
