@@ -66,9 +66,9 @@ def _profile(args) -> int:
 
             path = write_view_html(report, result.folder.view_html, folder=result.folder.path)
             print(f"nsight-magic: view written to {path}")
-        from .views.summary import summary_text
+        from .views import nsys_text
 
-        print(summary_text(report, result.folder.path))
+        print(nsys_text(report))
     print(f"nsight-magic: profile saved in {result.folder.path}")
     return 0 if result.ok else 1
 

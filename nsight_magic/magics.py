@@ -207,9 +207,9 @@ def display_report(report, folder: Path | None, render: bool) -> None:
             # the standalone page goes beside the report, for reading without Jupyter
             display_nsys(report, folder=folder, save_html=Path(folder) / "view.html" if folder else None)
         else:
-            from .views.summary import summary_text
+            from .views import nsys_text
 
-            print(summary_text(report, folder))
+            print(nsys_text(report))
         return
     from .views.ncu import display_ncu, ncu_text
 

@@ -101,3 +101,24 @@ def test_magic_help_and_usage_errors(tmp_path, monkeypatch):
                  "--no-render", "--quiet", "--name", "--dir"):
         assert flag in doc
     assert "no such file" in _text(nb.cells[4])
+
+
+def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkeypatch):
+    nb = _notebook([
+        "%load_ext nsight_magic",
+        "a, b = 1, 2",
+        "%%nsys --name picked --vars a --quiet --no-render --nsys-args '--trace-fork-before-exec=true'\n"
+        "print('a is', a)\nprint('b sent:', 'b' in globals())",
+        "%%nsys --name none --no-vars\nprint('a sent:', 'a' in globals())",
+    ])
+    _run(nb, tmp_path, monkeypatch)
+    quiet = nb.cells[2]
+    assert "a is" not in _text(quiet, "stdout")  # --quiet: the cell's output is not streamed...
+    assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in quiet.outputs)
+    assert "Nsight Systems report" in _text(quiet)  # --no-render: the text view instead of the widget
+    picked = next((tmp_path / "nsight-profiles").glob("picked-*"))
+    assert (picked / "stdout.txt").read_text() == "a is 1\nb sent: False\n"  # ...but it is saved; --vars a only
+    assert "--trace-fork-before-exec=true" in (picked / "command.txt").read_text()
+    none = next((tmp_path / "nsight-profiles").glob("none-*"))
+    assert (none / "stdout.txt").read_text() == "a sent: False\n"
+    assert "sending" not in _text(nb.cells[3])

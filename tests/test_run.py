@@ -183,3 +183,16 @@ def test_missing_nsys_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(RunFailed, match=r"not found: install Nsight Systems.*NSIGHT_MAGIC_NSYS.*kept in"):
         run_nsys("pass", _opts(tmp_path))
+
+
+def test_trace_option_decides_what_nsys_records(tmp_path):
+    import sqlite3
+
+    def osrt_rows(trace):
+        r = run_nsys("import time\nfor _ in range(5):\n    time.sleep(0.01)\n", _opts(tmp_path, trace=trace))
+        con = sqlite3.connect(r.sqlite)
+        has = con.execute("SELECT count(*) FROM sqlite_master WHERE name='OSRT_API'").fetchone()[0]
+        return con.execute("SELECT count(*) FROM OSRT_API").fetchone()[0] if has else 0
+
+    assert osrt_rows("nvtx,osrt") > 0
+    assert osrt_rows("nvtx") == 0
