@@ -2,17 +2,39 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 import sys
 import time
 from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
 from .errors import NsightMagicError
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
+
+
+PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
+
+
+def parse_line(magic, line: str):
+    """Parse a magic's line with shell quoting: `--nvtx-include "step 3/"` gives `step 3/`.
+
+    IPython's parse_argstring keeps the quotes around values (non-POSIX split), which would end up inside NVTX
+    filters and pass-through flags.
+    """
+    try:
+        argv = shlex.split(line)
+    except ValueError as e:
+        raise UsageError(f"could not parse the options ({e}); check the quotes") from None
+    # The value of a pass-through option starts with '-' ("--sample=cpu"): argparse would take it for an option.
+    joined: list[str] = []
+    tokens = iter(argv)
+    for tok in tokens:
+        joined.append(f"{tok}={next(tokens, '')}" if tok in PASSTHROUGH_OPTIONS else tok)
+    return magic.parser.parse_args(joined)
 
 
 def arguments_from(*specs):
@@ -70,7 +92,7 @@ class NsightMagics(Magics):
         The remembered setup code runs in the profiled process before every %%nsys / %%ncu cell, outside the
         capture: imports, model definitions, data.  Re-running an edited setup cell replaces its earlier version.
         """
-        args = parse_argstring(self.nsight_setup, line)
+        args = parse_line(self.nsight_setup, line)
         if args.reset:
             self.setup_sources.clear()
         if args.list:
@@ -100,7 +122,7 @@ class NsightMagics(Magics):
         saved in nsight-profiles/<name>-<time>/ beside the notebook and shown inline.
         """
         try:
-            args = parse_argstring(self.nsys, line)
+            args = parse_line(self.nsys, line)
             opts = nsys_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
@@ -129,7 +151,7 @@ class NsightMagics(Magics):
         report.ncu-rep and its raw/details CSV pages.
         """
         try:
-            args = parse_argstring(self.ncu, line)
+            args = parse_line(self.ncu, line)
             opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
@@ -168,8 +190,8 @@ class NsightMagics(Magics):
     @line_magic
     def nsys_load(self, line):
         """Show a saved profile or any Nsight report again."""
-        args = parse_argstring(self.nsys_load, line)
-        path = Path(args.path.strip("'\"")).expanduser()
+        args = parse_line(self.nsys_load, line)
+        path = Path(args.path).expanduser()
         _show_report(path, path if path.is_dir() else None, not args.no_render)
 
 

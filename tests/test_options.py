@@ -69,22 +69,20 @@ def test_free_names_skip_setup_definitions_and_builtins():
 
 
 def test_ncu_magic_flags_reach_the_ncu_command_line():
-    from IPython.core.magic_arguments import parse_argstring
-
-    from nsight_magic.magics import NsightMagics
+    from nsight_magic.magics import NsightMagics, parse_line
     from nsight_magic.ncu_tool import build_ncu_argv
     from nsight_magic.options import ncu_options_from_args
 
-    args = parse_argstring(NsightMagics.ncu, "--set full --section SpeedOfLight --section Occupancy "
+    args = parse_line(NsightMagics.ncu, "--set full --section SpeedOfLight --section Occupancy "
                            "--metrics a,b --kernel gemm --nvtx-include 'step 3/' --nvtx-include 'x/' --count 7 "
-                           "--skip 2 --replay application --ncu-args '--cache-control none' --return r")
+                           "--skip 2 --replay application --ncu-args '--cache-control none --clock-control base' --return r")
     run, ncu = ncu_options_from_args(args, default_name="c")
     argv = build_ncu_argv("ncu", ncu, "R", ["python"])
     line = " ".join(argv)
     for part in ("--set full", "--section SpeedOfLight", "--section Occupancy", "--metrics a,b", "regex:gemm",
                  "--nvtx-include step 3/", "--nvtx-include x/", "--launch-count 7", "--launch-skip 2",
-                 "--replay-mode application", "--cache-control none"):
+                 "--replay-mode application", "--cache-control none --clock-control base"):
         assert part in line
     assert run.return_vars == ("r",) and run.name == "c"
     with pytest.raises(OptionError, match="may not contain --csv"):
-        ncu_options_from_args(parse_argstring(NsightMagics.ncu, "--ncu-args '--csv'"), default_name="c")
+        ncu_options_from_args(parse_line(NsightMagics.ncu, "--ncu-args '--csv'"), default_name="c")
