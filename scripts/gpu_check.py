@@ -195,6 +195,9 @@ def check_ncu(work: Path) -> None:
             continue
         folder = folders[-1]
         say("ncu", f"{name}_files", sorted(p.name for p in folder.iterdir()))
+        log = (folder / "tool-output.txt").read_text(errors="replace").splitlines()
+        say("ncu", f"{name}_passes", [ln for ln in log if "pass" in ln][:45])
+        say("ncu", f"{name}_wall_from_status", cell_text(nb.cells[2 if name == "ncu-e2e" else 3]).split(",")[0])
         try:
             rep = open_report(folder)
             say("ncu", f"{name}_kernels", len(rep.kernels))
