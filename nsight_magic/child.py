@@ -63,9 +63,10 @@ def main(argv: list[str]) -> int:
     progress("importing")
 
     # Same module search path as the notebook: its folder first.
-    sys.path.insert(0, cfg.get("cwd") or os.getcwd())
-    ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     script = cfg.get("script")
+    # Python puts the script's folder first on the path; for a cell, the notebook's folder.
+    sys.path.insert(0, str(Path(script).resolve().parent) if script else (cfg.get("cwd") or os.getcwd()))
+    ns: dict = {"__name__": "__main__", "__builtins__": __builtins__}
     if script:
         sys.argv = [script, *cfg.get("script_args", [])]
         ns["__file__"] = script
@@ -103,7 +104,10 @@ def main(argv: list[str]) -> int:
     try:
         exec(code, ns)
     except SystemExit as e:
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
         status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        progress("exited", status=status)
     except BaseException:
         _print_user_traceback((str(code_path),))
         status = EXIT_CELL_ERROR

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from IPython.core.error import UsageError
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 
@@ -85,24 +85,36 @@ class NsightMagics(Magics):
     @magic_arguments()
     @argument("--reset", action="store_true", help="forget all remembered setup code first")
     @argument("--list", action="store_true", help="print the remembered setup code and run nothing")
-    @cell_magic
-    def nsight_setup(self, line, cell):
+    @argument("--name", default=None, help="a key for this setup code: running a cell with the same --name "
+                                           "replaces the earlier version (default: the notebook cell's id, or the "
+                                           "code itself when the frontend sends no cell id)")
+    @line_cell_magic
+    def nsight_setup(self, line, cell=None):
         """Run this cell in the notebook as usual and remember it as setup code.
 
         The remembered setup code runs in the profiled process before every %%nsys / %%ncu cell, outside the
-        capture: imports, model definitions, data.  Re-running an edited setup cell replaces its earlier version.
+        capture: imports, model definitions, data.  It must be plain Python (no %magics or !commands).
+        As a line magic, `%nsight_setup --list` / `--reset` only lists / forgets.
         """
         args = parse_line(self.nsight_setup, line)
         if args.reset:
             self.setup_sources.clear()
         if args.list:
             print("\n\n".join(self.setup_sources.values()) or "no setup code remembered")
+        if cell is None or args.list:
+            if args.reset:
+                print("nsight-magic: setup code forgotten")
             return
+        try:
+            compile(cell, "<nsight_setup>", "exec")
+        except SyntaxError as e:
+            raise UsageError(f"setup code must be plain Python: line {e.lineno}: {e.msg} (IPython magics and shell "
+                             f"escapes do not run in the profiled process); nothing was run") from None
         result = self.shell.run_cell(cell, store_history=False)
         if not result.success:
             print("nsight-magic: the setup cell failed, so it was not remembered", file=sys.stderr)
             return
-        self.setup_sources[self._cell_key(cell)] = cell
+        self.setup_sources[args.name or self._cell_key(cell)] = cell
         print(f"nsight-magic: remembered as setup code ({len(self.setup_sources)} setup cell"
               f"{'s' if len(self.setup_sources) != 1 else ''})")
 

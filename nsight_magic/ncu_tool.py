@@ -42,6 +42,12 @@ OWNED_FLAGS = {
     "-i": "open existing reports with %nsys_load or open_report()",
     "--import": "open existing reports with %nsys_load or open_report()",
     "--open-in-ui": "there is no UI to open in a notebook",
+    # set from %%ncu's own options: passing them twice makes ncu refuse to start
+    "--set": "use --set", "--section": "use --section", "--metrics": "use --metrics",
+    "-k": "use --kernel", "--kernel-name": "use --kernel", "--kernel-name-base": "use --kernel",
+    "--nvtx": "NVTX ranges are always recorded", "--nvtx-include": "use --nvtx-include or --module",
+    "-c": "use --count", "--launch-count": "use --count", "-s": "use --skip", "--launch-skip": "use --skip",
+    "--replay-mode": "use --replay", "--target-processes": "nsight-magic profiles the cell's process tree",
 }
 
 
@@ -94,9 +100,12 @@ def parse_ncu_version(text: str) -> str:
 
 
 def ncu_version(ncu: Path, timeout: float = 30) -> str:
-    """Run `ncu --version` and return its version string."""
-    proc = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=timeout)
-    return parse_ncu_version(proc.stdout + proc.stderr)
+    """Run `ncu --version` and return its version string (ToolNotFound when it does not answer with one)."""
+    try:
+        proc = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=timeout)
+        return parse_ncu_version(proc.stdout + proc.stderr)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as e:
+        raise ToolNotFound(f"{ncu} --version failed ({e}); check the installation or NSIGHT_MAGIC_NCU") from None
 
 
 @dataclass(frozen=True)

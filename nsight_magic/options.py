@@ -133,12 +133,19 @@ def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
     return out
 
 
+SECRET_SUBSTRINGS = ("PASSWORD", "PASSWD", "SECRET")  # no word needs them except as a secret
+SECRET_NAMES = ("SSH_CONNECTION", "SSH_CLIENT")            # the address of the user's machine
+
+
 def is_secret_name(name: str, patterns=SECRET_NAME_PATTERNS) -> bool:
-    """Whether an environment variable's name looks secret: a pattern as a whole '_'-separated part
-    (plural allowed), so GITHUB_TOKEN, AWS_SECRET_ACCESS_KEY and SSH_AUTH_SOCK match but TIKTOKEN_CACHE_DIR and
-    GIT_AUTHOR_NAME do not."""
+    """Whether an environment variable's name looks secret: a pattern as a whole '_'-separated part (plural
+    allowed), PASSWORD/PASSWD/SECRET anywhere, a name ending in _KEY or _PWD, or the SSH connection variables.
+    So GITHUB_TOKEN, PGPASSWORD, KAGGLE_KEY and SSH_AUTH_SOCK match; TIKTOKEN_CACHE_DIR, GIT_AUTHOR_NAME and PWD
+    do not."""
     upper = name.upper()
-    return any(re.search(rf"(?:^|_){re.escape(p)}S?(?:_|$)", upper) for p in patterns)
+    return (upper in SECRET_NAMES or any(p in upper for p in SECRET_SUBSTRINGS)
+            or re.search(r"_(?:KEY|PWD)$", upper) is not None
+            or any(re.search(rf"(?:^|_){re.escape(p)}S?(?:_|$)", upper) for p in patterns))
 
 
 # ---- argument specs shared by the magics and the command line (one copy, so they cannot drift) --------------
@@ -184,35 +191,44 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"))
 
 
-NCU_ARGS = (
-    (("--set",), dict(default="basic", help="ncu section set (default basic; 'full' for everything, slower)")),
-    (("--section",), dict(action="append", default=None, metavar="NAME",
-                          help="add a section (repeatable; default MemoryWorkloadAnalysis)")),
-    (("--metrics",), dict(default=None, metavar="A,B", help="extra metrics, comma-separated")),
-    (("--kernel",), dict(default=None, metavar="REGEX", help="profile only kernels whose name matches")),
-    (("--nvtx-include",), dict(action="append", default=None, metavar="EXPR",
-                               help="profile only kernels inside NVTX ranges (repeatable, OR'ed). Push/pop "
-                                    "ranges need a trailing slash: 'step 3/' = inside push/pop range 'step 3', "
-                                    "'A/B' = B pushed directly inside A; without the slash a start/end range "
-                                    "is meant; 'Domain@A/' for a named domain")),
-    (("--module",), dict(default=None, metavar="NAME",
-                         help="kernels inside the NVTX range of this nn.Module (ranges from "
-                              "nsight_magic.annotate_modules; NAME is the module's dotted path)")),
-    (("--count",), dict(type=int, default=50, metavar="N", help="profile at most N kernels (default 50)")),
-    (("--skip",), dict(type=int, default=0, metavar="N", help="skip the first N matching kernels")),
-    (("--replay",), dict(default="kernel", choices=("kernel", "application", "range", "app-range"),
-                         help="replay mode (default kernel)")),
-    (("--ncu-args",), dict(default="", metavar='"..."',
-                           help="more ncu flags; flags nsight-magic owns (-o/--export, -f, --log-file, --csv, "
-                                "--page, --print-units, --import) are refused")),
-)
+def _ncu_args():
+    from .ncu_tool import DEFAULT_COUNT, DEFAULT_SECTIONS, DEFAULT_SET, REPLAY_MODES
+
+    return (
+        (("--set",), dict(default=DEFAULT_SET, help=f"ncu section set (default {DEFAULT_SET}; 'full' for everything, "
+                                                    "slower)")),
+        (("--section",), dict(action="append", default=None, metavar="NAME",
+                              help=f"add a section to the set (repeatable; {', '.join(DEFAULT_SECTIONS)} is "
+                                   "always added)")),
+        (("--metrics",), dict(default=None, metavar="A,B", help="extra metrics, comma-separated")),
+        (("--kernel",), dict(default=None, metavar="REGEX", help="profile only kernels whose name matches")),
+        (("--nvtx-include",), dict(action="append", default=None, metavar="EXPR",
+                                   help="profile only kernels inside NVTX ranges (repeatable, OR'ed). Push/pop "
+                                        "ranges need a trailing slash: 'step 3/' = inside push/pop range 'step 3', "
+                                        "'A/B' = B pushed directly inside A; without the slash a start/end range "
+                                        "is meant; 'Domain@A/' for a named domain")),
+        (("--module",), dict(default=None, metavar="NAME",
+                             help="kernels inside the NVTX range of this nn.Module (ranges from "
+                                  "nsight_magic.annotate_modules; NAME is the module's dotted path)")),
+        (("--count",), dict(type=int, default=DEFAULT_COUNT, metavar="N",
+                            help=f"profile at most N kernels (default {DEFAULT_COUNT})")),
+        (("--skip",), dict(type=int, default=0, metavar="N", help="skip the first N matching kernels")),
+        (("--replay",), dict(default="kernel", choices=REPLAY_MODES, help="replay mode (default kernel)")),
+        (("--ncu-args",), dict(default="", metavar='"..."',
+                               help="more ncu flags; flags nsight-magic sets (-o/--export, -f, --log-file, --csv, "
+                                    "--page, --print-units, --import, and those of the options above) are refused")),
+    )
+
+
+NCU_ARGS = _ncu_args()
 
 
 def ncu_options_from_args(args, default_name: str):
     """(RunOptions, NcuOptions) from parsed COMMON_ARGS + NCU_ARGS."""
     from .ncu_tool import DEFAULT_SECTIONS, NcuOptions, validate_ncu_args
 
-    ncu = NcuOptions(set=args.set or None, sections=tuple(args.section) if args.section else DEFAULT_SECTIONS,
+    extra = tuple(sec for sec in (args.section or ()) if sec not in DEFAULT_SECTIONS)
+    ncu = NcuOptions(set=args.set or None, sections=DEFAULT_SECTIONS + extra,
                      metrics=split_names(args.metrics), kernel=args.kernel,
                      nvtx_include=tuple(args.nvtx_include or ()), module=args.module, count=args.count,
                      skip=args.skip, replay=args.replay, extra_args=tuple(validate_ncu_args(args.ncu_args)))

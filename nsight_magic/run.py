@@ -15,7 +15,6 @@ import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field, replace
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import __version__, state, tools
-from .child import CAPTURE_DOMAIN, EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR
+from .child import CAPTURE_DOMAIN, EXIT_CELL_ERROR
 from .errors import NsightMagicError, OptionError, ReportError, ToolNotFound
 from .options import (NSYS_OWNED_FLAGS, NsysOptions, RunOptions, is_secret_name, nsys_default_args,
                       trace_for_machine, validate_passthrough)
@@ -113,7 +112,12 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
             no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
             cwd: Path | None = None) -> _Prepared:
     """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
-    folder = ProfileFolder(create_profile_folder(profiles_root(directory), name))
+    root = profiles_root(directory)
+    try:
+        folder = ProfileFolder(create_profile_folder(root, name))
+    except OSError as e:
+        raise OptionError(f"cannot create a profile folder under {root} ({e.strerror or e}); "
+                          f"choose another place with --dir") from None
     folder.cell.write_text(cell)
     setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
     folder.setup.write_text(setup_text + ("\n" if setup_text else ""))
@@ -123,7 +127,8 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     if not no_vars and not script:
         names = list(send_vars) if send_vars is not None else state.free_names(cell, list(setup_sources), namespace)
         try:
-            blob, manifest = state.pack_variables(names, namespace)
+            blob, manifest = state.pack_variables(names, namespace,
+                                                  optional=state.bound_names(cell) if send_vars is None else ())
         except OptionError as e:
             raise type(e)(f"{e}; nothing was run (kept: {folder.path}/)") from None
         if manifest:
@@ -282,6 +287,8 @@ def _status_from(rc: int | None, phases: list[str]) -> str:
         return "setup-error"
     if "state-error" in phases:
         return "state-error"
+    if "exited" in phases:
+        return "ok" if rc == 0 else "exited"
     if "finished" in phases:
         return "ok" if rc == 0 else ("cell-error" if rc == EXIT_CELL_ERROR else "failed")
     return "failed"
@@ -303,6 +310,8 @@ def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, f
         return f"the %%nsight_setup code raised an exception in the profiled process (traceback above); {where}"
     if outcome.status == "state-error":
         return f"the sent variables could not be loaded in the profiled process (see above); {where}"
+    if outcome.status == "exited":
+        return f"the cell called sys.exit() with exit status {rc}; the report covers the run up to it; {where}"
     if rc is not None and rc < 0:
         try:
             name = signal.Signals(-rc).name
@@ -414,11 +423,11 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     t_report = time.monotonic()
     rep, sqlite = finish_nsys(folder, nsys, messages)
     timings = {"run_s": outcome.wall_s, "report_s": time.monotonic() - t_report}
-    if rep is None and not any("kept" in m and "raw" in m for m in messages):
+    if rep is None and not folder.qdstrm.exists():  # a kept raw .qdstrm was already explained
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
-            hint = " the cell's capture range was never recorded;" + (
-                f" {tools.nvtx_pitfall(version)};" if tools.nvtx_pitfall(version) else " try --capture all;")
+            pitfall = tools.nvtx_pitfall(version)
+            hint = f" the cell's capture range was never recorded; {pitfall or 'try --capture all'};"
         messages.append(f"nsys wrote no report:{hint} nsys's own output is in {folder.tool_log}")
     returned = _load_returns(folder, messages)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
@@ -458,8 +467,9 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     try:
         ncu = ncu_tool.find_ncu()
         version = ncu_tool.ncu_version(ncu)
-    except (ToolNotFound, ValueError, OSError, subprocess.TimeoutExpired) as e:
+    except ToolNotFound as e:
         raise RunFailed(f"{e}; nothing was run, the cell is kept in {folder.path}/") from None
+    user_opts = ncu_opts  # the filters the user chose, for messages
     if not ncu_opts.nvtx_include and not ncu_opts.module:
         ncu_opts = replace(ncu_opts, nvtx_include=(f"{CAPTURE_DOMAIN}@{folder.path.name}/",))
     prefix, isolation_note = tools.isolation_prefix()
@@ -473,15 +483,18 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     if on_status:
         on_status("importing report", outcome.wall_s)
     tool_text = folder.tool_log.read_text(errors="replace") if folder.tool_log.exists() else ""
-    explained = ncu_tool.explain_ncu_failure(tool_text, outcome.returncode or 0, ncu_opts)
     message = describe_outcome(outcome, "ncu", opts.timeout, folder)
+    # What happened to the cell comes first; ncu's own known failures explain the rest.
+    explained = None
+    if outcome.status in ("ok", "failed"):
+        explained = ncu_tool.explain_ncu_failure(tool_text, outcome.returncode or 0, user_opts)
+    if message and outcome.status != "ok" and not (explained and outcome.status == "failed"):
+        messages.append(message)
     if explained:
         messages.append(f"{explained}; everything is kept in {folder.path}/")
-    elif message:
-        messages.append(message)
     report = folder.path / "report.ncu-rep"
     if not report.exists():
-        if not explained:
+        if not explained and outcome.status in ("ok", "failed"):
             messages.append(f"ncu wrote no report; its output is in {folder.tool_log}")
         report = None
     else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 import ast
 import builtins
 import io
+import pickle
+import re
 from dataclasses import dataclass
 
 import cloudpickle
@@ -55,32 +57,47 @@ def free_names(cell: str, setup_sources: list[str], namespace: dict) -> list[str
     for src in setup_sources:
         defined_by_setup |= bound_names(src)
     wanted = loaded_names(cell) - defined_by_setup - _IPYTHON_NAMES - set(dir(builtins))
-    return sorted(n for n in wanted if n in namespace and not n.startswith("_i"))
+    # _i, _i7, _ii...: IPython's input history
+    return sorted(n for n in wanted if n in namespace and not re.fullmatch(r"_i+\d*", n))
 
 
-def pack_variables(names: list[str], namespace: dict) -> tuple[bytes, list[SentVariable]]:
-    """cloudpickle each variable; raise UnpicklableVariable naming the first that fails."""
-    payload: dict[str, bytes] = {}
+def pack_variables(names: list[str], namespace: dict, optional=()) -> tuple[bytes, list[SentVariable]]:
+    """cloudpickle the variables into one stream; raise UnpicklableVariable naming the first that fails.
+
+    One pickler for all of them, so objects they share stay shared in the child (a model and the optimizer that
+    holds its parameters).  Each manifest size is what that variable added to the stream.  Names in `optional`
+    (those the cell assigns itself) are left out with no error when they cannot be pickled.
+    """
+    buf = io.BytesIO()
+    pickler = cloudpickle.CloudPickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    sent: list[str] = []
     manifest: list[SentVariable] = []
     for name in names:
         if name not in namespace:
             raise OptionError(f"--vars names {name!r}, which is not defined in the notebook")
         value = namespace[name]
+        start = buf.tell()
         try:
-            blob = cloudpickle.dumps(value)
+            pickler.dump(value)
         except Exception as e:  # pickling can fail with any exception type
+            if name in optional:
+                # start again without it: the failed dump may have left entries in the pickler's memo
+                return pack_variables([n for n in names if n != name], namespace, optional)
             raise UnpicklableVariable(
                 f"variable {name!r} ({type(value).__name__}) cannot be sent to the profiled process "
                 f"({type(e).__name__}: {str(e)[:120]}); create it in a %%nsight_setup cell instead, "
                 f"or leave it out with --vars / --no-vars") from None
-        payload[name] = blob
-        manifest.append(SentVariable(name, type(value).__name__, len(blob)))
-    return cloudpickle.dumps(payload), manifest
+        sent.append(name)
+        manifest.append(SentVariable(name, type(value).__name__, buf.tell() - start))
+    return pickle.dumps(sent) + buf.getvalue(), manifest
 
 
 def unpack_variables(blob: bytes) -> dict:
-    """Inverse of pack_variables (runs in the child)."""
-    return {name: cloudpickle.loads(b) for name, b in cloudpickle.loads(blob).items()}
+    """Inverse of pack_variables (runs in the child): one unpickler, so shared objects stay shared."""
+    f = io.BytesIO(blob)
+    names = pickle.load(f)
+    unpickler = pickle.Unpickler(f)
+    return {name: unpickler.load() for name in names}
 
 
 def format_size(n: float) -> str:
@@ -101,17 +118,19 @@ def manifest_line(manifest: list[SentVariable]) -> str:
 
 def dumps_returns(names: tuple[str, ...], namespace: dict) -> tuple[bytes, list[str]]:
     """Pickle the requested results in the child; names that are missing or unpicklable become warnings."""
-    out: dict[str, bytes] = {}
-    warnings: list[str] = []
-    for name in names:
-        if name not in namespace:
-            warnings.append(f"--return {name}: the cell did not define {name!r}")
-            continue
-        buf = io.BytesIO()
-        try:
-            cloudpickle.dump(namespace[name], buf)
-        except Exception as e:
-            warnings.append(f"--return {name}: cannot be pickled ({type(e).__name__}: {str(e)[:120]})")
-            continue
-        out[name] = buf.getvalue()
-    return cloudpickle.dumps(out), warnings
+    warnings = [f"--return {n}: the cell did not define {n!r}" for n in names if n not in namespace]
+    present = [n for n in names if n in namespace]
+    blob, manifest = b"", []
+    try:
+        blob, manifest = pack_variables(present, namespace)
+    except UnpicklableVariable:
+        # find out which: send the rest
+        good = []
+        for n in present:
+            try:
+                cloudpickle.dumps(namespace[n])
+                good.append(n)
+            except Exception as e:
+                warnings.append(f"--return {n}: cannot be pickled ({type(e).__name__}: {str(e)[:120]})")
+        blob, manifest = pack_variables(good, namespace)
+    return blob, warnings

@@ -23,7 +23,8 @@ def notebook_dir() -> Path:
 
 
 def profiles_root(directory: str | os.PathLike | None) -> Path:
-    return Path(directory).expanduser() if directory else notebook_dir() / DEFAULT_DIR_NAME
+    """Absolute: the profiler and the child run in the notebook's folder, which may not be the kernel's cwd."""
+    return Path(directory).expanduser().resolve() if directory else notebook_dir() / DEFAULT_DIR_NAME
 
 
 def create_profile_folder(root: Path, name: str, now: float | None = None) -> Path:

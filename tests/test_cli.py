@@ -20,12 +20,14 @@ def _cli(*args, cwd, env=None):
 
 @requires_nsys
 def test_profile_a_script_with_arguments(tmp_path):
-    script = tmp_path / "train.py"
-    script.write_text("import sys, nvtx\nwith nvtx.annotate('script range'):\n"
-                      "    print('args', sys.argv[1:])\n")
+    (tmp_path / "proj").mkdir()
+    script = tmp_path / "proj" / "train.py"
+    (tmp_path / "proj" / "helper.py").write_text("VALUE = 'sibling module found'\n")
+    script.write_text("import sys, nvtx, helper\nwith nvtx.annotate('script range'):\n"
+                      "    print('args', sys.argv[1:], helper.VALUE)\n")
     p = _cli("profile", "--dir", str(tmp_path / "profiles"), str(script), "--lr", "0.1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "args ['--lr', '0.1']" in p.stdout
+    assert "args ['--lr', '0.1'] sibling module found" in p.stdout  # the script's folder is on sys.path
     folder = next((tmp_path / "profiles").glob("train-*"))
     assert "script range" in nvtx_ranges(folder / "report.sqlite")
     assert (folder / "view.html").stat().st_size > 1000
@@ -38,7 +40,7 @@ def test_profile_exit_status_follows_the_script(tmp_path):
     script.write_text("raise SystemExit(4)\n")
     p = _cli("profile", "--no-render", "--dir", str(tmp_path / "p"), str(script), cwd=tmp_path)
     assert p.returncode == 1
-    assert "status 4" in p.stderr
+    assert "exit status 4" in p.stderr
 
 
 def test_profile_missing_script_is_one_line(tmp_path):
@@ -62,3 +64,9 @@ def test_doctor_passes_with_debian_nsys(tmp_path):
 def test_view_of_a_missing_report_is_one_line(tmp_path):
     p = _cli("view", str(tmp_path / "missing.sqlite"), cwd=tmp_path)
     assert p.returncode == 2 and "no such file" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_doctor_survives_an_ncu_that_prints_no_version(tmp_path):
+    p = _cli("doctor", cwd=tmp_path, env={"NSIGHT_MAGIC_NCU": "/bin/true"})
+    assert "Traceback" not in p.stderr
+    assert "warn" in p.stdout and "/bin/true --version failed" in p.stdout

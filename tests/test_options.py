@@ -47,7 +47,9 @@ def test_bad_option_values():
 @pytest.mark.parametrize("name,secret", [
     ("GITHUB_TOKEN", True), ("HF_TOKEN", True), ("AWS_SECRET_ACCESS_KEY", True), ("OPENAI_API_KEY", True),
     ("DB_PASSWORD", True), ("SSH_AUTH_SOCK", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
+    ("PGPASSWORD", True), ("KAGGLE_KEY", True), ("MYSQL_PWD", True), ("SSH_CONNECTION", True),
     ("TIKTOKEN_CACHE_DIR", False), ("GIT_AUTHOR_NAME", False), ("PATH", False), ("CUDA_VISIBLE_DEVICES", False),
+    ("PWD", False),
 ])
 def test_secret_looking_names(name, secret):
     assert is_secret_name(name) is secret
@@ -66,6 +68,8 @@ def test_free_names_skip_setup_definitions_and_builtins():
     ns = {"x": 1, "model": object(), "helper": len, "unused": 2, "np": object()}
     cell = "import math\ny = helper(x) + len([1])\nmodel.eval()\nz = math.pi"
     assert free_names(cell, ["import numpy as np\ndef helper(v):\n    return v"], ns) == ["model", "x"]
+    # IPython's input history (_i, _i7, _ii) is not sent; other underscore names are
+    assert free_names("print(_i3, _img)", [], {"_i3": "x", "_img": 1}) == ["_img"]
 
 
 def test_ncu_magic_flags_reach_the_ncu_command_line():
@@ -79,6 +83,7 @@ def test_ncu_magic_flags_reach_the_ncu_command_line():
     run, ncu = ncu_options_from_args(args, default_name="c")
     argv = build_ncu_argv("ncu", ncu, "R", ["python"])
     line = " ".join(argv)
+    assert ncu.sections == ("MemoryWorkloadAnalysis", "SpeedOfLight", "Occupancy")  # added to the default
     for part in ("--set full", "--section SpeedOfLight", "--section Occupancy", "--metrics a,b", "regex:gemm",
                  "--nvtx-include step 3/", "--nvtx-include x/", "--launch-count 7", "--launch-skip 2",
                  "--replay-mode application", "--cache-control none --clock-control base"):
@@ -86,3 +91,12 @@ def test_ncu_magic_flags_reach_the_ncu_command_line():
     assert run.return_vars == ("r",) and run.name == "c"
     with pytest.raises(OptionError, match="may not contain --csv"):
         ncu_options_from_args(parse_line(NsightMagics.ncu, "--ncu-args '--csv'"), default_name="c")
+
+
+@pytest.mark.parametrize("flag", ["-c 5", "--launch-count 5", "--replay-mode application", "--section X",
+                                  "--nvtx-include a/", "-k gemm", "--target-processes all"])
+def test_ncu_args_refuse_flags_our_options_set(flag):
+    from nsight_magic.ncu_tool import validate_ncu_args
+
+    with pytest.raises(OptionError, match="may not contain"):
+        validate_ncu_args(flag)

@@ -16,7 +16,7 @@ from nsight_magic.options import NsysOptions
 from nsight_magic.run import RunFailed, run_nsys
 from nsight_magic.state import UnpicklableVariable
 
-pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.timeout(180)]
 
 CELL = """
 import nvtx, time
@@ -50,6 +50,8 @@ def _processes_mentioning(text: str) -> list[int]:
     return pids
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
     out, phases = [], []
     r = run_nsys(CELL, _opts(tmp_path, return_vars=("y",)), setup_sources=[SETUP], namespace={"x": 41},
@@ -74,12 +76,16 @@ def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
     assert r.folder.returns_blob.stat().st_mode & 0o002 == 0
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_capture_all_includes_setup(tmp_path):
     r = run_nsys(CELL, _opts(tmp_path, capture="all"), setup_sources=[SETUP], namespace={"x": 1})
     assert r.ok, r.messages
     assert "setup range" in nvtx_ranges(r.sqlite)
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_secret_looking_variables_never_reach_the_report(tmp_path, monkeypatch):
     secret, plain = uuid.uuid4().hex, uuid.uuid4().hex
     monkeypatch.setenv("NSIGHT_TEST_API_KEY", secret)
@@ -121,6 +127,8 @@ def test_unpicklable_variable_stops_before_nsys_starts(tmp_path):
     assert not (folder / "tool-output.txt").exists()
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_exception_in_cell_shows_traceback_and_keeps_report(tmp_path):
     cell = "import nvtx\nwith nvtx.annotate('before error'):\n    pass\nraise ValueError('boom')\n"
     r = run_nsys(cell, _opts(tmp_path))
@@ -131,13 +139,19 @@ def test_exception_in_cell_shows_traceback_and_keeps_report(tmp_path):
     assert any("raised an exception" in m and str(r.folder.path) in m for m in r.messages)
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_nonzero_exit_is_reported(tmp_path):
     r = run_nsys("import sys\nprint('leaving')\nsys.exit(3)\n", _opts(tmp_path))
-    assert r.status == "failed" and r.returncode == 3
-    assert any("status 3" in m and str(r.folder.path) in m for m in r.messages)
+    assert r.status == "exited" and r.returncode == 3
+    assert any("sys.exit() with exit status 3" in m and str(r.folder.path) in m for m in r.messages)
     assert "leaving" in r.folder.stdout.read_text()
+    r = run_nsys("import sys\nsys.exit('bad input file')\n", _opts(tmp_path))
+    assert r.status == "exited" and "bad input file" in r.folder.stderr.read_text()
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_segfault_is_reported_and_files_kept(tmp_path):
     r = run_nsys("print('about to crash', flush=True)\nimport ctypes\nctypes.string_at(0)\n", _opts(tmp_path))
     assert r.status == "failed"
@@ -145,6 +159,8 @@ def test_segfault_is_reported_and_files_kept(tmp_path):
     assert "about to crash" in r.folder.stdout.read_text()
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_timeout_stops_the_whole_process_group(tmp_path):
     t0 = time.monotonic()
     cell = "import time, nvtx\nwith nvtx.annotate('before'):\n    time.sleep(0.2)\ntime.sleep(120)\n"
@@ -158,6 +174,8 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
     assert _processes_mentioning(str(r.folder.path)) == []
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_keyboard_interrupt_stops_the_run_and_keeps_files(tmp_path):
     progress = []
 
@@ -185,6 +203,8 @@ def test_missing_nsys_says_how_to_install(tmp_path, monkeypatch):
         run_nsys("pass", _opts(tmp_path))
 
 
+@requires_nsys
+@pytest.mark.nsys
 def test_trace_option_decides_what_nsys_records(tmp_path):
     import sqlite3
 
@@ -196,3 +216,34 @@ def test_trace_option_decides_what_nsys_records(tmp_path):
 
     assert osrt_rows("nvtx,osrt") > 0
     assert osrt_rows("nvtx") == 0
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_shared_objects_stay_shared_and_reassigned_names_are_not_sent(tmp_path):
+    params = [1.0, 2.0]
+    ns = {"model": {"params": params}, "opt": {"params": params}, "handle": threading.Lock()}
+    cell = "print('shared', model['params'] is opt['params'])\nhandle = 5\nprint('handle', handle)\n"
+    r = run_nsys(cell, _opts(tmp_path), namespace=ns)
+    assert r.ok, r.messages
+    assert r.folder.stdout.read_text() == "shared True\nhandle 5\n"
+    assert [v.name for v in r.manifest] == ["model", "opt"]  # the lock is reassigned by the cell: not sent
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_relative_dir_when_the_notebook_is_not_the_working_directory(tmp_path, monkeypatch):
+    nbdir, cwd = tmp_path / "nb", tmp_path / "cwd"
+    nbdir.mkdir(), cwd.mkdir()
+    monkeypatch.setenv("JPY_SESSION_NAME", str(nbdir / "analysis.ipynb"))
+    monkeypatch.chdir(cwd)
+    r = run_nsys("print('ran')", NsysOptions(name="rel", directory="profiles"))
+    assert r.ok, r.messages
+    assert r.folder.path.parent == cwd / "profiles" and r.sqlite.exists()
+
+
+def test_a_profile_folder_that_cannot_be_created_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(OptionError, match="cannot create a profile folder under .*--dir"):
+        run_nsys("pass", NsysOptions(directory=str(blocker / "sub")))
