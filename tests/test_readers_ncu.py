@@ -61,8 +61,12 @@ def test_every_public_csv_opens(path):
     assert rep.source in ("csv-raw", "csv-details")
     assert ("_details" in path) == (rep.source == "csv-details")
     assert list(rep.kernels.columns) == list(KERNEL_FRAME_COLUMNS)
-    assert rep.kernels["duration_ns"].gt(0).all() or rep.source == "csv-raw" and "silu" in path
+    assert rep.kernels["duration_ns"].gt(0).all()
     assert rep.kernels["block_size"].notna().all()
+    # every metric row has a section: the details page's own, '' on the raw page (which has none)
+    assert rep.metrics["section"].notna().all()
+    if rep.source == "csv-raw":
+        assert (rep.metrics["section"] == "").all()
 
 
 # (report, CSV printed from it by another ncu): every metric both contain must be equal.

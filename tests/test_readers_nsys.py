@@ -226,6 +226,32 @@ def test_nvtx_registered_strings_and_domains():
     cccl = nv[nv["domain"] == "CCCL"]
     assert len(cccl) and cccl["name"].astype(str).str.startswith("cub::").all()
     assert "CCCL:cub::DeviceReduce::Sum" in set(rep.nvtx_summary()["name"])
+    # the public label column names each range as the summary does
+    assert set(rep.nvtx_summary()["name"]) <= set(nv.loc[nv["kind"] != "mark", "label"].astype(str))
+    assert (cccl["label"].astype(str) == "CCCL:" + cccl["name"].astype(str)).all()
+    plain = nv[nv["domain"].isna()]
+    assert (plain["label"].astype(str) == plain["name"].astype(str)).all()
+    rep.close()
+
+
+def test_ranges_never_closed_last_until_the_last_nvtx_timestamp(tmp_path):
+    """A capture stopped (--timeout) inside its ranges leaves every end NULL: durations run to the last start."""
+    p = tmp_path / "unclosed.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    con = sqlite3.connect(p)
+    with con:
+        con.execute('UPDATE NVTX_EVENTS SET "end" = NULL')
+    last = con.execute("SELECT max(start) FROM NVTX_EVENTS").fetchone()[0]
+    con.close()
+    rep = open_nsys_report(p)
+    nv = rep.nvtx
+    ranges = nv[nv["kind"] != "mark"]
+    assert len(ranges) and ranges["end_ns"].isna().all()
+    s = rep.nvtx_summary()
+    assert len(s) and (s[["total_ns", "min_ns", "max_ns"]] >= 0).all().all()
+    assert s["max_ns"].max() == last - ranges["start_ns"].min()
+    proj = rep.nvtx_gpu_projection()
+    assert (proj["duration_ns"] >= 0).all()
     rep.close()
 
 

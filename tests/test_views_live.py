@@ -112,3 +112,22 @@ def test_files_tab_lists_the_profile_folder_and_advice_tab_fakes_nothing(tmp_pat
     assert advice.value == f"<p>{NO_ADVICE}</p>"
     listing = files.children[1].children[-1].value
     assert "report.sqlite" in listing and "stdout &lt;b&gt;x.txt" in listing and "<b>x" not in listing
+
+
+def test_a_microsecond_event_late_in_a_long_capture_keeps_its_width_in_the_live_window():
+    """mordred_report1 lasts 39.7 s: float32 ms would snap both edges of its 1.164 us event to one value."""
+    p = FIXTURES.parents[1] / "nsys" / "public-sqlite" / "mordred_report1.sqlite"
+    if not p.exists():
+        pytest.skip(f"{p} absent")
+    from nsight_magic import open_report
+    from nsight_magic.views.timeline import build_timeline
+    from nsight_magic.views.timeline_prepare import prepare_timeline
+
+    tv = build_timeline(prepare_timeline(open_report(p)))
+    tv.set_window(39687.9, 39688.0)
+    ex = tv.exact_src.data
+    left, right, dur = (np.asarray(ex[c], dtype=np.float64) for c in ("left", "right", "dur_us"))
+    i = int(np.argmin(np.abs(left - 39687.944238)))
+    assert abs(dur[i] - 1.164) < 1e-3
+    assert right[i] - left[i] == pytest.approx(dur[i] / 1e3, rel=1e-3)
+    assert np.all(right - left > 0)

@@ -4,13 +4,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from nsight_magic import open_report
 from nsight_magic.readers.ncu import open_ncu_report
 from nsight_magic.views.ncu import (STATIC_METRIC_ROWS, TABS, ncu_bundle, ncu_html, ncu_text, prepare_ncu,
                                     rule_summary, show_ncu)
 
 NCU = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu"
+NSYS_DATA = Path(__file__).resolve().parent / "data"
 EVIL = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -101,29 +104,56 @@ def test_bundle_has_html_text_and_widget(h100):
 
 
 def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_widget(h100):
+    """BokehJS goes in an output of its own (JupyterLab never renders a widget bundle's text/html), once per
+    notebook for both views: the nsys view shown after an ncu view does not send it again."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
     import nsight_magic.views.ncu as view
+    import nsight_magic.views.report_view as nsys_view
 
     InteractiveShell.instance()
-    view._bokehjs_sent = False
+    nsys_view._bokehjs_cell[:] = []
     with capture_output() as cap:
         view.display_ncu(h100)
         view.display_ncu(h100)
-    first, second = (o.data for o in cap.outputs)
-    assert set(first) == set(second) == {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"}
-    assert len(first["text/html"]) - len(second["text/html"]) > 1_000_000  # BokehJS inline only the first time
-    assert len(second["text/html"]) < 1_000_000
+        nsys_view.display_nsys(open_report(NSYS_DATA / "nsys_h100_a_cuda_nvtx.sqlite"))
+    loader, first, second, nsys = (o.data for o in cap.outputs)
+    assert set(loader) == {"text/html", "text/plain"} and len(loader["text/html"]) > 1_000_000
+    assert loader["text/html"] == nsys_view.bokehjs_html()
+    bundle = {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"}
+    assert set(first) == set(second) == set(nsys) == bundle
+    for out in (first, second, nsys):  # the charts' script, never BokehJS itself
+        assert "Bokeh.embed" in out["text/html"] and len(out["text/html"]) < 1_000_000
+    assert not hasattr(view, "_bokehjs_sent")
     assert type(h100.show()).__name__ == "VBox"
 
 
 def test_files_tab_lists_the_folder(h100, tmp_path):
     (tmp_path / "report.ncu-rep").write_bytes(b"NVR\x00")
     (tmp_path / "report_raw.csv").write_text("x")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "log.txt").write_text("hello")
     t = prepare_ncu(h100, folder=tmp_path)
-    assert t.files["file"].tolist() == ["report.ncu-rep", "report_raw.csv"]
+    assert t.files["file"].tolist() == ["report.ncu-rep", "report_raw.csv", "sub/log.txt"]
+    assert t.files["bytes"].tolist() == [4, 1, 5]
+    # one listing for both views
+    from nsight_magic.views.report_view import NsysView
+
+    nsys_files = NsysView(open_report(NSYS_DATA / "nsys_h100_a_cuda_nvtx.sqlite"), tmp_path).files
+    pd.testing.assert_frame_equal(nsys_files, t.files)
     assert prepare_ncu(h100).files["file"].tolist() == [str(h100.path)]
+
+
+def test_folder_listing_of_something_not_a_folder_is_a_report_error(tmp_path):
+    from nsight_magic.errors import ReportError
+    from nsight_magic.views.tables import folder_files
+
+    f = tmp_path / "report.ncu-rep"
+    f.write_bytes(b"NVR\x00")
+    with pytest.raises(ReportError, match="not a folder"):
+        folder_files(f)
+    assert folder_files(None).empty
 
 
 @pytest.mark.browser

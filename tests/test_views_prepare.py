@@ -255,3 +255,21 @@ def test_events_before_the_reported_capture_start_move_x_zero_to_the_first_event
     assert data.origin_ns == 9_600 and data.first_ns == 0 and data.span_ns == 30_000 - 9_600
     g = view_glyphs(data)
     assert g.shown == g.total == 6 and g.exact["left"].min() == 0
+
+
+def test_every_nvtx_table_row_zooms_including_ranges_of_a_named_domain():
+    """The NVTX table lists nvtx_summary() names ('domain:name'); a click must find a span for each of them."""
+    p = FIXTURES.parent / "public-sqlite" / "nsightful_power_iteration__baseline.sqlite"
+    if not p.exists():
+        pytest.skip(f"{p} absent")
+    from nsight_magic import open_report
+    from nsight_magic.views.report_view import prepare_tables
+
+    rep = open_report(p)
+    t = prepare_tables(rep)
+    names = set(t.nvtx["name"])
+    assert "CCCL:cub::DeviceReduce::Sum" in names and names <= set(t.nvtx_zoom)
+    a, b = t.nvtx_zoom["CCCL:cub::DeviceReduce::Sum"]
+    nv = rep.nvtx
+    sel = nv[(nv["domain"] == "CCCL") & (nv["name"] == "cub::DeviceReduce::Sum")]
+    assert a == (sel["start_ns"].min() / 1e6) and b == (sel["end_ns"].max() / 1e6)

@@ -65,6 +65,8 @@ def _kernel_info(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _long_metrics(kernel_id, section, metric, unit, value) -> pd.DataFrame:
     value = pd.Series(value).reset_index(drop=True).astype(str)
+    if isinstance(section, str):  # one section for every row (the raw page has none): broadcast, never align
+        section = pd.Series(section, index=value.index)
     numbers, units = to_base_units(value, pd.Series(unit).reset_index(drop=True))
     text = value.where(numbers.isna() & (value != ""), None)
     out = pd.DataFrame({

@@ -278,7 +278,8 @@ class NsysReport:
     @property
     def nvtx(self) -> pd.DataFrame:
         """NVTX ranges and marks: name, domain, kind (push_pop/start_end/mark), pid, tid, depth (ranges of the
-        same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set).
+        same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set), label
+        ('domain:name' when the row has a domain, else name: the name nvtx_summary() gives the row's range).
         Marks have NA end_ns; ranges never closed have NA end_ns too."""
         return self._nvtx_both[0]
 
@@ -473,7 +474,9 @@ class NsysReport:
         t = self._table("NVTX_EVENTS")
         if t is None:
             return None
-        return self._query(lambda: self._con.execute(f'SELECT max(max(start), max("end")) FROM "{t}"').fetchone()[0])
+        # aggregate max skips NULLs; the two-argument max(a, b) would be NULL when no row has an end
+        sql = f'SELECT max(ts) FROM (SELECT max(start) AS ts FROM "{t}" UNION ALL SELECT max("end") FROM "{t}")'
+        return self._query(lambda: self._con.execute(sql).fetchone()[0])
 
     @functools.cached_property
     def _nvtx_durations(self) -> np.ndarray:

@@ -63,7 +63,7 @@ def empty_frame(frame: str) -> pd.DataFrame:
     dtypes = {}
     if frame == "nvtx":
         dtypes = dict(zip(NVTX_COLUMNS, ("int64", "Int64", "Int64", "category", "category", "category", "int64",
-                                         "int64", "int64", "Int64", "Int64")))
+                                         "int64", "int64", "Int64", "Int64", "category")))
     else:
         for c in ALL_SPECS[frame].cols:
             dtypes[c.name] = c.dtype
@@ -151,7 +151,8 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> tuple[pd.DataFrame, dict[
 
     name: registered string (textId) else text.  domain: text of the domain-create event (same domainId and
     process).  kind: push_pop / start_end / mark.  depth: ranges of the same thread open at the row's start.
-    color: ARGB as an integer (0xAARRGGBB), NA when unset.
+    color: ARGB as an integer (0xAARRGGBB), NA when unset.  label: nsys's label, 'domain:name' when the row has
+    a domain, else name (what nvtx_summary() names the row's range).
     """
     et = raw["event_type"].to_numpy()
     dom = raw[et == NVTX_DOMAIN_CREATE]
@@ -192,6 +193,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> tuple[pd.DataFrame, dict[
         codes, pairs = pd.MultiIndex.from_arrays([domain[has_dom], nm[has_dom]]).factorize()
         labels = np.array([f"{d}:{'' if pd.isna(n) else n}" for d, n in pairs], dtype=object)
         tag[has_dom] = labels[codes]
+    out["label"] = to_categorical(tag)  # public: the name nvtx_summary() gives the row's range
     # internal (numpy, not DataFrame: no string-dtype conversions): what nsys's scripts group by ("domain:name"),
     # and whether the range ended on another thread
     internal = {

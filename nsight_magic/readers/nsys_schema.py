@@ -123,7 +123,7 @@ ALL_SPECS = {**ACTIVITY_SPECS, "nvtx": NVTX_RAW, "threads": THREADS, "processes"
 
 # Final column order of each frame (NVTX and the joined columns are built in nsys.py).
 NVTX_COLUMNS = ("start_ns", "end_ns", "duration_ns", "name", "domain", "kind", "pid", "tid", "depth", "color",
-                "category")
+                "category", "label")
 
 
 def frame_columns(frame: str) -> tuple[str, ...]:

@@ -2,7 +2,8 @@
 
 Same shape as the nsys view (`report_view.py`) and built on its generic table helpers (`views/tables.py`):
 - live (`show_ncu`): an ipywidgets Tab, tables filter/sort in Python over all rows;
-- static (`ncu_html`, the text/html part of `display_ncu`): HTML tables + Bokeh charts with BokehJS inline.
+- static (`ncu_html`, the text/html part of `display_ncu`): HTML tables + Bokeh charts; BokehJS inline in the
+  standalone page, and in a notebook once, in an output of its own (`display_ncu`, shared with the nsys view).
 Kernel and NVTX names are user-controlled: they only ever reach the page as escaped text or Bokeh data.
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis.memory_workload import kernel_transfers, module_scatter, range_transfers
-from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
+from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
 KERNEL_TABLE = ("id", "short_name", "nvtx", "duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -54,10 +55,7 @@ def rule_summary(rules: pd.DataFrame) -> pd.DataFrame:
 def _files(report, folder) -> pd.DataFrame:
     """The profile folder's files, or just the report file when it is not in one."""
     if folder is not None and Path(folder).is_dir():
-        p = Path(folder)
-        files = sorted(f for f in p.rglob("*") if f.is_file())
-        return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files],
-                             "bytes": [f.stat().st_size for f in files]})
+        return folder_files(folder)
     path = Path(report.path)
     return pd.DataFrame({"file": [str(path)], "bytes": [path.stat().st_size if path.exists() else 0]})
 
@@ -226,9 +224,6 @@ class NcuView:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-_bokehjs_sent = False
-
-
 def show_ncu(report, folder=None):
     """The live ipywidgets view of an NcuReport."""
     return NcuView(report, folder).widget()
@@ -255,9 +250,14 @@ def ncu_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: boo
 
 
 def display_ncu(report, folder=None) -> None:
-    """Publish widget + static HTML + text in IPython (BokehJS inline only in this kernel's first ncu output)."""
-    global _bokehjs_sent
+    """Publish the report in IPython as display_nsys does: one bundle (widget view, static text/html,
+    text/plain), preceded by BokehJS inline in an output of its own the first time in a notebook (shared with
+    the nsys view: one copy per notebook, sent again when the cell that carried it runs again)."""
     from IPython.display import publish_display_data
 
-    publish_display_data(ncu_bundle(report, folder, include_bokehjs=not _bokehjs_sent))
-    _bokehjs_sent = True
+    from .report_view import _needs_bokehjs, bokehjs_html
+
+    bundle = ncu_bundle(report, folder, include_bokehjs=False)
+    if _needs_bokehjs():
+        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the charts below)"})
+    publish_display_data(bundle)

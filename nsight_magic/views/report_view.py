@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
-from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
+from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 
@@ -48,12 +48,12 @@ def _summary(report, method: str) -> pd.DataFrame:
     return df
 
 
-def _instance_spans(df: pd.DataFrame, start_ns: int) -> dict:
-    """name -> (first start, last end) in ms from capture start: where a table click zooms to."""
-    if df is None or df.empty or not {"name", "start_ns", "end_ns"} <= set(df.columns):
+def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> dict:
+    """df[key] -> (first start, last end) in ms from capture start: where a table click zooms to."""
+    if df is None or df.empty or not {key, "start_ns", "end_ns"} <= set(df.columns):
         return {}
     # group on the column as it is (categorical names: no per-event string conversion)
-    g = df.groupby("name", sort=False, observed=True, dropna=True).agg(t0=("start_ns", "min"), t1=("end_ns", "max"))
+    g = df.groupby(key, sort=False, observed=True, dropna=True).agg(t0=("start_ns", "min"), t1=("end_ns", "max"))
     t0 = (g["t0"].to_numpy(np.float64) - start_ns) / 1e6
     t1 = (g["t1"].to_numpy(np.float64) - start_ns) / 1e6
     return {str(k): (a, b) for k, a, b in zip(g.index, t0, t1)}
@@ -71,17 +71,17 @@ def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
         kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
         nvtx=_summary(report, "nvtx_summary"),
         kernel_zoom=_instance_spans(getattr(report, "kernels", None), start),
-        nvtx_zoom=_instance_spans(getattr(report, "nvtx", None), start))
+        nvtx_zoom=_nvtx_spans(getattr(report, "nvtx", None), start))
 
 
-def _folder_files(folder) -> pd.DataFrame:
-    if folder is None:
-        return pd.DataFrame(columns=["file", "bytes"])
-    p = Path(folder)
-    if not p.is_dir():
-        raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
-    return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})
+def _nvtx_spans(nv, start_ns: int) -> dict:
+    """Zoom spans of NVTX ranges, keyed like nvtx_summary() rows: the reader's `label` ('domain:name' for ranges
+    in a named domain), or `name` where a reader has no label.  Marks are not in the summary: left out."""
+    if nv is None or nv.empty:
+        return {}
+    if "kind" in nv.columns:
+        nv = nv[nv["kind"].astype(object) != "mark"]
+    return _instance_spans(nv, start_ns, key="label" if "label" in nv.columns else "name")
 
 
 def _report_folder(report, folder):
@@ -102,7 +102,7 @@ class NsysView:
         self.folder = _report_folder(report, folder)
         self.data: TimelineData = prepare_timeline(report)
         self.tables = prepare_tables(report, self.data.origin_ns)
-        self.files = _folder_files(self.folder)
+        self.files = folder_files(self.folder)
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
         self._static: str | None = None

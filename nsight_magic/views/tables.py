@@ -8,9 +8,12 @@ value kept in a `data-v` attribute, so formatted units ("1.2 ms" vs "800 us") so
 from __future__ import annotations
 
 from html import escape
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from ..errors import ReportError
 
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
 
@@ -232,3 +235,15 @@ def static_tabs_html(titles, panes) -> str:
     body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
                    for i, p in enumerate(panes))
     return f'<div class="nm-tabs">{buttons}</div>{body}'
+
+
+def folder_files(folder) -> pd.DataFrame:
+    """The Files tab: every file under folder (relative path, bytes), sorted; no rows when folder is None.
+    A folder that is not a directory is a one-line ReportError."""
+    if folder is None:
+        return pd.DataFrame(columns=["file", "bytes"])
+    p = Path(folder)
+    if not p.is_dir():
+        raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
+    files = sorted(f for f in p.rglob("*") if f.is_file())
+    return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})

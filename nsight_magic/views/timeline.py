@@ -1,8 +1,10 @@
 """Timeline build: TimelineData + Glyphs -> a Bokeh layout (WebGL), and the live window refresh.
 
-Numbers travel as typed arrays (float32 ms, small ints); names and details travel once, as lists held by
-the hover formatters, and are looked up by code in the browser.  Tooltips use `@field` placeholders, which
-Bokeh escapes, and the custom formatters return plain strings (escaped by the same template path).
+Numbers travel as typed arrays: float64 ms for event edges (float32 resolves only ~4 us at 40 s, so a
+microsecond event late in a long capture would get width 0), float32 for durations and sizes, small ints.
+Names and details travel once, as lists held by the hover formatters, and are looked up by code in the
+browser.  Tooltips use `@field` placeholders, which Bokeh escapes, and the custom formatters return plain
+strings (escaped by the same template path).
 """
 from __future__ import annotations
 
@@ -22,8 +24,8 @@ ROW_PX = 22
 def _exact_columns(g: Glyphs) -> dict:
     e = g.exact
     return {
-        "left": (e["left"].to_numpy() / 1e6).astype(np.float32),
-        "right": (e["right"].to_numpy() / 1e6).astype(np.float32),
+        "left": e["left"].to_numpy(np.float64) / 1e6,
+        "right": e["right"].to_numpy(np.float64) / 1e6,
         "row": e["row"].to_numpy().astype(np.int16),
         "cat": e["cat"].to_numpy().astype(np.uint8),
         "name": e["name"].to_numpy().astype(np.int32),
@@ -37,8 +39,8 @@ def _exact_columns(g: Glyphs) -> dict:
 def _agg_columns(g: Glyphs) -> dict:
     a = g.agg
     return {
-        "left": (a["left"].to_numpy(np.float64) / 1e6).astype(np.float32),
-        "right": (a["right"].to_numpy(np.float64) / 1e6).astype(np.float32),
+        "left": a["left"].to_numpy(np.float64) / 1e6,
+        "right": a["right"].to_numpy(np.float64) / 1e6,
         "row": a["row"].to_numpy().astype(np.int16),
         "cat": a["cat"].to_numpy().astype(np.uint8),
         "name": a["name"].to_numpy().astype(np.int32),
