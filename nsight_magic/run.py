@@ -345,6 +345,23 @@ def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> di
     }
 
 
+def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture: str, setup_sources, namespace,
+                       on_prepared, script: str | None = None, script_args=()):
+    """The profile folder with everything the child needs, then the profiler and its version.
+
+    The folder comes first so that even "nsys not found" says where the cell is kept."""
+    prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
+                   namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=capture,
+                   returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir())
+    if on_prepared:
+        on_prepared(prep.manifest)
+    try:
+        exe = find()
+        return prep, exe, version_of(exe)
+    except ToolNotFound as e:
+        raise RunFailed(f"{e}; nothing was run, the cell is kept in {prep.folder.path}/") from None
+
+
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str]) -> list[str]:
     """The full `nsys profile ...` argv for one run (pure)."""
     argv = [str(nsys), "profile", f"--trace={trace}", *nsys_default_args(opts.nsys_args),
@@ -388,18 +405,11 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     """
     t0 = time.monotonic()
     validate_passthrough(shlex.join(opts.nsys_args), NSYS_OWNED_FLAGS, "nsys")
-    prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
-                   namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=opts.capture,
-                   returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir())
+    prep, nsys, version = _prepare_with_tool(
+        cell, opts, tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
+        namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args)
     folder = prep.folder
-    if on_prepared:
-        on_prepared(prep.manifest)
     messages: list[str] = []
-    try:
-        nsys = tools.find_nsys()
-        version = tools.nsys_version(nsys)
-    except ToolNotFound as e:
-        raise RunFailed(f"{e}; nothing was run, the cell is kept in {folder.path}/") from None
     notes: list[str] = []
     trace, note = trace_for_machine(opts.trace, tools.gpu_visible())
     if note:
@@ -456,19 +466,12 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     from . import ncu_tool
 
     t0 = time.monotonic()
-    prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
-                   namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture="cell",
-                   returns=opts.return_vars, cwd=notebook_dir())
+    prep, ncu, version = _prepare_with_tool(
+        cell, opts, ncu_tool.find_ncu, ncu_tool.ncu_version, capture="cell", setup_sources=setup_sources,
+        namespace=namespace, on_prepared=on_prepared)
     folder = prep.folder
-    if on_prepared:
-        on_prepared(prep.manifest)
     messages: list[str] = []
     notes: list[str] = []
-    try:
-        ncu = ncu_tool.find_ncu()
-        version = ncu_tool.ncu_version(ncu)
-    except ToolNotFound as e:
-        raise RunFailed(f"{e}; nothing was run, the cell is kept in {folder.path}/") from None
     user_opts = ncu_opts  # the filters the user chose, for messages
     if not ncu_opts.nvtx_include and not ncu_opts.module:
         ncu_opts = replace(ncu_opts, nvtx_include=(f"{CAPTURE_DOMAIN}@{folder.path.name}/",))
