@@ -21,7 +21,10 @@ def main(argv: list[str]) -> None:
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", target],
                               capture_output=True, text=True)
         if proc.returncode != 0:
+            # Without private copies nsys can collide with files of other runs ("Agent launcher failed"):
+            # fail, so that tools.isolation_prefix() falls back to running without a namespace.
             print(f"nsight-magic: could not mount a private {target}: {proc.stderr.strip()}", file=sys.stderr)
+            sys.exit(97)
     os.execvp(argv[0], argv)
 
 

@@ -17,6 +17,7 @@ from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, ns
 
 
 PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
+MAX_STREAMED_CHARS = 200_000
 
 
 def parse_line(magic, line: str):
@@ -51,7 +52,7 @@ class _LiveStatus:
     """One status line in the cell output, updated in place; the child's output streams below it."""
 
     def __init__(self, tool: str, quiet: bool):
-        self.tool, self.quiet, self.handle, self.phase = tool, quiet, None, None
+        self.tool, self.quiet, self.handle, self.streamed = tool, quiet, None, 0
 
     def __call__(self, phase: str, elapsed: float) -> None:
         if self.quiet:
@@ -70,8 +71,16 @@ class _LiveStatus:
                                               f"{result.folder.path}/"}, raw=True)
 
     def output(self, stream: str, text: str) -> None:
-        if not self.quiet:
-            (sys.stdout if stream == "stdout" else sys.stderr).write(text)
+        """Stream the cell's output, up to MAX_STREAMED_CHARS: a notebook must stay small (all of it is saved)."""
+        if self.quiet or self.streamed >= MAX_STREAMED_CHARS:
+            return
+        room = MAX_STREAMED_CHARS - self.streamed
+        self.streamed += len(text)
+        out = sys.stdout if stream == "stdout" else sys.stderr
+        out.write(text[:room])
+        if len(text) > room:
+            out.write(f"\n[nsight-magic: output cut after {MAX_STREAMED_CHARS:,} characters; all of it is in "
+                      f"stdout.txt / stderr.txt in the profile folder]\n")
 
 
 @magics_class

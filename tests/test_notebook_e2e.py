@@ -122,3 +122,13 @@ def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkey
     none = next((tmp_path / "nsight-profiles").glob("none-*"))
     assert (none / "stdout.txt").read_text() == "a sent: False\n"
     assert "sending" not in _text(nb.cells[3])
+
+
+def test_streamed_output_is_bounded_and_all_of_it_is_saved(tmp_path, monkeypatch):
+    nb = _notebook(["%load_ext nsight_magic",
+                    "%%nsys --name chatty --no-render\nfor i in range(100_000):\n    print('line', i)"])
+    _run(nb, tmp_path, monkeypatch)
+    shown = _text(nb.cells[1], "stdout")
+    assert "output cut after 200,000 characters" in shown and len(shown) < 210_000
+    saved = next((tmp_path / "nsight-profiles").glob("chatty-*")) / "stdout.txt"
+    assert saved.read_text().count("\n") == 100_000
