@@ -14,6 +14,8 @@ DATA = Path(__file__).resolve().parent / "data"
 
 requires_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
                                    reason="nsys not installed (scripts/install-nsys-debian.sh)")
+requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None,
+                                  reason="ncu not installed (scripts/install-ncu-debian.sh)")
 
 
 def fixture_path(*parts: str) -> Path:

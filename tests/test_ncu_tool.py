@@ -12,22 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fixture_path, requires_ncu
 from nsight_magic.errors import OptionError, ToolNotFound
 from nsight_magic.ncu_tool import (NcuOptions, build_ncu_argv, count_limit_note, explain_ncu_failure, find_ncu,
                                    import_csvs, module_nvtx_filter, ncu_version, parse_ncu_version,
                                    validate_ncu_args)
 from nsight_magic.readers.ncu import open_ncu_report
 
-REP = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu" / "public-rep"
-requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None,
-                                  reason="ncu not installed (scripts/install-ncu-debian.sh)")
-
-
-def rep_fixture(name: str) -> Path:
-    p = REP / name
-    if not p.exists():
-        pytest.skip(f"shared fixture {p} not present")
-    return p
 
 
 # ---- finding ncu ----------------------------------------------------------------------------------------
@@ -157,7 +148,7 @@ def test_real_ncu_accepts_our_flags_and_reports_no_kernels_with_the_filters(tmp_
 @requires_ncu
 def test_import_csvs_with_real_ncu_matches_ncu_report(tmp_path):
     rep = tmp_path / "report.ncu-rep"
-    shutil.copy(rep_fixture("montecarlo_profile.ncu-rep"), rep)
+    shutil.copy(fixture_path("ncu", "public-rep", "montecarlo_profile.ncu-rep"), rep)
     raw, details = import_csvs(find_ncu(), rep, timeout=120)
     assert raw == tmp_path / "report_raw.csv" and details == tmp_path / "report_details.csv"
     from_csv = open_ncu_report(raw)
@@ -180,7 +171,7 @@ def test_import_csvs_with_real_ncu_matches_ncu_report(tmp_path):
 @requires_ncu
 def test_import_of_a_report_newer_than_ncu_explains_itself(tmp_path):
     rep = tmp_path / "report.ncu-rep"
-    shutil.copy(rep_fixture("armleth_report.ncu-rep"), rep)  # ncu 2024.2 report
+    shutil.copy(fixture_path("ncu", "public-rep", "armleth_report.ncu-rep"), rep)  # ncu 2024.2 report
     version = ncu_version(find_ncu())
     if tuple(int(x) for x in version.split(".")[:2]) >= (2024, 2):
         pytest.skip(f"ncu {version} reads this report")

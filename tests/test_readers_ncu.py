@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import fixture_path
 import nsight_magic
 from nsight_magic.errors import ReportError
 from nsight_magic.readers.ncu import NcuReport, open_ncu_report
@@ -25,10 +26,7 @@ DEBIAN_NCU_REPORT = Path("/usr/lib/python3/dist-packages/ncu_report.py")  # Debi
 
 
 def fixture(*parts: str) -> Path:
-    p = FIXTURES.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"shared fixture {p} not present")
-    return p
+    return fixture_path("ncu", *parts)
 
 
 needs_ncu_report = pytest.mark.skipif(

@@ -1,15 +1,13 @@
 """%%ncu's runner with a real ncu process (Debian's 2022.3 here: no GPU, so no kernel can be profiled)."""
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
+from conftest import requires_ncu
 from nsight_magic.ncu_tool import NcuOptions
 from nsight_magic.options import RunOptions
 from nsight_magic.run import RunFailed, run_ncu
 
-requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None, reason="ncu not installed (scripts/install-ncu-debian.sh)")
 pytestmark = [pytest.mark.timeout(180)]
 
 

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fixture_path
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
 ARTIFACTS = REPO / "test-artifacts"
 XSS = "<img src=x onerror=alert(1)>"
 # every root view of every Bokeh document (Bokeh.index is a Map once BokehJS has rendered)
@@ -103,10 +103,7 @@ class Page:
 
 
 def _fixture(name: str) -> Path:
-    p = FIXTURES / name
-    if not p.exists():
-        pytest.skip(f"{p} absent")
-    return p
+    return fixture_path("nsys", "h100-2025.3", name)
 
 
 def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_path):
@@ -267,8 +264,6 @@ def test_nvtx_range_named_like_html_is_shown_as_text_and_never_runs(browser, tmp
 
 
 def test_clicking_an_nvtx_range_highlights_the_kernels_launched_inside_it(browser, tmp_path):
-    import pandas as pd
-
     from nsight_magic import open_report
     from nsight_magic.views import write_view_html
     from nsight_magic.views.timeline_prepare import prepare_timeline

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import fixture_path
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 SITE = os.environ.get("NSIGHT_TEST_JUPYTERLAB_SITE")
 VIEWS = ("(() => { const i = Bokeh.index; "
@@ -91,9 +91,7 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
     from nsight_magic.views.report_view import LIVE_BUDGET
     from nsight_magic.views.timeline_prepare import prepare_timeline, view_glyphs
 
-    report = FIXTURES / "b_cuda_nvtx_osrt.sqlite"
-    if not report.exists():
-        pytest.skip(f"{report} absent")
+    report = fixture_path("nsys", "h100-2025.3", "b_cuda_nvtx_osrt.sqlite")
     base, root = jupyterlab
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
         "from nsight_magic import open_report\nfrom nsight_magic.views import display_nsys\n"

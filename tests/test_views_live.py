@@ -7,14 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
+from conftest import fixture_path
 
 
 def _fixture(name: str) -> Path:
-    p = FIXTURES / name
-    if not p.exists():
-        pytest.skip(f"{p} absent")
-    return p
+    return fixture_path("nsys", "h100-2025.3", name)
 
 
 def _bokeh_model(widget):
@@ -116,9 +113,7 @@ def test_files_tab_lists_the_profile_folder_and_advice_tab_fakes_nothing(tmp_pat
 
 def test_a_microsecond_event_late_in_a_long_capture_keeps_its_width_in_the_live_window():
     """mordred_report1 lasts 39.7 s: float32 ms would snap both edges of its 1.164 us event to one value."""
-    p = FIXTURES.parents[1] / "nsys" / "public-sqlite" / "mordred_report1.sqlite"
-    if not p.exists():
-        pytest.skip(f"{p} absent")
+    p = fixture_path("nsys", "public-sqlite", "mordred_report1.sqlite")
     from nsight_magic import open_report
     from nsight_magic.views.timeline import build_timeline
     from nsight_magic.views.timeline_prepare import prepare_timeline

@@ -7,22 +7,19 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from conftest import fixture_path
 from nsight_magic import open_report
 from nsight_magic.readers.ncu import open_ncu_report
 from nsight_magic.views.ncu import (STATIC_METRIC_ROWS, TABS, ncu_bundle, ncu_html, ncu_text, prepare_ncu,
                                     rule_summary, show_ncu)
 
-NCU = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu"
 NSYS_DATA = Path(__file__).resolve().parent / "data"
 EVIL = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
 CHROMIUM = Path("/usr/bin/chromium")
 
 
 def fixture(*parts) -> Path:
-    p = NCU.joinpath(*parts)
-    if not p.exists():
-        pytest.skip(f"shared fixture {p} not present")
-    return p
+    return fixture_path("ncu", *parts)
 
 
 @pytest.fixture(scope="module")

@@ -10,19 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import fixture_path
 from nsight_magic.errors import ReportError
 from nsight_magic.views.tables import format_table, table_html
 from nsight_magic.views.timeline_prepare import prepare_timeline, view_glyphs
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
 XSS = "<img src=x onerror=alert(1)>"
 
 
 def _fixture(name: str) -> Path:
-    p = FIXTURES / name
-    if not p.exists():
-        pytest.skip(f"{p} absent")
-    return p
+    return fixture_path("nsys", "h100-2025.3", name)
 
 
 def _report(n_kernels=4, kernel_gap=1000, kernel_len=500, nvtx=None, memcpy=None, span=None, streams=(7,)):
@@ -259,9 +256,7 @@ def test_events_before_the_reported_capture_start_move_x_zero_to_the_first_event
 
 def test_every_nvtx_table_row_zooms_including_ranges_of_a_named_domain():
     """The NVTX table lists nvtx_summary() names ('domain:name'); a click must find a span for each of them."""
-    p = FIXTURES.parent / "public-sqlite" / "nsightful_power_iteration__baseline.sqlite"
-    if not p.exists():
-        pytest.skip(f"{p} absent")
+    p = fixture_path("nsys", "public-sqlite", "nsightful_power_iteration__baseline.sqlite")
     from nsight_magic import open_report
     from nsight_magic.views.report_view import prepare_tables
 
