@@ -12,9 +12,7 @@ NVTX filters (`--nvtx-include`, need `--nvtx`), as the ncu CLI documentation des
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,30 +49,16 @@ OWNED_FLAGS = {
 }
 
 
-def ncu_candidates() -> list[Path]:
-    """Where ncu is looked for, in order: $NSIGHT_MAGIC_NCU, PATH, /usr/local/cuda/bin,
-    /opt/nvidia/nsight-compute/*/ (newest first)."""
-    out: list[Path] = []
-    env = os.environ.get(ENV_VAR)
-    if env:
-        out.append(Path(env).expanduser())
-    on_path = shutil.which("ncu")
-    if on_path:
-        out.append(Path(on_path))
-    out.append(Path("/usr/local/cuda/bin/ncu"))
-    out.extend(sorted(Path("/opt/nvidia/nsight-compute").glob("*/ncu"), reverse=True))  # newest version first
-    return out
+# Where ncu is when it is not on PATH (the CUDA toolkit's wrapper first).
+NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")
 
 
 def find_ncu() -> Path:
-    """The ncu executable, or ToolNotFound saying how to install it and that NSIGHT_MAGIC_NCU may point at it."""
-    env = os.environ.get(ENV_VAR)
-    if env and not (Path(env).expanduser().is_file() and os.access(Path(env).expanduser(), os.X_OK)):
-        raise ToolNotFound(f"{ENV_VAR}={env} is not an executable file; {INSTALL_HINT}")
-    for cand in ncu_candidates():
-        if cand.is_file() and os.access(cand, os.X_OK):
-            return cand
-    raise ToolNotFound(f"ncu (Nsight Compute) not found; {INSTALL_HINT}")
+    """The ncu executable: $NSIGHT_MAGIC_NCU, PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*/ (newest
+    first); ToolNotFound saying how to install it and that NSIGHT_MAGIC_NCU may point at it."""
+    from .tools import find_executable
+
+    return find_executable("ncu", ENV_VAR, NCU_GLOBS, INSTALL_HINT)
 
 
 def ncu_install_roots(ncu: Path) -> list[Path]:

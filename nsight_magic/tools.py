@@ -39,23 +39,29 @@ def _version_key(path: str) -> tuple:
     return tuple(int(n) for n in re.findall(r"\d+", path))
 
 
-def find_nsys() -> Path:
-    """The nsys to use: $NSIGHT_MAGIC_NSYS, then PATH, then NVIDIA's usual install folders."""
-    env = os.environ.get(NSYS_ENV)
+def find_executable(name: str, env_var: str, globs, hint: str) -> Path:
+    """An NVIDIA tool: $env_var, then PATH, then the install folders in `globs` (newest version first).
+
+    ToolNotFound says how to install it and that env_var may point at it."""
+    env = os.environ.get(env_var)
     if env:
         p = Path(env).expanduser()
         if p.is_file() and os.access(p, os.X_OK):
             return p
-        raise ToolNotFound(f"{NSYS_ENV}={env} is not an executable file; fix it or unset it")
-    on_path = shutil.which("nsys")
+        raise ToolNotFound(f"{env_var}={env} is not an executable file; fix it or unset it; {hint}")
+    on_path = shutil.which(name)
     if on_path:
         return Path(on_path)
-    for pattern in _NSYS_GLOBS:
-        found = sorted(glob.glob(pattern), key=_version_key, reverse=True)
-        for f in found:
+    for pattern in globs:
+        for f in sorted(glob.glob(pattern), key=_version_key, reverse=True):
             if os.access(f, os.X_OK):
                 return Path(f)
-    raise ToolNotFound(f"nsys (Nsight Systems) was not found: {NSYS_INSTALL_HINT}")
+    raise ToolNotFound(f"{name} was not found: {hint}")
+
+
+def find_nsys() -> Path:
+    """The nsys to use: $NSIGHT_MAGIC_NSYS, then PATH, then NVIDIA's usual install folders."""
+    return find_executable("nsys", NSYS_ENV, _NSYS_GLOBS, NSYS_INSTALL_HINT)
 
 
 @functools.lru_cache(maxsize=16)
