@@ -3,8 +3,9 @@
     python benchmarks/read.py [--src a_cuda_nvtx.sqlite] [--workdir DIR] [--repeat 5]
 
 Builds a 160k-kernel and a 1.6M-kernel trace from an H100 export (benchmarks/bigtrace.py), then prints
-  1. open + kernel/memcpy/cuda_api/nvtx summaries on the 160k trace, in a fresh child process each time,
-     alternated with `nsys stats --report gpukernsum` on the same file (wall time), and the ratio of medians;
+  1. open + kernel/memcpy/cuda_api/nvtx summaries on the 160k trace, in a fresh child process each time, with no
+     cache beside the file (cold), alternated with `nsys stats --report gpukernsum` on the same file (wall time),
+     and the ratio of medians; then the same re-opened with the columnar cache that run.py writes beside a profile;
   2. peak RSS of a child process that opens the 1.6M trace and computes the four summaries, and of one that
      also builds the kernels/memcpy/memset/cuda_api/nvtx DataFrames.
 Numbers are wall-clock on whatever machine runs it; other load on the machine shows up in them.
@@ -35,6 +36,9 @@ t0 = time.perf_counter()
 from nsight_magic.readers.nsys import open_nsys_report
 t1 = time.perf_counter()
 rep = open_nsys_report(sys.argv[1])
+if sys.argv[2] == "write-cache":
+    rep.kernel_summary(); print(json.dumps({"cache": str(rep.write_cache())})); sys.exit(0)
+cached = rep.cached
 rep.kernel_summary(by_launch=sys.argv[2] == "kernel")
 if sys.argv[2] != "kernel":
     rep.memcpy_summary(); rep.cuda_api_summary(); rep.nvtx_summary()
@@ -43,7 +47,7 @@ if sys.argv[2] == "frames":
     for f in ("kernels", "memcpy", "memset", "cuda_api", "nvtx"):
         getattr(rep, f)
 t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "open_summaries_s": t2 - t1, "frames_s": t3 - t2,
+print(json.dumps({"import_s": t1 - t0, "open_summaries_s": t2 - t1, "frames_s": t3 - t2, "cached": cached,
                   "kernels": len(rep.kernels) if sys.argv[2] == "frames" else None,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
@@ -93,9 +97,12 @@ def main():
         print(f"built {n:>9,} kernels: {traces[n].stat().st_size / 2**20:7.1f} MiB in {time.perf_counter() - t:5.2f} s")
 
     small = traces[args.small]
+    shutil.rmtree(small.with_suffix(".nsight-cache"), ignore_errors=True)  # cold: no cache beside the file
     ours, kern, theirs = [], [], []
     for _ in range(args.repeat):  # alternate so that machine load hits all alike
-        ours.append(child(small, "summaries")["open_summaries_s"])
+        got = child(small, "summaries")
+        assert not got["cached"]
+        ours.append(got["open_summaries_s"])
         kern.append(child(small, "kernel")["open_summaries_s"])
         if nsys:
             theirs.append(nsys_stats_s(nsys, small, work / "gpukernsum"))
@@ -110,6 +117,15 @@ def main():
         print(f"  ratio, kernel summary / nsys gpukernsum (medians): {mk / mt:.2f}")
     else:
         print("  nsys not found: no comparison")
+    child(small, "write-cache")  # what run.py does when a profile is made
+    warm = []
+    for _ in range(args.repeat):
+        got = child(small, "summaries")
+        assert got["cached"]
+        warm.append(got["open_summaries_s"])
+    mw = statistics.median(warm)
+    print(f"  re-open with the columnar cache beside it (report.nsight-cache): {mw:.3f} s / {min(warm):.3f} s"
+          + (f"   ratio to nsys gpukernsum {mw / statistics.median(theirs):.2f}" if theirs else ""))
 
     big = traces[args.large]
     s = child(big, "summaries")

@@ -24,7 +24,8 @@ sys.path.insert(0, str(HERE))
 from bigtrace import make_big_trace  # noqa: E402
 
 from nsight_magic import open_report  # noqa: E402
-from nsight_magic.views.report_view import STATIC_BUDGET, NsysView, bokehjs_html, bundle_bytes  # noqa: E402
+from nsight_magic.views.bokehjs import bokehjs_html  # noqa: E402
+from nsight_magic.views.report_view import STATIC_BUDGET, NsysView, bundle_bytes  # noqa: E402
 from nsight_magic.views.timeline_prepare import view_glyphs  # noqa: E402
 
 DEFAULT_SRC = HERE.parents[1] / "shared" / "fixtures" / "nsys" / "h100-2025.3" / "a_cuda_nvtx.sqlite"

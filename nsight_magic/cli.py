@@ -64,7 +64,8 @@ def _profile(args) -> int:
         if opts.render:
             from .views import write_view_html
 
-            path = write_view_html(report, result.folder.view_html, folder=result.folder.path)
+            path = write_view_html(report, result.folder.view_html, folder=result.folder.path,
+                                   thresholds=opts.thresholds)
             print(f"nsight-magic: view written to {path}")
         from .views import nsys_text
 

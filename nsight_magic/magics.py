@@ -157,7 +157,7 @@ class NsightMagics(Magics):
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         status.done(result)
-        self._finish(result, opts.render)
+        self._finish(result, opts.render, opts.thresholds)
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()
@@ -188,7 +188,7 @@ class NsightMagics(Magics):
         status.done(result)
         self._finish(result, opts.render)
 
-    def _finish(self, result, render: bool) -> None:
+    def _finish(self, result, render: bool, thresholds: dict | None = None) -> None:
         """Messages, returned variables, then the report view."""
         self.last_result = result
         for m in result.notes:
@@ -201,19 +201,50 @@ class NsightMagics(Magics):
         if result.sqlite or result.report_file:
             t0 = time.monotonic()
             # the folder, not the file: it picks report.sqlite, or for ncu the CSV pages (no native ncu_report)
-            _show_report(result.folder.path, result.folder.path, render)
+            _show_report(result.folder.path, result.folder.path, render, thresholds)
             result.timings["show_s"] = time.monotonic() - t0
 
     # ---- %nsys_load -----------------------------------------------------------------------------------------
     @magic_arguments()
-    @argument("path", help="a saved profile folder, a .nsys-rep/.qdrep/.sqlite (or .ncu-rep/.csv) report")
+    @argument("path", help="a saved profile folder, a folder of profiles (nsight-profiles: lists them and shows the "
+                           "newest), or a .nsys-rep/.qdrep/.sqlite (or .ncu-rep/.csv) report")
+    @argument("--pick", default=None, metavar="NAME|INDEX",
+              help="in a folder of profiles: which one to show (0 = newest, or the profile's name or part of it)")
     @argument("--no-render", action="store_true", help="print a text summary instead of the interactive view")
     @line_magic
     def nsys_load(self, line):
-        """Show a saved profile or any Nsight report again."""
+        """Show a saved profile or any Nsight report again; on a folder of profiles, list them and show one."""
         args = parse_line(self.nsys_load, line)
         path = Path(args.path).expanduser()
+        from .store import is_profile_folder, list_profiles, pick_profile
+
+        if path.is_dir() and not is_profile_folder(path):
+            profiles = list_profiles(path)
+            if profiles.empty:
+                print(f"nsight-magic: {path} holds no profile folders (nor a report); profiles are made by %%nsys "
+                      f"and %%ncu in nsight-profiles/ beside the notebook", file=sys.stderr)
+                return
+            try:
+                chosen = pick_profile(profiles, args.pick)
+            except NsightMagicError as e:
+                raise UsageError(str(e)) from None
+            _display_listing(profiles, chosen, render=not args.no_render)
+            path = Path(chosen["folder"])
+        elif args.pick is not None:
+            raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
         _show_report(path, path if path.is_dir() else None, not args.no_render)
+
+
+def _display_listing(profiles, chosen: dict, render: bool) -> None:
+    """The profiles of a folder as a table (newest first), then which one is shown below it."""
+    from .views.profiles import profiles_html, profiles_text
+
+    text = profiles_text(profiles)
+    if render:
+        display({"text/html": profiles_html(profiles, chosen["name"]), "text/plain": text}, raw=True)
+    else:
+        print(text)
+    print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
 
 
 def _print_manifest(manifest) -> None:
@@ -223,7 +254,7 @@ def _print_manifest(manifest) -> None:
         print(f"nsight-magic: {manifest_line(manifest)}")
 
 
-def _show_report(path: Path, folder: Path | None, render: bool) -> None:
+def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
     """Open and display a report; failures become one line, never a traceback into the user's cell."""
     from . import open_report
 
@@ -233,13 +264,13 @@ def _show_report(path: Path, folder: Path | None, render: bool) -> None:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return
     try:
-        display_report(report, folder, render)
+        display_report(report, folder, render, thresholds)
     except Exception as e:  # a view bug must not look like the user's cell failed
         print(f"nsight-magic: could not render {path.name} ({type(e).__name__}: {e}); the files are in "
               f"{folder or path.parent}/", file=sys.stderr)
 
 
-def display_report(report, folder: Path | None, render: bool) -> None:
+def display_report(report, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
     """The one place that picks a view for a report (Nsight Systems or Nsight Compute)."""
     from .readers.nsys import NsysReport
 
@@ -248,11 +279,12 @@ def display_report(report, folder: Path | None, render: bool) -> None:
             from .views import display_nsys
 
             # the standalone page goes beside the report, for reading without Jupyter
-            display_nsys(report, folder=folder, save_html=Path(folder) / "view.html" if folder else None)
+            display_nsys(report, folder=folder, save_html=Path(folder) / "view.html" if folder else None,
+                         thresholds=thresholds)
         else:
             from .views import nsys_text
 
-            print(nsys_text(report))
+            print(nsys_text(report, thresholds))
         return
     from .views.ncu import display_ncu, ncu_text
 

@@ -69,6 +69,11 @@ class NsysOptions(RunOptions):
     trace: str = DEFAULT_TRACE
     capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
     nsys_args: tuple[str, ...] = ()
+    advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (analysis/thresholds.py)
+
+    @property
+    def thresholds(self) -> dict[str, float]:
+        return dict(self.advice_thresholds)
 
     def __post_init__(self):
         super().__post_init__()
@@ -172,6 +177,9 @@ NSYS_ARGS = (
     (("--capture",), dict(choices=("cell", "all"), default="cell",
                           help="cell: only the cell body (setup code and variable loading stay out); "
                                "all: the whole profiled process")),
+    (("--advice-threshold",), dict(action="append", default=None, metavar="RULE.KEY=VALUE",
+                                   help="change a threshold of the Advice rules (repeatable), e.g. "
+                                        "gpu_gaps.gap_ms=100; the keys are in nsight_magic/analysis/thresholds.py")),
     (("--nsys-args",), dict(default="", metavar='"..."',
                             help="more `nsys profile` flags, e.g. \"--sample=process-tree --cudabacktrace=all\"; "
                                  "flags nsight-magic owns (-o, --force-overwrite, -x, --session, the capture "
@@ -187,8 +195,11 @@ def _common(args, default_name: str) -> dict:
 
 def nsys_options_from_args(args, default_name: str) -> NsysOptions:
     """NsysOptions from parsed COMMON_ARGS + NSYS_ARGS (magic or command line)."""
+    from .analysis.thresholds import parse_assignments
+
     return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
-                       nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"))
+                       nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
+                       advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 
 def _ncu_args():

@@ -389,10 +389,26 @@ def finish_nsys(folder: ProfileFolder, nsys: Path, messages: list[str]) -> tuple
     if rep is None:
         return None, None
     try:
-        return rep, tools.export_sqlite(rep, nsys, folder.sqlite)
+        sqlite = tools.export_sqlite(rep, nsys, folder.sqlite)
     except (ReportError, ToolNotFound) as e:
         messages.append(f"{e}; {rep.name} is kept in {folder.path}/ (open it in Nsight Systems)")
         return rep, None
+    write_report_cache(sqlite)
+    return rep, sqlite
+
+
+def write_report_cache(sqlite: Path) -> None:
+    """The columnar cache and summary.json beside a fresh export, so that re-opening and listing profiles are fast.
+    A report the reader refuses (an empty capture) gets neither: opening it says why."""
+    from .readers.nsys import open_nsys_report
+    from .store import write_summary
+
+    try:
+        with open_nsys_report(sqlite) as report:
+            report.write_cache()
+            write_summary(sqlite.parent, report)
+    except NsightMagicError:
+        pass
 
 
 def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), namespace: dict | None = None,
@@ -504,10 +520,13 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
         try:
             raw, _details = ncu_tool.import_csvs(ncu, report)
             from .readers.ncu import open_ncu_report
+            from .store import write_summary
 
-            note = ncu_tool.count_limit_note(ncu_opts, len(open_ncu_report(raw).kernels))
+            ncu_report = open_ncu_report(raw)
+            note = ncu_tool.count_limit_note(ncu_opts, len(ncu_report.kernels))
             if note:
                 notes.append(note)
+            write_summary(folder.path, ncu_report)
         except (RuntimeError, NsightMagicError) as e:
             messages.append(f"{e}; report.ncu-rep is kept in {folder.path}/")
     returned = _load_returns(folder, messages)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,3 +72,113 @@ class ProfileFolder:
 
     def files(self) -> list[Path]:
         return sorted(p for p in self.path.iterdir() if p.is_file())
+
+
+SUMMARY_FILE = "summary.json"
+# what a profile folder's listing shows; summary.json holds these (written when the profile is made)
+SUMMARY_KEYS = ("name", "tool", "created", "capture_ns", "kernels", "top_kernel", "top_kernel_pct", "top_range",
+                "top_range_pct")
+
+
+def profile_summary(report) -> dict:
+    """The few numbers that describe a profile in a listing: capture duration, kernels, top kernel and range."""
+    from .readers.nsys import NsysReport
+
+    out: dict = {"tool": "nsys" if isinstance(report, NsysReport) else "ncu"}
+    if isinstance(report, NsysReport):
+        out["capture_ns"] = int(report.meta.duration_ns)
+        ks = report.kernel_summary()
+        out["kernels"] = int(ks["count"].sum()) if len(ks) else 0
+        if len(ks):
+            out["top_kernel"], out["top_kernel_pct"] = str(ks["name"].iloc[0]), round(float(ks["pct"].iloc[0]), 1)
+        nv = report.nvtx_summary()
+        nv = nv[~nv["name"].astype(str).str.startswith(_CAPTURE_PREFIX)] if len(nv) else nv
+        if len(nv):
+            total = nv["total_ns"].sum()
+            out["top_range"] = str(nv["name"].iloc[0])
+            out["top_range_pct"] = round(float(nv["total_ns"].iloc[0] * 100.0 / total), 1) if total else 0.0
+        return out
+    k = report.kernels
+    out["kernels"] = int(len(k))
+    if len(k) and k["duration_ns"].notna().any():
+        by = k.groupby("name", sort=False)["duration_ns"].sum().sort_values(ascending=False)
+        out["capture_ns"] = int(by.sum())  # for ncu: the profiled kernels' own time
+        out["top_kernel"], out["top_kernel_pct"] = str(by.index[0]), round(float(by.iloc[0] * 100.0 / by.sum()), 1)
+    return out
+
+
+_CAPTURE_PREFIX = "nsight-magic:"  # our own cell range (domain nsight-magic), not the user's
+
+
+def write_summary(folder: Path, report) -> dict:
+    """summary.json in a profile folder (see SUMMARY_KEYS); returns what was written."""
+    folder = Path(folder)
+    data = {"name": folder.name, "created": _created(folder), **profile_summary(report)}
+    try:
+        (folder / SUMMARY_FILE).write_text(json.dumps(data, indent=2) + "\n")
+    except OSError:
+        pass
+    return data
+
+
+def _created(folder: Path) -> str:
+    """When the profile was made: the stamp in its name (create_profile_folder), else the folder's time."""
+    m = re.search(r"-(\d{4})(\d\d)(\d\d)-(\d\d)(\d\d)(\d\d)(?:-\d+)?$", folder.name)
+    if m:
+        y, mo, d, h, mi, sec = m.groups()
+        return f"{y}-{mo}-{d} {h}:{mi}:{sec}"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(folder.stat().st_mtime))
+
+
+def is_profile_folder(p: Path) -> bool:
+    return p.is_dir() and any((p / f).exists() for f in ("report.sqlite", "report.nsys-rep", "report.ncu-rep",
+                                                         "report_raw.csv", "cell.py", SUMMARY_FILE))
+
+
+def list_profiles(root: Path):
+    """The profile folders under `root` (one level), newest first, as a DataFrame with SUMMARY_KEYS + folder.
+
+    summary.json gives the figures; a folder without one (made by an older version, or whose report could not be
+    read) still gets a row with what its files say."""
+    import pandas as pd
+
+    rows = []
+    for d in Path(root).iterdir() if Path(root).is_dir() else ():
+        if not is_profile_folder(d):
+            continue
+        try:
+            data = json.loads((d / SUMMARY_FILE).read_text())
+        except (OSError, ValueError):
+            data = {"name": d.name, "created": _created(d),
+                    "tool": "ncu" if (d / "report.ncu-rep").exists() or (d / "report_raw.csv").exists() else
+                    "nsys" if (d / "report.sqlite").exists() or (d / "report.nsys-rep").exists() else None}
+        rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d)})
+    df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder"])
+    # newest first; folders made in the same second by their -n suffix (name order)
+    return df.sort_values(["created", "folder"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+def pick_profile(profiles, key: str | None) -> dict:
+    """One row of list_profiles(): the newest by default, else by index (0 = newest) or by name (the folder's
+    name, or a part of it that only one profile has).  Raises OptionError naming the choices."""
+    from .errors import OptionError
+
+    if profiles.empty:
+        raise OptionError("no profiles to pick from")
+    if key is None or key == "":
+        return profiles.iloc[0].to_dict()
+    names = profiles["name"].astype(str).tolist()
+    if str(key).lstrip("-").isdigit():
+        i = int(key)
+        if not -len(names) <= i < len(names):
+            raise OptionError(f"--pick {key}: there are {len(names)} profiles (0 = newest .. {len(names) - 1})")
+        return profiles.iloc[i].to_dict()
+    exact = [i for i, n in enumerate(names) if n == key]
+    hits = exact or [i for i, n in enumerate(names) if key in n]
+    if len(hits) == 1:
+        return profiles.iloc[hits[0]].to_dict()
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    if not hits:
+        raise OptionError(f"--pick {key}: no profile of that name; there are: {shown}")
+    raise OptionError(f"--pick {key}: {len(hits)} profiles match ({', '.join(names[i] for i in hits[:8])}); "
+                      f"give the whole name or an index")

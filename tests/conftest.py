@@ -35,3 +35,35 @@ def nvtx_ranges(sqlite_path: Path) -> list[str]:
             "WHERE n.eventType IN (59, 60) ORDER BY n.start")]
     finally:
         con.close()
+
+
+STATS_2025 = DATA / "nsys-stats-2025.3"
+
+
+def parse_nsys_csv(text: str):
+    """What `nsys stats/analyze --format csv --output -` printed, as a DataFrame; None when nsys skipped it
+    (no such data) or printed no rows."""
+    import io
+
+    import pandas as pd
+
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith(("Processing [", "NOTICE:"))]
+    if not lines or lines[0].startswith("SKIPPED") or any("does not contain" in ln for ln in lines[:2]):
+        return None
+    return pd.read_csv(io.StringIO("\n".join(lines)), keep_default_na=False, na_values=[""])
+
+
+def recorded_text(stem: str, report: str) -> str:
+    """nsys 2025.3's output of `report` (a stats report or analyze rule) for the fixture `stem`, as printed;
+    recorded on the lent GPU (tests/data/nsys-stats-2025.3/README.md); skip when not recorded."""
+    import gzip
+
+    p = STATS_2025 / stem / f"{report}.csv.gz"
+    if not p.exists():
+        pytest.skip(f"no recorded nsys 2025.3 output {p}")
+    return gzip.decompress(p.read_bytes()).decode()
+
+
+def recorded_stats(stem: str, report: str):
+    """recorded_text() as a DataFrame; None when nsys printed no table."""
+    return parse_nsys_csv(recorded_text(stem, report))

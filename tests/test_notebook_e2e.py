@@ -110,7 +110,13 @@ def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkey
         "%%nsys --name picked --vars a --quiet --no-render --nsys-args '--trace-fork-before-exec=true'\n"
         "print('a is', a)\nprint('b sent:', 'b' in globals())",
         "%%nsys --name none --no-vars\nprint('a sent:', 'a' in globals())",
+        "%nsys_load nsight-profiles --no-render",
+        "%nsys_load nsight-profiles --pick picked --no-render",
+        "%nsys_load nsight-profiles --pick 1 --no-render",
+        "%nsys_load nsight-profiles",
+        "%nsys_load nsight-profiles --pick no-such-name",
     ])
+    nb.cells[-1].metadata["tags"] = ["raises-exception"]
     _run(nb, tmp_path, monkeypatch)
     quiet = nb.cells[2]
     assert "a is" not in _text(quiet, "stdout")  # --quiet: the cell's output is not streamed...
@@ -122,6 +128,17 @@ def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkey
     none = next((tmp_path / "nsight-profiles").glob("none-*"))
     assert (none / "stdout.txt").read_text() == "a sent: False\n"
     assert "sending" not in _text(nb.cells[3])
+    # a folder of profiles: listed newest first, the newest shown unless --pick chooses another
+    listing = _text(nb.cells[4])
+    assert "2 profiles, newest first" in listing and "showing none-" in listing
+    assert listing.index("none-") < listing.index("picked-") and "Nsight Systems report" in listing
+    assert "showing picked-" in _text(nb.cells[5]) and "showing picked-" in _text(nb.cells[6])
+    rendered = [o for o in nb.cells[7].outputs if o.output_type == "display_data"]
+    assert "2 profiles" in rendered[0].data["text/html"]
+    assert "no profile of that name" in _text(nb.cells[8])
+    summary = json.loads((picked / "summary.json").read_text())
+    assert summary["tool"] == "nsys" and summary["name"] == picked.name and summary["capture_ns"] > 0
+    assert (picked / "report.nsight-cache" / "key.json").exists()
 
 
 def test_streamed_output_is_bounded_and_all_of_it_is_saved(tmp_path, monkeypatch):

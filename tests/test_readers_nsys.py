@@ -226,6 +226,7 @@ def test_nvtx_registered_strings_and_domains():
     cccl = nv[nv["domain"] == "CCCL"]
     assert len(cccl) and cccl["name"].astype(str).str.startswith("cub::").all()
     assert "CCCL:cub::DeviceReduce::Sum" in set(rep.nvtx_summary()["name"])
+    assert "CCCL:cub::DeviceReduce::Sum" in set(rep.nvtx_summary()["range"])  # named domains: the same label
     # the public label column names each range as the summary does
     assert set(rep.nvtx_summary()["name"]) <= set(nv.loc[nv["kind"] != "mark", "label"].astype(str))
     assert (cccl["label"].astype(str) == "CCCL:" + cccl["name"].astype(str)).all()
@@ -308,7 +309,10 @@ def test_memcpy_summary_equals_nsys_stats(path, reports):
     if t is None:
         assert ours.empty
         return
-    ours = ours.set_index("operation")
+    # the numbers of any version; labels as 2022.4 prints them (our stable kind -> its label)
+    from nsight_magic.readers.nsys_labels import memcpy_operations
+
+    ours = ours.set_index(memcpy_operations(ours["kind"], "2022.4"))
     assert sorted(ours.index) == sorted(t["Operation"])
     o = ours.loc[t["Operation"]]
     assert (o["count"].to_numpy() == t["Count"].to_numpy()).all()
@@ -558,3 +562,73 @@ def test_committed_h100_exports_open():
     for p in files:
         with open_nsys_report(p) as rep:
             assert len(rep.kernels) > 0 and rep.kernels["launch_tid"].notna().all()
+
+
+def test_sqlite_with_string_ids_but_no_thread_names_names_what_is_missing(tmp_path):
+    p = tmp_path / "strings-only.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(ReportError) as e:
+        open_report(p)
+    msg = str(e.value)
+    assert "none of ThreadNames" in msg and "StringIds among them" in msg and "no StringIds" not in msg
+    assert "nsys export --type sqlite" in msg and p.name in msg and "\n" not in msg
+
+
+# -- the columnar cache and the two read paths ------------------------------------------------------------------
+
+SUMMARIES = ("kernel_summary", "memcpy_summary", "cuda_api_summary", "nvtx_summary", "nvtx_gpu_projection")
+
+
+def _everything(rep):
+    return [getattr(rep, s)() for s in SUMMARIES] + [rep.nvtx, rep.kernels]
+
+
+def test_columnar_cache_gives_the_same_frames_and_is_dropped_when_the_export_changes(tmp_path):
+    p = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    with open_nsys_report(p) as rep:
+        assert not rep.cached
+        expected = _everything(rep)
+        assert rep.write_cache() == tmp_path / "report.nsight-cache"
+    with open_nsys_report(p) as rep:
+        assert rep.cached
+        for a, b in zip(_everything(rep), expected):
+            pd.testing.assert_frame_equal(a, b)
+    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))  # a re-export: newer file
+    with open_nsys_report(p) as rep:
+        assert not rep.cached
+    (tmp_path / "report.nsight-cache" / "key.json").write_text("{not json")
+    with open_nsys_report(p) as rep:
+        assert not rep.cached and len(rep.kernel_summary())
+
+
+def test_text_and_arrow_read_paths_agree(monkeypatch):
+    """ADBC's Arrow path and the group_concat text path (used when ADBC is missing or cannot type a column)."""
+    from nsight_magic.readers import nsys_sql
+
+    path = DATA / "nsys_h100_a_cuda_nvtx.sqlite"
+    with open_nsys_report(path) as rep:
+        arrow = _everything(rep)
+    calls = []
+    monkeypatch.setattr(nsys_sql, "_read_ints_adbc", lambda *a: calls.append(a) or None)
+    with open_nsys_report(path) as rep:
+        text = _everything(rep)
+    assert calls  # the fast path was asked and declined
+    for a, b in zip(arrow, text):
+        pd.testing.assert_frame_equal(a, b)
+
+
+def test_arrow_path_declines_a_column_it_cannot_type(tmp_path):
+    from nsight_magic.readers.nsys_sql import _read_ints_adbc
+
+    p = tmp_path / "mixed.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (a INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(2000)] + [("text",)])
+    con.commit()
+    con.close()
+    assert _read_ints_adbc(p, "t", ["a"], None) is None
+    assert list(_read_ints_adbc(p, "t", ["a"], "rowid <= 3")[0]) == [0, 1, 2]

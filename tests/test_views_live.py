@@ -97,16 +97,26 @@ def test_table_widget_filters_and_sorts_by_raw_values():
     assert v.index("2.000 ms") < v.index("50.000 us") < v.index("900 ns")
 
 
-def test_files_tab_lists_the_profile_folder_and_advice_tab_fakes_nothing(tmp_path):
+def test_files_tab_lists_the_profile_folder_and_the_advice_tab_shows_the_findings(tmp_path):
     from nsight_magic import open_report
     from nsight_magic.views import show_nsys
-    from nsight_magic.views.report_view import NO_ADVICE
 
     (tmp_path / "report.sqlite").write_bytes(_fixture("c_range.sqlite").read_bytes())
     (tmp_path / "stdout <b>x.txt").write_text("cell output")
     tab = show_nsys(open_report(tmp_path / "report.sqlite"), folder=tmp_path)
     advice, files = tab.children[5], tab.children[6]
-    assert advice.value == f"<p>{NO_ADVICE}</p>"
+    rep = open_report(tmp_path / "report.sqlite")
+    findings = rep.findings()
+    assert findings and findings[0].title in advice.children[1].children[0].value
+    # "show on timeline" zooms the live timeline to the evidence and shades it
+    tv = tab._nsight_timeline
+    advice.children[1].children[1].click()
+    bands = list(zip(tv.band_src.data["left"], tv.band_src.data["right"]))
+    from nsight_magic.views.advice import bands_ms, focus_ms
+
+    t0, _t1 = focus_ms(bands_ms(findings[0], tv.data.origin_ns))
+    assert bands and abs(bands[0][0] - (findings[0].ranges[0][0] - tv.data.origin_ns) / 1e6) < 1e-6
+    assert tv.figure.x_range.start <= t0 <= tv.figure.x_range.end and tab.selected_index == 0
     listing = files.children[1].children[-1].value
     assert "report.sqlite" in listing and "stdout &lt;b&gt;x.txt" in listing and "<b>x" not in listing
 

@@ -214,7 +214,7 @@ def test_fixture_tables_show_the_same_numbers_as_the_reader_summaries():
 def test_fixture_view_text_html_and_files(tmp_path):
     from nsight_magic import open_report
     from nsight_magic.views import nsys_html, nsys_text, write_view_html
-    from nsight_magic.views.report_view import NO_ADVICE, bundle_bytes, nsys_bundle
+    from nsight_magic.views.report_view import bundle_bytes, nsys_bundle
 
     src = _fixture("c_range.sqlite")
     folder = tmp_path / "prof"
@@ -226,7 +226,8 @@ def test_fixture_view_text_html_and_files(tmp_path):
     assert "Kernels (top" in text and "cudaLaunchKernel" in text
     page = nsys_html(rep, folder=folder)
     assert "cdn.bokeh.org" not in page and "Bokeh" in page
-    assert NO_ADVICE in page
+    assert "finding(s), most time at stake first" in page and 'class="nm-finding"' in page
+    assert "Advice (top" in text
     assert "report.sqlite" in page and "stdout &lt;img src=x onerror=alert(1)&gt;.txt" in page and XSS not in page
     out = write_view_html(rep, tmp_path / "view.html", folder=folder)
     assert out.read_text(encoding="utf-8") != "" and out.stat().st_size < 3.5e6

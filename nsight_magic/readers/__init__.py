@@ -46,4 +46,11 @@ def _open_folder(folder: Path):
         found = sorted(folder.glob(pattern))
         if found:
             return open_report(found[0])
+    from ..store import list_profiles
+
+    profiles = list_profiles(folder)
+    if len(profiles):
+        newest = profiles["folder"].iloc[0]
+        raise ReportError(f"{folder} holds {len(profiles)} profiles, not one report: open one of them (the newest is "
+                          f"{newest}), or list them with %nsys_load {folder}")
     raise ReportError(f"{folder}: no report in this folder (looked for report.sqlite, report.nsys-rep, report.ncu-rep)")

@@ -52,6 +52,17 @@ class NcuReport:
         self._load_metrics = None
         return self
 
+    def findings(self) -> list:
+        """The guided-analysis rules as `analysis.findings.Finding`s, ranked by the time their fix can save."""
+        from ..analysis.ncu_findings import ncu_findings
+
+        return ncu_findings(self)
+
+    def findings_frame(self) -> pd.DataFrame:
+        from ..analysis.findings import findings_frame
+
+        return findings_frame(self.findings())
+
     def show(self, folder=None):
         """The rich view (ipywidgets tabs)."""
         from ..views.ncu import show_ncu

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import re
 import sqlite3
@@ -23,10 +24,11 @@ import pandas as pd
 
 from ..errors import NsightMagicError, ReportError
 from . import nsys_schema as S
-from .nsys_frames import build_nvtx, empty_frame, launch_tids, read_frame, sort_by_start
-from .nsys_sql import NULL, Strings, connect, find_table
-from .nsys_summary import (busy_fraction, empty_stats, grouped_stats, memcpy_operation, nvtx_projection,
-                           with_pct)
+from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
+from .capture_span import CaptureSpan, capture_span
+from .nsys_sql import NULL, Strings, columns_of, connect, find_spec_table, find_table
+from .nsys_labels import memcpy_operations, nvtx_range_labels
+from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 
 REP_SUFFIXES = (".nsys-rep", ".qdrep")
 
@@ -37,11 +39,13 @@ class ReportMeta:
 
     nsys_version: str | None  # nsys that exported the file (EXPORT_PRODUCT_VERSION), None before 2021
     schema_version: str | None  # EXPORT_SCHEMA_VERSION
-    start_ns: int  # capture span: ANALYSIS_DETAILS, else the first/last event
+    start_ns: int  # capture span (readers.capture_span): ANALYSIS_DETAILS when it overlaps the events, else theirs
     end_ns: int
     duration_ns: int
     utc_start_ns: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs
     tables: tuple[str, ...] = ()
+    span_source: str = "capture bounds"  # "capture bounds" | "events" | "none"
+    span_note: str | None = None  # why the capture bounds were not used
 
 
 def open_nsys_report(path) -> "NsysReport":
@@ -134,6 +138,34 @@ class NsysReport:
         except BaseException:
             self.close()
             raise
+        self.cached = self._load_cache()
+
+    _CACHED = ("kernels", "memcpy", "memset", "cuda_api", "nvtx")
+
+    def _load_cache(self) -> bool:
+        """Take the core columns from the columnar cache beside the export (readers.nsys_cache), when valid."""
+        from . import nsys_cache
+
+        got = nsys_cache.load(self.sqlite_path)
+        if got is None or not set(self._CACHED) <= set(got[0]):
+            return False
+        parts, extra = got
+        for f in self._CORE:
+            self._core_cache[f] = parts[f]
+        if parts["nvtx"] is not None:
+            self.__dict__["_nvtx_arrays"] = parts["nvtx"]
+            self.__dict__["_nvtx_maxts"] = extra.get("nvtx_maxts")
+        return True
+
+    def write_cache(self) -> Path | None:
+        """Write the columnar cache of the core columns beside the export (done when a profile is made); returns
+        its folder, or None when it could not be written."""
+        from . import nsys_cache
+
+        parts = {f: self._core(f) for f in self._CORE}
+        nv = self._nvtx_arrays
+        parts["nvtx"] = nv if len(nv["start"]) else None
+        return nsys_cache.save(self.sqlite_path, parts, {"nvtx_maxts": self._nvtx_maxts})
 
     def __repr__(self):
         return f"<NsysReport {self.path.name} nsys={self.meta.nsys_version} {self.meta.duration_ns / 1e9:.3f}s>"
@@ -176,10 +208,12 @@ class NsysReport:
 
     @functools.cached_property
     def _strings(self) -> Strings:
+        if "strings" in self._core_cache:  # read in parallel with the core tables
+            return self._core_cache["strings"].result()
         return self._query(Strings, self._con, self._tables)
 
     def _frame(self, name: str) -> pd.DataFrame:
-        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name])
+        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path)
         return sort_by_start(df) if "start_ns" in df else df
 
     def _table(self, name: str) -> str | None:
@@ -191,13 +225,15 @@ class NsysReport:
             if t in self._tables:
                 kv = dict(self._query(lambda: self._con.execute(f"SELECT name, value FROM {t}").fetchall()))
                 break
-        start = end = None
+        bounds = None
         if "ANALYSIS_DETAILS" in self._tables:
-            row = self._query(lambda: self._con.execute(
+            bounds = self._query(lambda: self._con.execute(
                 "SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS").fetchone())
-            start, end = row
-        if start is None:
-            start, end = self._event_span()
+        # the event span costs a scan of every table: only when the bounds are missing or overlap no event
+        if bounds is not None and None not in bounds and self._any_event_within(*bounds):
+            span = capture_span(bounds, None)
+        else:
+            span = capture_span(bounds, self.event_span)
         utc = None
         if "TARGET_INFO_SESSION_START_TIME" in self._tables:
             try:
@@ -205,21 +241,46 @@ class NsysReport:
                 utc = utc[0] if utc else None
             except sqlite3.DatabaseError:
                 utc = None
-        start, end = int(start or 0), int(end or 0)
-        return ReportMeta(kv.get("EXPORT_PRODUCT_VERSION"), kv.get("EXPORT_SCHEMA_VERSION"), start, end,
-                          end - start, utc, tuple(sorted(self._tables)))
+        return ReportMeta(kv.get("EXPORT_PRODUCT_VERSION"), kv.get("EXPORT_SCHEMA_VERSION"), span.start_ns,
+                          span.end_ns, span.duration_ns, utc, tuple(sorted(self._tables)), span.source, span.note)
 
-    def _event_span(self):
+    def _event_tables(self) -> list[tuple[str, str]]:
+        """(table, SQL condition) of every table of timed events; NVTX without its registration rows (domain
+        creation and the like carry timestamps from before the capture, even negative ones)."""
+        out = []
+        for spec in S.ACTIVITY_SPECS.values():
+            t = find_spec_table(self._tables, spec)
+            if t:
+                out.append((t, "1"))
+        t = self._table("NVTX_EVENTS")
+        if t:
+            kinds = ", ".join(map(str, S.NVTX_PUSH_POP + S.NVTX_START_END + S.NVTX_MARK))
+            out.append((t, f"eventType IN ({kinds})"))
+        return out
+
+    def _any_event_within(self, a: int, b: int) -> bool:
+        for t, cond in self._event_tables():
+            sql = f'SELECT 1 FROM "{t}" WHERE {cond} AND start <= ? AND coalesce("end", start) >= ? LIMIT 1'
+            if self._query(lambda: self._con.execute(sql, (b, a)).fetchone()):
+                return True
+        return False
+
+    @functools.cached_property
+    def event_span(self) -> tuple[int | None, int | None]:
+        """(first start, last end) over every timed event of the report, on its clock; (None, None) when none."""
         lo = hi = None
-        for spec in S.ALL_SPECS.values():
-            for name in spec.tables:
-                t = self._table(name)
-                if t and spec.frame not in ("threads", "processes", "gpus"):
-                    a, b = self._query(lambda: self._con.execute(
-                        f'SELECT min(start), max(coalesce("end", start)) FROM "{t}"').fetchone())
-                    if a is not None:
-                        lo, hi = (a if lo is None else min(lo, a)), (b if hi is None else max(hi, b))
+        for t, cond in self._event_tables():
+            a, b = self._query(lambda: self._con.execute(
+                f'SELECT min(start), max(coalesce("end", start)) FROM "{t}" WHERE {cond}').fetchone())
+            if a is not None:
+                lo, hi = (a if lo is None else min(lo, a)), (b if hi is None else max(hi, b))
         return lo, hi
+
+    @property
+    def time_span(self) -> CaptureSpan:
+        """The capture span with the time origin and axis end that timelines and findings use."""
+        return capture_span((self.meta.start_ns, self.meta.end_ns) if self.meta.span_source != "none" else None,
+                            self.event_span)
 
     # -- frames ----------------------------------------------------------------------------------------------
     @functools.cached_property
@@ -259,6 +320,11 @@ class NsysReport:
         return self._frame("sync")
 
     @functools.cached_property
+    def overhead(self) -> pd.DataFrame:
+        """nsys's own overhead intervals (PROFILER_OVERHEAD: buffer flushes...), with the thread they hit."""
+        return self._frame("overhead")
+
+    @functools.cached_property
     def cublas(self) -> pd.DataFrame:
         return self._frame("cublas")
 
@@ -267,21 +333,32 @@ class NsysReport:
         return self._frame("cudnn")
 
     @functools.cached_property
-    def _nvtx_both(self):
-        raw = self._query(read_frame, self._con, self._tables, self._strings, S.NVTX_RAW)
-        if len(raw) == 0:
-            return empty_frame("nvtx"), {
-                "tag": np.empty(0, object), "style": np.empty(0, object), "is_range": np.empty(0, bool),
-                "same_thread": np.empty(0, bool), "thread": np.empty(0, np.int64)}
+    def _nvtx_arrays(self):
+        if "nvtx" in self._core_cache:  # read (and built) in parallel with the core tables
+            return self._core_cache.pop("nvtx").result()
+        return self._read_nvtx(self._con)
+
+    def _read_nvtx(self, con):
+        raw = self._query(read_frame, con, self._tables, self._strings, S.NVTX_RAW, self.sqlite_path)
+        if "_nvtx_maxts" not in self.__dict__:  # where ranges never closed end: the last NVTX start or end
+            ends = raw["end_ns"].to_numpy(np.float64, na_value=np.nan)
+            self.__dict__["_nvtx_maxts"] = (None if len(raw) == 0 else
+                                            int(max(raw["start_ns"].max(), np.nanmax(ends, initial=-np.inf))))
+        if len(raw) == 0:  # no NVTX table, or an empty one
+            return {k: np.empty(0, t) for k, t in (("start", np.int64), ("end", np.float64), ("tag", object),
+                                                   ("style", object), ("is_range", bool), ("same_thread", bool),
+                                                   ("thread", np.int64), ("has_domain", bool), ("pid", np.int64),
+                                                   ("tid", np.int64))}
         return build_nvtx(raw, self._strings)
 
-    @property
+    @functools.cached_property
     def nvtx(self) -> pd.DataFrame:
         """NVTX ranges and marks: name, domain, kind (push_pop/start_end/mark), pid, tid, depth (ranges of the
         same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set), label
-        ('domain:name' when the row has a domain, else name: the name nvtx_summary() gives the row's range).
+        ('domain:name' when the row has a domain, else name: the `name` nvtx_summary() gives the row's range).
         Marks have NA end_ns; ranges never closed have NA end_ns too."""
-        return self._nvtx_both[0]
+        a = self._nvtx_arrays
+        return nvtx_frame(a) if len(a["start"]) else empty_frame("nvtx")
 
     @functools.cached_property
     def threads(self) -> pd.DataFrame:
@@ -321,7 +398,7 @@ class NsysReport:
         table = find_spec_table(self._tables, spec)
         if table is None:
             return None
-        got = self._query(read_raw, self._con, table, spec, cols)
+        got = self._query(read_raw, self._con, table, spec, cols, self.sqlite_path)
         return [got[c] for c in cols]
 
     _CORE = {  # columns the summaries and the NVTX projection share: one scan of each table
@@ -332,11 +409,57 @@ class NsysReport:
     }
 
     def _core(self, frame: str) -> dict[str, np.ndarray] | None:
-        """Raw integer columns (ids undecoded) of a table, by our column names; None when the table is absent."""
+        """Raw integer columns (ids undecoded) of a table, by our column names; None when the table is absent.
+
+        The first call reads every core table at once, each on its own read-only connection in a thread of its
+        own: SQLite releases the GIL while it scans, so the tables are read in parallel (the summaries and the NVTX
+        projection need all of them; a view asks for all four summaries)."""
         if frame not in self._core_cache:
-            cols = self._narrow(S.ALL_SPECS[frame], self._CORE[frame])
-            self._core_cache[frame] = None if cols is None else dict(zip(self._CORE[frame], cols))
-        return self._core_cache[frame]
+            self._prefetch_core()
+        got = self._core_cache[frame]
+        return got.result() if isinstance(got, Future) else got
+
+    def _prefetch_core(self) -> None:
+        todo = [f for f in self._CORE if f not in self._core_cache]
+        tables = {f: find_spec_table(self._tables, S.ALL_SPECS[f]) for f in todo}
+        for f in todo:
+            if tables[f] is None:
+                self._core_cache[f] = None
+        todo = [f for f in todo if tables[f] is not None]
+        if not todo:
+            return
+        if len(todo) == 1 or (os.cpu_count() or 1) == 1:
+            for f in todo:
+                self._core_cache[f] = self._read_core(f, tables[f], self._con)
+            return
+        pool = ThreadPoolExecutor(max_workers=min(len(todo) + 1, os.cpu_count() or 1))
+        # in the order the summaries use them, so that each summary computes while later tables are still read
+        if "_strings" not in self.__dict__:
+            self._core_cache["strings"] = pool.submit(self._in_thread, lambda con: Strings(con, self._tables))
+        jobs = [(f, lambda con, f=f: self._read_core(f, tables[f], con)) for f in todo]
+        if "_nvtx_arrays" not in self.__dict__ and find_spec_table(self._tables, S.NVTX_RAW):
+            jobs.append(("nvtx", self._read_nvtx))
+        for key, job in jobs:
+            self._core_cache[key] = pool.submit(self._in_thread, job)
+        pool.shutdown(wait=False)
+
+    def _in_thread(self, fn):
+        """fn(connection) on a read-only connection of its own (SQLite connections are not shared by threads)."""
+        con = None
+        try:
+            con = sqlite3.connect(self.sqlite_path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+            return fn(con)
+        except sqlite3.DatabaseError as e:
+            raise ReportError(f"{self.sqlite_path}: cannot read ({e}); re-export the report") from None
+        finally:
+            if con is not None:
+                con.close()
+
+    def _read_core(self, frame: str, table: str, con) -> dict[str, np.ndarray]:
+        from .nsys_frames import read_raw
+
+        got = self._query(read_raw, con, table, S.ALL_SPECS[frame], self._CORE[frame], self.sqlite_path)
+        return {c: got[c] for c in self._CORE[frame]}
 
     def kernel_summary(self, base: bool = False, by_launch: bool = False) -> pd.DataFrame:
         """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (nsys 2023+).
@@ -361,8 +484,9 @@ class NsysReport:
     def memcpy_summary(self) -> pd.DataFrame:
         """Per memory operation, as gpumemtimesum + gpumemsizesum (cuda_gpu_mem_time_sum/_size_sum).
 
-        operation is nsys's name ('[CUDA memcpy HtoD]', '[CUDA memset]'); kind our short one ('HtoD', 'memset');
-        pct is the share of total_ns."""
+        operation is the label of `nsys stats` of the report's version ('[CUDA memcpy HtoD]' up to 2023.2,
+        '[CUDA memcpy Host-to-Device]' since, '[CUDA memset]'; see readers.nsys_labels); kind is our stable short
+        one ('HtoD', 'memset'); pct is the share of total_ns."""
         e = np.empty(0, np.int64)
         c, m = self._core("memcpy"), self._core("memset")
         mc = [c["kind"], c["bytes"], c["end_ns"] - c["start_ns"]] if c else [e, e, e]
@@ -381,11 +505,21 @@ class NsysReport:
 
         kind = np.asarray(self._query(decode_enum, self._con, self._tables, "memcpy_kind", ids), dtype=object)
         kind[ids == -1] = "memset"
-        op = memcpy_operation(kind)
-        op[ids == -1] = "[CUDA memset]"
-        s.insert(0, "operation", op)
+        s.insert(0, "operation", memcpy_operations(kind, self.meta.nsys_version, self._memcpy_enum_labels()))
         s.insert(1, "kind", kind)
         return with_pct(s)
+
+    def _memcpy_enum_labels(self) -> dict[str, str]:
+        """Our memcpy kind -> the label in the report's own ENUM_CUDA_MEMCPY_OPER (what nsys 2023.3+ prints)."""
+        table = S.ENUMS["memcpy_kind"][0]
+        if table not in self._tables or "label" not in columns_of(self._con, table):
+            return {}
+        from .nsys_sql import decode_enum
+
+        rows = self._query(lambda: self._con.execute(f'SELECT id, label FROM "{table}"').fetchall())
+        ids = np.array([r[0] for r in rows], np.int64)
+        kinds = np.asarray(decode_enum(self._con, self._tables, "memcpy_kind", ids), dtype=object)
+        return {k: str(lab) for k, (_, lab) in zip(kinds, rows) if lab is not None}
 
     def cuda_api_summary(self) -> pd.DataFrame:
         """Per API function, as cudaapisum/cuda_api_sum: the '_vNNNN' version suffix is dropped from names."""
@@ -400,17 +534,23 @@ class NsysReport:
     def nvtx_summary(self) -> pd.DataFrame:
         """Per NVTX range name and style, as nvtxsum/nvtx_sum, plus gpu_ns and gpu_ops.
 
-        name is nsys's label ('domain:name' when the range has a domain); style 'PushPop' or 'StartEnd'.
+        range is the label of `nsys stats` of the report's version (':step' for the default domain since 2024.2,
+        'step' before; 'Domain:step' always; see readers.nsys_labels); name is our stable one ('Domain:step' or
+        'step', = the nvtx frame's label); style 'PushPop' or 'StartEnd'.
         Ranges never closed last until the last NVTX timestamp.  gpu_ns sums, over the instances, the GPU
         projection of each range (first to last GPU op launched inside it, as nvtxgpuproj); gpu_ops counts the
         launching API calls."""
-        nv, internal = self._nvtx_both
+        internal = self._nvtx_arrays
         rng = internal["is_range"]
         if not rng.any():
-            return empty_stats(("name", "style"), ("pct", "gpu_ns", "gpu_ops"))
+            return empty_stats(("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
         dur = self._nvtx_durations
         s, group = grouped_stats({"name": internal["tag"][rng], "style": internal["style"][rng]}, dur[rng],
                                  return_groups=True)
+        first = np.zeros(len(s), np.int64)
+        first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?
+        s.insert(0, "range", nvtx_range_labels(s["name"].to_numpy(object), internal["has_domain"][first],
+                                               self.meta.nsys_version))
         p = self._projection
         row_group = np.full(len(rng), -1, np.int64)
         row_group[rng] = group
@@ -442,49 +582,58 @@ class NsysReport:
                              "correlation_id": pd.arrays.IntegerArray(cols[4], cols[4] == NULL)})
 
     def nvtx_gpu_projection(self) -> pd.DataFrame:
-        """One row per NVTX range that launched GPU work, as `nsys stats --report nvtxgpuproj`: name, style,
+        """One row per NVTX range that launched GPU work, as `nsys stats --report nvtxgpuproj`: range (nsys's label
+        of the report's version), name (stable), style,
         start_ns, duration_ns (the range), proj_start_ns, proj_duration_ns (its GPU ops), gpu_ops, pid, tid,
         depth."""
-        nv, internal = self._nvtx_both
+        internal = self._nvtx_arrays
         p = self._projection
         rows = p["row"].to_numpy()
         dur = self._nvtx_durations[rows]
         out = pd.DataFrame({
+            "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows], self.meta.nsys_version),
             "name": internal["tag"][rows], "style": internal["style"][rows],
-            "start_ns": nv["start_ns"].to_numpy()[rows], "duration_ns": dur,
+            "start_ns": internal["start"][rows], "duration_ns": dur,
             "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
-            "gpu_ops": p["gpu_ops"].to_numpy(), "pid": nv["pid"].to_numpy()[rows], "tid": nv["tid"].to_numpy()[rows],
-            "depth": nv["depth"].to_numpy()[rows],
+            "gpu_ops": p["gpu_ops"].to_numpy(), "pid": internal["pid"][rows], "tid": internal["tid"][rows],
+            "depth": self.nvtx["depth"].to_numpy()[rows],
         })
         return out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False],
                                kind="stable").reset_index(drop=True)
 
     @functools.cached_property
     def _projection(self) -> pd.DataFrame:
-        nv, internal = self._nvtx_both
+        internal = self._nvtx_arrays
         if not internal["is_range"].any():
             ops = api = pd.DataFrame()
         else:
             ops, api = self._gpu_ops(), self._api_calls()
-        return nvtx_projection(nv, internal, ops, api, self._nvtx_maxts)
+        return nvtx_projection(internal, ops, api, self._nvtx_maxts)
 
     @functools.cached_property
     def _nvtx_maxts(self) -> int | None:
-        """Where nsys ends ranges never closed: the last NVTX start or end."""
-        t = self._table("NVTX_EVENTS")
-        if t is None:
-            return None
-        # aggregate max skips NULLs; the two-argument max(a, b) would be NULL when no row has an end
-        sql = f'SELECT max(ts) FROM (SELECT max(start) AS ts FROM "{t}" UNION ALL SELECT max("end") FROM "{t}")'
-        return self._query(lambda: self._con.execute(sql).fetchone()[0])
+        """Where nsys ends ranges never closed: the last NVTX start or end (of any NVTX row)."""
+        self._nvtx_arrays  # reading the NVTX rows sets it
+        return self.__dict__.get("_nvtx_maxts")
 
     @functools.cached_property
     def _nvtx_durations(self) -> np.ndarray:
-        nv = self.nvtx
+        a = self._nvtx_arrays
         maxts = self._nvtx_maxts or 0
-        end = nv["end_ns"].to_numpy(np.float64, na_value=np.nan)
-        end = np.where(np.isnan(end), maxts, end).astype(np.int64)
-        return end - nv["start_ns"].to_numpy(np.int64)
+        return np.where(np.isnan(a["end"]), maxts, a["end"]).astype(np.int64) - a["start"]
+
+    def findings(self, thresholds: dict | None = None, rules=None) -> list:
+        """What this profile says to change: `analysis.findings.Finding`s sorted by the time the fix can save
+        (thresholds: analysis/thresholds.py; rules: names of analysis.findings.NSYS_RULES, default all)."""
+        from ..analysis.findings import nsys_findings
+
+        return nsys_findings(self, thresholds, rules)
+
+    def findings_frame(self, thresholds: dict | None = None) -> pd.DataFrame:
+        """findings() as a DataFrame, one row per finding."""
+        from ..analysis.findings import findings_frame
+
+        return findings_frame(self.findings(thresholds))
 
     def gpu_utilization(self, bins: int = 200) -> pd.DataFrame:
         """Per GPU and time bin over the capture span: the fraction (0..1) of the bin in which at least one

@@ -12,7 +12,7 @@ from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, 
 _MASK24 = 0xFFFFFF
 
 
-def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None) -> dict[str, np.ndarray]:
+def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None) -> dict[str, np.ndarray]:
     """Integer columns of `spec` (our names; all non-text ones by default) as raw int64 arrays.
 
     Each raw column is read once even when several of ours come from it (pid and tid both come from
@@ -37,7 +37,7 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None) -
         return f'"{r}"'
 
     uniq = list(uses)
-    arrays = dict(zip(uniq, read_ints(con, table, [expr(r) for r in uniq], spec.where))) if uniq else {}
+    arrays = dict(zip(uniq, read_ints(con, table, [expr(r) for r in uniq], spec.where, path))) if uniq else {}
     if delta_end:
         d = arrays["end"]
         arrays["end"] = np.where(d == NULL, NULL, arrays["start"] + d)
@@ -77,7 +77,7 @@ def _pd_dtype(d: str):
     return pd.CategoricalDtype(pd.Index([], dtype=object)) if d == "category" else d
 
 
-def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec) -> pd.DataFrame:
+def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=None) -> pd.DataFrame:
     table = find_spec_table(tables, spec)
     if table is None:
         return empty_frame(spec.frame)
@@ -85,7 +85,7 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec) -> pd.D
     raws = {c.name: next((r for r in c.raw if r in present), None) for c in spec.cols}
     if spec.frame in ("threads", "processes", "gpus") and not any(raws.values()):
         return empty_frame(spec.frame)
-    ints = read_raw(con, table, spec)
+    ints = read_raw(con, table, spec, path=path)
     n = len(next(iter(ints.values()))) if ints else 0
     data: dict[str, object] = {}
     for c in spec.cols:
@@ -146,62 +146,70 @@ def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
     return pd.arrays.IntegerArray(tids, (idx < 0) | kernels["correlation_id"].isna().to_numpy())
 
 
-def build_nvtx(raw: pd.DataFrame, strings: Strings) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    """Raw NVTX rows -> (public frame, internal arrays with nsys's tag/style for summaries).
+def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
+    """Raw NVTX rows -> plain arrays, sorted by start: what the summaries need, and what nvtx_frame() turns into the
+    public frame (only when someone asks for it: the summaries need neither depths nor categoricals).
 
     name: registered string (textId) else text.  domain: text of the domain-create event (same domainId and
-    process).  kind: push_pop / start_end / mark.  depth: ranges of the same thread open at the row's start.
-    color: ARGB as an integer (0xAARRGGBB), NA when unset.  label: nsys's label, 'domain:name' when the row has
-    a domain, else name (what nvtx_summary() names the row's range).
+    process).  tag: nsys's grouping key, 'domain:name' when the row has a domain, else name.
     """
     et = raw["event_type"].to_numpy()
     dom = raw[et == NVTX_DOMAIN_CREATE]
     keep = np.isin(et, NVTX_PUSH_POP + NVTX_START_END + NVTX_MARK)
     ev = raw[keep].reset_index(drop=True)
-    name = ev["text_id"].astype(object).where(ev["text_id"].notna(), ev["text"].astype(object))
+    name = ev["text_id"].astype(object).where(ev["text_id"].notna(), ev["text"].astype(object)).to_numpy(object)
     # domain names: first create event per (domainId, pid), like nsys's report scripts
     dname = dom["text"].astype(object).where(dom["text"].notna(), dom["text_id"].astype(object))
     dkey = pd.Series(dname.to_numpy(object), index=ckey(dom["pid"], dom["domain_id"]))
     dkey = dkey[~dkey.index.duplicated()]
     domain = dkey.reindex(ckey(ev["pid"], ev["domain_id"])).to_numpy(object).copy()
     domain[ev["domain_id"].isna().to_numpy()] = None
-    kind = np.where(np.isin(ev["event_type"], NVTX_PUSH_POP), "push_pop",
-                    np.where(np.isin(ev["event_type"], NVTX_START_END), "start_end", "mark"))
-    is_range = kind != "mark"
-    end = ev["end_ns"].copy()
-    end[~is_range] = pd.NA
-    start = ev["start_ns"].to_numpy(np.int64)
-    thread = gkey(ev["pid"], ev["tid"])
-    out = pd.DataFrame({
-        "start_ns": start,
-        "end_ns": end,
-        "duration_ns": end - start,
-        "name": to_categorical(name.to_numpy(object)),
-        "domain": to_categorical(domain),
-        "kind": pd.Categorical.from_codes(np.select([kind == "push_pop", kind == "start_end"], [0, 1], 2),
-                                          categories=pd.Index(["push_pop", "start_end", "mark"], dtype=object)),
-        "pid": ev["pid"].to_numpy(np.int64),
-        "tid": ev["tid"].to_numpy(np.int64),
-        "depth": _depth(thread, start, end.to_numpy(np.float64, na_value=np.inf), is_range),
-        "color": ev["color"],
-        "category": ev["category"],
-    })
-    nm = name.to_numpy(object)
-    tag = nm.copy()
+    etype = ev["event_type"].to_numpy()
+    kind = np.where(np.isin(etype, NVTX_PUSH_POP), 0, np.where(np.isin(etype, NVTX_START_END), 1, 2))
+    is_range = kind != 2
+    end = ev["end_ns"].to_numpy(np.float64, na_value=np.nan)
+    end[~is_range] = np.nan
+    tag = name.copy()
     has_dom = ~pd.isna(domain)
     if has_dom.any():  # "domain:name", built once per distinct pair
-        codes, pairs = pd.MultiIndex.from_arrays([domain[has_dom], nm[has_dom]]).factorize()
+        codes, pairs = pd.MultiIndex.from_arrays([domain[has_dom], name[has_dom]]).factorize()
         labels = np.array([f"{d}:{'' if pd.isna(n) else n}" for d, n in pairs], dtype=object)
         tag[has_dom] = labels[codes]
-    out["label"] = to_categorical(tag)  # public: the name nvtx_summary() gives the row's range
-    # internal (numpy, not DataFrame: no string-dtype conversions): what nsys's scripts group by ("domain:name"),
-    # and whether the range ended on another thread
-    internal = {
-        "tag": tag, "style": np.where(kind == "push_pop", "PushPop", "StartEnd").astype(object),
-        "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": thread,
+    pid, tid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
+    arrays = {
+        "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": name, "domain": domain, "kind": kind,
+        "pid": pid, "tid": tid, "color": ev["color"].array, "category": ev["category"].array,
+        "tag": tag, "style": np.where(kind == 0, "PushPop", "StartEnd").astype(object),
+        "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
+        "has_domain": has_dom,
     }
-    order = np.argsort(start, kind="stable")
-    return out.take(order).reset_index(drop=True), {k: v[order] for k, v in internal.items()}
+    order = np.argsort(arrays["start"], kind="stable")
+    return {k: v[order] for k, v in arrays.items()}
+
+
+def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
+    """The public NVTX frame from build_nvtx's arrays.
+
+    kind: push_pop / start_end / mark.  depth: ranges of the same thread open at the row's start.  color: ARGB as
+    an integer (0xAARRGGBB), NA when unset.  label: 'domain:name' when the row has a domain, else name (what
+    nvtx_summary() calls the row's range in its `name` column)."""
+    start, end = a["start"], a["end"]
+    end_ns = pd.arrays.IntegerArray(np.nan_to_num(end, nan=0).astype(np.int64), np.isnan(end))
+    return pd.DataFrame({
+        "start_ns": start,
+        "end_ns": end_ns,
+        "duration_ns": end_ns - start,
+        "name": to_categorical(a["name"]),
+        "domain": to_categorical(a["domain"]),
+        "kind": pd.Categorical.from_codes(a["kind"], categories=pd.Index(["push_pop", "start_end", "mark"],
+                                                                           dtype=object)),
+        "pid": a["pid"],
+        "tid": a["tid"],
+        "depth": _depth(a["thread"], start, np.where(np.isnan(end), np.inf, end), a["is_range"]),
+        "color": a["color"],
+        "category": a["category"],
+        "label": to_categorical(a["tag"]),
+    })
 
 
 def _depth(thread: np.ndarray, start: np.ndarray, end: np.ndarray, is_range: np.ndarray) -> np.ndarray:

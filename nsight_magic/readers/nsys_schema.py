@@ -66,6 +66,8 @@ MEMCPY = TableSpec("memcpy", ("CUPTI_ACTIVITY_KIND_MEMCPY",), GPU_COMMON + (
     _c("kind", "copyKind", how="enum", dtype="category", enum="memcpy_kind"),
     _c("src_kind", "srcKind", how="enum", dtype="category", enum="mem_kind"),
     _c("dst_kind", "dstKind", how="enum", dtype="category", enum="mem_kind"),
+    _c("src_device_id", "srcDeviceId", dtype="Int64"),
+    _c("dst_device_id", "dstDeviceId", dtype="Int64"),
 ))
 MEMSET = TableSpec("memset", ("CUPTI_ACTIVITY_KIND_MEMSET",), GPU_COMMON + (
     _c("bytes", "bytes"),
@@ -86,6 +88,9 @@ SYNC = TableSpec("sync", ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",), GPU_COMMON + 
     _c("sync_type", "syncType", how="enum", dtype="category", enum="sync_type"),
     _c("event_id", "eventId", dtype="Int64"),
 ))
+# nsys's own overhead (buffer flushes and the like); nsys analyze's GPU rules count it as GPU work
+OVERHEAD = TableSpec("overhead", ("PROFILER_OVERHEAD",), CPU_COMMON + (
+    _c("name", "nameId", how="strid", dtype="category"),))
 CUBLAS = TableSpec("cublas", ("CUBLAS_EVENTS",), CPU_COMMON + (_c("name", "nameId", how="strid", dtype="category"),))
 CUDNN = TableSpec("cudnn", ("CUDNN_EVENTS",), CPU_COMMON + (_c("name", "nameId", how="strid", dtype="category"),))
 # NVTX rows are post-processed (name from text/textId, domain, kind, depth): these are the raw inputs.
@@ -119,7 +124,8 @@ GPUS = TableSpec("gpus", ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU"), (
 ))
 
 ACTIVITY_SPECS = {s.frame: s for s in (KERNELS, MEMCPY, MEMSET, CUDA_API, OSRT, SYNC, CUBLAS, CUDNN)}
-ALL_SPECS = {**ACTIVITY_SPECS, "nvtx": NVTX_RAW, "threads": THREADS, "processes": PROCESSES, "gpus": GPUS}
+ALL_SPECS = {**ACTIVITY_SPECS, "nvtx": NVTX_RAW, "threads": THREADS, "processes": PROCESSES, "gpus": GPUS,
+             "overhead": OVERHEAD}
 
 # Final column order of each frame (NVTX and the joined columns are built in nsys.py).
 NVTX_COLUMNS = ("start_ns", "end_ns", "duration_ns", "name", "domain", "kind", "pid", "tid", "depth", "color",

@@ -42,15 +42,22 @@ def connect(path: Path) -> tuple[sqlite3.Connection, set[str]]:
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
     except sqlite3.DatabaseError as e:
         raise ReportError(f"{path}: damaged SQLite file ({e}); re-export it with `nsys export --type sqlite`") from None
-    missing = [t for t in ("StringIds",) if t not in tables]
-    if missing or not any(t in tables for t in NSYS_MARKERS[1:]):
+    reexport = "re-export the report with `nsys export --type sqlite --force-overwrite true REPORT.nsys-rep`"
+    if "StringIds" not in tables or not any(t in tables for t in NSYS_MARKERS[1:]):
         con.close()
-        raise ReportError(f"{path}: an SQLite file, but not an Nsight Systems export (no StringIds/ThreadNames tables)")
+        missing = ["no StringIds table"] if "StringIds" not in tables else []
+        if not any(t in tables for t in NSYS_MARKERS[1:]):
+            missing.append(f"none of {', '.join(NSYS_MARKERS[1:])} (every export has one)")
+        has = f"{len(tables)} table{'s' if len(tables) != 1 else ''}" + (
+            ", StringIds among them" if "StringIds" in tables else "")
+        raise ReportError(f"{path}: an SQLite file, but not an Nsight Systems export: {' and '.join(missing)} "
+                          f"({has}); pass an nsys export, or {reexport}")
     if not any(t in tables or find_table(tables, t) for t in COMPLETE_MARKERS):
         con.close()
         raise ReportError(
-            f"{path}: incomplete Nsight Systems export (no meta-data, analysis or event tables; "
-            f"{len(tables)} tables): the export was cut short; export the .nsys-rep again"
+            f"{path}: incomplete Nsight Systems export: none of the meta-data, analysis or event tables "
+            f"({', '.join(COMPLETE_MARKERS[:3])}, CUPTI_ACTIVITY_KIND_*, NVTX_EVENTS, OSRT_API) is there, only "
+            f"{len(tables)} tables: the export was cut short; {reexport}"
         )
     return con, tables
 
@@ -76,8 +83,16 @@ def columns_of(con, table: str) -> list[str]:
     return [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
 
 
-def read_ints(con, table: str, exprs: list[str], where: str | None = None) -> list[np.ndarray]:
-    """Integer SQL expressions over `table`, in rowid order, as int64 arrays (NULL -> `NULL`)."""
+def read_ints(con, table: str, exprs: list[str], where: str | None = None, path: Path | None = None
+              ) -> list[np.ndarray]:
+    """Integer SQL expressions over `table`, in rowid order, as int64 arrays (NULL -> `NULL`).
+
+    With `path` (the database file) and ADBC's SQLite driver installed, the columns travel as Arrow arrays, about
+    twice as fast and without holding the GIL; anything ADBC cannot type as int64 falls back to the text path."""
+    if path is not None and exprs:
+        got = _read_ints_adbc(path, table, exprs, where)
+        if got is not None:
+            return got
     cond = f" AND ({where})" if where else ""
     lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
     if lo is None:
@@ -90,6 +105,27 @@ def read_ints(con, table: str, exprs: list[str], where: str | None = None) -> li
             if s:
                 parts[i].append(np.fromstring(s, dtype=np.int64, sep=","))
     return [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
+
+
+def _read_ints_adbc(path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
+    try:
+        import adbc_driver_sqlite.dbapi as adbc
+    except ImportError:
+        return None
+    cond = f" WHERE {where}" if where else ""
+    sel = ", ".join(f"ifnull({e}, {NULL}) AS c{i}" for i, e in enumerate(exprs))
+    try:
+        with adbc.connect(Path(path).resolve().as_uri() + "?mode=ro") as con, con.cursor() as cur:
+            cur.execute(f'SELECT {sel} FROM "{table}"{cond} ORDER BY rowid')
+            t = cur.fetch_arrow_table()
+    except Exception:  # a value ADBC cannot read as int64 (its types come from the first rows): the text path
+        return None
+    out = []
+    for col in t.columns:
+        if str(col.type) != "int64" or col.null_count:
+            return None
+        out.append(col.to_numpy())
+    return out
 
 
 _US, _NUL = "\x1f", "\x1e"  # ASCII unit separator between values, record separator standing for NULL

@@ -29,7 +29,12 @@ def grouped_stats(keys: dict[str, object], values, suffix: str = "ns", return_gr
         uniques.append(np.asarray(u, dtype=object) if not isinstance(u, np.ndarray) or u.dtype == object else u)
         gid, _ = pd.factorize(gid * max(len(u), 1) + c)  # re-densify so the product never overflows
         gid = np.asarray(gid, np.int64)
-    order = np.lexsort((v, gid))
+    vmin = int(v.min()) if len(v) else 0
+    span = int(v.max()) - vmin + 1 if len(v) else 1
+    if len(v) and span * (int(gid.max()) + 1) < 2**62:  # one int64 key: a stable argsort beats lexsort by 2x
+        order = np.argsort(gid * span + (v - vmin), kind="stable")
+    else:
+        order = np.lexsort((v, gid))
     vs, gs = v[order], gid[order]
     starts = np.flatnonzero(np.r_[True, gs[1:] != gs[:-1]]) if len(vs) else np.empty(0, np.int64)
     count = np.diff(np.r_[starts, len(vs)])
@@ -60,26 +65,13 @@ def empty_stats(keys: tuple[str, ...], extra: tuple[str, ...] = ("pct",)) -> pd.
     return pd.DataFrame(cols)
 
 
-MEMCPY_OPS = {  # our kind label -> nsys's operation name
-    "Unknown": "[CUDA memcpy Unknown]",
-    "Unified HtoD": "[CUDA Unified Memory memcpy HtoD]",
-    "Unified DtoH": "[CUDA Unified Memory memcpy DtoH]",
-    "Unified DtoD": "[CUDA Unified Memory memcpy DtoD]",
-}
-
-
-def memcpy_operation(kind) -> np.ndarray:
-    k = pd.Series(kind, dtype=object)
-    return k.map(lambda x: MEMCPY_OPS.get(x, f"[CUDA memcpy {x}]")).to_numpy(object) if len(k) else np.empty(0, object)
-
-
-def nvtx_projection(nvtx: pd.DataFrame, internal: dict, ops: pd.DataFrame, api: pd.DataFrame,
-                    maxts: int | None) -> pd.DataFrame:
+def nvtx_projection(internal: dict, ops: pd.DataFrame, api: pd.DataFrame, maxts: int | None) -> pd.DataFrame:
     """GPU projection of NVTX ranges, as nsys's nvtxgpuproj: a GPU operation (kernel/memcpy/memset) belongs to a
     range when the runtime API call that launched it lies within the range, on the range's thread; the
     projection spans the first op start to the last op end.  Only ranges that start and end on one thread.
 
-    Returns one row per range with at least one op: row (index into `nvtx`), proj_start_ns, proj_duration_ns,
+    internal: build_nvtx's arrays.  Returns one row per range with at least one op: row (index into them),
+    proj_start_ns, proj_duration_ns,
     gpu_ops (number of launching API calls).
     """
     cols = ["row", "proj_start_ns", "proj_duration_ns", "gpu_ops"]
@@ -98,15 +90,22 @@ def nvtx_projection(nvtx: pd.DataFrame, internal: dict, ops: pd.DataFrame, api: 
     a_thread = gkey(a["pid"], a["tid"])[ai]
     a_start = a["start_ns"].to_numpy(np.int64)[ai]
     a_end = a["end_ns"].to_numpy(np.int64)[ai]
-    order = np.lexsort((ai, a_start, a_thread))
+    # by (thread, API start): one composite int64 key and a stable sort when it fits, else lexsort
+    t_rank = np.unique(a_thread, return_inverse=True)[1].ravel().astype(np.int64) if len(a_thread) else a_thread
+    lo_s = int(a_start.min()) if len(a_start) else 0
+    width = int(a_start.max()) - lo_s + 1 if len(a_start) else 1
+    if len(a_start) and width * (int(t_rank.max()) + 1) < 2**62:
+        order = np.argsort(t_rank * width + (a_start - lo_s), kind="stable")
+    else:
+        order = np.lexsort((ai, a_start, a_thread))
     o_start, o_end, a_thread, a_start, a_end, ai = (x[order] for x in (o_start, o_end, a_thread, a_start, a_end, ai))
     new_call = np.r_[True, ai[1:] != ai[:-1]]
     call_no = np.cumsum(new_call)  # distinct API calls so far (1-based)
     call_first = np.maximum.accumulate(np.where(new_call, np.arange(len(ai)), 0))
 
     rows = np.flatnonzero(sel)
-    r_start = nvtx["start_ns"].to_numpy(np.int64)[rows]
-    r_end = nvtx["end_ns"].to_numpy(np.float64, na_value=np.nan)[rows]
+    r_start = internal["start"][rows]
+    r_end = internal["end"][rows]
     r_end = np.where(np.isnan(r_end), maxts if maxts is not None else np.inf, r_end)
     r_thread = internal["thread"][rows]
     # per thread: ops sorted by API start; a range holds the ops in [lo, hi)

@@ -139,14 +139,15 @@ class NcuView:
 
     def static_fragment(self, *, include_bokehjs: bool) -> str:
         from bokeh.embed import components
-        from bokeh.resources import Resources
+
+        from .bokehjs import bokehjs_html, embed_script
 
         t = self.t
         charts = {"sol": sol_chart(t.kernels)} if not t.kernels.empty else {}
         if not t.scatter.empty:
             charts["scatter"] = scatter_chart(t.scatter)
         script, divs = components(charts) if charts else ("", {})
-        js = Resources(mode="inline", components=["bokeh"]).render_js() if include_bokehjs and charts else ""
+        js = bokehjs_html() if include_bokehjs and charts else ""
         no_bytes = ("" if not t.scatter.empty else
                     "<p>No L2 &lt;-&gt; device memory byte counts in this report (collect the "
                     "MemoryWorkloadAnalysis section).</p>")
@@ -163,7 +164,7 @@ class NcuView:
         ]
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
                 f'<div class="nm-report" id="nc-{self.uid}"><div>{escape(self.headline())}</div>'
-                f'{static_tabs_html(TABS, panes)}</div>{script}')
+                f'{static_tabs_html(TABS, panes)}</div>{embed_script(script) if script else ""}')
 
     def headline(self) -> str:
         r = self.report
@@ -255,7 +256,8 @@ def display_ncu(report, folder=None) -> None:
     the nsys view: one copy per notebook, sent again when the cell that carried it runs again)."""
     from IPython.display import publish_display_data
 
-    from .report_view import _needs_bokehjs, bokehjs_html
+    from .bokehjs import bokehjs_html
+    from .report_view import _needs_bokehjs
 
     bundle = ncu_bundle(report, folder, include_bokehjs=False)
     if _needs_bokehjs():

@@ -18,14 +18,29 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms
+from .bokehjs import bokehjs_html, embed_script
 from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 
+def _findings(report, thresholds: dict | None = None) -> list:
+    """The report's findings; a rule that breaks on an odd report must not take the view down with it."""
+    fn = getattr(report, "findings", None)
+    if fn is None:
+        return []
+    try:
+        return list(fn(thresholds) if thresholds else fn())
+    except Exception as e:  # noqa: BLE001 - shown in the Advice tab instead
+        from ..analysis.findings import Finding
+
+        return [Finding("error", "info", "The findings could not be computed for this report",
+                        f"{type(e).__name__}: {e}", "Report this with the profile folder.", 0, "", pd.DataFrame(), ())]
+
+
 STATIC_BUDGET = 10000   # glyphs in saved output: keeps a cell under 2 MB with BokehJS inline
 LIVE_BUDGET = 30000     # glyphs per refresh through the widget comm
 TABS = ("Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files")
-NO_ADVICE = "No advice yet: the advice rules are not part of this version."
 
 
 @dataclass
@@ -93,7 +108,7 @@ def _report_folder(report, folder):
 class NsysView:
     """Prepared data for one report; renders the static page parts and the live widget."""
 
-    def __init__(self, report, folder=None, *, width: int = 1100):
+    def __init__(self, report, folder=None, *, width: int = 1100, thresholds: dict | None = None):
         if isinstance(report, (str, Path)):  # a path is welcome too: open it (errors are the reader's, one line)
             from .. import open_report
 
@@ -102,6 +117,7 @@ class NsysView:
         self.folder = _report_folder(report, folder)
         self.data: TimelineData = prepare_timeline(report)
         self.tables = prepare_tables(report, self.data.origin_ns)
+        self.findings = _findings(report, thresholds)
         self.files = folder_files(self.folder)
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
@@ -127,12 +143,12 @@ class NsysView:
             self._table("memory", t.memory, None, tv.plot_name),
             self._table("cudaapi", t.cuda_api, None, tv.plot_name),
             self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
-            f"<p>{escape(NO_ADVICE)}</p>",
+            advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid),
             self._files_html(),
         ]
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
                 f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(TABS, panes)}</div>'
-                f"{script}")
+                f"{embed_script(script)}")
 
     def _table(self, key, df, zoom, plot_name) -> str:
         if df is None or df.empty:
@@ -182,16 +198,21 @@ class NsysView:
             files = w.HTML(f"<p>{escape(str(self.folder))} is empty.</p>")
         else:
             files = w.VBox([w.HTML(f"<p>{escape(str(self.folder))}</p>"), table_widget(self.files)])
+        def show_finding(f):
+            bands = bands_ms(f, self.data.origin_ns)
+            tv.show_range(*focus_ms(bands), bands)
+            tab.selected_index = 0
+
+        advice = advice_widget(self.findings, on_show=show_finding)
         tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
-                              tbl(t.cuda_api), tbl(t.nvtx, t.nvtx_zoom), w.HTML(f"<p>{escape(NO_ADVICE)}</p>"),
-                              files])
+                              tbl(t.cuda_api), tbl(t.nvtx, t.nvtx_zoom), advice, files])
         for i, n in enumerate(TABS):
             tab.set_title(i, n)
         tab._nsight_timeline = tv  # keep the view reachable (tests, refresh)
         return tab
 
     def text(self) -> str:
-        return _text(self.report, self.tables)
+        return _text(self.report, self.tables) + "\n\n" + advice_text(self.findings)
 
 
 def _bokeh_widget(tv, caption):
@@ -232,13 +253,6 @@ def _text(report, t: ReportTables) -> str:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-def bokehjs_html() -> str:
-    """BokehJS (core + WebGL; no widgets/tables bundles: our tables are plain HTML) as inline script tags."""
-    from bokeh.resources import Resources
-
-    return Resources(mode="inline", components=["bokeh", "bokeh-gl"]).render_js()
-
-
 # Where BokehJS went inline in this kernel: the cell id of that output (None: not yet sent).  It goes into
 # an output of its own, text/html only, so it runs both live (JupyterLab renders the widget view of the
 # report bundle, never its text/html) and in saved/nbconvert'd notebooks.
@@ -270,20 +284,20 @@ def show_nsys(report, folder=None):
     return NsysView(report, folder).widget()
 
 
-def nsys_text(report) -> str:
-    """text/plain fallback: capture, counts and the top rows of each summary."""
-    return _text(report, prepare_tables(report))
+def nsys_text(report, thresholds: dict | None = None) -> str:
+    """text/plain fallback: capture, counts, the top rows of each summary and the top findings."""
+    return _text(report, prepare_tables(report)) + "\n\n" + advice_text(_findings(report, thresholds))
 
 
-def nsys_html(report, folder=None) -> str:
+def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:
     """A standalone HTML page (BokehJS inline, works offline)."""
-    return NsysView(report, folder).html_page()
+    return NsysView(report, folder, thresholds=thresholds).html_page()
 
 
-def write_view_html(report, path, folder=None) -> Path:
+def write_view_html(report, path, folder=None, thresholds: dict | None = None) -> Path:
     """Write nsys_html to path; returns the path."""
     p = Path(path)
-    p.write_text(nsys_html(report, folder), encoding="utf-8")
+    p.write_text(nsys_html(report, folder, thresholds), encoding="utf-8")
     return p
 
 
@@ -301,12 +315,13 @@ def _bundle(view: NsysView, *, include_bokehjs: bool, widget: bool) -> dict:
     return bundle
 
 
-def display_nsys(report, folder=None, save_html=None) -> None:
+def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = None) -> None:
     """Publish the report in IPython: one bundle (widget view, static text/html, text/plain), preceded by
-    BokehJS inline the first time in a notebook.  save_html: also write the standalone page there."""
+    BokehJS inline the first time in a notebook.  save_html: also write the standalone page there.
+    thresholds: of the Advice rules (analysis/thresholds.py)."""
     from IPython.display import publish_display_data
 
-    view = NsysView(report, folder)
+    view = NsysView(report, folder, thresholds=thresholds)
     bundle = _bundle(view, include_bokehjs=False, widget=True)
     if _needs_bokehjs():
         publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the timelines below)"})

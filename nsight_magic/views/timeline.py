@@ -130,6 +130,10 @@ class TimelineView:
         color = {"field": "cat", "transform": mapper}
         # a bin with any event shows at least faintly; busier bins are darker (the hover gives the exact %)
         shade = CustomJSTransform(v_func="return xs.map(x => 0.25 + 0.75 * Math.min(Math.max(x, 0), 1));")
+        # the evidence of a finding (Advice tab), shaded across every row
+        self.band_src = ColumnDataSource({"left": [], "right": []}, name=f"{self.plot_name}-bands")
+        p.quad(left="left", right="right", bottom=-0.5, top=nrows - 0.5, source=self.band_src, fill_color="#f4d03f",
+               fill_alpha=0.3, line_alpha=0, level="underlay")
         agg_r = p.hbar(y="row", left="left", right="right", height=0.8, source=self.agg_src, fill_color=color,
                        fill_alpha={"field": "busy", "transform": shade}, line_alpha=0)
         ex_r = p.hbar(y="row", left="left", right="right", height=0.8, source=self.exact_src, fill_color=color,
@@ -181,6 +185,12 @@ class TimelineView:
         self.agg_src.data = _agg_columns(g)
         self.figure.title.text = g.caption
         return g
+
+    def show_range(self, t0_ms: float, t1_ms: float, bands_ms=()) -> None:
+        """Zoom to [t0_ms, t1_ms] (a little margin) and shade `bands_ms`; live, the zoom fetches exact events."""
+        pad = max((t1_ms - t0_ms) * 0.05, 1e-3)
+        self.band_src.data = {"left": [a for a, _ in bands_ms], "right": [b for _, b in bands_ms]}
+        self.figure.x_range.update(start=t0_ms - pad, end=t1_ms + pad)
 
     def attach_live_refresh(self) -> None:
         """Python-side callback: when the visible range changes, fetch that window's events."""

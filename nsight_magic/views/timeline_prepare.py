@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from ..readers.capture_span import capture_span
 
 # Thread sub-rows, in display order after the NVTX levels (0..255 are NVTX depths).
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
@@ -290,20 +291,19 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
 
 
 def _time_origin(meta, starts: np.ndarray, ends: np.ndarray):
-    """x = 0 at the capture start, or at the first event when something starts earlier (nsys's own
-    capture bounds, ANALYSIS_DETAILS, can begin after the first recorded events).  Bounds on another clock
-    (no overlap with any event: seen in capture-range reports) are ignored.  Returns (origin, span, first) in ns.
-    """
-    ms = int(getattr(meta, "start_ns", 0) or 0)
-    me = int(getattr(meta, "end_ns", 0) or 0) or ms + int(getattr(meta, "duration_ns", 0) or 0)
-    if len(starts) == 0:
-        return (ms, max(me - ms, 1), 0) if me > ms else (0, 1, 0)
-    lo, hi = int(starts.min()), int(ends.max())
-    if me > ms and not (hi < ms or lo > me):
-        origin, end = min(ms, lo), max(me, hi)
-    else:
-        origin, end = lo, hi
-    return origin, max(end - origin, 1), lo - origin
+    """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition) and the
+    events drawn.  Returns (origin, span, first) in ns, first = the earliest event relative to the origin."""
+    ms = getattr(meta, "start_ns", None)
+    me = getattr(meta, "end_ns", None)
+    if me is None and ms is not None:
+        me = ms + int(getattr(meta, "duration_ns", 0) or 0)
+    bounds = None
+    if ms is not None and me is not None and getattr(meta, "span_source", None) != "none" and me > ms:
+        bounds = (int(ms), int(me))
+    events = (int(starts.min()), int(ends.max())) if len(starts) else None
+    span = capture_span(bounds, events)
+    first = events[0] - span.origin_ns if events else 0
+    return span.origin_ns, max(span.axis_end_ns - span.origin_ns, 1), first
 
 
 def _thread_names(report) -> dict:

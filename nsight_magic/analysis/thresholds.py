@@ -1,0 +1,52 @@
+"""Every threshold of the findings rules, in one place: `rule.key -> default`, with what it means.
+
+Pass others with `report.findings(thresholds={"gpu_gaps.gap_ms": 100})` or `%%nsys --advice-threshold
+gpu_gaps.gap_ms=100`.  The twins of `nsys analyze` use its defaults (nsys 2022.4 and 2025.3 agree on them).
+"""
+from __future__ import annotations
+
+from ..errors import OptionError
+
+DEFAULTS: dict[str, float] = {
+    # twins of nsys analyze (same ids as nsys 2023+; 2022.4 spells them cuda-async-memcpy, ...)
+    "cuda_memcpy_sync.min_htod_bytes": 64_000,   # host-to-device copies of at most this many bytes are not flagged
+    "gpu_gaps.gap_ms": 500,                       # a GPU idle at least this long (nsys: gap=500)
+    "gpu_time_util.threshold_pct": 50,            # chunks with average utilization below this (nsys: threshold=50)
+    "gpu_time_util.chunks": 30,                   # the GPU's span is cut into this many chunks (nsys: chunks=30)
+    # ours
+    "launch_bound.min_kernels": 100,              # at least this many kernels shorter than their launch call
+    "launch_bound.min_share_pct": 50,             # ... and that many percent of all kernels
+    "layout_transpose.min_gpu_pct": 2,            # NCHW<->NHWC transposes taking at least this share of GPU time
+    "undersized_launch.min_gpu_pct": 5,           # kernels with fewer blocks than SMs, this share of GPU time
+    "serialized_copy.min_copy_ms": 1,             # copies on a compute stream between its kernels, in total
+    "input_wait.min_gap_ms": 1,                   # GPU idle before each step's host-to-device copy, on average
+    "input_wait.min_steps": 3,                    # ... seen before at least this many copies
+    "nccl_share.min_gpu_pct": 10,                 # NCCL kernels taking at least this share of GPU time
+    "host_wait.min_share_pct": 20,                # blocking OS calls covering this share of a repeated NVTX range
+    "host_wait.min_ranges": 3,                    # ... in at least this many instances of it
+}
+
+
+def resolve(overrides: dict | None) -> dict[str, float]:
+    """DEFAULTS updated with `overrides`; an unknown key is an OptionError that lists the known ones."""
+    out = dict(DEFAULTS)
+    for k, v in (overrides or {}).items():
+        if k not in DEFAULTS:
+            raise OptionError(f"unknown advice threshold {k!r}; known: {', '.join(sorted(DEFAULTS))}")
+        try:
+            out[k] = float(v)
+        except (TypeError, ValueError):
+            raise OptionError(f"advice threshold {k} must be a number, not {v!r}") from None
+    return out
+
+
+def parse_assignments(items) -> dict[str, float]:
+    """['gpu_gaps.gap_ms=100', ...] -> {'gpu_gaps.gap_ms': 100.0} (validated)."""
+    out = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep:
+            raise OptionError(f"--advice-threshold takes RULE.KEY=VALUE, e.g. gpu_gaps.gap_ms=100 (got {item!r})")
+        out[key.strip()] = value.strip()
+    resolve(out)  # validates keys and values
+    return {k: float(v) for k, v in out.items()}

@@ -1,0 +1,155 @@
+"""The Advice tab: findings sorted by time at stake; a click zooms the timeline to the evidence and shades it.
+
+Static (`advice_html`): each finding carries its evidence ranges in ms from the timeline's origin; ADVICE_JS zooms
+the Bokeh plot and fills its band source.  Live (`advice_widget`): buttons that do the same through Python.
+Every text is escaped; `code` spans of the suggestions are escaped first, then wrapped in <code>.
+"""
+from __future__ import annotations
+
+import json
+import re
+from html import escape
+
+import pandas as pd
+
+from .tables import table_html
+
+MAX_FINDINGS = 30         # more than this is noise; the rest are in report.findings()
+MAX_EVIDENCE_ROWS = 8     # rows of evidence shown under each finding
+SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d68910", "low": "#2e86c1", "info": "#7f8c8d"}
+EVIDENCE_COLUMNS = ("name", "start_ns", "duration_ns", "nvtx_range", "bytes", "cpu_nvtx", "cpu_cuda_api", "cpu_osrt",
+                    "in_use_pct", "blocks", "sm_count", "launch_ns", "speedup_pct", "section", "stream_id", "tid")
+
+ADVICE_CSS = """
+.nm-finding{border-left:4px solid #999;padding:4px 8px;margin:6px 0;cursor:pointer;background:#fafafa}
+.nm-finding:hover{background:#f0f4fa}
+.nm-finding .nm-sev{color:#fff;padding:0 5px;border-radius:3px;font-size:11px;margin-right:6px}
+.nm-finding .nm-title{font-weight:bold}
+.nm-finding .nm-where{color:#555;font-size:11px}
+.nm-finding p{margin:3px 0;white-space:normal;max-width:70em}
+.nm-finding code{background:#eef;padding:0 2px}
+"""
+
+# Clicking a finding: zoom the plot named data-plot to [t0, t1] ms and shade the evidence (the plot's band source).
+ADVICE_JS = """
+(function () {
+  if (window.nmAdviceJs) return; window.nmAdviceJs = true;
+  document.addEventListener('click', function (ev) {
+    const f = ev.target.closest('.nm-finding[data-t0]'); if (!f || !window.Bokeh) return;
+    const t0 = parseFloat(f.dataset.t0), t1 = parseFloat(f.dataset.t1), bands = JSON.parse(f.dataset.bands || '[]');
+    const pad = Math.max((t1 - t0) * 0.05, 1e-3);
+    for (const doc of Bokeh.documents) {
+      const p = doc.get_model_by_name(f.dataset.plot), src = doc.get_model_by_name(f.dataset.plot + '-bands');
+      if (p) p.x_range.setv({start: t0 - pad, end: t1 + pad});
+      if (src) src.data = {left: bands.map(b => b[0]), right: bands.map(b => b[1])};
+    }
+    const root = f.closest('.nm-report');
+    if (root) { const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click(); }
+  });
+})();
+"""
+
+
+def _code(text: str) -> str:
+    """Escape, then turn `...` spans into <code> (the backticks themselves are not markup in escaped text)."""
+    parts = re.split(r"`([^`]*)`", escape(text))
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def bands_ms(finding, origin_ns: int) -> list[tuple[float, float]]:
+    return [((a - origin_ns) / 1e6, (b - origin_ns) / 1e6) for a, b in finding.ranges]
+
+
+def focus_ms(bands: list[tuple[float, float]], share: float = 0.8) -> tuple[float, float]:
+    """Where a click zooms: around the longest bands that hold `share` of the evidence's time (a few long copies,
+    not the whole run because of one tiny copy at start-up)."""
+    order = sorted(bands, key=lambda b: b[1] - b[0], reverse=True)
+    total = sum(b - a for a, b in order) or 1.0
+    chosen, acc = [], 0.0
+    for a, b in order:
+        chosen.append((a, b))
+        acc += b - a
+        if acc >= share * total:
+            break
+    return min(a for a, _ in chosen), max(b for _, b in chosen)
+
+
+def _evidence_table(ev: pd.DataFrame, uid: str, origin_ns: int) -> str:
+    cols = [c for c in EVIDENCE_COLUMNS if c in ev.columns and ev[c].notna().any()]
+    if not cols:
+        return ""
+    shown = ev.sort_values("duration_ns", ascending=False, kind="stable") if "duration_ns" in ev else ev
+    shown = shown[cols].head(MAX_EVIDENCE_ROWS).reset_index(drop=True)
+    if "start_ns" in shown:  # where it is on the timeline's axis (the report's own clock stays in the evidence)
+        shown.insert(cols.index("start_ns"), "at_ms", (shown.pop("start_ns") - origin_ns) / 1e6)
+    return table_html(shown, table_id=f"nm-ev-{uid}", formats={"at_ms": "float"},
+                      filter_box=False, max_rows=MAX_EVIDENCE_ROWS,
+                      caption=f"evidence: {len(ev):,} event(s), the longest {min(len(ev), MAX_EVIDENCE_ROWS)} shown")
+
+
+def _fmt_ms(ns: float) -> str:
+    return f"{ns / 1e6:,.3f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} us"
+
+
+def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str) -> str:
+    if not findings:
+        return "<p>No findings: none of the rules found anything to change in this profile.</p>"
+    items = []
+    for i, f in enumerate(findings[:MAX_FINDINGS]):
+        bands = bands_ms(f, origin_ns)
+        attrs = ""
+        where = ""
+        if bands:
+            t0, t1 = focus_ms(bands)
+            attrs = (f' data-plot="{escape(plot_name)}" data-t0="{t0:.6f}" data-t1="{t1:.6f}" '
+                     f'data-bands="{escape(json.dumps([[round(a, 6), round(b, 6)] for a, b in bands]))}" '
+                     f'title="show on the timeline"')
+            where = f'<span class="nm-where"> at {t0:,.3f} – {t1:,.3f} ms</span>'
+        color = SEVERITY_COLORS.get(f.severity, "#999")
+        items.append(
+            f'<div class="nm-finding" style="border-left-color:{color}" data-rule="{escape(f.rule)}"{attrs}>'
+            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span>'
+            f'<span class="nm-title">{escape(f.title)}</span> — {escape(_fmt_ms(f.time_at_stake_ns))} at stake'
+            f'{where}<p>{_code(f.explanation)}</p><p><b>Change:</b> {_code(f.suggestion)}</p>'
+            f'<p class="nm-where">estimate: {escape(f.estimate)}; rule {escape(f.rule)}</p>'
+            f"{_evidence_table(f.evidence, f'{uid}-{i}', origin_ns)}</div>")
+    more = (f"<p>{len(findings) - MAX_FINDINGS} more in report.findings()</p>" if len(findings) > MAX_FINDINGS
+            else "")
+    return (f"<style>{ADVICE_CSS}</style><script>{ADVICE_JS}</script>"
+            f"<p>{len(findings)} finding(s), most time at stake first; click one to see it on the timeline.</p>"
+            + "".join(items) + more)
+
+
+def advice_text(findings, limit: int = 5) -> str:
+    if not findings:
+        return "Advice: no findings"
+    lines = [f"Advice (top {min(limit, len(findings))} of {len(findings)}, most time at stake first)"]
+    for f in findings[:limit]:
+        lines.append(f"- [{f.severity}] {f.title}: {_fmt_ms(f.time_at_stake_ns)} at stake ({f.rule})")
+        lines.append(f"    change: {f.suggestion[:200]}")
+    return "\n".join(lines)
+
+
+def advice_widget(findings, *, on_show):
+    """Live Advice tab: one block per finding with a 'show on timeline' button calling on_show(finding)."""
+    import ipywidgets as w
+
+    if not findings:
+        return w.HTML("<p>No findings: none of the rules found anything to change in this profile.</p>")
+    blocks = [w.HTML(f"<style>{ADVICE_CSS}</style><p>{len(findings)} finding(s), most time at stake first.</p>")]
+    for i, f in enumerate(findings[:MAX_FINDINGS]):
+        color = SEVERITY_COLORS.get(f.severity, "#999")
+        html = w.HTML(
+            f'<div class="nm-finding" style="border-left-color:{color};cursor:default">'
+            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span>'
+            f'<span class="nm-title">{escape(f.title)}</span> — {escape(_fmt_ms(f.time_at_stake_ns))} at stake'
+            f'<p>{_code(f.explanation)}</p><p><b>Change:</b> {_code(f.suggestion)}</p>'
+            f'<p class="nm-where">estimate: {escape(f.estimate)}; rule {escape(f.rule)}</p></div>')
+        row = [html]
+        if f.ranges:
+            b = w.Button(description="show on timeline", tooltip="zoom the timeline to the evidence",
+                         layout=w.Layout(width="14em"))
+            b.on_click(lambda _, f=f: on_show(f))
+            row.append(b)
+        blocks.append(w.VBox(row))
+    return w.VBox(blocks)

@@ -1,0 +1,61 @@
+"""Profile folders: never overwritten, summary.json, and the listing of a folder of profiles (%nsys_load FOLDER)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from conftest import DATA
+from nsight_magic.errors import OptionError, ReportError
+from nsight_magic.readers.nsys import open_nsys_report
+from nsight_magic.store import create_profile_folder, list_profiles, pick_profile, write_summary
+
+
+def _profile(root, name, when, report=True):
+    folder = create_profile_folder(root, name, now=when)
+    (folder / "cell.py").write_text("pass\n")
+    if report:
+        shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", folder / "report.sqlite")
+        with open_nsys_report(folder / "report.sqlite") as rep:
+            write_summary(folder, rep)
+    return folder
+
+
+def test_listing_is_newest_first_with_the_summary_figures(tmp_path):
+    old = _profile(tmp_path, "baseline", 1_700_000_000)
+    new = _profile(tmp_path, "pinned", 1_700_000_100)
+    bare = _profile(tmp_path, "older-version", 1_600_000_000, report=False)  # no summary.json
+    (tmp_path / "not-a-profile").mkdir()
+    df = list_profiles(tmp_path)
+    assert list(df["name"]) == [new.name, old.name, bare.name]
+    row = df.iloc[0]
+    summary = json.loads((new / "summary.json").read_text())
+    assert row["tool"] == "nsys" and row["kernels"] == 262 and row["capture_ns"] == summary["capture_ns"] > 0
+    assert row["top_kernel"].startswith("sm80_xmma_gemm") and 0 < row["top_kernel_pct"] <= 100
+    assert row["top_range"] == "step 0"
+    assert df.iloc[2]["tool"] is None or df.iloc[2]["tool"] != "nsys"  # no report: nothing invented
+
+
+def test_pick_by_index_name_or_unique_part(tmp_path):
+    a = _profile(tmp_path, "run-baseline", 1_700_000_000)
+    b = _profile(tmp_path, "run-pinned", 1_700_000_100)
+    df = list_profiles(tmp_path)
+    assert pick_profile(df, None)["name"] == b.name
+    assert pick_profile(df, "1")["name"] == a.name and pick_profile(df, "-1")["name"] == a.name
+    assert pick_profile(df, "basel")["name"] == a.name
+    with pytest.raises(OptionError, match="no profile of that name"):
+        pick_profile(df, "zzz")
+    with pytest.raises(OptionError, match="2 profiles match"):
+        pick_profile(df, "run-")
+    with pytest.raises(OptionError, match="there are 2 profiles"):
+        pick_profile(df, "5")
+
+
+def test_opening_a_folder_of_profiles_says_what_to_do(tmp_path):
+    from nsight_magic import open_report
+
+    _profile(tmp_path, "baseline", 1_700_000_000)
+    with pytest.raises(ReportError, match="holds 1 profiles, not one report") as e:
+        open_report(tmp_path)
+    assert "%nsys_load" in str(e.value)
