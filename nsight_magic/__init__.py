@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["open_report", "annotate_modules", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -17,11 +17,19 @@ def open_report(path):
     return _open(path)
 
 
-def annotate_modules(model, prefix: str = "", include_root: bool = False):
-    """Give each submodule of a PyTorch model its own NVTX range (see nsight_magic.annotate)."""
+def annotate_modules(model, depth=None, include=None, **kw):
+    """Give each submodule of a PyTorch model a forward and a backward NVTX range (see nsight_magic.annotate);
+    returns a handle whose .remove() takes the hooks away."""
     from .annotate import annotate_modules as _annotate
 
-    return _annotate(model, prefix=prefix, include_root=include_root)
+    return _annotate(model, depth=depth, include=include, **kw)
+
+
+def annotate_functions(paths):
+    """Wrap functions/methods (dotted paths) in NVTX ranges named after them (see nsight_magic.annotate)."""
+    from .annotate import annotate_functions as _annotate
+
+    return _annotate(paths)
 
 
 def load_ipython_extension(ipython):

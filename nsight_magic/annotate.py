@@ -1,43 +1,303 @@
-"""Per-module NVTX ranges for PyTorch models: `annotate_modules(model)`.
+"""Automatic NVTX ranges: per PyTorch module (`annotate_modules`) and per function (`annotate_functions`).
 
-Each submodule's forward runs inside an NVTX range named by its path in the model ("0", "encoder.layer.3.attn"),
-so Nsight Systems shows the module tree on the timeline and `%%ncu --module NAME` can select its kernels.
+`annotate_modules(model)` gives each submodule a forward range named by its path in the model ("0",
+"encoder.layers.3.attn") and a backward range ("encoder.layers.3.attn [backward]"), so Nsight Systems shows the
+module tree on the timeline, the NVTX table projects each module's forward and backward GPU time, and
+`%%ncu --module NAME` can select its kernels.  Forward ranges are push/pop ranges (the module nesting); backward
+ranges are start/end ranges opened when the first gradient reaches the module's outputs and closed when the
+gradients of its inputs and parameters are computed (autograd calls both on its own thread).  No hook returns a
+value (a forward pre-hook that returns one replaces the module's input) and no tensor is wrapped, so outputs and
+gradients are those of the unannotated model, in-place layers included.
+
+`annotate_functions(["torch.optim.Optimizer.step", ...])` wraps functions, methods, class/static methods and
+generator functions in a range named after them; for a generator the range spans each `next()`, not its lifetime.
+Both return a handle: `.remove()` undoes everything; as a context manager it undoes it on exit.
 """
 from __future__ import annotations
 
+import functools
+import importlib
+import inspect
+import re
 
-def _nvtx_push_pop():
+from .errors import OptionError
+
+BACKWARD_SUFFIX = " [backward]"
+
+
+class AnnotationError(OptionError):
+    """A model or function cannot be annotated; the message says why and what to do instead."""
+
+
+class Annotation:
+    """Undo handle of annotate_modules / annotate_functions (also a context manager)."""
+
+    def __init__(self, undo=(), names=()):
+        self._undo = list(undo)
+        self.names = list(names)  # the NVTX range names it adds (module paths, function names)
+
+    def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.remove()
+
+    def __len__(self):
+        return len(self.names)
+
+    def __repr__(self):
+        return f"<nsight_magic annotation: {len(self.names)} range name(s), {'active' if self._undo else 'removed'}>"
+
+
+def _nvtx():
+    """(push, pop, start, end): PyTorch's NVTX on a CUDA build, else the nvtx package (CPU-only machines)."""
     try:
         import torch
 
         if torch.cuda.is_available():
-            return torch.cuda.nvtx.range_push, torch.cuda.nvtx.range_pop
+            n = torch.cuda.nvtx
+            return n.range_push, n.range_pop, n.range_start, n.range_end
     except ImportError:
         pass
     import nvtx
 
-    return (lambda name: nvtx.push_range(name)), (lambda: nvtx.pop_range())
+    return (lambda name: nvtx.push_range(name)), (lambda: nvtx.pop_range()), \
+        (lambda name: nvtx.start_range(name)), (lambda rid: nvtx.end_range(rid))
 
 
-def annotate_modules(model, prefix: str = "", include_root: bool = False) -> list:
-    """Register forward pre/post hooks that push/pop an NVTX range per submodule; returns the hook handles.
+def _tensors(obj):
+    """The tensors in a module's inputs or outputs (nested tuples, lists, dicts)."""
+    import torch
 
-    The hooks return None on purpose: a forward pre-hook that returns a value replaces the module's input.
-    Remove the ranges again with `for h in handles: h.remove()`.
-    """
-    push, pop = _nvtx_push_pop()
-    handles = []
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (tuple, list)):
+        for x in obj:
+            yield from _tensors(x)
+    elif isinstance(obj, dict):
+        for x in obj.values():
+            yield from _tensors(x)
+
+
+def _check_model(model) -> None:
+    import torch
+
+    if type(model).__name__ == "OptimizedModule" or hasattr(model, "_orig_mod"):
+        raise AnnotationError(
+            "this model is torch.compile'd: its compiled graphs do not run module hooks one by one; annotate the "
+            "model before torch.compile (annotate_modules(model); model = torch.compile(model)) or profile the "
+            "uncompiled model")
+    if isinstance(model, torch.jit.ScriptModule):
+        raise AnnotationError("this model is TorchScript (torch.jit.script/trace): scripted modules do not run "
+                              "Python hooks; annotate the eager model instead")
+    if not isinstance(model, torch.nn.Module):
+        raise AnnotationError(f"annotate_modules takes a torch.nn.Module, not {type(model).__name__}")
+
+
+def annotate_modules(model, depth: int | None = None, include=None, prefix: str = "", include_root: bool = False,
+                     backward: bool = True) -> Annotation:
+    """Forward (and backward) NVTX ranges for the submodules of `model`; see the module docstring.
+
+    depth: only modules at most this many levels below the model (1 = its direct children).
+    include: a regex (or list of them) a module's path must match (re.search), e.g. "attn|mlp".
+    prefix: put before every path (e.g. "model." when several models are annotated).
+    Returns a handle whose .remove() takes every hook away (.names: the forward range names)."""
+    _check_model(model)
+    from torch.autograd.graph import register_multi_grad_hook
+
+    push, pop, start, end = _nvtx()
+    pats = [include] if isinstance(include, str) else list(include or [])
+    rx = [re.compile(p) for p in pats]
+    handles, names = [], []
     for name, module in model.named_modules():
         if not name and not include_root:
             continue
+        level = name.count(".") + 1 if name else 0
+        if depth is not None and level > depth:
+            continue
+        if rx and not any(r.search(name) for r in rx):
+            continue
         label = f"{prefix}{name or type(model).__name__}"
+        names.append(label)
 
         def pre(mod, args, _label=label):
             push(_label)
 
-        def post(mod, args, output):
+        def post(mod, args, output, _label=label):
             pop()
+            if backward:
+                _backward_range(mod, args, output, _label + BACKWARD_SUFFIX, start, end, register_multi_grad_hook)
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
-    return handles
+    model._nsight_magic_annotated = True
+
+    def undo_mark():
+        model.__dict__.pop("_nsight_magic_annotated", None)
+
+    return Annotation([undo_mark] + [h.remove for h in reversed(handles)], names)
+
+
+def _backward_range(module, args, output, label, start, end, multi_grad_hook) -> None:
+    """Open `label` when the first gradient reaches the module's outputs, close it when the gradients of its inputs
+    and parameters are all computed.  Tensor hooks only (no wrapped outputs), removed once they fired."""
+    import torch
+
+    if not torch.is_grad_enabled():
+        return
+    outs = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
+    if not outs:
+        return
+    ins = [t for t in _tensors(args) if t.requires_grad]
+    ins += [p for p in module.parameters() if p.requires_grad]
+    state: dict = {}
+
+    def begin(_grads):
+        state["id"] = start(label)
+        h = state.pop("begin", None)
+        if h is not None:
+            h.remove()
+        if not ins:  # nothing to wait for: the range marks where the backward reached the module
+            end(state.pop("id"))
+
+    def finish(_grads):
+        if "id" in state:
+            end(state.pop("id"))
+        h = state.pop("finish", None)
+        if h is not None:
+            h.remove()
+
+    state["begin"] = multi_grad_hook(outs, begin, mode="any")
+    if ins:
+        state["finish"] = multi_grad_hook(ins, finish, mode="all")
+
+
+def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
+    """annotate_modules for every nn.Module among a namespace's values (a model and its submodules once); several
+    models get their variable name as prefix.  Used by `%%nsys --modules` in the profiled process."""
+    try:
+        import torch
+    except ImportError:
+        return Annotation()
+    found = [(k, v) for k, v in namespace.items()
+             if isinstance(v, torch.nn.Module) and not k.startswith("_") and type(v).__name__ != "OptimizedModule"
+             and not isinstance(v, torch.jit.ScriptModule)]
+    inner = set()
+    for _, m in found:  # a model that is a submodule of another found one is annotated through it
+        inner |= {id(s) for s in m.modules() if s is not m}
+    tops, seen = [], set()
+    for k, m in found:
+        if id(m) not in inner and id(m) not in seen:
+            seen.add(id(m))
+            tops.append((k, m))
+    undo, names = [], []
+    for k, m in tops:
+        if getattr(m, "_nsight_magic_annotated", False):  # the user's own annotate_modules call already did it
+            continue
+        a = annotate_modules(m, depth=depth, prefix=f"{k}." if len(tops) > 1 else "")
+        undo.append(a.remove)
+        names += a.names
+    return Annotation(undo, names)
+
+
+# ---- functions -------------------------------------------------------------------------------------------------
+
+def _resolve(path: str):
+    """'pkg.mod.Class.attr' -> (owner, attr name): the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    if len(parts) < 2:
+        raise AnnotationError(f"{path!r}: give a dotted path such as module.function or module.Class.method")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        try:
+            for p in parts[i:-1]:
+                owner = getattr(owner, p)
+        except AttributeError as e:
+            raise AnnotationError(f"{path!r}: {e}") from None
+        if not hasattr(owner, parts[-1]):
+            raise AnnotationError(f"{path!r}: {getattr(owner, '__name__', owner)!s} has no attribute {parts[-1]!r}")
+        return owner, parts[-1]
+    raise AnnotationError(f"{path!r}: no importable module at its start; check the spelling")
+
+
+def _wrap(fn, label: str, push, pop):
+    if inspect.isgeneratorfunction(fn):
+        @functools.wraps(fn)
+        def gen(*a, **k):
+            g = fn(*a, **k)
+            send, value = g.send, None
+            while True:
+                push(label)
+                try:
+                    item = send(value)
+                except StopIteration as stop:
+                    pop()
+                    return stop.value
+                except BaseException:
+                    pop()
+                    raise
+                pop()
+                try:
+                    value, send = (yield item), g.send
+                except GeneratorExit:
+                    g.close()
+                    raise
+                except BaseException as exc:  # thrown in: pass it on inside a range of its own
+                    value, send = None, (lambda _v, exc=exc: g.throw(exc))
+        return gen
+
+    @functools.wraps(fn)
+    def wrapper(*a, **k):
+        push(label)
+        try:
+            return fn(*a, **k)
+        finally:
+            pop()
+
+    return wrapper
+
+
+def annotate_functions(paths, push=None, pop=None) -> Annotation:
+    """Wrap each dotted path (function, method, classmethod, staticmethod, generator function) in an NVTX range
+    named after it; see the module docstring.  A builtin that cannot be patched raises AnnotationError (and
+    nothing stays patched)."""
+    if isinstance(paths, str):
+        paths = [p.strip() for p in paths.split(",") if p.strip()]
+    if push is None or pop is None:
+        push, pop = _nvtx()[:2]
+    undo, names = [], []
+    try:
+        for path in paths:
+            owner, attr = _resolve(path)
+            raw = inspect.getattr_static(owner, attr)
+            label = path.rsplit(".", 2)[-2] + "." + attr if inspect.isclass(owner) else path
+            if isinstance(raw, staticmethod):
+                new = staticmethod(_wrap(raw.__func__, label, push, pop))
+            elif isinstance(raw, classmethod):
+                new = classmethod(_wrap(raw.__func__, label, push, pop))
+            elif callable(raw):
+                new = _wrap(raw, label, push, pop)
+            else:
+                raise AnnotationError(f"{path!r} is a {type(raw).__name__}, not a function: nothing to wrap")
+            try:
+                setattr(owner, attr, new)
+            except (TypeError, AttributeError) as e:
+                raise AnnotationError(f"cannot patch {path} ({e}): it is built in; wrap a function of yours that "
+                                      f"calls it, or put an nvtx.annotate() around the call") from None
+            if inspect.isclass(owner) and attr not in owner.__dict__:
+                undo.append(lambda o=owner, a=attr: delattr(o, a))  # it was inherited: remove our copy
+            else:
+                undo.append(lambda o=owner, a=attr, r=raw: setattr(o, a, r))
+            names.append(label)
+    except BaseException:
+        while undo:
+            undo.pop()()
+        raise
+    return Annotation(undo, names)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+from json import dumps as _dumps  # bound now: --functions may wrap json.dumps, our own writes must not show
 import sys
 import time
 import traceback
@@ -33,7 +34,7 @@ class _Progress:
 
     def __call__(self, phase: str, **extra) -> None:
         with open(self.path, "a") as f:
-            f.write(json.dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
+            f.write(_dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
 
 
 def _print_user_traceback(filename_prefixes: tuple[str, ...]) -> None:
@@ -50,6 +51,29 @@ def _print_user_traceback(filename_prefixes: tuple[str, ...]) -> None:
 def _exec_file(path: Path, ns: dict) -> None:
     code = compile(path.read_text(), str(path), "exec")
     exec(code, ns)
+
+
+def _annotate(ann: dict, ns: dict, folder: Path) -> None:
+    """--modules / --functions: NVTX ranges for the models in the namespace and the named functions, before the
+    cell runs (outside the capture).  A problem is reported and the cell runs anyway; annotations.json lists the
+    range names (the views tell module ranges from other ones with it)."""
+    made = {}
+    if ann.get("modules") is not None:
+        try:
+            from .annotate import annotate_namespace
+
+            made["modules"] = annotate_namespace(ns, depth=ann["modules"] or None).names
+        except Exception as e:  # noqa: BLE001 - say it, run the cell without module ranges
+            print(f"nsight-magic: --modules: {e}", file=sys.stderr)
+    if ann.get("functions"):
+        try:
+            from .annotate import annotate_functions
+
+            made["functions"] = annotate_functions(ann["functions"]).names
+        except Exception as e:  # noqa: BLE001
+            print(f"nsight-magic: --functions: {e}", file=sys.stderr)
+    if made:
+        (folder / "annotations.json").write_text(_dumps(made, indent=1) + "\n")
 
 
 def main(argv: list[str]) -> int:
@@ -92,7 +116,15 @@ def main(argv: list[str]) -> int:
             return EXIT_STATE_ERROR
 
     code_path = Path(script) if script else folder / "cell.py"
-    code = compile(code_path.read_text(), str(code_path), "exec")
+    ann = cfg.get("annotations") or {}
+    _annotate(ann, ns, folder)
+    if ann.get("lines"):
+        from .line_ranges import helpers, instrument
+
+        ns.update(helpers())
+        code = instrument(code_path.read_text(), str(code_path))
+    else:
+        code = compile(code_path.read_text(), str(code_path), "exec")
     status = 0
     rng = None
     if cfg.get("capture") == "cell":

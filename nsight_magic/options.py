@@ -53,8 +53,12 @@ class RunOptions:
     return_vars: tuple[str, ...] = ()
     render: bool = True
     quiet: bool = False
+    modules: int | None = None       # --modules [DEPTH]: None = off, 0 = every depth
+    functions: tuple[str, ...] = ()  # --functions a.b,c.d: wrapped in NVTX ranges in the profiled process
 
     def __post_init__(self):
+        if self.modules is not None and self.modules < 0:
+            raise OptionError("--modules DEPTH must be 1 or more (or no number: every depth)")
         if self.timeout is not None and self.timeout <= 0:
             raise OptionError("--timeout must be a positive number of seconds")
         for n in (*self.return_vars, *(self.send_vars or ())):
@@ -70,6 +74,7 @@ class NsysOptions(RunOptions):
     capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
     nsys_args: tuple[str, ...] = ()
     advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (analysis/thresholds.py)
+    lines: bool = False              # --lines: each line of the cell in an NVTX range (the Lines tab)
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -169,6 +174,12 @@ COMMON_ARGS = (
     (("--no-render",), dict(action="store_true", help="print a text summary instead of the interactive view")),
     (("--quiet",), dict(action="store_true", help="no status line, no variable list, no streamed output "
                                                   "(all of it is still saved in the profile folder)")),
+    (("--modules",), dict(nargs="?", const=0, default=None, type=int, metavar="DEPTH",
+                          help="give every torch.nn.Module of the sent variables and the setup code a forward and a "
+                               "backward NVTX range per submodule (at most DEPTH levels deep; all without a number)")),
+    (("--functions",), dict(default=None, metavar="A.B,C.D",
+                            help="wrap these functions or methods (dotted paths, e.g. torch.optim.Optimizer.step) in "
+                                 "NVTX ranges named after them")),
 )
 
 NSYS_ARGS = (
@@ -177,6 +188,9 @@ NSYS_ARGS = (
     (("--capture",), dict(choices=("cell", "all"), default="cell",
                           help="cell: only the cell body (setup code and variable loading stay out); "
                                "all: the whole profiled process")),
+    (("--lines",), dict(action="store_true",
+                        help="put each line of the cell (and of its top-level loops) in an NVTX range: the Lines tab "
+                             "shows hits, CPU and GPU time per line, like a line profiler")),
     (("--advice-threshold",), dict(action="append", default=None, metavar="RULE.KEY=VALUE",
                                    help="change a threshold of the Advice rules (repeatable), e.g. "
                                         "gpu_gaps.gap_ms=100; the keys are in nsight_magic/analysis/thresholds.py")),
@@ -190,7 +204,8 @@ NSYS_ARGS = (
 def _common(args, default_name: str) -> dict:
     return dict(name=args.name or default_name, directory=args.dir, timeout=args.timeout,
                 send_vars=split_names(args.vars) if args.vars is not None else None, no_vars=args.no_vars,
-                return_vars=split_names(args.returns), render=not args.no_render, quiet=args.quiet)
+                return_vars=split_names(args.returns), render=not args.no_render, quiet=args.quiet,
+                modules=getattr(args, "modules", None), functions=split_names(getattr(args, "functions", None)))
 
 
 def nsys_options_from_args(args, default_name: str) -> NsysOptions:
@@ -199,6 +214,7 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
 
     return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
+                       lines=bool(getattr(args, "lines", False)),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 

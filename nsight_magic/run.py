@@ -110,7 +110,7 @@ def _check_syntax(cell: str, folder: ProfileFolder) -> None:
 
 def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None, send_vars=None,
             no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
-            cwd: Path | None = None) -> _Prepared:
+            cwd: Path | None = None, annotations: dict | None = None) -> _Prepared:
     """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
     root = profiles_root(directory)
     try:
@@ -143,6 +143,8 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "script": script,
         "script_args": list(script_args),
         "umask": _current_umask(),
+        # automatic NVTX ranges made in the profiled process: modules (depth, 0 = all), functions, lines
+        "annotations": annotations or {},
     })
     return _Prepared(folder, manifest, cwd)
 
@@ -346,13 +348,14 @@ def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> di
 
 
 def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture: str, setup_sources, namespace,
-                       on_prepared, script: str | None = None, script_args=()):
+                       on_prepared, script: str | None = None, script_args=(), annotations: dict | None = None):
     """The profile folder with everything the child needs, then the profiler and its version.
 
     The folder comes first so that even "nsys not found" says where the cell is kept."""
     prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
                    namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=capture,
-                   returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir())
+                   returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
+                   annotations=annotations if annotations is not None else _annotations(opts))
     if on_prepared:
         on_prepared(prep.manifest)
     try:
@@ -360,6 +363,12 @@ def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture
         return prep, exe, version_of(exe)
     except ToolNotFound as e:
         raise RunFailed(f"{e}; nothing was run, the cell is kept in {prep.folder.path}/") from None
+
+
+def _annotations(opts: RunOptions, modules: int | None = None) -> dict:
+    """What the profiled process annotates before the cell (run.json "annotations", read by child.py)."""
+    return {"modules": opts.modules if opts.modules is not None else modules, "functions": list(opts.functions),
+            "lines": bool(getattr(opts, "lines", False))}
 
 
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str]) -> list[str]:
@@ -482,9 +491,11 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     from . import ncu_tool
 
     t0 = time.monotonic()
+    # --module NAME selects a module's NVTX range: give the models their ranges unless the user chose otherwise
     prep, ncu, version = _prepare_with_tool(
         cell, opts, ncu_tool.find_ncu, ncu_tool.ncu_version, capture="cell", setup_sources=setup_sources,
-        namespace=namespace, on_prepared=on_prepared)
+        namespace=namespace, on_prepared=on_prepared,
+        annotations=_annotations(opts, modules=0 if ncu_opts.module else None))
     folder = prep.folder
     messages: list[str] = []
     notes: list[str] = []

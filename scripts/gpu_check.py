@@ -6,6 +6,12 @@ Sections (pick with --only):
   capture   bare nsys on one script: no capture range vs --capture-range=nvtx vs cudaProfilerApi (wall, kernels)
   ncu       a notebook with %%ncu on the per-module NVTX workload, executed by nbclient
   notebook  executes notebooks/memory_workload.ipynb and saves it, outputs included, to $OUT
+  findings  records tests/data/findings_{bad,good}.sqlite (tests/data/make_findings_reports.py), nsys 2025.3's
+            stats/analyze output of them, and compares every twin rule with `nsys analyze` 2025.3 (all rows) on
+            them and on the fixtures in .fixtures_sub/ (carried), rule by rule
+  optimize  executes notebooks/optimizing_a_training_step.ipynb and saves it, outputs included, to $OUT
+  autonvtx  %%nsys --modules on a small transformer and %%nsys --lines on a training step (nbclient): the module
+            table and the lines table
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -222,7 +228,7 @@ def check_notebook(work: Path) -> None:
     src = Path(__file__).resolve().parents[1] / "notebooks" / "memory_workload.ipynb"
     nb = nbformat.read(src, as_version=4)
     t0 = time.perf_counter()
-    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
+    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True, store_widget_state=False,
                    resources={"metadata": {"path": str(work)}}).execute()
     say("notebook", "wall_s", round(time.perf_counter() - t0, 1))
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
@@ -231,6 +237,117 @@ def check_notebook(work: Path) -> None:
         if c.cell_type == "code":
             say("notebook", f"cell{i}", cell_text(c)[-600:])
     nbformat.write(nb, OUT / "memory_workload.ipynb")
+
+
+def check_findings(work: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(repo / "tests"))
+    from conftest import parse_nsys_csv
+    from nsight_magic import open_report, tools
+    from nsight_magic.analysis.findings import NSYS_ANALYZE_NAMES
+    from test_analysis_findings import KEYS
+
+    out = work / "findings"
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "make_findings_reports.py"), str(out)],
+                       capture_output=True, text=True, timeout=1200)
+    say("findings", "record", {"rc": p.returncode, "wall_s": round(time.perf_counter() - t0, 1),
+                               "tail": (p.stdout + p.stderr)[-2500:]})
+    reports = sorted(out.glob("findings_*.sqlite"))
+    for r in reports:
+        shutil.copy(r, OUT / r.name)
+    st = work / "stats"
+    subprocess.run(["bash", str(repo / "scripts" / "record-nsys-stats.sh"), str(st), *map(str, reports)],
+                   timeout=600)
+    subprocess.run(["tar", "czf", str(OUT / "findings-stats-2025.3.tgz"), "-C", str(st), "."], timeout=120)
+    nsys = str(tools.find_nsys())
+    for r in reports + sorted((repo / ".fixtures_sub").glob("*.sqlite")):
+        rep = open_report(r)
+        fs = rep.findings()
+        say("findings", f"{r.stem}_rules", [(f.rule, f.count, round(f.time_at_stake_ns / 1e6, 2)) for f in fs])
+        for rule in NSYS_ANALYZE_NAMES:
+            q = subprocess.run([nsys, "analyze", "-f", "csv", "-o", "-", "-r", f"{rule}:rows=-1", str(r)],
+                               capture_output=True, text=True, timeout=300)
+            text = q.stdout
+            if "could not be analyzed due to missing" in text or "does not contain ENUM_" in text:
+                say("findings", f"{r.stem}:{rule}", "nsys 2025.3 refuses this export (old schema)")
+                continue
+            ref = parse_nsys_csv(text)
+            rk, ok = KEYS[rule]
+            theirs = set() if ref is None else set(map(tuple, ref[rk].astype(float).round(1).to_numpy().tolist()))
+            mine = [f for f in fs if f.rule == rule]
+            ev = mine[0].evidence if mine else None
+            ours = set() if ev is None else set(map(tuple, ev[ok].astype(float).round(1).to_numpy().tolist()))
+            say("findings", f"{r.stem}:{rule}", f"nsys {len(theirs)} / ours {len(ours)} / same {theirs == ours}")
+
+
+def check_optimize(work: Path) -> None:
+    src = Path(__file__).resolve().parents[1] / "notebooks" / "optimizing_a_training_step.ipynb"
+    nb = nbformat.read(src, as_version=4)
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True, store_widget_state=False,
+                   resources={"metadata": {"path": str(work)}}).execute()
+    say("optimize", "wall_s", round(time.perf_counter() - t0, 1))
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    say("optimize", "errors", [f"{e.ename}: {e.evalue}" for e in errors])
+    for i, c in enumerate(nb.cells):
+        if c.cell_type == "code":
+            say("optimize", f"cell{i}", cell_text(c)[-1500:])
+    nbformat.write(nb, OUT / "optimizing_a_training_step.ipynb")
+
+
+AUTONVTX_SETUP = """%%nsight_setup
+import torch, torch.nn as nn
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=256, nhead=8, dim_feedforward=1024, batch_first=True)
+model = nn.Sequential(nn.Linear(64, 256), nn.TransformerEncoder(layer, num_layers=2), nn.Linear(256, 10)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(32, 128, 64, device="cuda")
+y = torch.randint(0, 10, (32,), device="cuda")
+for _ in range(2):  # warm-up outside the capture
+    model(x).mean(1).sum().backward()
+torch.cuda.synchronize()
+"""
+AUTONVTX_MODULES = """%%nsys --name modules --modules 3
+for _ in range(3):
+    loss = nn.functional.cross_entropy(model(x).mean(1), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+torch.cuda.synchronize()
+"""
+AUTONVTX_LINES = """%%nsys --name lines --lines
+for step in range(5):
+    out = model(x)
+    loss = nn.functional.cross_entropy(out.mean(1), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    value = loss.item()
+"""
+
+
+def check_autonvtx(work: Path) -> None:
+    nb, wall = run_notebook(["%load_ext nsight_magic", AUTONVTX_SETUP, AUTONVTX_MODULES, AUTONVTX_LINES], work)
+    say("autonvtx", "wall_s", round(wall, 1))
+    for i in (2, 3):
+        say("autonvtx", f"cell{i}_text", cell_text(nb.cells[i])[-1200:])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import pandas as pd
+    from nsight_magic import open_report
+    from nsight_magic.analysis.lines import lines_table, module_table
+
+    pd.set_option("display.width", 250)
+    folder = sorted((work / "nsight-profiles").glob("modules-*"))[-1]
+    names = json.loads((folder / "annotations.json").read_text())["modules"]
+    mods = module_table(open_report(folder), names)
+    say("autonvtx", "module_table", "\n" + mods.to_string())
+    folder = sorted((work / "nsight-profiles").glob("lines-*"))[-1]
+    lines = lines_table(open_report(folder), (folder / "cell.py").read_text())
+    say("autonvtx", "lines_table", "\n" + lines.drop(columns="top_kernels").to_string())
+    say("autonvtx", "lines_top_kernels", lines[["line", "top_kernels"]].to_dict("records"))
+    shutil.copy(folder / "view.html", OUT / "lines_view.html")
 
 
 def main() -> None:
@@ -242,8 +359,8 @@ def main() -> None:
     for section in args.only.split(","):
         t0 = time.perf_counter()
         try:
-            {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu,
-             "notebook": check_notebook}[section](work)
+            {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
+             "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

@@ -12,6 +12,9 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e ".[test]"
+# PyTorch for the tests of --modules/--nproc (their CPU build: this machine kind keeps the 2.13.0 CPU wheel on disk,
+# any newer release would be a CUDA build of several GB); an existing torch is kept.
+.venv/bin/python -c "import torch" 2>/dev/null || .venv/bin/python -m pip install -q "torch==2.13.0"
 # Notebooks run by nbclient/nbconvert use this kernel, i.e. this environment.
 .venv/bin/python -m ipykernel install --sys-prefix --name python3 >/dev/null
 echo "setup done: $(.venv/bin/python -c 'import nsight_magic; print("nsight_magic", nsight_magic.__version__)')"

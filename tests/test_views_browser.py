@@ -24,9 +24,12 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 XSS = "<img src=x onerror=alert(1)>"
-# every root view of every Bokeh document (Bokeh.index is a Map once BokehJS has rendered)
-VIEWS = ("(() => { const i = Bokeh.index; "
-         "return (i && typeof i.values === 'function') ? [...i.values()] : Object.values(i || {}); })()")
+# every view of every Bokeh document, children of layouts included (Bokeh.index is a Map of root views), minus the
+# row-name plots beside the timelines
+VIEWS = ("(() => { const i = Bokeh.index; const roots = (i && typeof i.values === 'function') ? [...i.values()] "
+         ": Object.values(i || {}); const all = []; const walk = v => { all.push(v); "
+         "for (const c of (v.child_views || [])) walk(c); }; roots.forEach(walk); "
+         "return all.filter(v => !(v.model.name || '').endsWith('-rowlabels')); })()")
 
 pytestmark = [
     pytest.mark.browser,
@@ -77,7 +80,7 @@ class Page:
           v.el.scrollIntoView();
           const r = v.el.getBoundingClientRect();
           const x = v.frame.x_scale.compute((d.left[best] + d.right[best]) / 2);
-          const y = v.frame.y_scale.compute(d.row[best]);
+          const y = v.frame.y_scale.compute(d.y[best]);
           return {x: r.x + x, y: r.y + y};
         }"""), [plot, cat])
         self.page.mouse.move(pos["x"] - 3, pos["y"])
@@ -288,12 +291,12 @@ def test_clicking_an_nvtx_range_highlights_the_kernels_launched_inside_it(browse
         if (d.cat[j] == cat && d.name[j] == name && Math.abs(d.left[j] - t0) < 1e-3) i = j;
       const r = v.el.getBoundingClientRect();
       return {x: r.x + v.frame.x_scale.compute((d.left[i] + d.right[i]) / 2),
-              y: r.y + v.frame.y_scale.compute(d.row[i])};
+              y: r.y + v.frame.y_scale.compute(d.y[i])};
     }"""), [nvtx_cat, name_code, float((nv["start_ns"] - data.origin_ns) / 1e6)])
     pg.page.mouse.click(pos["x"], pos["y"])
     pg.page.wait_for_timeout(400)
     hl = pg.page.evaluate(js("""() => { const v = $VIEWS.find(v => v.frame);
-      const s = v.model.renderers.map(r => r.data_source).find(s => Object.keys(s.data).length == 3);
+      const s = v.model.renderers.map(r => r.data_source).find(s => Object.keys(s.data).length == 4 && 'row' in s.data);
       return {n: s.data.left.length, rows: [...new Set(s.data.row)]}; }"""))
     assert hl["n"] == len(launched)
     gpu_rows = data.rows.loc[data.rows["kind"] == "gpu", "row"].tolist()

@@ -60,22 +60,69 @@ def _nvtx(rows):
     return df.assign(duration_ns=df.end_ns - df.start_ns, domain="", kind="push_pop", pid=42, tid=43, color=None)
 
 
-def test_rows_group_threads_by_source_and_gpus_by_stream_with_a_utilization_strip():
+def test_rows_are_a_tree_of_processes_threads_and_gpus_streams():
     nv = _nvtx([(9_000, 20_000, "outer", 0), (9_500, 12_000, "inner", 1)])
     rep = _report(nvtx=nv, streams=(7, 13))
     thread_calls = pd.DataFrame({"start_ns": [100, 300], "end_ns": [200, 400], "duration_ns": 100,
                                  "name": ["read", "cublasSgemm_v2"], "pid": 42, "tid": [44, 43]})
     rep.osrt, rep.cublas = thread_calls.iloc[:1], thread_calls.iloc[1:]
     data = prepare_timeline(rep)
-    kinds = data.rows["kind"].tolist()
-    assert kinds == ["nvtx", "nvtx", "cuda_api", "cublas", "osrt", "util", "gpu", "gpu"]
-    assert data.rows["label"].tolist()[:5] == ["tid 43 python3 · NVTX L0", "tid 43 python3 · NVTX L1",
-                                               "tid 43 python3 · CUDA API", "tid 43 python3 · cuBLAS",
-                                               "tid 44 · OS runtime"]
-    assert data.rows["label"].tolist()[6:] == ["GPU 0 · stream 7", "GPU 0 · stream 13"]
-    assert data.rows["group"].tolist() == ["Process 42"] * 5 + ["GPU 0 Test GPU"] * 3
+    r = data.rows
+    assert r["kind"].tolist() == ["process", "thread", "nvtx", "nvtx", "cuda_api", "cublas", "thread", "osrt",
+                                  "util", "gpu", "gpu"]
+    assert r["label"].tolist() == ["Process 42 python3", "python3 [43]", "NVTX", "NVTX ·1", "CUDA API", "cuBLAS",
+                                   "thread [44]", "OS runtime", "GPU 0 Test GPU", "stream 7", "stream 13"]
+    assert r["level"].tolist() == [0, 1, 2, 2, 2, 2, 1, 2, 0, 2, 2]
+    assert r.loc[3, "ancestors"] == "p42|p42/t43" and r.loc[9, "ancestors"] == "g0"
+    assert r.loc[3, "path"] == "Process 42 python3 / python3 [43] / NVTX level 1"
+    assert r["group"].tolist() == ["Process 42 python3"] * 8 + ["GPU 0 Test GPU"] * 3
     # NVTX rows know the CUDA API row of their thread (for highlighting launched kernels)
-    assert data.api_row_of_row.tolist()[:4] == [2, 2, -1, -1]
+    assert data.api_row_of_row.tolist()[2:5] == [4, 4, -1]
+    # every event sits on a leaf row
+    assert set(data.events["row"]) <= set(r.index[r["level"] == 2])
+
+
+def test_folding_hides_a_groups_rows_and_keeps_its_header():
+    from nsight_magic.views.timeline_prepare import default_folds, fold_layout
+
+    nv = _nvtx([(9_000, 20_000, "outer", 0)])
+    rep = _report(nvtx=nv, streams=(7, 13))
+    rep.osrt = pd.DataFrame({"start_ns": [100], "end_ns": [200], "duration_ns": 100, "name": ["read"], "pid": 42,
+                             "tid": [44]})
+    rows = prepare_timeline(rep).rows
+    y = fold_layout(rows, {"p42"})
+    assert y.tolist()[:1] == [0] and np.isnan(y[1:6]).all() and y.tolist()[6:] == [1, 2, 3]
+    y = fold_layout(rows, {"p42/t43"})
+    assert np.isnan(y[2:4]).all() and not np.isnan(y[1])  # the thread's rows, not the thread header
+    assert default_folds(rows) == set() and default_folds(rows, budget=5)
+
+
+def test_colours_follow_the_code_and_the_names():
+    from nsight_magic.views.timeline_prepare import NAME_PALETTE, name_color
+
+    nv = pd.DataFrame({"start_ns": [0, 10, 20], "end_ns": [5, 15, 25], "name": ["blue one", "plain", "plain"],
+                       "depth": 0, "domain": "", "kind": "push_pop", "pid": 42, "tid": 43,
+                       "color": pd.array([0xFF0000FF, pd.NA, pd.NA], dtype="Int64")})
+    data = prepare_timeline(_report(nvtx=nv))
+    e = data.events
+    nv_rows = e[e["cat"] == data.categories.index("NVTX")].sort_values("start_ns")
+    colors = [data.palette[c] for c in nv_rows["color"]]
+    assert colors[0] == "#0000ff"  # the NVTX colour attribute (ARGB)
+    assert colors[1] == colors[2] == NAME_PALETTE[name_color("plain")]  # a stable colour per name
+    k = e[e["cat"] == data.categories.index("kernel")]
+    names = [data.names[n] for n in k["name"]]
+    assert all(data.palette[c] == NAME_PALETTE[name_color(n)] for c, n in zip(k["color"], names))
+
+
+def test_our_cell_range_frames_the_timeline_and_is_no_row():
+    nv = pd.DataFrame({"start_ns": [9_000, 9_500], "end_ns": [30_000, 12_000], "name": ["cell-20261123", "mine"],
+                       "depth": [0, 1], "domain": ["nsight-magic", None], "kind": "push_pop", "pid": 42, "tid": 43,
+                       "color": pd.array([pd.NA, pd.NA], dtype="Int64")})
+    data = prepare_timeline(_report(nvtx=nv))
+    names = set(data.names[n] for n in data.events["name"])
+    assert "cell-20261123" not in names and "mine" in names
+    assert data.origin_ns == 9_000 and data.frame_ns == (0, 21_000)
+    assert data.first_ns == 9_500 - 9_000  # "mine", the first event: x = 0 is the cell's start
 
 
 def test_strings_are_stored_once_and_events_carry_codes():
@@ -106,7 +153,7 @@ def test_busy_rows_become_busy_fraction_bins_under_the_budget():
     assert len(g.exact) + len(g.agg) <= 1000
     assert g.total == 40_000 and g.shown < g.total
     assert re.fullmatch(r"showing [\d,]+ of 40,000 events; .*", g.caption)
-    krow = data.rows.index[data.rows["label"] == "GPU 0 · stream 7"][0]
+    krow = data.rows.index[data.rows["label"] == "stream 7"][0]
     bins = g.agg[g.agg["row"] == krow]
     assert len(bins) > 10
     np.testing.assert_allclose(bins["busy"].to_numpy()[1:], 0.5, atol=0.01)  # bin 0 holds 10 us of idle start
@@ -162,7 +209,7 @@ def test_report_without_gpu_work_still_prepares():
     rep = _report(n_kernels=0)
     rep.nvtx = _nvtx([(0, 100, "only", 0)])
     data = prepare_timeline(rep)
-    assert data.rows["kind"].tolist() == ["nvtx"]
+    assert data.rows["kind"].tolist() == ["process", "nvtx"]
     assert view_glyphs(data).caption == "showing all 1 events"
 
 

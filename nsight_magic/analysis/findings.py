@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..child import CAPTURE_DOMAIN
 from . import thresholds as T
 
 
@@ -157,7 +158,7 @@ class _Enclosing:
         nv = report.nvtx
         nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
         if len(nv):
-            nv = nv[~nv["domain"].astype(str).eq("nsight-magic").to_numpy()]
+            nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
         self.threads = {}
         for (pid, tid), g in nv.groupby(["pid", "tid"], sort=False):
             g = g.sort_values(["start_ns", "duration_ns"], ascending=[True, False], kind="stable")
@@ -364,7 +365,7 @@ def _cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataF
         d = df
         if key == "cpu_nvtx":
             d = d[d["kind"].astype(str) != "mark"]
-            d = d[~d["domain"].astype(str).eq("nsight-magic").to_numpy()]  # our own cell range says nothing
+            d = d[~d["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]  # our own cell range says nothing
         end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
         label = d["label"] if key == "cpu_nvtx" else d["name"]
         prepared[key] = (d["pid"].to_numpy(), d["tid"].to_numpy(), d["start_ns"].to_numpy(np.int64), end,
@@ -553,20 +554,23 @@ def rule_undersized_launch(report, th) -> list[Finding]:
     small = ~np.isnan(dev_sms) & (blocks < dev_sms)
     total_gpu = k["duration_ns"].sum()
     t = k[small]
-    if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_gpu_pct"]:
+    idle_ns = t["duration_ns"].to_numpy(float) * (1 - blocks[small] / dev_sms[small])
+    # 128 blocks on 132 SMs cost little; 16 blocks cost most of the GPU: judge by the SM time left idle
+    if t.empty or idle_ns.sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_idle_pct"]:
         return []
     ev = _evidence(t, t["name"].astype(str), {"blocks": blocks[small].astype(np.int64),
                                               "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
-                                              "sm_count": dev_sms[small].astype(np.int64)})
-    idle = int(np.sum(ev["duration_ns"].to_numpy() * (1 - ev["blocks"].to_numpy() / ev["sm_count"].to_numpy())))
-    worst = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False)
+                                              "sm_count": dev_sms[small].astype(np.int64),
+                                              "idle_sm_ns": idle_ns.astype(np.int64)})
+    idle = int(idle_ns.sum())
+    worst = ev.groupby("name")["idle_sm_ns"].sum().sort_values(ascending=False)
     w = ev[ev["name"] == worst.index[0]].iloc[0]
     return [Finding(
         "undersized_launch", _severity(idle, _span(report)),
         f"{len(ev)} kernels use fewer blocks than the GPU's {int(w['sm_count'])} SMs",
-        f"These kernels take {ev['duration_ns'].sum() * 100 / total_gpu:.1f}% of kernel time with too few thread "
-        f"blocks to fill the GPU; e.g. {worst.index[0][:80]} runs {int(w['blocks'])} blocks of "
-        f"{int(w['threads_per_block'])} threads on {int(w['sm_count'])} SMs, so most SMs sit idle.",
+        f"These kernels run with too few thread blocks to fill the GPU, leaving SMs idle for "
+        f"{idle * 100 / total_gpu:.0f}% of the kernel time; the worst, {worst.index[0][:80]}, runs "
+        f"{int(w['blocks'])} blocks of {int(w['threads_per_block'])} threads on {int(w['sm_count'])} SMs.",
         "Give the GPU more parallel work: larger batches, fuse small operations, or (own kernels) more blocks "
         "with fewer threads each / a grid-stride loop sized to a multiple of the SM count.",
         idle, "kernel time x the fraction of SMs left without a block", ev, _ranges(ev))]
@@ -678,7 +682,7 @@ def rule_host_wait(report, th) -> list[Finding]:
     if nv.empty or os_.empty:
         return []
     nv = nv[(nv["kind"].astype(str) != "mark") & nv["end_ns"].notna()]
-    nv = nv[~nv["domain"].astype(str).eq("nsight-magic").to_numpy()]
+    nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
     if "nesting_level" in os_:
         os_ = os_[pd.to_numeric(os_["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
     counts = nv["label"].astype(str).value_counts()
@@ -731,24 +735,20 @@ def rule_nvtx_other_thread(report, th) -> list[Finding]:
     k = report.kernels
     if nv.empty or k.empty or "launch_tid" not in k:
         return []
-    proj = report.nvtx_gpu_projection()
-    projected = set(zip(proj["pid"], proj["tid"], proj["start_ns"]))
     r = nv[(nv["kind"].astype(str) == "push_pop") & nv["end_ns"].notna()]
-    r = r[~r["domain"].astype(str).eq("nsight-magic").to_numpy()]
+    r = r[~r["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
     ks = k["start_ns"].to_numpy(np.int64)
     order = np.argsort(ks, kind="stable")
     ks = ks[order]
     kpid = k["pid"].to_numpy()[order]
     ktid = pd.array(k["launch_tid"], dtype="Int64").to_numpy(dtype=float, na_value=np.nan)[order]
     rows = []
-    for row in r.itertuples():
-        if (row.pid, row.tid, row.start_ns) in projected:
-            continue
+    for row in r.itertuples():  # ranges of the user's: tens to thousands
         lo, hi = np.searchsorted(ks, row.start_ns), np.searchsorted(ks, int(row.end_ns))
-        if hi - lo < 1:
-            continue
-        other = (kpid[lo:hi] == row.pid) & (ktid[lo:hi] != row.tid) & ~np.isnan(ktid[lo:hi])
-        if other.sum() >= max(1, 0.5 * (hi - lo)):
+        ran = (kpid[lo:hi] == row.pid) & ~np.isnan(ktid[lo:hi])
+        other = ran & (ktid[lo:hi] != row.tid)
+        # nearly all of the kernels that ran inside came from another thread: the projection shows almost nothing
+        if other.sum() >= 1 and other.sum() >= 0.8 * ran.sum():
             rows.append((row.start_ns, int(row.end_ns), row.pid, row.tid, str(row.label), int(other.sum()),
                          int(np.unique(ktid[lo:hi][other])[0])))
     if not rows:

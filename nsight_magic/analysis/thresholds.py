@@ -17,7 +17,7 @@ DEFAULTS: dict[str, float] = {
     "launch_bound.min_kernels": 100,              # at least this many kernels shorter than their launch call
     "launch_bound.min_share_pct": 50,             # ... and that many percent of all kernels
     "layout_transpose.min_gpu_pct": 2,            # NCHW<->NHWC transposes taking at least this share of GPU time
-    "undersized_launch.min_gpu_pct": 5,           # kernels with fewer blocks than SMs, this share of GPU time
+    "undersized_launch.min_idle_pct": 10,         # SMs left idle by grids smaller than the GPU: this share of kernel time
     "serialized_copy.min_copy_ms": 1,             # copies on a compute stream between its kernels, in total
     "input_wait.min_gap_ms": 1,                   # GPU idle before each step's host-to-device copy, on average
     "input_wait.min_steps": 3,                    # ... seen before at least this many copies

@@ -24,11 +24,22 @@ class CaptureSpan:
 
 
 def capture_span(bounds: tuple[int | None, int | None] | None,
-                 events: tuple[int | None, int | None] | None) -> CaptureSpan:
+                 events: tuple[int | None, int | None] | None,
+                 frame: tuple[int, int | None] | None = None) -> CaptureSpan:
     """Decide the capture span from the recorded capture bounds and the [first start, last end] of the events.
 
     Bounds are trusted when they overlap the events (or when there are no events); otherwise the events' span is
-    the capture, and `note` says why."""
+    the capture, and `note` says why.  `frame`: nsight-magic's own cell range (start, end), when the report has
+    one: its start is x = 0 (what the user profiled starts there), the axis still covering every event."""
+    span = _capture_span(bounds, events)
+    if frame is None or frame[0] is None:
+        return span
+    f0, f1 = int(frame[0]), int(frame[1] if frame[1] is not None else span.axis_end_ns)
+    lo = min(span.origin_ns, f0) if events else f0
+    return CaptureSpan(span.start_ns, span.end_ns, span.source, span.note, f0, max(span.axis_end_ns, f1, lo))
+
+
+def _capture_span(bounds, events) -> CaptureSpan:
     a, b = bounds if bounds else (None, None)
     lo, hi = events if events else (None, None)
     have_bounds = a is not None and b is not None and b >= a

@@ -348,7 +348,7 @@ class NsysReport:
             return {k: np.empty(0, t) for k, t in (("start", np.int64), ("end", np.float64), ("tag", object),
                                                    ("style", object), ("is_range", bool), ("same_thread", bool),
                                                    ("thread", np.int64), ("has_domain", bool), ("pid", np.int64),
-                                                   ("tid", np.int64))}
+                                                   ("tid", np.int64), ("ours", bool))}
         return build_nvtx(raw, self._strings)
 
     @functools.cached_property
@@ -537,11 +537,12 @@ class NsysReport:
         range is the label of `nsys stats` of the report's version (':step' for the default domain since 2024.2,
         'step' before; 'Domain:step' always; see readers.nsys_labels); name is our stable one ('Domain:step' or
         'step', = the nvtx frame's label); style 'PushPop' or 'StartEnd'.
+        nsight-magic's own cell range (domain nsight-magic) is left out (it stays in the nvtx frame).
         Ranges never closed last until the last NVTX timestamp.  gpu_ns sums, over the instances, the GPU
         projection of each range (first to last GPU op launched inside it, as nvtxgpuproj); gpu_ops counts the
         launching API calls."""
         internal = self._nvtx_arrays
-        rng = internal["is_range"]
+        rng = internal["is_range"] & ~internal["ours"]  # our own cell range is no user range
         if not rng.any():
             return empty_stats(("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
         dur = self._nvtx_durations

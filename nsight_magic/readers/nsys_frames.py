@@ -9,6 +9,8 @@ from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PU
 from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, read_ints, read_texts,
                        to_categorical)
 
+from ..child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
+
 _MASK24 = 0xFFFFFF
 
 
@@ -182,6 +184,8 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         "tag": tag, "style": np.where(kind == 0, "PushPop", "StartEnd").astype(object),
         "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
         "has_domain": has_dom,
+        # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
+        "ours": np.array([d == CAPTURE_DOMAIN for d in domain], dtype=bool),
     }
     order = np.argsort(arrays["start"], kind="stable")
     return {k: v[order] for k, v in arrays.items()}

@@ -75,7 +75,7 @@ def nvtx_projection(internal: dict, ops: pd.DataFrame, api: pd.DataFrame, maxts:
     gpu_ops (number of launching API calls).
     """
     cols = ["row", "proj_start_ns", "proj_duration_ns", "gpu_ops"]
-    sel = internal["is_range"] & internal["same_thread"]
+    sel = internal["is_range"] & internal["same_thread"] & ~internal.get("ours", False)
     if not sel.any() or ops.empty or api.empty:
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in cols})
     # each op -> its launching API call (same pid and correlation id)

@@ -88,7 +88,7 @@ def _evidence_table(ev: pd.DataFrame, uid: str, origin_ns: int) -> str:
 
 
 def _fmt_ms(ns: float) -> str:
-    return f"{ns / 1e6:,.3f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} us"
+    return f"{ns / 1e6:,.3f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} µs"
 
 
 def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str) -> str:

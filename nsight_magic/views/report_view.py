@@ -20,9 +20,32 @@ import pandas as pd
 from ..errors import ReportError
 from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms
 from .bokehjs import bokehjs_html, embed_script
+from .lines import lines_html, modules_html
 from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
+
+def _lines_and_modules(report, folder):
+    """The Lines table (--lines) and the module tree (--modules); empty frames for reports without them."""
+    from ..analysis.lines import lines_table, module_table
+
+    if not hasattr(report, "nvtx_gpu_projection"):
+        return pd.DataFrame(), pd.DataFrame()
+    source, names = None, None
+    if folder is not None:
+        cell = Path(folder) / "cell.py"
+        source = cell.read_text() if cell.exists() else None
+        ann = Path(folder) / "annotations.json"
+        if ann.exists():
+            try:
+                names = json.loads(ann.read_text()).get("modules")
+            except ValueError:
+                names = None
+    try:
+        return lines_table(report, source), module_table(report, names)
+    except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
+        return pd.DataFrame(), pd.DataFrame()
+
 
 def _findings(report, thresholds: dict | None = None) -> list:
     """The report's findings; a rule that breaks on an odd report must not take the view down with it."""
@@ -118,6 +141,7 @@ class NsysView:
         self.data: TimelineData = prepare_timeline(report)
         self.tables = prepare_tables(report, self.data.origin_ns)
         self.findings = _findings(report, thresholds)
+        self.lines, self.modules = _lines_and_modules(report, self.folder)
         self.files = folder_files(self.folder)
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
@@ -142,12 +166,14 @@ class NsysView:
             self._table("kernels", t.kernels, t.kernel_zoom, tv.plot_name),
             self._table("memory", t.memory, None, tv.plot_name),
             self._table("cudaapi", t.cuda_api, None, tv.plot_name),
-            self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
+            modules_html(self.modules) + self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
             advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid),
             self._files_html(),
         ]
+        if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
+            panes.insert(5, lines_html(self.lines))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-                f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(TABS, panes)}</div>'
+                f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(self.tabs, panes)}</div>'
                 f"{embed_script(script)}")
 
     def _table(self, key, df, zoom, plot_name) -> str:
@@ -161,6 +187,10 @@ class NsysView:
         if self.files.empty:
             return f"<p>{escape(str(self.folder))} is empty.</p>"
         return f"<p>{escape(str(self.folder))}</p>" + table_html(self.files, table_id=f"nm-{self.uid}-files")
+
+    @property
+    def tabs(self) -> tuple:
+        return TABS[:5] + ("Lines",) + TABS[5:] if not self.lines.empty else TABS
 
     def html_page(self) -> str:
         title = escape(f"Nsight Systems report {getattr(self.report, 'path', '')}".strip())
@@ -176,6 +206,7 @@ class NsysView:
         caption = w.Label(value=tv.glyphs.caption)
         timeline = _bokeh_widget(tv, caption)
         legend = w.HTML(legend_html(self.data.categories, self.data.colors))
+
 
         def zoom_to(spans):
             def go(name):
@@ -205,8 +236,11 @@ class NsysView:
 
         advice = advice_widget(self.findings, on_show=show_finding)
         tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
-                              tbl(t.cuda_api), tbl(t.nvtx, t.nvtx_zoom), advice, files])
-        for i, n in enumerate(TABS):
+                              tbl(t.cuda_api), w.VBox([w.HTML(modules_html(self.modules)), tbl(t.nvtx, t.nvtx_zoom)]),
+                              advice, files])
+        if not self.lines.empty:
+            tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]
+        for i, n in enumerate(self.tabs):
             tab.set_title(i, n)
         tab._nsight_timeline = tv  # keep the view reachable (tests, refresh)
         return tab

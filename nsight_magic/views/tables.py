@@ -3,7 +3,7 @@ an ipywidgets version.  Generic on purpose: the Nsight Compute views reuse these
 
 Formats are chosen from column names (`*_ns` time, `*_bytes` size, `pct`/`*_pct` percent, `*_gbps` rate,
 `count`/`*_count` integer) unless given explicitly.  Every cell is escaped text; sorting uses the raw
-value kept in a `data-v` attribute, so formatted units ("1.2 ms" vs "800 us") sort correctly.
+value kept in a `data-v` attribute, so formatted units ("1.2 ms" vs "800 µs") sort correctly.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def _fmt_time(v: pd.Series) -> pd.Series:
     x = pd.to_numeric(v, errors="coerce").to_numpy(float)
     out = np.where(x >= 1e9, np.char.add(np.char.mod("%.3f", x / 1e9), " s"),
                    np.where(x >= 1e6, np.char.add(np.char.mod("%.3f", x / 1e6), " ms"),
-                            np.where(x >= 1e3, np.char.add(np.char.mod("%.3f", x / 1e3), " us"),
+                            np.where(x >= 1e3, np.char.add(np.char.mod("%.3f", x / 1e3), " µs"),
                                      np.char.add(np.char.mod("%.0f", x), " ns"))))
     return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
 

@@ -4,57 +4,86 @@ Numbers travel as typed arrays: float64 ms for event edges (float32 resolves onl
 microsecond event late in a long capture would get width 0), float32 for durations and sizes, small ints.
 Names and details travel once, as lists held by the hover formatters, and are looked up by code in the
 browser.  Tooltips use `@field` placeholders, which Bokeh escapes, and the custom formatters return plain
-strings (escaped by the same template path).
+strings (escaped by the same template path).  Names drawn on the bars are canvas text (never markup).
+
+Rows are a tree (timeline_prepare): a glyph's `y` is its row's place in the current fold layout (NaN: hidden).
+Folding re-lays the rows out: in the browser (TIMELINE_JS, static pages) or from Python (`fold`, live view).
 """
 from __future__ import annotations
 
 import uuid
 
 import numpy as np
-from bokeh.models import (BoxZoomTool, ColumnDataSource, CustomJS, CustomJSHover, CustomJSTransform, FixedTicker,
-                          HoverTool, NumeralTickFormatter,
-                          LinearColorMapper, PanTool, Range1d, ResetTool, TapTool, Title, WheelZoomTool)
+from bokeh.events import SelectionGeometry
+from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColumnDataSource, CustomJS, CustomJSHover,
+                          CustomJSTransform, FixedTicker, HoverTool, Label, LinearColorMapper, NumeralTickFormatter,
+                          PanTool, Range1d, ResetTool, TapTool, Title, WheelZoomTool)
+from bokeh.layouts import row
 from bokeh.plotting import figure
 
-from .timeline_prepare import KERNEL_CAT, Glyphs, TimelineData, view_glyphs
+from .timeline_prepare import KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, default_folds, fold_layout, view_glyphs
 
 ROW_PX = 22
+LABEL_PX = 250  # width of the row names on the left
+UTIL_HEIGHT = 0.45  # the GPU utilization strip is thin (a heat strip); events fill 0.8 of a row
 
 
-def _exact_columns(g: Glyphs) -> dict:
+def _y(rows_y: np.ndarray, row: np.ndarray) -> np.ndarray:
+    return rows_y[row].astype(np.float32) if len(row) else np.empty(0, np.float32)
+
+
+def _exact_columns(g: Glyphs, rows_y: np.ndarray) -> dict:
     e = g.exact
+    row = e["row"].to_numpy()
     return {
         "left": e["left"].to_numpy(np.float64) / 1e6,
         "right": e["right"].to_numpy(np.float64) / 1e6,
-        "row": e["row"].to_numpy().astype(np.int16),
+        "row": row.astype(np.int16),
+        "y": _y(rows_y, row),
         "cat": e["cat"].to_numpy().astype(np.uint8),
         "name": e["name"].to_numpy().astype(np.int32),
         "detail": e["detail"].to_numpy().astype(np.int32),
+        "color": e["color"].to_numpy().astype(np.int16),
         "dur_us": e["dur_us"].to_numpy().astype(np.float32),
         "bytes": e["bytes"].to_numpy().astype(np.float32),
         "link": e["link"].to_numpy().astype(np.int32),
     }
 
 
-def _agg_columns(g: Glyphs) -> dict:
+def _agg_columns(g: Glyphs, rows_y: np.ndarray, util_cat: int) -> dict:
     a = g.agg
+    row = a["row"].to_numpy()
+    cat = a["cat"].to_numpy()
     return {
         "left": a["left"].to_numpy(np.float64) / 1e6,
         "right": a["right"].to_numpy(np.float64) / 1e6,
-        "row": a["row"].to_numpy().astype(np.int16),
-        "cat": a["cat"].to_numpy().astype(np.uint8),
+        "row": row.astype(np.int16),
+        "y": _y(rows_y, row),
+        "h": np.where(cat == util_cat, UTIL_HEIGHT, 0.8).astype(np.float32),
+        "cat": cat.astype(np.uint8),
         "name": a["name"].to_numpy().astype(np.int32),
+        "color": a["color"].to_numpy().astype(np.int16),
         "count": a["count"].to_numpy().astype(np.int32),
         "busy": a["busy"].to_numpy().astype(np.float32),
     }
+
+
+def text_colors(palette) -> list[str]:
+    """Black or white text for each palette colour, whichever reads better on it."""
+    out = []
+    for c in palette:
+        r, g, b = (int(c[i:i + 2], 16) for i in (1, 3, 5))
+        out.append("#111111" if 0.299 * r + 0.587 * g + 0.114 * b > 150 else "#ffffff")
+    return out
 
 
 _LOOKUP_JS = "const s = (value >= 0 && value < table.length) ? table[value] : ''; return String(s);"
 _DUR_JS = """
 const us = Number(value);
 if (!isFinite(us)) return '';
+if (us >= 1e6) return (us / 1e6).toFixed(3) + ' s';
 if (us >= 1000) return (us / 1000).toFixed(3) + ' ms';
-return us.toFixed(3) + ' us';
+return us.toFixed(3) + ' µs';
 """
 _BYTES_JS = """
 const b = Number(value);
@@ -75,7 +104,7 @@ return n >= 0 ? n + ' events, ' + pct : pct;
 # Selecting an API call (or kernel) highlights everything sharing its launch link (pid, correlation id);
 # selecting an NVTX range highlights the kernels launched by API calls of the same thread inside it.
 _SELECT_JS = """
-const hl_empty = {left: [], right: [], row: []};
+const hl_empty = {left: [], right: [], row: [], y: []};
 const idx = src.selected.indices;
 if (idx.length == 0) { hl.data = hl_empty; return; }
 const d = src.data, n = d.left.length, i = idx[0];
@@ -88,76 +117,133 @@ if (d.cat[i] == nvtx_cat) {
 } else if (d.link[i] >= 0) {
   links.add(d.link[i]);
 }
-const L = [], R = [], Y = [];
+const L = [], R = [], W = [], Y = [];
 for (let j = 0; j < n; j++)
   if (j != i && links.has(d.link[j]) && (d.cat[j] == kernel_cat || d.cat[i] == kernel_cat)) {
-    L.push(d.left[j]); R.push(d.right[j]); Y.push(d.row[j]);
+    L.push(d.left[j]); R.push(d.right[j]); W.push(d.row[j]); Y.push(d.y[j]);
   }
-hl.data = {left: L, right: R, row: Y};
+hl.data = {left: L, right: R, row: W, y: Y};
 note.text = links.size ? ('highlighted ' + L.length + ' launched event(s)') : '';
+"""
+
+# Names on the bars wide enough to hold them, re-laid out whenever the range or the data change.
+_LABELS_JS = """
+const d = src.data, n = d.left.length;
+const x0 = plot.x_range.start, x1 = plot.x_range.end;
+const w = plot.inner_width > 0 ? plot.inner_width : plot.width;
+const px = w / Math.max(x1 - x0, 1e-12);
+const X = [], Y = [], T = [], C = [];
+for (let i = 0; i < n && X.length < max_labels; i++) {
+  if (!isFinite(d.y[i]) || d.right[i] < x0 || d.left[i] > x1) continue;
+  const l = Math.max(d.left[i], x0), r = Math.min(d.right[i], x1);
+  const room = (r - l) * px - 6;
+  if (room < 24) continue;
+  const name = String(names[d.name[i]] || '');
+  const fit = Math.floor(room / char_px);
+  if (fit < 3) continue;
+  X.push(l + 3 / px); Y.push(d.y[i]);
+  T.push(name.length <= fit ? name : name.slice(0, fit - 1) + '…');
+  C.push(text_color[d.color[i]] || '#111111');
+}
+labels.data = {x: X, y: Y, text: T, tcol: C};
+"""
+
+# A drag with the measuring tool: the span and its duration.
+_MEASURE_JS = """
+const g = cb_obj.geometry;
+if (g.x0 === undefined || g.x1 === undefined) return;
+const a = Math.min(g.x0, g.x1), b = Math.max(g.x0, g.x1), ms = b - a;
+box.left = a; box.right = b; box.visible = true;
+const txt = ms >= 1000 ? (ms / 1000).toFixed(3) + ' s' : ms >= 1 ? ms.toFixed(3) + ' ms' : (ms * 1000).toFixed(3) + ' µs';
+label.x = a; label.text = 'Δ ' + txt + '  (' + a.toFixed(3) + ' – ' + b.toFixed(3) + ' ms)'; label.visible = true;
 """
 
 
 class TimelineView:
-    """A Bokeh layout for one report; `set_window` refreshes it with exact events (live kernel only)."""
+    """A Bokeh layout for one report; `set_window` refreshes it with exact events (live kernel only), `fold`
+    re-lays out the rows with some groups folded."""
 
-    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000):
+    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None):
         self.data = data
         self.width = width
         self.budget = budget
         self.plot_name = f"nsight-timeline-{uuid.uuid4().hex[:8]}"
+        self.folded = set(default_folds(data.rows) if folded is None else folded)
+        self.rows_y = fold_layout(data.rows, self.folded)
+        self.util_cat = data.categories.index(UTIL_CAT) if UTIL_CAT in data.categories else -1
         g = view_glyphs(data, width_px=width, budget=budget)
         self.glyphs = g
-        self.exact_src = ColumnDataSource(_exact_columns(g))
-        self.agg_src = ColumnDataSource(_agg_columns(g))
+        self.exact_src = ColumnDataSource(_exact_columns(g, self.rows_y))
+        self.agg_src = ColumnDataSource(_agg_columns(g, self.rows_y, self.util_cat))
         self.layout = self._build()
+
+    # ---- layout of the rows ---------------------------------------------------------------------------------
+    def _n_visible(self) -> int:
+        return max(int(np.sum(~np.isnan(self.rows_y))), 1)
+
+    def _height(self) -> int:
+        return int(min(max(90 + ROW_PX * self._n_visible(), 200), 1600))
 
     def _build(self):
         data = self.data
-        nrows = max(len(data.rows), 1)
+        nrows = self._n_visible()
         span_ms = data.span_ns / 1e6
-        height = min(max(120 + ROW_PX * nrows, 220), 1400)
         first_ms = data.first_ns / 1e6
-        x_range = Range1d(first_ms, span_ms, bounds=(first_ms - 0.02 * span_ms, 1.02 * span_ms), min_interval=1e-4)
-        p = figure(name=self.plot_name, width=self.width, height=height, output_backend="webgl",
-                   x_range=x_range, y_range=Range1d(nrows - 0.5, -0.5), tools=[],
-                   x_axis_label="ms from capture start", toolbar_location="above")
+        last_ms = (data.last_ns or data.span_ns) / 1e6  # the first view: where the events are (the whole axis pans)
+        x_range = Range1d(first_ms, last_ms, bounds=(first_ms - 0.02 * span_ms, 1.02 * span_ms), min_interval=1e-4)
+        p = figure(name=self.plot_name, height=self._height(), sizing_mode="stretch_width", min_width=400,
+                   output_backend="webgl", x_range=x_range, y_range=Range1d(nrows - 0.5, -0.5), tools=[],
+                   x_axis_label="ms from the start of the cell" if data.frame_ns else "ms from capture start",
+                   toolbar_location="above")
         wheel = WheelZoomTool(dimensions="width")
-        p.add_tools(wheel, PanTool(dimensions="width"), BoxZoomTool(), ResetTool(), TapTool())
+        # the measuring tool selects nothing: it reads a span (SelectionGeometry) through a renderer of its own
+        probe = p.scatter(x=[], y=[], size=0)
+        measure = BoxSelectTool(dimensions="width", renderers=[probe], description="Measure a span (drag)")
+        p.add_tools(wheel, PanTool(dimensions="width"), BoxZoomTool(), measure, ResetTool(), TapTool())
         p.toolbar.active_scroll = wheel
-        mapper = LinearColorMapper(palette=list(data.colors) or ["#4c78a8"], low=-0.5,
-                                   high=max(len(data.colors), 1) - 0.5)
-        color = {"field": "cat", "transform": mapper}
-        # a bin with any event shows at least faintly; busier bins are darker (the hover gives the exact %)
-        shade = CustomJSTransform(v_func="return xs.map(x => 0.25 + 0.75 * Math.min(Math.max(x, 0), 1));")
+        palette = list(data.palette) or ["#4c78a8"]
+        mapper = LinearColorMapper(palette=palette, low=-0.5, high=len(palette) - 0.5)
+        color = {"field": "color", "transform": mapper}
+        if data.frame_ns is not None:  # outside the cell: shaded (what ran before and after it is not the cell)
+            a, b = data.frame_ns[0] / 1e6, data.frame_ns[1] / 1e6
+            p.add_layout(BoxAnnotation(right=a, fill_color="#888888", fill_alpha=0.12, line_alpha=0, level="underlay"))
+            p.add_layout(BoxAnnotation(left=b, fill_color="#888888", fill_alpha=0.12, line_alpha=0, level="underlay"))
         # the evidence of a finding (Advice tab), shaded across every row
         self.band_src = ColumnDataSource({"left": [], "right": []}, name=f"{self.plot_name}-bands")
-        p.quad(left="left", right="right", bottom=-0.5, top=nrows - 0.5, source=self.band_src, fill_color="#f4d03f",
-               fill_alpha=0.3, line_alpha=0, level="underlay")
-        agg_r = p.hbar(y="row", left="left", right="right", height=0.8, source=self.agg_src, fill_color=color,
+        self.band_glyph = p.quad(left="left", right="right", bottom=-0.5, top=nrows - 0.5, source=self.band_src,
+                                 fill_color="#f4d03f", fill_alpha=0.3, line_alpha=0, level="underlay")
+        # a bin with any event shows at least faintly; busier bins are darker (the hover gives the exact %)
+        shade = CustomJSTransform(v_func="return xs.map(x => 0.25 + 0.75 * Math.min(Math.max(x, 0), 1));")
+        agg_r = p.hbar(y="y", left="left", right="right", height="h", source=self.agg_src, fill_color=color,
                        fill_alpha={"field": "busy", "transform": shade}, line_alpha=0)
-        ex_r = p.hbar(y="row", left="left", right="right", height=0.8, source=self.exact_src, fill_color=color,
-                      line_color=color, line_alpha=0.6, selection_line_color="black",
+        # a white edge: ranges that touch (step 0, step 1, ...) stay apart
+        ex_r = p.hbar(y="y", left="left", right="right", height=0.8, source=self.exact_src, fill_color=color,
+                      line_color="white", line_alpha=0.9, line_width=1, selection_line_color="black",
                       nonselection_fill_alpha=0.35)
-        hl = ColumnDataSource({"left": [], "right": [], "row": []})
-        p.hbar(y="row", left="left", right="right", height=0.95, source=hl, fill_alpha=0, line_color="black",
+        hl = ColumnDataSource({"left": [], "right": [], "row": [], "y": []})
+        self.hl_src = hl
+        p.hbar(y="y", left="left", right="right", height=0.95, source=hl, fill_alpha=0, line_color="black",
                line_width=2)
+        self.label_src = ColumnDataSource({"x": [], "y": [], "text": [], "tcol": []},
+                                          name=f"{self.plot_name}-labels")
+        p.text(x="x", y="y", text="text", text_color={"field": "tcol"}, source=self.label_src, text_font_size="8pt",
+               text_baseline="middle", text_align="left")
         names = CustomJSHover(args={"table": data.names}, code=_LOOKUP_JS)
         details = CustomJSHover(args={"table": data.details}, code=_LOOKUP_JS)
+        paths = CustomJSHover(args={"table": data.rows["path"].astype(str).tolist()}, code=_LOOKUP_JS)
         dur = CustomJSHover(code=_DUR_JS)
         nbytes = CustomJSHover(args={"src": self.exact_src}, code=_BYTES_JS)
         busy = CustomJSHover(args={"src": self.agg_src}, code=_BUSY_JS)
         p.add_tools(HoverTool(renderers=[ex_r], tooltips=[
             ("name", "@name{custom}"), ("start", "@left{0,0.000} ms"), ("duration", "@dur_us{custom}"),
-            ("details", "@detail{custom}"), ("bytes", "@bytes{custom}")],
-            formatters={"@name": names, "@detail": details, "@dur_us": dur, "@bytes": nbytes}))
+            ("details", "@detail{custom}"), ("bytes", "@bytes{custom}"), ("row", "@row{custom}")],
+            formatters={"@name": names, "@detail": details, "@dur_us": dur, "@bytes": nbytes, "@row": paths}))
         p.add_tools(HoverTool(renderers=[agg_r], tooltips=[
             ("e.g.", "@name{custom}"), ("from", "@left{0,0.000} ms"), ("to", "@right{0,0.000} ms"),
-            ("busy", "@busy{custom}")], formatters={"@name": names, "@busy": busy}))
-        labels = [f"{g} | {lab}" for g, lab in zip(data.rows["group"], data.rows["label"])]
-        p.yaxis.ticker = FixedTicker(ticks=list(range(len(labels))))
-        p.yaxis.major_label_overrides = {i: s for i, s in enumerate(labels)}  # drawn on canvas: plain text
-        p.yaxis.major_label_text_font_size = "8pt"
+            ("busy", "@busy{custom}"), ("row", "@row{custom}")],
+            formatters={"@name": names, "@busy": busy, "@row": paths}))
+        p.yaxis.visible = False  # the rows are named by the label plot on the left (a tree you can fold)
+        p.ygrid.ticker = FixedTicker(ticks=list(range(nrows)))
         p.ygrid.grid_line_alpha = 0.3
         p.xaxis.formatter = NumeralTickFormatter(format="0,0.[000]")  # 12,000,000 ms, never 1.2e+7
         # Titles are canvas text (never markup) and live in BokehJS core: no widgets bundle needed.
@@ -165,26 +251,117 @@ class TimelineView:
         p.title.text_font_style = "normal"
         note = Title(text="", align="left", text_font_style="italic")
         p.add_layout(note, "below")
+        box = BoxAnnotation(fill_color="#2e86c1", fill_alpha=0.12, line_color="#2e86c1", visible=False)
+        mlabel = Label(x=0, y=0, y_units="screen", text="", visible=False, text_font_size="9pt",
+                       background_fill_color="white", background_fill_alpha=0.85, x_offset=4, y_offset=4)
+        p.add_layout(box)
+        p.add_layout(mlabel)
+        p.js_on_event(SelectionGeometry, CustomJS(args={"box": box, "label": mlabel}, code=_MEASURE_JS))
         cats = data.categories
         self.exact_src.selected.js_on_change("indices", CustomJS(args={
             "src": self.exact_src, "hl": hl, "note": note, "api_row": data.api_row_of_row.astype(np.int32).tolist(),
             "nvtx_cat": cats.index("NVTX") if "NVTX" in cats else -1,
             "kernel_cat": cats.index(KERNEL_CAT) if KERNEL_CAT in cats else -1}, code=_SELECT_JS))
+        self.rows_src = self.rows_source()
+        relabel = CustomJS(args={"src": self.exact_src, "labels": self.label_src, "plot": p, "names": data.names,
+                                 "text_color": text_colors(palette), "char_px": 6.2, "max_labels": 600},
+                           code=_LABELS_JS)
+        for attr in ("start", "end"):
+            p.x_range.js_on_change(attr, relabel)
+        self.exact_src.js_on_change("data", relabel)
         self.figure = p
-        return p
+        self._initial_labels()
+        self.label_plot = self._label_plot(p)
+        return row(self.label_plot, p, sizing_mode="stretch_width")
 
+    def _label_plot(self, p):
+        """The rows' names as a tree on the left, sharing the timeline's y range; a click on a process, thread,
+        GPU or context folds or unfolds it (FOLD_JS, the same in saved pages and in the live view)."""
+        lp = figure(name=f"{self.plot_name}-rowlabels", width=LABEL_PX, height=p.height, y_range=p.y_range,
+                    x_range=Range1d(0, 1), tools=[], toolbar_location=None, min_border_left=4, min_border_right=0,
+                    outline_line_alpha=0)
+        lp.axis.visible = False
+        lp.grid.visible = False
+        lp.title.text = " "  # the same top margin as the timeline's caption
+        # the toolbar above the timeline: the same offset here
+        lp.min_border_top = p.min_border_top
+        r = lp.text(x="x", y="y", text="text", source=self.rows_src, text_font_size="8pt", text_baseline="middle",
+                    text_font_style={"field": "weight"}, text_color="#222222")
+        lp.add_tools(TapTool(renderers=[r]))
+        self.rows_src.selected.js_on_change("indices", CustomJS(args={
+            "rows": self.rows_src, "plot": p, "labels": lp, "band": self.band_glyph.glyph}, code=FOLD_JS))
+        return lp
+
+    def _initial_labels(self) -> None:
+        """Names on the wide bars of the first view, so that a page shows them before any interaction."""
+        e = self.exact_src.data
+        x0, x1 = self.figure.x_range.start, self.figure.x_range.end
+        px = self.width / max(x1 - x0, 1e-12)
+        tc = text_colors(self.data.palette or ["#4c78a8"])
+        X, Y, T, C = [], [], [], []
+        for left, right, y, nm, col in zip(e["left"], e["right"], e["y"], e["name"], e["color"]):
+            room = (min(right, x1) - max(left, x0)) * px - 6
+            if not np.isfinite(y) or room < 24:
+                continue
+            name = str(self.data.names[nm]) if 0 <= nm < len(self.data.names) else ""
+            fit = int(room // 6.2)
+            if fit < 3:
+                continue
+            X.append(max(left, x0) + 3 / px)
+            Y.append(float(y))
+            T.append(name if len(name) <= fit else name[: fit - 1] + "…")
+            C.append(tc[col] if 0 <= col < len(tc) else "#111111")
+            if len(X) >= 600:
+                break
+        self.label_src.data = {"x": X, "y": Y, "text": T, "tcol": C}
+
+    # ---- live updates ---------------------------------------------------------------------------------------
     def set_window(self, t0_ms: float, t1_ms: float, budget: int | None = None) -> Glyphs:
         """Refill the sources with the glyphs of [t0_ms, t1_ms] (exact events when they fit the budget)."""
         t0 = max(int(t0_ms * 1e6), self.data.first_ns)
         t1 = min(int(t1_ms * 1e6), self.data.span_ns)
         if t1 <= t0:
             t1 = t0 + 1
+        self._sync_folds()
         g = view_glyphs(self.data, t0, t1, width_px=self.width, budget=budget or self.budget)
         self.glyphs = g
-        self.exact_src.data = _exact_columns(g)
-        self.agg_src.data = _agg_columns(g)
+        self.exact_src.data = _exact_columns(g, self.rows_y)
+        self.agg_src.data = _agg_columns(g, self.rows_y, self.util_cat)
         self.figure.title.text = g.caption
         return g
+
+    def fold(self, key: str, folded: bool | None = None) -> None:
+        """Fold (or unfold; toggle when folded is None) the group `key` and re-lay out the rows (what a click on
+        its label does in the browser)."""
+        now = key not in self.folded if folded is None else folded
+        self.folded = (self.folded | {key}) if now else (self.folded - {key})
+        self._relayout()
+
+    def _relayout(self) -> None:
+        self.rows_y = fold_layout(self.data.rows, self.folded)
+        d = dict(self.rows_src.data)
+        d["folded"] = [k in self.folded for k in d["key"]]
+        d["y"] = self.rows_y.astype(float).tolist()
+        d["text"] = [_label_text(lab, g, f) for lab, g, f in zip(d["label"], d["group"], d["folded"])]
+        self.rows_src.data = d
+        for src in (self.exact_src, self.agg_src, self.hl_src):
+            cur = dict(src.data)
+            cur["y"] = _y(self.rows_y, np.asarray(cur["row"], dtype=np.int64)) if len(cur["row"]) else []
+            src.data = cur
+        n = self._n_visible()
+        p = self.figure
+        p.y_range.update(start=n - 0.5, end=-0.5)
+        p.ygrid.ticker = FixedTicker(ticks=list(range(n)))
+        self.band_glyph.glyph.top = n - 0.5
+        p.height = self.label_plot.height = self._height()
+        self._initial_labels()
+
+    def _sync_folds(self) -> None:
+        """Take the folds made in the browser (the rows source's `folded`, synced back by jupyter_bokeh)."""
+        folded = {k for k, f in zip(self.rows_src.data["key"], self.rows_src.data["folded"]) if f}
+        if folded != self.folded:
+            self.folded = folded
+            self.rows_y = fold_layout(self.data.rows, self.folded)
 
     def show_range(self, t0_ms: float, t1_ms: float, bands_ms=()) -> None:
         """Zoom to [t0_ms, t1_ms] (a little margin) and shade `bands_ms`; live, the zoom fetches exact events."""
@@ -207,6 +384,57 @@ class TimelineView:
 
         self.figure.x_range.on_change("end", _on_range)
 
+    def rows_source(self) -> ColumnDataSource:
+        """One entry per row: key, ancestors, label, level, whether it is a foldable group and folded, and where
+        its label sits (y, x = indentation, text with the fold mark); the label plot draws it, the fold code
+        (in the browser, or `fold` in Python) rewrites it."""
+        rows = self.data.rows
+        group = [k in ("process", "thread", "util", "context") for k in rows["kind"]]
+        folded = [k in self.folded for k in rows["key"]]
+        return ColumnDataSource({
+            "key": rows["key"].astype(str).tolist(), "anc": rows["ancestors"].astype(str).tolist(),
+            "label": rows["label"].astype(str).tolist(), "level": rows["level"].astype(int).tolist(),
+            "group": group, "folded": folded, "y": self.rows_y.astype(float).tolist(),
+            "x": [0.02 + 0.07 * lv for lv in rows["level"].astype(int)],
+            "text": [_label_text(lab, g, f) for lab, g, f in zip(rows["label"].astype(str), group, folded)],
+            "weight": ["bold" if lv == 0 else "normal" for lv in rows["level"].astype(int)],
+        }, name=f"{self.plot_name}-rows")
+
+
+def _label_text(label: str, group: bool, folded: bool) -> str:
+    return (("▸ " if folded else "▾ ") if group else "") + label
+
+
+# A click on a group's label folds or unfolds it: the same layout as fold_layout(), applied to every source's y.
+FOLD_JS = """
+const sel = rows.selected.indices;
+if (sel.length == 0) return;
+const k = sel[0];
+rows.selected.indices = [];
+const R = rows.data;
+if (!R.group[k]) return;
+const n = R.key.length, folded = R.folded.slice();
+folded[k] = !folded[k];
+const closed = new Set(R.key.filter((_, i) => folded[i]));
+const y = new Array(n); let next = 0;
+for (let i = 0; i < n; i++) {
+  const anc = R.anc[i] ? R.anc[i].split('|') : [];
+  y[i] = anc.some(a => closed.has(a)) ? NaN : next++;
+}
+const text = R.label.map((l, i) => (R.group[i] ? (folded[i] ? '▸ ' : '▾ ') : '') + l);
+rows.data = Object.assign({}, R, {folded: folded, y: y, text: text});
+for (const r of plot.renderers) {  // every source with rows gets new y (the bar labels follow the events')
+  const src = r.data_source;
+  if (!src || !src.data || !('row' in src.data) || !('y' in src.data)) continue;
+  src.data = Object.assign({}, src.data, {y: Array.from(src.data.row, w => y[w])});
+}
+const nv = Math.max(next, 1);
+plot.y_range.setv({start: nv - 0.5, end: -0.5});
+band.top = nv - 0.5;
+const h = Math.min(Math.max(90 + 22 * nv, 200), 1600);
+plot.height = h; labels.height = h;
+"""
+
 
 def legend_html(categories, colors) -> str:
     """Category labels are ours (kernel, memcpy HtoD pageable...), but escape anyway: kinds come from the file."""
@@ -215,10 +443,12 @@ def legend_html(categories, colors) -> str:
     items = "".join(
         f'<span style="margin-right:10px;white-space:nowrap"><span style="display:inline-block;width:10px;'
         f'height:10px;background:{escape(c)};margin-right:3px"></span>{escape(n)}</span>'
-        for n, c in zip(categories, colors))
-    return f'<div style="font:11px sans-serif">{items}</div>'
+        for n, c in zip(categories, colors) if n not in (KERNEL_CAT, "NVTX"))
+    names = ('<span style="margin-right:10px">kernels: a colour per name</span>'
+             '<span style="margin-right:10px">NVTX: the colour the code gave, else one per name</span>')
+    return f'<div style="font:11px sans-serif">{names}{items}</div>'
 
 
-def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000) -> TimelineView:
+def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None) -> TimelineView:
     """The Bokeh timeline for prepared data (coarse level for the whole capture)."""
-    return TimelineView(data, width=width, budget=budget)
+    return TimelineView(data, width=width, budget=budget, folded=folded)

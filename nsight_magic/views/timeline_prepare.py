@@ -1,17 +1,26 @@
 """Timeline preparation: the reader's DataFrames -> rows, coded events, and glyphs for a time window.
 
 Pure functions, no Bokeh.  `prepare_timeline(report)` builds one sorted event table (integer codes for
-names, categories and details; strings live once in lists).  `view_glyphs(data, t0, t1, ...)` picks what
-to draw for a window under a glyph budget: rows with few events in the window get their exact events,
-busy rows get per-bin busy fractions (numpy, prefix sums), and each GPU gets a utilization strip.
+names, categories, details and colours; strings live once in lists) and the rows as a tree like Nsight Systems':
+process -> thread -> NVTX levels / CUDA API / OS runtime ..., GPU (its utilization strip) -> context -> streams.
+`fold_layout(rows, folded)` places the rows that stay visible when groups are folded.
+`view_glyphs(data, t0, t1, ...)` picks what to draw for a window under a glyph budget: rows with few events in the
+window get their exact events, busy rows get per-bin busy fractions (numpy, prefix sums).
+
+Colours: NVTX ranges in the colour the code gave them (the NVTX colour attribute), else a stable colour per name;
+kernels a stable colour per name (a hash into a palette), so repeats are easy to spot; copies by direction and
+pageable vs pinned; everything else by category.  nsight-magic's own cell range is not a row: it frames the
+timeline (x = 0 at its start).
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
+from ..child import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import capture_span
 
@@ -31,16 +40,27 @@ _EXTRA_COLORS = ["#17becf", "#bcbd22", "#8c564b", "#e377c2", "#7f7f7f", "#1f77b4
 
 KERNEL_CAT = "kernel"
 UTIL_CAT = "GPU utilization"
+# stable per-name colours (Category20 without its greys); a name's colour is crc32(name) modulo its length
+NAME_PALETTE = ["#1f77b4", "#aec7e8", "#ff7f0e", "#ffbb78", "#2ca02c", "#98df8a", "#d62728", "#ff9896", "#9467bd",
+                "#c5b0d5", "#8c564b", "#c49c94", "#e377c2", "#f7b6d2", "#bcbd22", "#dbdb8d", "#17becf", "#9edae5"]
+
+
+def name_color(name: str) -> int:
+    """Index into NAME_PALETTE: the same name gets the same colour in every profile."""
+    return zlib.crc32(str(name).encode("utf-8", "replace")) % len(NAME_PALETTE)
 
 
 @dataclass
 class TimelineData:
     """Everything the timeline needs, with strings stored once.
 
-    events: start_ns/end_ns relative to capture start (int64), row, cat, name, detail (codes),
-    bytes (copies), link (dense code of (pid, correlation id) for kernels and CUDA API calls, -1 otherwise);
-    sorted by (row, start_ns).
-    rows: row, group, label, kind ('nvtx', 'cuda_api', ..., 'gpu', 'util'), pid, tid, device_id.
+    events: start_ns/end_ns relative to the origin (int64), row, cat, name, detail, color (codes), bytes
+    (copies), link (dense code of (pid, correlation id) for kernels and CUDA API calls, -1 otherwise); sorted by
+    (row, start_ns).
+    rows (display order): row, key, level (0 process / GPU, 1 thread / context, 2 leaf), ancestors (keys of the
+    groups above, '|'-joined), label (short), path (full), group (the level-0 label), kind ('process', 'thread',
+    'nvtx', 'cuda_api', ..., 'util' (a GPU: its utilization strip), 'context', 'gpu' (a stream)), pid, tid,
+    device_id.  palette: the colours the `color` codes index.
     """
 
     events: pd.DataFrame
@@ -51,8 +71,11 @@ class TimelineData:
     colors: list
     span_ns: int
     api_row_of_row: np.ndarray  # for an NVTX row: the CUDA API row of the same thread, else -1
-    origin_ns: int = 0  # absolute time of x = 0 (the capture start when the events lie in the capture)
+    origin_ns: int = 0  # absolute time of x = 0: our cell range's start, else the capture start
     first_ns: int = 0   # earliest event relative to origin (<= 0 when something starts before the capture)
+    palette: list = field(default_factory=list)  # event colour codes index this
+    frame_ns: tuple | None = None  # our cell range (start, end) relative to the origin, when the report has one
+    last_ns: int = 0    # latest event end relative to origin: the first view spans first_ns..last_ns
     _index: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -125,7 +148,8 @@ def _group_ids(codes_2d: np.ndarray):
     return inv.ravel(), first_pos
 
 
-def _part(df, sub_or_stream, cat_codes, name_codes, detail_codes, key_a, key_b, nbytes=None, link=None):
+def _part(df, sub_or_stream, cat_codes, name_codes, detail_codes, key_a, key_b, nbytes=None, link=None,
+          color=None):
     """One source's events as numpy arrays (concatenated later without pandas overhead)."""
     n = len(df)
     bcast = lambda v, dt: np.broadcast_to(np.asarray(v, dtype=dt), (n,))  # noqa: E731
@@ -134,6 +158,7 @@ def _part(df, sub_or_stream, cat_codes, name_codes, detail_codes, key_a, key_b, 
         "end_ns": _int(df["end_ns"]),
         "key_a": bcast(key_a, np.int64), "key_b": bcast(key_b, np.int64), "sub": bcast(sub_or_stream, np.int64),
         "cat": bcast(cat_codes, np.int32), "name": bcast(name_codes, np.int32), "detail": bcast(detail_codes, np.int32),
+        "color": bcast(-1 if color is None else color, np.int32),  # -1: the category's colour (set in _assemble)
         "bytes": np.zeros(n) if nbytes is None else pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
         "link_key": np.full(n, -1, dtype=np.int64) if link is None else np.asarray(link, np.int64),
     }
@@ -148,12 +173,13 @@ def _host_side(kind: pd.Series, src: pd.Series, dst: pd.Series) -> pd.Series:
 
 
 class _Strings:
-    """The string tables shared by all sources: each distinct name, detail and category once."""
+    """The string tables shared by all sources: each distinct name, detail, category and colour once."""
 
     def __init__(self):
         self.names: dict = {}
         self.details: dict = {}
         self.cats: dict = {}
+        self.colors: dict = {c: i for i, c in enumerate(NAME_PALETTE)}  # NAME_PALETTE first: name_color() indexes it
 
     def cat(self, label: str) -> int:
         return self.cats.setdefault(label, len(self.cats))
@@ -163,6 +189,17 @@ class _Strings:
 
     def detail(self, label: str) -> int:
         return self.details.setdefault(label, len(self.details))
+
+    def color(self, hex_color: str) -> int:
+        return self.colors.setdefault(hex_color.lower(), len(self.colors))
+
+    def name_colors(self, name_codes: np.ndarray) -> np.ndarray:
+        """Per-name palette colour of coded names (each distinct name hashed once)."""
+        if not len(name_codes):
+            return np.empty(0, np.int32)
+        table = list(self.names)
+        uniq, inv = np.unique(name_codes, return_inverse=True)
+        return np.array([name_color(table[u]) for u in uniq.tolist()], np.int32)[inv.ravel()]
 
 
 _KERNEL_CFG = ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z", "registers_per_thread",
@@ -186,8 +223,10 @@ def _kernels_part(k: pd.DataFrame, st: _Strings) -> dict:
                 f"smem {d.get('static_smem_bytes', '?')}+{d.get('dynamic_smem_bytes', '?')} B")
 
     detail = _detail_codes(k, cfg, fmt, st.details) if cfg else st.detail("")
-    return _part(k, _int(k["stream_id"]), st.cat(KERNEL_CAT), _codes(name_col, st.names), detail,
-                 1, _int(k["device_id"]), link=_launch_link(k))
+    names = _codes(name_col, st.names)
+    ctx = _int(k["context_id"]) if "context_id" in k else 0
+    return _part(k, _int(k["stream_id"]), st.cat(KERNEL_CAT), names, detail, ctx, _int(k["device_id"]),
+                 link=_launch_link(k), color=st.name_colors(names))
 
 
 def _memcpy_part(m: pd.DataFrame, st: _Strings) -> dict:
@@ -205,7 +244,8 @@ def _memcpy_part(m: pd.DataFrame, st: _Strings) -> dict:
     name = np.array([st.name(x) for x in labels], np.int32)[grp]
     detail = np.array([st.detail(f"{a}: {b} -> {c}")
                        for a, b, c in firsts.astype("string").fillna("?").itertuples(index=False)], np.int32)[grp]
-    return _part(m, _int(m["stream_id"]), cat, name, detail, 1, _int(m["device_id"]), nbytes=m["bytes"])
+    ctx = _int(m["context_id"]) if "context_id" in m else 0
+    return _part(m, _int(m["stream_id"]), cat, name, detail, ctx, _int(m["device_id"]), nbytes=m["bytes"])
 
 
 def _memset_part(s: pd.DataFrame, st: _Strings) -> dict:
@@ -214,27 +254,67 @@ def _memset_part(s: pd.DataFrame, st: _Strings) -> dict:
     val = s["value"] if "value" in s else pd.Series("", index=s.index)
     detail = _detail_codes(pd.DataFrame({"k": mk, "v": val}), ["k", "v"],
                            lambda a, b: f"memset {a} value {b}", st.details)
-    return _part(s, _int(s["stream_id"]), st.cat("memset"), st.name("memset"), detail, 1, _int(s["device_id"]),
+    ctx = _int(s["context_id"]) if "context_id" in s else 0
+    return _part(s, _int(s["stream_id"]), st.cat("memset"), st.name("memset"), detail, ctx, _int(s["device_id"]),
                  nbytes=s["bytes"] if "bytes" in s else None)
+
+
+def _is_ours(nv: pd.DataFrame) -> np.ndarray:
+    """Rows of nsight-magic's own cell range (domain nsight-magic): they frame the timeline, they are no row."""
+    if "domain" not in nv:
+        return np.zeros(len(nv), bool)
+    return nv["domain"].astype("string").fillna("").eq(CAPTURE_DOMAIN).to_numpy(bool)
 
 
 def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> dict:
     _need(nv, "nvtx", ["start_ns", "end_ns", "name", "pid", "tid"])
+    ours = _is_ours(nv)
+    frames = nv[ours]
+    nv = nv[~ours]
     # marks have no end: draw them at their start (one pixel wide)
     nv = nv.assign(end_ns=pd.to_numeric(nv["end_ns"], errors="coerce").fillna(pd.to_numeric(nv["start_ns"])))
     depth = np.clip(_int(nv["depth"]) if "depth" in nv else np.zeros(len(nv), np.int64), 0, 255)
+    for f in frames.itertuples():  # the user's ranges inside our cell range: their level counts from 0
+        end = pd.to_numeric(pd.Series([f.end_ns]), errors="coerce").fillna(np.iinfo(np.int64).max).iloc[0]
+        inside = ((_int(nv["pid"]) == f.pid) & (_int(nv["tid"]) == f.tid) & (_int(nv["start_ns"]) >= f.start_ns)
+                  & (_int(nv["start_ns"]) <= end))
+        depth = np.where(inside & (depth > 0), depth - 1, depth)
     dom = nv["domain"] if "domain" in nv else pd.Series("", index=nv.index)
     detail = _detail_codes(pd.DataFrame({"d": dom}), ["d"],
                            lambda d: f"domain {d}" if d not in ("", "?", "<NA>") else "default domain", st.details)
-    return _part(nv, depth, st.cat("NVTX"), _codes(nv["name"], st.names), detail, _int(nv["pid"]), _int(nv["tid"]))
+    names = _codes(nv["name"], st.names)
+    color = st.name_colors(names)
+    if "color" in nv and len(nv):  # the colour the code chose (ARGB), where it chose one
+        argb = pd.to_numeric(nv["color"], errors="coerce").to_numpy(float)
+        has = ~np.isnan(argb)
+        if has.any():
+            rgb = argb[has].astype(np.int64) & 0xFFFFFF
+            uniq, inv = np.unique(rgb, return_inverse=True)
+            codes = np.array([st.color(f"#{int(c):06x}") for c in uniq.tolist()], np.int32)
+            color[has] = codes[inv.ravel()]
+    return _part(nv, depth, st.cat("NVTX"), names, detail, _int(nv["pid"]), _int(nv["tid"]), color=color)
 
 
 def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
     sub, label = _THREAD_SOURCES[attr]
     _need(df, attr, ["start_ns", "end_ns", "name", "pid", "tid"])
+    df = df[_int(df["tid"]) != 0]  # tid 0 is no thread (nsys writes it for a call it could not attribute)
     link = _launch_link(df) if attr == "cuda_api" and "correlation_id" in df else None
     return _part(df, sub, st.cat(label), _codes(df["name"], st.names), st.detail(label),
                  _int(df["pid"]), _int(df["tid"]), link=link)
+
+
+def _cell_range(report) -> tuple[int, int] | None:
+    """(start, end) of nsight-magic's own cell range, when the report has one (the first, if several)."""
+    nv = _frame(report, "nvtx")
+    if nv.empty or "domain" not in nv:
+        return None
+    ours = nv[_is_ours(nv)]
+    if ours.empty:
+        return None
+    row = ours.iloc[0]
+    end = pd.to_numeric(pd.Series([row["end_ns"]]), errors="coerce").iloc[0]
+    return int(row["start_ns"]), (int(end) if not pd.isna(end) else None)
 
 
 def prepare_timeline(report) -> TimelineData:
@@ -261,10 +341,18 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     ev = {c: np.concatenate([p[c] for p in parts] or [empty[c]]) for c in empty}
     gpu_cats = [v for c, v in cats.items() if c in (KERNEL_CAT, "memset") or c.startswith("memcpy")]
     ev["gpu"] = np.isin(ev["cat"], gpu_cats)
-    origin, span, first = _time_origin(meta, ev["start_ns"], ev["end_ns"])
+    frame = _cell_range(report)
+    origin, span, first = _time_origin(meta, ev["start_ns"], ev["end_ns"], frame)
     ev["start_ns"] = ev["start_ns"] - origin
     ev["end_ns"] = ev["end_ns"] - origin
     rows, row = _layout_rows(ev, report, cat_code)
+    # category colours for events without one of their own; the category list keeps the legend's order
+    cat_list = list(cats)
+    cat_colors, extra = [], iter(_EXTRA_COLORS * 8)
+    for c in cat_list:
+        cat_colors.append(_COLORS.get(c) or next(extra))
+    cat_color_code = np.array([st.color(c) for c in cat_colors] or [0], np.int32)
+    color = np.where(ev["color"] >= 0, ev["color"], cat_color_code[np.clip(ev["cat"], 0, len(cat_color_code) - 1)])
     order = np.lexsort((ev["start_ns"], row))
     link_key = ev["link_key"][order]
     codes, _ = pd.factorize(link_key)
@@ -272,6 +360,7 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     ev = pd.DataFrame({
         "start_ns": start_ns, "end_ns": np.maximum(ev["end_ns"][order], start_ns), "row": row[order],
         "cat": ev["cat"][order], "name": ev["name"][order], "detail": ev["detail"][order],
+        "color": color[order].astype(np.int32),
         "bytes": ev["bytes"][order], "link": np.where(link_key >= 0, codes, -1).astype(np.int32)},
         copy=False)  # no block consolidation: millions of rows
     api_row = np.full(len(rows), -1, np.int64)
@@ -279,20 +368,25 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     api = thr[thr["kind"] == "cuda_api"].set_index(["pid", "tid"])["row"]
     for r in thr[thr["kind"] == "nvtx"].itertuples():  # one per NVTX row, not per event
         api_row[r.row] = api.get((r.pid, r.tid), -1)
-    cat_list = list(cats)
-    colors, extra = [], iter(_EXTRA_COLORS * 8)
-    for c in cat_list:
-        colors.append(_COLORS.get(c) or next(extra))
+    st.color(_COLORS[UTIL_CAT])
+    frame_rel = None
+    if frame is not None:
+        frame_rel = (frame[0] - origin, (frame[1] if frame[1] is not None else origin + span) - origin)
+    last = int(ev["end_ns"].max()) if len(ev) else max(span, 1)
+    if frame_rel is not None:
+        last = max(last, frame_rel[1])
     data = TimelineData(events=ev, rows=rows, names=list(names), details=list(details), categories=cat_list,
-                        colors=colors, span_ns=max(span, 1), api_row_of_row=api_row,
-                        origin_ns=origin, first_ns=first)
+                        colors=cat_colors, span_ns=max(span, 1), api_row_of_row=api_row,
+                        origin_ns=origin, first_ns=first, palette=list(st.colors), frame_ns=frame_rel,
+                        last_ns=max(min(last, max(span, 1)), first + 1))
     _build_index(data)
     return data
 
 
-def _time_origin(meta, starts: np.ndarray, ends: np.ndarray):
-    """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition) and the
-    events drawn.  Returns (origin, span, first) in ns, first = the earliest event relative to the origin."""
+def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
+    """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition), the
+    events drawn and our cell range (`frame`: its start is x = 0).  Returns (origin, span, first) in ns, first =
+    the earliest event relative to the origin."""
     ms = getattr(meta, "start_ns", None)
     me = getattr(meta, "end_ns", None)
     if me is None and ms is not None:
@@ -301,7 +395,7 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray):
     if ms is not None and me is not None and getattr(meta, "span_source", None) != "none" and me > ms:
         bounds = (int(ms), int(me))
     events = (int(starts.min()), int(ends.max())) if len(starts) else None
-    span = capture_span(bounds, events)
+    span = capture_span(bounds, events, frame)
     first = events[0] - span.origin_ns if events else 0
     return span.origin_ns, max(span.axis_end_ns - span.origin_ns, 1), first
 
@@ -314,61 +408,139 @@ def _thread_names(report) -> dict:
     return dict(zip(zip(_int(th["pid"]), _int(th["tid"])), th["name"].astype(str)))
 
 
+def _process_names(report) -> dict:
+    pr = _frame(report, "processes")
+    if pr.empty or not {"pid", "name"} <= set(pr.columns):
+        return {}
+    pr = pr.dropna(subset=["name"]).drop_duplicates("pid")
+    return dict(zip(_int(pr["pid"]), pr["name"].astype(str).map(lambda n: n.rsplit("/", 1)[-1])))
+
+
 def _gpu_names(report) -> dict:
     g = _frame(report, "gpus")
     if g.empty or not {"id", "name"} <= set(g.columns):
         return {}
+    g = g.dropna(subset=["name"])
     return dict(zip(_int(g["id"]), g["name"].astype(str)))
 
 
-def _layout_rows(ev: dict, report, cat_code):
-    """One row per (pid, tid, NVTX level or source) and per (GPU, stream), plus a utilization row per GPU.
+_GPU_BIT = 1 << 62
 
-    Rows are found with np.unique over one int64 key per event (threads sort before GPUs; within a GPU the
-    utilization strip, then its streams); returns the rows table and each event's row number."""
+
+def _layout_rows(ev: dict, report, cat_code):
+    """The rows as a tree: one leaf per (pid, tid, NVTX level or source) and per (GPU, context, stream), under
+    headers for each process (and each thread when the process has several), each GPU (its utilization strip)
+    and each context (when a GPU has several).  Returns the rows table (display order) and each event's row."""
     gpu = ev["gpu"]
     m24 = 0xFFFFFF
     thread_key = ((ev["key_a"] & m24) << 33) | ((ev["key_b"] & m24) << 9) | (ev["sub"] & 0x1FF)
-    # streams shift by 2 so that a missing stream (-1) never shares the utilization strip's key
-    gpu_key = (1 << 62) | ((ev["key_b"] & 0xFFFF) << 33) | ((ev["sub"] + 2) & 0xFFFFFFFF)
+    # GPU events: key_b device, key_a context, sub stream (shifted so that a missing stream -1 stays apart)
+    gpu_key = _GPU_BIT | ((ev["key_b"] & 0xFF) << 50) | ((ev["key_a"] & 0xFFFF) << 34) | ((ev["sub"] + 2) & 0x3FFFFFFFF)
     key = np.where(gpu, gpu_key, thread_key)
-    devices = np.unique(ev["key_b"][gpu])
-    util_keys = (1 << 62) | ((devices & 0xFFFF) << 33)
-    # hash-factorize (fast), then rank the few distinct keys to get the display order
-    codes, uniq = pd.factorize(np.concatenate([key, util_keys]), sort=False)
-    order = np.argsort(uniq, kind="stable")
-    rank = np.empty(len(uniq), np.int32)
-    rank[order] = np.arange(len(uniq), dtype=np.int32)
-    uniq = uniq[order]
-    row = rank[codes[: len(key)]]
-    # decode each distinct key once (the original values, not the masked ones, label the rows)
+    codes, uniq = pd.factorize(key, sort=False)
     first = np.full(len(uniq), -1, np.int64)
-    first[row[::-1]] = np.arange(len(key))[::-1]
-    tnames, gnames = _thread_names(report), _gpu_names(report)
+    first[codes[::-1]] = np.arange(len(key))[::-1]
+    tnames, gnames, pnames = _thread_names(report), _gpu_names(report), _process_names(report)
     by_sub = {v[0]: k for k, v in _THREAD_SOURCES.items()}
-    recs = []
-    for r, k in enumerate(uniq.tolist()):  # loop over rows (hundreds), never events
-        i = first[r]
-        if k >> 62:
-            dev = int((k >> 33) & 0xFFFF) if i < 0 else int(ev["key_b"][i])
-            gname = gnames.get(dev)
-            group = f"GPU {dev}" + (f" {gname}" if gname else "")
-            if i < 0:
-                recs.append((group, f"GPU {dev} · utilization", "util", -1, -1, dev))
-            else:
-                recs.append((group, f"GPU {dev} · stream {int(ev['sub'][i])}", "gpu", -1, -1, dev))
+    leaves = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
+    for code, k in enumerate(uniq.tolist()):
+        i = first[code]
+        if k & _GPU_BIT:
+            dev, ctx, stream = int(ev["key_b"][i]), int(ev["key_a"][i]), int(ev["sub"][i])
+            leaves.append(((1, dev, ctx, stream, 0), dict(kind="gpu", pid=-1, tid=-1, device_id=dev, ctx=ctx,
+                                                          stream=stream), code))
         else:
             pid, tid, sub = int(ev["key_a"][i]), int(ev["key_b"][i]), int(ev["sub"][i])
+            # the process's main thread first, then by thread id; within a thread NVTX levels, then sources
+            leaves.append(((0, pid, 0 if tid == pid else 1, tid, sub), dict(kind="nvtx" if sub < 256 else by_sub[sub],
+                          pid=pid, tid=tid, device_id=-1, sub=sub), code))
+    leaves.sort(key=lambda x: x[0])
+    threads_of: dict = {}
+    contexts_of: dict = {}
+    for _, f, _ in leaves:
+        if f["kind"] == "gpu":
+            contexts_of.setdefault(f["device_id"], set()).add(f["ctx"])
+        else:
+            threads_of.setdefault(f["pid"], set()).add(f["tid"])
+    recs, leaf_row = [], np.empty(len(uniq), np.int32)
+    seen = set()
+
+    def add(key, level, ancestors, label, path, group, kind, pid=-1, tid=-1, dev=-1):
+        recs.append((key, level, "|".join(ancestors), label, path, group, kind, pid, tid, dev))
+        return len(recs) - 1
+
+    for _, f, code in leaves:
+        if f["kind"] == "gpu":
+            dev, ctx = f["device_id"], f["ctx"]
+            gname = gnames.get(dev)
+            gkey, group = f"g{dev}", f"GPU {dev}" + (f" {gname}" if gname else "")
+            if gkey not in seen:
+                seen.add(gkey)
+                add(gkey, 0, [], group, group, group, "util", dev=dev)
+            anc, path = [gkey], group
+            if len(contexts_of[dev]) > 1:
+                ckey = f"{gkey}/c{ctx}"
+                if ckey not in seen:
+                    seen.add(ckey)
+                    add(ckey, 1, [gkey], f"context {ctx}", f"{group} / context {ctx}", group, "context", dev=dev)
+                anc, path = [gkey, ckey], f"{group} / context {ctx}"
+            label = f"stream {f['stream']}" if f["stream"] >= 0 else "stream ?"
+            leaf_row[code] = add(f"{anc[-1]}/s{f['stream']}", 2, anc, label, f"{path} / {label}", group, "gpu",
+                                 dev=dev)
+        else:
+            pid, tid, sub = f["pid"], f["tid"], f["sub"]
+            pname = pnames.get(pid) or tnames.get((pid, pid))
+            pkey, group = f"p{pid}", f"Process {pid}" + (f" {pname}" if pname else "")
+            if pkey not in seen:
+                seen.add(pkey)
+                add(pkey, 0, [], group, group, group, "process", pid=pid)
             tname = tnames.get((pid, tid))
-            who = f"tid {tid}" + (f" {tname}" if tname else "")
-            kind = "nvtx" if sub < 256 else by_sub[sub]
-            what = f"NVTX L{sub}" if sub < 256 else _THREAD_SOURCES[kind][1]
-            recs.append((f"Process {pid}", f"{who} · {what}", kind, pid, tid, -1))
-    rows = pd.DataFrame(recs, columns=["group", "label", "kind", "pid", "tid", "device_id"])
+            who = (tname or "thread") + f" [{tid}]"
+            what = (("NVTX" if sub == 0 else f"NVTX ·{sub}") if sub < 256 else _THREAD_SOURCES[f["kind"]][1])
+            anc = [pkey]
+            if len(threads_of[pid]) > 1:
+                tkey = f"{pkey}/t{tid}"
+                if tkey not in seen:
+                    seen.add(tkey)
+                    add(tkey, 1, [pkey], who, f"{group} / {who}", group, "thread", pid=pid, tid=tid)
+                anc, label = [pkey, tkey], what
+            else:
+                label = f"{who} · {what}"
+            leaf_row[code] = add(f"{anc[-1]}/{sub}" if len(anc) > 1 else f"{pkey}/t{tid}/{sub}", 2, anc, label,
+                                 f"{group} / {who} / {what if sub >= 256 else f'NVTX level {sub}'}", group,
+                                 f["kind"], pid=pid, tid=tid)
+    rows = pd.DataFrame(recs, columns=["key", "level", "ancestors", "label", "path", "group", "kind", "pid", "tid",
+                                       "device_id"])
     rows.insert(0, "row", np.arange(len(rows), dtype=np.int32))
-    if len(devices):
+    if (rows["kind"] == "util").any():
         cat_code(UTIL_CAT)
-    return rows, row
+    return rows, leaf_row[codes] if len(key) else np.empty(0, np.int32)
+
+
+ROW_BUDGET = 48  # rows a static page shows unfolded; above it the thread/context groups start folded
+
+
+def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set:
+    """Groups folded when the page first shows: none, unless the rows exceed `budget` (then threads and
+    contexts fold, then every process and GPU but the first of each)."""
+    if len(rows) <= budget:
+        return set()
+    folded = set(rows.loc[rows["level"] == 1, "key"])
+    if (~np.isnan(fold_layout(rows, folded))).sum() <= budget:
+        return folded
+    top = rows[rows["level"] == 0]
+    keep = {top.loc[top["kind"] == k, "key"].iloc[0] for k in ("process", "util") if (top["kind"] == k).any()}
+    return folded | (set(top["key"]) - keep)
+
+
+def fold_layout(rows: pd.DataFrame, folded=()) -> np.ndarray:
+    """The y of each row with the groups in `folded` closed: consecutive integers from 0 for the rows still shown
+    (a folded group keeps its own header), NaN for the hidden ones."""
+    folded = set(folded)
+    hidden = np.array([bool(folded.intersection(a.split("|"))) if a else False for a in rows["ancestors"]], bool)
+    y = np.full(len(rows), np.nan)
+    y[~hidden] = np.arange(int((~hidden).sum()), dtype=float)
+    return y
 
 
 def _build_index(data: TimelineData) -> None:
@@ -419,8 +591,8 @@ def _busy(t: np.ndarray, s: np.ndarray, e_sorted: np.ndarray, cs: np.ndarray, ce
     return (ns * t - cs[ns]) - (ne * t - ce[ne])
 
 
-GLYPH_COLUMNS = ["left", "right", "row", "cat", "name", "detail", "dur_us", "bytes", "link"]
-AGG_COLUMNS = ["left", "right", "row", "cat", "name", "count", "busy"]
+GLYPH_COLUMNS = ["left", "right", "row", "cat", "name", "detail", "color", "dur_us", "bytes", "link"]
+AGG_COLUMNS = ["left", "right", "row", "cat", "name", "color", "count", "busy"]
 
 
 @dataclass
@@ -451,7 +623,7 @@ def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None 
     are always binned.
     """
     t0 = data.first_ns if t0_ns is None else int(t0_ns)
-    t1 = data.span_ns if t1_ns is None else int(t1_ns)
+    t1 = (data.last_ns or data.span_ns) if t1_ns is None else int(t1_ns)
     if t1 <= t0:
         raise ReportError(f"empty time window [{t0}, {t1}) ns; the end must be after the start")
     budget = max(int(budget), 100)
@@ -497,12 +669,13 @@ def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None 
     ubins = int(min(width_px, 400))
     uedges = np.linspace(t0, t1, ubins + 1).astype(np.int64)
     ucat = data.categories.index(UTIL_CAT) if UTIL_CAT in data.categories else 0
+    ucolor = data.palette.index(_COLORS[UTIL_CAT]) if _COLORS[UTIL_CAT] in data.palette else 0
     for r, (s, e, ucs, uce) in ix["util"].items():
         f = _busy(uedges, s, e, ucs, uce)
         busy = np.diff(f) / np.diff(uedges).clip(min=1)
         keep = busy > 0
         agg_parts.append(pd.DataFrame({"left": uedges[:-1][keep], "right": uedges[1:][keep], "row": r, "cat": ucat,
-                                       "name": -1, "count": -1, "busy": busy[keep]}))
+                                       "name": -1, "color": ucolor, "count": -1, "busy": busy[keep]}))
     idx = np.concatenate(exact_parts) if exact_parts else np.empty(0, np.int64)
     ev = data.events
     sel = ev.iloc[idx]
@@ -511,7 +684,7 @@ def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None 
     exact = pd.DataFrame({
         "left": st, "right": np.maximum(en, st + min_w), "row": sel["row"].to_numpy(),
         "cat": sel["cat"].to_numpy(), "name": sel["name"].to_numpy(), "detail": sel["detail"].to_numpy(),
-        "dur_us": (en - st) / 1e3, "bytes": sel["bytes"].to_numpy(), "link": sel["link"].to_numpy(),
+        "color": sel["color"].to_numpy(), "dur_us": (en - st) / 1e3, "bytes": sel["bytes"].to_numpy(), "link": sel["link"].to_numpy(),
     })
     agg = pd.concat(agg_parts, ignore_index=True) if agg_parts else pd.DataFrame(columns=AGG_COLUMNS)
     return Glyphs(exact=exact, agg=agg[AGG_COLUMNS], shown=shown, total=total, t0_ns=t0, t1_ns=t1)
@@ -530,5 +703,6 @@ def _bin_row(data, r, s, e_sorted, cs, ce, lo, edges) -> pd.DataFrame:
     names = data.events["name"].to_numpy()[lo + rep] if len(s) else np.zeros(len(rep), np.int32)
     return pd.DataFrame({"left": edges[:-1][keep], "right": edges[1:][keep], "row": r,
                          "cat": data.events["cat"].to_numpy()[lo + rep][keep] if len(s) else 0,
-                         "name": names[keep], "count": count[keep],
-                         "busy": busy[keep]})
+                         "name": names[keep],
+                         "color": data.events["color"].to_numpy()[lo + rep][keep] if len(s) else 0,
+                         "count": count[keep], "busy": busy[keep]})

@@ -1,0 +1,146 @@
+"""Per-line and per-module figures from the automatic NVTX ranges (`%%nsys --lines`, `--modules`).
+
+`lines_table(report, source)`: one row per line of the cell, like a line profiler: hits, CPU time (the line's
+ranges, summed over loop iterations), GPU time (the projection of the GPU work its ranges launched, the same
+projection as the NVTX summary's), GPU operations and its top kernels.
+`module_table(report, names)`: one row per annotated module path: calls, forward and backward CPU and GPU time,
+depth and parent, for a tree of the model.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..annotate import BACKWARD_SUFFIX
+from ..line_ranges import LINE_DOMAIN
+
+LINE_COLUMNS = ["line", "source", "hits", "cpu_ns", "gpu_ns", "gpu_ops", "top_kernels"]
+MODULE_COLUMNS = ["module", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",
+                  "backward_gpu_ns"]
+_LINE_RX = re.compile(r"^L(\d+): ")
+
+
+def _ranges_with_gpu(report, mask) -> pd.DataFrame:
+    """NVTX rows selected by `mask` with their duration and GPU projection (0 when they launched nothing)."""
+    nv = report.nvtx
+    sel = nv[mask].copy()
+    proj = report.nvtx_gpu_projection()
+    key = ["pid", "tid", "start_ns"]
+    p = proj[key + ["proj_duration_ns", "gpu_ops"]].drop_duplicates(key)
+    sel = sel.merge(p, on=key, how="left")
+    sel["proj_duration_ns"] = sel["proj_duration_ns"].fillna(0).astype(np.int64)
+    sel["gpu_ops"] = sel["gpu_ops"].fillna(0).astype(np.int64)
+    return sel
+
+
+def _kernels_in(report, ranges: pd.DataFrame, group: np.ndarray) -> dict:
+    """{group: 'name (time), ...'} of the kernels launched inside the ranges (their launching API call starts
+    inside the range, on the range's thread): the three longest in total."""
+    k = report.kernels
+    if k.empty or ranges.empty:
+        return {}
+    from .findings import _api_of
+
+    a = _api_of(k, report.cuda_api)
+    t = pd.DataFrame({"pid": k["pid"].to_numpy(), "tid": pd.to_numeric(a["api_tid"], errors="coerce").to_numpy(),
+                      "at": pd.to_numeric(a["api_start_ns"], errors="coerce").to_numpy(),
+                      "name": k["short_name"].astype(str).to_numpy() if "short_name" in k else
+                      k["name"].astype(str).to_numpy(), "dur": k["duration_ns"].to_numpy()}).dropna(subset=["at"])
+    rows = []
+    for (pid, tid), r in ranges.assign(g=group).groupby(["pid", "tid"]):  # per thread: a sorted sweep
+        kt = t[(t["pid"] == pid) & (t["tid"] == tid)].sort_values("at")
+        if kt.empty:
+            continue
+        at = kt["at"].to_numpy()
+        lo = np.searchsorted(at, r["start_ns"].to_numpy(), "left")
+        hi = np.searchsorted(at, pd.to_numeric(r["end_ns"]).to_numpy(), "right")
+        for g, a0, a1 in zip(r["g"].to_numpy(), lo, hi):
+            if a1 > a0:
+                rows.append(kt.iloc[a0:a1][["name", "dur"]].assign(g=g))
+    if not rows:
+        return {}
+    per = pd.concat(rows).groupby(["g", "name"])["dur"].sum().reset_index()
+    out = {}
+    for g, d in per.groupby("g"):
+        top = d.sort_values("dur", ascending=False).head(3)
+        out[g] = ", ".join(f"{n[:50]} ({v / 1e6:,.3f} ms)" for n, v in zip(top["name"], top["dur"]))
+    return out
+
+
+def lines_table(report, source: str | None = None) -> pd.DataFrame:
+    """See the module docstring; `source`: the cell's text, to list every line (empty ones get no figures)."""
+    nv = report.nvtx
+    if nv.empty:
+        return pd.DataFrame(columns=LINE_COLUMNS)
+    mask = (nv["domain"].astype(str) == LINE_DOMAIN).to_numpy() & (nv["kind"].astype(str) != "mark").to_numpy()
+    if not mask.any():
+        return pd.DataFrame(columns=LINE_COLUMNS)
+    r = _ranges_with_gpu(report, mask)
+    r = r[r["end_ns"].notna()]
+    r["line"] = r["name"].astype(str).str.extract(_LINE_RX, expand=False).astype(int)
+    agg = r.groupby("line").agg(hits=("line", "size"), cpu_ns=("duration_ns", "sum"),
+                                gpu_ns=("proj_duration_ns", "sum"), gpu_ops=("gpu_ops", "sum"),
+                                text=("name", "first"))
+    kernels = _kernels_in(report, r, r["line"].to_numpy())
+    agg["top_kernels"] = [kernels.get(i, "") for i in agg.index]
+    if source is not None:
+        src = source.splitlines()
+        out = pd.DataFrame({"line": np.arange(1, len(src) + 1), "source": src})
+    else:
+        out = pd.DataFrame({"line": agg.index.to_numpy(),
+                            "source": agg["text"].str.replace(_LINE_RX, "", regex=True).to_numpy()})
+    out = out.merge(agg.drop(columns="text"), left_on="line", right_index=True, how="left")
+    for c in ("hits", "cpu_ns", "gpu_ns", "gpu_ops"):
+        out[c] = out[c].astype("Int64")
+    out["top_kernels"] = out["top_kernels"].fillna("")
+    return out[LINE_COLUMNS].reset_index(drop=True)
+
+
+def module_table(report, names=None) -> pd.DataFrame:
+    """See the module docstring; `names`: the module paths (annotations.json of a profile); without them, every
+    NVTX range with a '<name> [backward]' twin, and those twins' forward names."""
+    nv = report.nvtx
+    if nv.empty:
+        return pd.DataFrame(columns=MODULE_COLUMNS)
+    label = nv["label"].astype(str)
+    bw = label.str.endswith(BACKWARD_SUFFIX)
+    if names is None:
+        names = set(label[bw].str.slice(0, -len(BACKWARD_SUFFIX)))
+    names = set(names)
+    if not names:
+        return pd.DataFrame(columns=MODULE_COLUMNS)
+    base = label.where(~bw, label.str.slice(0, -len(BACKWARD_SUFFIX)))
+    mask = base.isin(names).to_numpy() & (nv["kind"].astype(str) != "mark").to_numpy()
+    r = _ranges_with_gpu(report, mask)
+    lab = r["label"].astype(str)
+    r["backward"] = lab.str.endswith(BACKWARD_SUFFIX)
+    r["module"] = lab.where(~r["backward"], lab.str.slice(0, -len(BACKWARD_SUFFIX)))
+    f, b = r[~r["backward"]], r[r["backward"]]
+    out = pd.DataFrame({"module": sorted(names, key=_path_key)})
+    fa = f.groupby("module").agg(calls=("module", "size"), forward_ns=("duration_ns", "sum"),
+                                 forward_gpu_ns=("proj_duration_ns", "sum"))
+    ba = b.groupby("module").agg(backward_ns=("duration_ns", "sum"), backward_gpu_ns=("proj_duration_ns", "sum"))
+    out = out.merge(fa, left_on="module", right_index=True, how="left").merge(
+        ba, left_on="module", right_index=True, how="left")
+    out = out[out["calls"].notna() | out["backward_ns"].notna()]
+    for c in ("calls", "forward_ns", "forward_gpu_ns", "backward_ns", "backward_gpu_ns"):
+        out[c] = out[c].fillna(0).astype(np.int64)
+    out["depth"] = out["module"].str.count(r"\.")
+    known = set(out["module"])
+    out["parent"] = [_parent(m, known) for m in out["module"]]
+    return out[MODULE_COLUMNS].reset_index(drop=True)
+
+
+def _path_key(path: str):
+    return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.split(".")]
+
+
+def _parent(path: str, known: set) -> str:
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        cand = ".".join(parts[:i])
+        if cand in known:
+            return cand
+    return ""

@@ -1,0 +1,97 @@
+"""The Lines tab (`%%nsys --lines`) and the module tree of the NVTX tab (`--modules`): static HTML and text.
+
+Lines: the cell's source with, per line, hits, CPU time, GPU time and a bar (GPU time when the cell used the GPU,
+CPU time otherwise), like a line profiler.  Modules: a tree of module paths with forward / backward CPU and GPU
+time; a click on ▾ folds a module's children, a click on a column head sorts siblings (MODULES_JS).
+Every text is escaped.
+"""
+from __future__ import annotations
+
+from html import escape
+
+import pandas as pd
+
+from .tables import _fmt_time
+
+LINES_CSS = """
+table.nm-lines{border-collapse:collapse;font:12px monospace}
+table.nm-lines td,table.nm-lines th{padding:1px 6px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
+table.nm-lines td.nm-src{text-align:left;white-space:pre;color:#222}
+table.nm-lines td.nm-k{text-align:left;color:#555;font:11px sans-serif;max-width:40em;overflow:hidden;
+  text-overflow:ellipsis}
+.nm-bar{display:inline-block;height:10px;background:#4c78a8;vertical-align:middle}
+table.nm-tree td.nm-mod{text-align:left;white-space:nowrap}
+table.nm-tree .nm-tog{cursor:pointer;color:#1f5fa8}
+"""
+
+MODULES_JS = """
+(function () {
+  if (window.nmModulesJs) return; window.nmModulesJs = true;
+  const kids = (t, path) => [...t.tBodies[0].rows].filter(r => r.dataset.parent === path);
+  const hide = (t, path, h) => kids(t, path).forEach(r => { r.style.display = h ? 'none' : '';
+    if (!h && r.dataset.closed === '1') return; hide(t, r.dataset.path, h); });
+  document.addEventListener('click', function (ev) {
+    const tog = ev.target.closest('table.nm-tree .nm-tog');
+    if (tog) { const r = tog.closest('tr'), t = r.closest('table'), closed = r.dataset.closed !== '1';
+      r.dataset.closed = closed ? '1' : '0'; tog.textContent = closed ? '▸' : '▾'; hide(t, r.dataset.path, closed);
+      return; }
+    const th = ev.target.closest('table.nm-tree th'); if (!th) return;
+    const t = th.closest('table'), col = th.cellIndex, dir = th.dataset.dir === 'desc' ? 'asc' : 'desc';
+    th.dataset.dir = dir;
+    const body = t.tBodies[0];
+    const key = r => { const v = r.cells[col].dataset.v; return col === 0 ? v : parseFloat(v); };
+    const place = path => { const ks = kids(t, path).sort((a, b) => { const x = key(a), y = key(b);
+      const c = x < y ? -1 : x > y ? 1 : 0; return dir === 'asc' ? c : -c; });
+      ks.forEach(r => { body.appendChild(r); place(r.dataset.path); }); };
+    place('');
+  });
+})();
+"""
+
+
+def _time(v) -> str:
+    return "" if pd.isna(v) else _fmt_time(pd.Series([float(v)])).iloc[0]
+
+
+def lines_html(lines: pd.DataFrame) -> str:
+    if lines.empty:
+        return "<p>No line ranges in this profile (profile with %%nsys --lines).</p>"
+    use_gpu = lines["gpu_ns"].fillna(0).sum() > 0
+    metric = lines["gpu_ns" if use_gpu else "cpu_ns"].fillna(0).astype(float)
+    top = metric.max() or 1.0
+    rows = []
+    for r, m in zip(lines.itertuples(), metric):
+        bar = f'<span class="nm-bar" style="width:{int(round(160 * m / top))}px"></span>' if m > 0 else ""
+        hits = "" if pd.isna(r.hits) else f"{int(r.hits):,}"
+        rows.append(f'<tr><td>{int(r.line)}</td><td>{hits}</td><td data-v="{r.cpu_ns}">{_time(r.cpu_ns)}</td>'
+                    f'<td>{_time(r.gpu_ns)}</td><td style="text-align:left">{bar}</td>'
+                    f'<td class="nm-src">{escape(str(r.source))}</td><td class="nm-k">{escape(str(r.top_kernels))}</td>'
+                    "</tr>")
+    what = "GPU time (the projection of the GPU work each line launched)" if use_gpu else "CPU time"
+    return (f"<style>{LINES_CSS}</style><p>Each line of the cell: how often it ran, its CPU time and the GPU time "
+            f"of what it launched (loop iterations add up on their line); the bars show {escape(what)}.</p>"
+            '<div class="nm-scroll"><table class="nm-lines"><thead><tr><th>line</th><th>hits</th><th>CPU</th>'
+            '<th>GPU</th><th></th><th style="text-align:left">source</th><th style="text-align:left">top kernels'
+            "</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
+
+
+def modules_html(mods: pd.DataFrame) -> str:
+    if mods.empty:
+        return ""
+    children = set(mods["parent"])
+    rows = []
+    for r in mods.itertuples():
+        tog = '<span class="nm-tog">▾</span> ' if r.module in children else "&nbsp;&nbsp;"
+        name = r.module.rsplit(".", 1)[-1] if r.parent else r.module
+        cells = "".join(f'<td data-v="{getattr(r, c)}">{_time(getattr(r, c))}</td>'
+                        for c in ("forward_ns", "forward_gpu_ns", "backward_ns", "backward_gpu_ns"))
+        rows.append(f'<tr data-path="{escape(r.module)}" data-parent="{escape(r.parent)}">'
+                    f'<td class="nm-mod" data-v="{escape(r.module)}" title="{escape(r.module)}" '
+                    f'style="padding-left:{6 + 14 * int(r.depth)}px">{tog}{escape(name)}</td>'
+                    f'<td data-v="{r.calls}">{int(r.calls):,}</td>{cells}</tr>')
+    return (f"<style>{LINES_CSS}</style><script>{MODULES_JS}</script>"
+            "<p>Modules (forward and backward ranges of --modules / annotate_modules): CPU time of the ranges and "
+            "GPU time of the work launched inside them; click ▾ to fold, a column head to sort.</p>"
+            '<div class="nm-scroll"><table class="nm-lines nm-tree"><thead><tr><th style="text-align:left">module'
+            "</th><th>calls</th><th>forward CPU</th><th>forward GPU</th><th>backward CPU</th><th>backward GPU</th>"
+            "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")

@@ -1,0 +1,77 @@
+"""The notebooks as a user runs them: the quick start executed headless like scripts/quickstart.sh (real kernel,
+real nsys), its HTML copy under the output budget and drawing the timeline in a real Chromium; every notebook in
+notebooks/ is valid and its saved outputs stay within the views' size budget."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, requires_nsys
+
+NOTEBOOKS = REPO / "notebooks"
+FIRST_OUTPUT_BUDGET = 1_500_000   # bytes of the first profile output of a notebook (BokehJS inline)
+LATER_OUTPUT_BUDGET = 300_000     # each later one (a 160k-kernel trace: benchmarks/view.py)
+
+
+def _outputs(nb) -> list[int]:
+    return [len(json.dumps(o)) for c in nb["cells"] for o in c.get("outputs", [])]
+
+
+@pytest.mark.parametrize("path", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebooks_are_valid_and_their_saved_outputs_are_bounded(path):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    sizes = _outputs(nb)
+    assert all(s <= 2_000_000 for s in sizes), (path.name, max(sizes))
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_quickstart_runs_headless_and_its_html_draws_the_timeline(tmp_path):
+    from nbconvert import HTMLExporter
+    from nbconvert.preprocessors import ExecutePreprocessor
+    import nbformat
+
+    work = tmp_path / "notebooks"
+    work.mkdir()
+    shutil.copy(NOTEBOOKS / "quickstart.ipynb", work)
+    nb = nbformat.read(work / "quickstart.ipynb", as_version=4)
+    # what scripts/quickstart.sh does (store_widget_state=False: the static copy shows offline)
+    ExecutePreprocessor(timeout=240, kernel_name="python3", store_widget_state=False).preprocess(
+        nb, {"metadata": {"path": str(work)}})
+    profile_outputs = [len(json.dumps(o)) for c in nb.cells for o in c.get("outputs", [])
+                       if "Timeline" in json.dumps(o.get("data", {}).get("text/html", ""))]
+    assert len(profile_outputs) == 2  # the %%nsys cell and %nsys_load
+    loader = [len(json.dumps(o)) for c in nb.cells for o in c.get("outputs", [])
+              if "DecompressionStream" in json.dumps(o.get("data", {}))]
+    assert len(loader) == 1 and loader[0] + profile_outputs[0] <= FIRST_OUTPUT_BUDGET
+    assert profile_outputs[1] <= LATER_OUTPUT_BUDGET
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)
+    html = work / "quickstart.html"
+    html.write_text(body, encoding="utf-8")
+    assert html.stat().st_size <= FIRST_OUTPUT_BUDGET + 400_000  # + nbconvert's own page
+    chromium = Path("/usr/bin/chromium")
+    if not chromium.exists():
+        pytest.skip("no /usr/bin/chromium")
+    from test_views_browser import ARGS, VIEWS
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
+        page = b.new_page(viewport={"width": 1400, "height": 1000})
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(html.as_uri())
+        page.wait_for_function(f"() => window.Bokeh && Bokeh.index && {VIEWS}.filter(v => v.frame).length == 2",
+                               timeout=30_000)
+        texts = page.evaluate(f"() => {VIEWS}.filter(v => v.frame).map(v => v.model.renderers"
+                              ".map(r => r.data_source).find(s => s.name && s.name.endsWith('-labels')).data.text)")
+        assert all("make inputs" in t for t in texts)  # names on the bars
+        page.screenshot(path=str(REPO / "test-artifacts" / "quickstart.png"), full_page=True)
+        b.close()
+    assert errors == []
