@@ -89,6 +89,9 @@ class NsightMagics(Magics):
         super().__init__(shell)
         self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
         self.last_result = None
+        from .profilers.session import SessionManager
+
+        self.sessions = SessionManager()  # the warm %%nsys process; stopped when the kernel exits
 
     # ---- %%nsight_setup -------------------------------------------------------------------------------------
     @magic_arguments()
@@ -137,10 +140,12 @@ class NsightMagics(Magics):
     @arguments_from(NSYS_ARGS, COMMON_ARGS)
     @cell_magic
     def nsys(self, line, cell):
-        """Profile this cell with Nsight Systems in a fresh process; the notebook's kernel is never instrumented.
+        """Profile this cell with Nsight Systems in a separate process; the notebook's kernel is never instrumented.
 
-        The cell's free variables are sent with cloudpickle, %%nsight_setup code runs first, and the result is
-        saved in nsight-profiles/<name>-<time>/ beside the notebook and shown inline.
+        The cell's free variables are sent with cloudpickle and the result is saved in nsight-profiles/<name>-<time>/
+        beside the notebook and shown inline.  The first %%nsys starts a warm session: a process that ran the
+        %%nsight_setup code once and runs every later cell with the same setup and trace, recorded one by one
+        (`%nsys_session` shows it; --fresh runs one cell in a fresh process instead).
         """
         try:
             args = parse_line(self.nsys, line)
@@ -153,11 +158,58 @@ class NsightMagics(Magics):
         try:
             result = run_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
                               on_output=status.output, on_status=status,
-                              on_prepared=None if opts.quiet else _print_manifest)
+                              on_prepared=None if opts.quiet else _print_manifest, sessions=self.sessions)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         status.done(result)
         self._finish(result, opts.render, opts.thresholds)
+
+    # ---- %nsys_session -------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("--stop", action="store_true", help="end the warm session (the next %%%%nsys starts a new one)")
+    @argument("--restart", action="store_true", help="end the warm session and start a new one now (runs the "
+                                                     "setup code again)")
+    @line_magic
+    def nsys_session(self, line):
+        """Show the warm %%nsys session (worker pid, age, cells run, memory); --stop ends it, --restart renews it."""
+        args = parse_line(self.nsys_session, line)
+        old = self.sessions.session
+        if args.stop or args.restart:
+            stopped = self.sessions.stop()
+            print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
+        if args.restart:
+            self._start_session(old.trace if old is not None else None)
+        if not args.stop:
+            print(f"nsight-magic: {_session_line(self.sessions.describe())}")
+
+    def _start_session(self, trace: str | None) -> None:
+        from . import tools
+        from .options import DEFAULT_TRACE, trace_for_machine
+        from .profilers import child_environment
+        from .profilers.prepare import _current_umask
+        from .profilers.session import SessionUnavailable
+        from .store import notebook_dir
+
+        try:
+            nsys = tools.find_nsys()
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        if trace is None:
+            trace, _ = trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())
+        env = {**child_environment(), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        session = self.sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
+                                    cwd=notebook_dir(), umask=_current_umask())
+        status = _LiveStatus("nsys session", False)
+        try:
+            records = session.start(None, None, status.output, status)
+        except SessionUnavailable as e:
+            self.sessions.stop()
+            print(f"nsight-magic: {e}", file=sys.stderr)
+            return
+        if "ready" not in records.phases:
+            self.sessions.stop()
+            print("nsight-magic: the setup code failed in the warm session (traceback above); no session is running",
+                  file=sys.stderr)
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()
@@ -245,6 +297,14 @@ def _display_listing(profiles, chosen: dict, render: bool) -> None:
     else:
         print(text)
     print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
+
+
+def _session_line(info: dict | None) -> str:
+    if info is None:
+        return "no warm session (the next %%nsys starts one)"
+    rss = f", {info['worker_rss_bytes'] / 2**20:,.0f} MiB resident" if info.get("worker_rss_bytes") else ""
+    return (f"warm session {info['session']}: worker pid {info['worker_pid']}, up {info['age_s']:.0f} s, "
+            f"{info['cells']} cell{'s' if info['cells'] != 1 else ''} run{rss}, tracing {info['trace']}")
 
 
 def _print_manifest(manifest) -> None:

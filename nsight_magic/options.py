@@ -75,6 +75,9 @@ class NsysOptions(RunOptions):
     nsys_args: tuple[str, ...] = ()
     advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (analysis/thresholds.py)
     lines: bool = False              # --lines: each line of the cell in an NVTX range (the Lines tab)
+    fresh: bool = False              # --fresh: a fresh process even when the notebook has a warm session
+    nproc: int | None = None         # --nproc N: the cell in N ranks under torchrun (one report, every rank)
+    return_all: bool = False         # --return-all: --return values of every rank (a list per name)
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -84,6 +87,10 @@ class NsysOptions(RunOptions):
         super().__post_init__()
         if self.capture not in ("cell", "all"):
             raise OptionError(f"--capture must be 'cell' or 'all', not {self.capture!r}")
+        if self.nproc is not None and not 1 <= self.nproc <= 64:
+            raise OptionError("--nproc must be between 1 and 64 (processes on this machine)")
+        if self.return_all and self.nproc is None:
+            raise OptionError("--return-all collects --return values from every rank: it needs --nproc N")
 
 
 def split_names(text: str | None) -> tuple[str, ...]:
@@ -191,6 +198,16 @@ NSYS_ARGS = (
     (("--lines",), dict(action="store_true",
                         help="put each line of the cell (and of its top-level loops) in an NVTX range: the Lines tab "
                              "shows hits, CPU and GPU time per line, like a line profiler")),
+    (("--fresh",), dict(action="store_true",
+                        help="run in a fresh process instead of the notebook's warm session (the setup code runs "
+                             "again; nothing of earlier cells is left)")),
+    (("--nproc",), dict(type=int, default=None, metavar="N",
+                        help="run the cell as N processes (ranks) with torchrun --standalone --nproc_per_node N, all "
+                             "under one nsys: RANK, LOCAL_RANK and WORLD_SIZE are set, every rank gets the sent "
+                             "variables, the view shows each rank's rows and a Ranks table")),
+    (("--return-all",), dict(action="store_true",
+                             help="with --nproc: --return brings a list per name, one value per rank (default: "
+                                  "rank 0's)")),
     (("--advice-threshold",), dict(action="append", default=None, metavar="RULE.KEY=VALUE",
                                    help="change a threshold of the Advice rules (repeatable), e.g. "
                                         "gpu_gaps.gap_ms=100; the keys are in nsight_magic/analysis/thresholds.py")),
@@ -214,7 +231,8 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
 
     return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
-                       lines=bool(getattr(args, "lines", False)),
+                       lines=bool(getattr(args, "lines", False)), fresh=bool(getattr(args, "fresh", False)),
+                       nproc=getattr(args, "nproc", None), return_all=bool(getattr(args, "return_all", False)),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 

@@ -10,6 +10,8 @@ Sections (pick with --only):
             stats/analyze output of them, and compares every twin rule with `nsys analyze` 2025.3 (all rows) on
             them and on the fixtures in .fixtures_sub/ (carried), rule by rule
   optimize  executes notebooks/optimizing_a_training_step.ipynb and saves it, outputs included, to $OUT
+  warm      benchmarks/warm.py --workload torch: the second %%nsys (warm session) against bare nsys profile of
+            setup + cell, each report's kernel count; figures in $OUT/warm.json
   autonvtx  %%nsys --modules on a small transformer and %%nsys --lines on a training step (nbclient): the module
             table and the lines table
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
@@ -350,6 +352,23 @@ def check_autonvtx(work: Path) -> None:
     shutil.copy(folder / "view.html", OUT / "lines_view.html")
 
 
+def check_warm(work: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    for trace, repeat in (("cuda,nvtx,osrt", 3), ("cuda,nvtx", 2)):
+        tag = trace.replace(",", "_")
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "warm.py"), "--workload", "torch", "--repeat",
+                            str(repeat), "--trace", trace, "--json", str(OUT / f"warm_{tag}.json"),
+                            "--keep", str(OUT / f"warm_{tag}.sqlite")],
+                           capture_output=True, text=True, timeout=900, cwd=work)
+        lines = [x for x in (p.stdout + p.stderr).splitlines()
+                 if x.startswith(("nsys ", "  first", "  run", "  %%nsys", "bare", "warm", "ratio", "Traceback"))
+                 or "Error" in x]
+        say("warm", f"{tag}_rc", p.returncode)
+        say("warm", f"{tag}_lines", "\n" + "\n".join(lines))
+        if p.returncode:
+            say("warm", f"{tag}_tail", (p.stdout + p.stderr)[-3000:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -360,7 +379,8 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
-             "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx}[section](work)
+             "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
+             "warm": check_warm}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

@@ -129,10 +129,13 @@ def test_frames_match_the_raw_row_counts(path, reports):
     rep = reports(path)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    for frame, table in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
-                         ("memset", "CUPTI_ACTIVITY_KIND_MEMSET"), ("cuda_api", "CUPTI_ACTIVITY_KIND_RUNTIME"),
-                         ("osrt", "OSRT_API")):
-        n = con.execute(f"SELECT count(*) FROM {table}").fetchone()[0] if table in tables else 0
+    # OS runtime: without nsys's instant "profiling started/stopped" markers
+    for frame, table, cond in (("kernels", "CUPTI_ACTIVITY_KIND_KERNEL", "1"),
+                               ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY", "1"),
+                               ("memset", "CUPTI_ACTIVITY_KIND_MEMSET", "1"),
+                               ("cuda_api", "CUPTI_ACTIVITY_KIND_RUNTIME", "1"),
+                               ("osrt", "OSRT_API", '"end" > start')):
+        n = con.execute(f"SELECT count(*) FROM {table} WHERE {cond}").fetchone()[0] if table in tables else 0
         assert len(getattr(rep, frame)) == n, frame
     con.close()
 
@@ -632,3 +635,26 @@ def test_arrow_path_declines_a_column_it_cannot_type(tmp_path):
     con.close()
     assert _read_ints_adbc(p, "t", ["a"], None) is None
     assert list(_read_ints_adbc(p, "t", ["a"], "rowid <= 3")[0]) == [0, 1, 2]
+
+
+def test_a_warm_session_recording_is_framed_by_the_cell_range():
+    """A cell recorded by nsys start/stop in a warm session (H100): capture bounds on the session's clock and OS
+    calls that began 27 s before the recording; the capture is the cell, and the timeline opens on it."""
+    from nsight_magic.views.timeline_prepare import prepare_timeline
+
+    path = Path(__file__).parent / "data" / "nsys_h100_warm_cell.sqlite"
+    with open_nsys_report(path) as rep:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        (a, b), = con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchall()
+        first_osrt, = con.execute('SELECT min(start) FROM OSRT_API WHERE "end" > start').fetchone()
+        con.close()
+        k0, k1 = rep.kernels["start_ns"].min(), rep.kernels["end_ns"].max()
+        assert b < k0 or a > k1  # the recorded bounds miss every kernel: another clock
+        assert first_osrt < k0 - 10**10  # an OS call that began >10 s before the cell
+        c0, c1 = rep.cell_range
+        assert rep.meta.span_source == "cell range" and "cell range" in rep.meta.span_note
+        assert (rep.meta.start_ns, rep.meta.end_ns) == (c0, c1)
+        assert c0 <= k0 and len(rep.kernels) == 3000
+        assert rep.meta.duration_ns < 10**9  # the cell took ~0.13 s, not the 27 s since that OS call
+        data = prepare_timeline(rep)
+        assert data.origin_ns == c0 and data.first_ns == 0 and data.last_ns < 10**9

@@ -128,11 +128,15 @@ def test_a_microsecond_event_late_in_a_long_capture_keeps_its_width_in_the_live_
     from nsight_magic.views.timeline import build_timeline
     from nsight_magic.views.timeline_prepare import prepare_timeline
 
-    tv = build_timeline(prepare_timeline(open_report(p)))
-    tv.set_window(39687.9, 39688.0)
+    data = prepare_timeline(open_report(p))
+    ev = data.events
+    late = ev[(ev["end_ns"] - ev["start_ns"]) == 1164]["start_ns"].max() / 1e6  # ms, about 39.7 s in
+    assert late > 39_000
+    tv = build_timeline(data)
+    tv.set_window(late - 0.05, late + 0.05)
     ex = tv.exact_src.data
     left, right, dur = (np.asarray(ex[c], dtype=np.float64) for c in ("left", "right", "dur_us"))
-    i = int(np.argmin(np.abs(left - 39687.944238)))
+    i = int(np.argmin(np.abs(left - late)))
     assert abs(dur[i] - 1.164) < 1e-3
     assert right[i] - left[i] == pytest.approx(dur[i] / 1e3, rel=1e-3)
     assert np.all(right - left > 0)

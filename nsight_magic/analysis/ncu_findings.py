@@ -6,7 +6,6 @@ kernels with their NVTX range (module), speedup and ncu's own message.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from .findings import Finding, sort_findings

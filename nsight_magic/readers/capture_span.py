@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class CaptureSpan:
     start_ns: int           # the capture span, on the report's clock
     end_ns: int
-    source: str             # "capture bounds" (ANALYSIS_DETAILS) | "events" | "none"
+    source: str             # "capture bounds" (ANALYSIS_DETAILS) | "cell range" | "events" | "none"
     note: str | None        # why the capture bounds were not used, when they were not
     origin_ns: int          # x = 0 of a timeline: the capture start, or the first event when one starts earlier
     axis_end_ns: int        # end of a timeline's axis: the capture end, or the last event when one ends later
@@ -37,6 +37,17 @@ def capture_span(bounds: tuple[int | None, int | None] | None,
     f0, f1 = int(frame[0]), int(frame[1] if frame[1] is not None else span.axis_end_ns)
     lo = min(span.origin_ns, f0) if events else f0
     return CaptureSpan(span.start_ns, span.end_ns, span.source, span.note, f0, max(span.axis_end_ns, f1, lo))
+
+
+def cell_capture(cell: tuple[int, int], bounds) -> CaptureSpan:
+    """The capture of one of our reports whose capture bounds cannot be used: nsight-magic's cell range.
+
+    A warm session's recording (nsys start/stop) has bounds on the session's clock and OS calls that began
+    before the recording (a thread blocked since the setup ran); the cell's range is what the user profiled."""
+    a, b = int(cell[0]), int(cell[1])
+    why = "no capture bounds" if not bounds or None in bounds else \
+        f"the capture bounds [{bounds[0]}, {bounds[1]}] ns do not overlap the events (another clock)"
+    return CaptureSpan(a, b, "cell range", f"{why}: nsight-magic's cell range is the capture", a, b)
 
 
 def _capture_span(bounds, events) -> CaptureSpan:

@@ -22,10 +22,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import NsightMagicError, ReportError
+from ..errors import NsightMagicError, OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
-from .capture_span import CaptureSpan, capture_span
+from .capture_span import CaptureSpan, capture_span, cell_capture
 from .nsys_sql import NULL, Strings, columns_of, connect, find_spec_table, find_table
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
@@ -122,6 +122,14 @@ def _explain_export_failure(rep: Path, message: str, have: str) -> str:
     if re.search(r"version number is invalid|protobuf|newer", message, re.I):
         return f"{rep.name} needs a newer nsys than {have}: {message}"
     return message
+
+
+_RANK_MARK = re.compile(r"(?:^|:)rank (\d+) of (\d+)$")  # tag: "nsight-magic:rank 1 of 2"
+
+
+def _by_cols(by: str | None) -> tuple[str, ...]:
+    """The key column a summary split `by` starts with."""
+    return {None: (), "process": ("pid",), "rank": ("rank",), "device": ("device",)}.get(by, ())
 
 
 class NsysReport:
@@ -232,6 +240,10 @@ class NsysReport:
         # the event span costs a scan of every table: only when the bounds are missing or overlap no event
         if bounds is not None and None not in bounds and self._any_event_within(*bounds):
             span = capture_span(bounds, None)
+        elif self.cell_range is not None:
+            # ours: a warm session's recordings carry bounds on the session's clock, and OS calls that began
+            # seconds before the recording; the cell's own range is what was captured
+            span = cell_capture(self.cell_range, bounds)
         else:
             span = capture_span(bounds, self.event_span)
         utc = None
@@ -246,12 +258,13 @@ class NsysReport:
 
     def _event_tables(self) -> list[tuple[str, str]]:
         """(table, SQL condition) of every table of timed events; NVTX without its registration rows (domain
-        creation and the like carry timestamps from before the capture, even negative ones)."""
+        creation and the like carry timestamps from before the capture, even negative ones), OS runtime without
+        nsys's start/stop markers."""
         out = []
         for spec in S.ACTIVITY_SPECS.values():
             t = find_spec_table(self._tables, spec)
             if t:
-                out.append((t, "1"))
+                out.append((t, spec.where or "1"))
         t = self._table("NVTX_EVENTS")
         if t:
             kinds = ", ".join(map(str, S.NVTX_PUSH_POP + S.NVTX_START_END + S.NVTX_MARK))
@@ -352,6 +365,15 @@ class NsysReport:
         return build_nvtx(raw, self._strings)
 
     @functools.cached_property
+    def cell_range(self) -> tuple[int, int] | None:
+        """(start, end) of nsight-magic's own cell range (domain nsight-magic) when the report has a closed one."""
+        a = self._nvtx_arrays
+        if not len(a["start"]):
+            return None
+        idx = np.flatnonzero(a["ours"] & a["is_range"] & ~np.isnan(a["end"]))
+        return (int(a["start"][idx[0]]), int(a["end"][idx[0]])) if len(idx) else None
+
+    @functools.cached_property
     def nvtx(self) -> pd.DataFrame:
         """NVTX ranges and marks: name, domain, kind (push_pop/start_end/mark), pid, tid, depth (ranges of the
         same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set), label
@@ -366,7 +388,72 @@ class NsysReport:
 
     @functools.cached_property
     def processes(self) -> pd.DataFrame:
-        return self._frame("processes")
+        """Processes: pid, name, rank and world_size (known for %%nsys --nproc profiles: each rank marks itself in
+        nsight-magic's NVTX domain; NA otherwise), devices (the GPUs its kernels, copies and memsets ran on).
+        Processes that appear in the activity tables but not in PROCESSES get a row with an NA name."""
+        df = self._frame("processes").drop_duplicates("pid").reset_index(drop=True)
+        ranks = self.ranks_by_pid
+        devices = self._devices_by_pid
+        seen = set(devices) | set(ranks)
+        missing = sorted(p for p in seen if p not in set(df["pid"].tolist()))
+        if missing:
+            df = pd.concat([df, pd.DataFrame({"pid": np.array(missing, np.int64),
+                                              "name": pd.array([pd.NA] * len(missing), dtype="string")})],
+                           ignore_index=True)
+        pids = df["pid"].to_numpy(np.int64)
+        df["rank"] = pd.array([ranks.get(int(p), (None, None))[0] for p in pids], dtype="Int64")
+        df["world_size"] = pd.array([ranks.get(int(p), (None, None))[1] for p in pids], dtype="Int64")
+        df["devices"] = pd.Series([devices.get(int(p), ()) for p in pids], dtype=object)
+        return df
+
+    @functools.cached_property
+    def ranks_by_pid(self) -> dict[int, tuple[int, int]]:
+        """pid -> (rank, world size), from the "rank R of W" marks the ranks of %%nsys --nproc leave."""
+        a = self._nvtx_arrays
+        if not len(a["start"]):
+            return {}
+        sel = a["ours"] & ~a["is_range"]
+        out = {}
+        for pid, tag in zip(a["pid"][sel], a["tag"][sel]):
+            m = _RANK_MARK.search(str(tag))
+            if m:
+                out[int(pid)] = (int(m.group(1)), int(m.group(2)))
+        return out
+
+    @functools.cached_property
+    def _devices_by_pid(self) -> dict[int, tuple[int, ...]]:
+        pairs = []
+        for spec in (S.KERNELS, S.MEMCPY, S.MEMSET):
+            got = self._narrow(spec, ["pid", "device_id"])
+            if got is not None and len(got[0]):
+                key = np.unique(np.stack([got[0].astype(np.int64), got[1].astype(np.int64)], axis=1), axis=0)
+                pairs.append(key)
+        if not pairs:
+            return {}
+        both = np.unique(np.concatenate(pairs), axis=0)
+        out: dict[int, tuple[int, ...]] = {}
+        for pid, dev in both.tolist():
+            out[pid] = out.get(pid, ()) + (dev,)
+        return out
+
+    def _by(self, by: str | None, what: str, pids: np.ndarray, devices=None) -> dict:
+        """Group keys of a summary split `by` process, rank or device (summary columns named after the key)."""
+        if by is None:
+            return {}
+        if by == "process":
+            return {"pid": np.asarray(pids, np.int64)}
+        if by == "rank":
+            ranks = self.ranks_by_pid
+            if not ranks:
+                raise OptionError("this report has no ranks (they are known for %%nsys --nproc profiles); "
+                                  "use by='process'")
+            return {"rank": np.array([ranks.get(int(p), (-1, 0))[0] for p in pids], np.int64)}
+        if by == "device":
+            if devices is None:
+                raise OptionError(f"by='device' splits GPU work; the {what} summary is CPU-side: use by='process' "
+                                  f"or by='rank'")
+            return {"device": np.asarray(devices, np.int64)}
+        raise OptionError(f"by must be 'process', 'rank' or 'device', not {by!r}")
 
     @functools.cached_property
     def gpus(self) -> pd.DataFrame:
@@ -461,52 +548,62 @@ class NsysReport:
         got = self._query(read_raw, con, table, S.ALL_SPECS[frame], self._CORE[frame], self.sqlite_path)
         return {c: got[c] for c in self._CORE[frame]}
 
-    def kernel_summary(self, base: bool = False, by_launch: bool = False) -> pd.DataFrame:
+    def kernel_summary(self, base: bool = False, by_launch: bool = False, by: str | None = None) -> pd.DataFrame:
         """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (nsys 2023+).
 
         base: group by short name (`:base`).  by_launch: also by grid and block, as nsys 2022.4's gpukernsum
-        and cuda_gpu_kern_gb_sum (adds `grid` and `block` columns, 'X Y Z')."""
+        and cuda_gpu_kern_gb_sum (adds `grid` and `block` columns, 'X Y Z').  by: 'process' | 'rank' | 'device'
+        splits every row (a first column pid / rank / device); the split rows add up to the unsplit ones."""
         dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if by_launch else []
         k = self._core("kernels")
         if k is None or len(k["start_ns"]) == 0:
-            return empty_stats(("name",) + (("grid", "block") if by_launch else ()))
-        keys = {"name_id": self._narrow(S.KERNELS, ["short_name"])[0] if base else k["name"]}
+            return empty_stats(_by_cols(by) + ("name",) + (("grid", "block") if by_launch else ()))
+        keys = self._by(by, "kernel", k["pid"], self._narrow(S.KERNELS, ["device_id"])[0] if by == "device" else None)
+        keys["name_id"] = self._narrow(S.KERNELS, ["short_name"])[0] if base else k["name"]
         if by_launch:
             keys.update(zip(dims, self._narrow(S.KERNELS, dims)))
         s = grouped_stats(keys, k["end_ns"] - k["start_ns"])
-        s.insert(0, "name", self._strings.lookup(s.pop("name_id")))
+        nb = len(_by_cols(by))
+        s.insert(nb, "name", self._strings.lookup(s.pop("name_id")))
         if by_launch:
-            s.insert(1, "grid", _xyz(s, "grid"))
-            s.insert(2, "block", _xyz(s, "block"))
+            s.insert(nb + 1, "grid", _xyz(s, "grid"))
+            s.insert(nb + 2, "block", _xyz(s, "block"))
             s = s.drop(columns=dims)
         return with_pct(s)
 
-    def memcpy_summary(self) -> pd.DataFrame:
+    def memcpy_summary(self, by: str | None = None) -> pd.DataFrame:
         """Per memory operation, as gpumemtimesum + gpumemsizesum (cuda_gpu_mem_time_sum/_size_sum).
 
         operation is the label of `nsys stats` of the report's version ('[CUDA memcpy HtoD]' up to 2023.2,
         '[CUDA memcpy Host-to-Device]' since, '[CUDA memset]'; see readers.nsys_labels); kind is our stable short
-        one ('HtoD', 'memset'); pct is the share of total_ns."""
+        one ('HtoD', 'memset'); pct is the share of total_ns.  by: as kernel_summary()."""
         e = np.empty(0, np.int64)
         c, m = self._core("memcpy"), self._core("memset")
-        mc = [c["kind"], c["bytes"], c["end_ns"] - c["start_ns"]] if c else [e, e, e]
-        ms = [m["bytes"], m["end_ns"] - m["start_ns"]] if m else [e, e]
+        mc = [c["kind"], c["bytes"], c["end_ns"] - c["start_ns"], c["pid"]] if c else [e, e, e, e]
+        ms = [m["bytes"], m["end_ns"] - m["start_ns"], m["pid"]] if m else [e, e, e]
         if len(mc[0]) + len(ms[0]) == 0:
-            return empty_stats(("operation", "kind"), ("pct",) + tuple(
+            return empty_stats(_by_cols(by) + ("operation", "kind"), ("pct",) + tuple(
                 f"{s}_bytes" for s in ("total", "avg", "med", "min", "max", "std")))
         kind_id = np.concatenate([mc[0], np.full(len(ms[0]), -1, np.int64)])  # -1: memset
         size = np.concatenate([mc[1], ms[0]])
         dur = np.concatenate([mc[2], ms[1]])
-        t = grouped_stats({"kind_id": kind_id}, dur)
-        b = grouped_stats({"kind_id": kind_id}, size, suffix="bytes").drop(columns="count")
-        s = t.merge(b, on="kind_id")
+        devices = None
+        if by == "device":
+            dc, dm = (self._narrow(sp, ["device_id"]) for sp in (S.MEMCPY, S.MEMSET))
+            devices = np.concatenate([dc[0] if c else e, dm[0] if m else e])
+        keys = self._by(by, "memory", np.concatenate([mc[3], ms[2]]), devices)
+        keys["kind_id"] = kind_id
+        t = grouped_stats(keys, dur)
+        b = grouped_stats(keys, size, suffix="bytes").drop(columns="count")
+        s = t.merge(b, on=list(keys))
         ids = s.pop("kind_id").to_numpy(np.int64)
         from .nsys_sql import decode_enum
 
         kind = np.asarray(self._query(decode_enum, self._con, self._tables, "memcpy_kind", ids), dtype=object)
         kind[ids == -1] = "memset"
-        s.insert(0, "operation", memcpy_operations(kind, self.meta.nsys_version, self._memcpy_enum_labels()))
-        s.insert(1, "kind", kind)
+        nb = len(_by_cols(by))
+        s.insert(nb, "operation", memcpy_operations(kind, self.meta.nsys_version, self._memcpy_enum_labels()))
+        s.insert(nb + 1, "kind", kind)
         return with_pct(s)
 
     def _memcpy_enum_labels(self) -> dict[str, str]:
@@ -521,17 +618,20 @@ class NsysReport:
         kinds = np.asarray(decode_enum(self._con, self._tables, "memcpy_kind", ids), dtype=object)
         return {k: str(lab) for k, (_, lab) in zip(kinds, rows) if lab is not None}
 
-    def cuda_api_summary(self) -> pd.DataFrame:
-        """Per API function, as cudaapisum/cuda_api_sum: the '_vNNNN' version suffix is dropped from names."""
+    def cuda_api_summary(self, by: str | None = None) -> pd.DataFrame:
+        """Per API function, as cudaapisum/cuda_api_sum: the '_vNNNN' version suffix is dropped from names.
+        by: 'process' | 'rank' (API calls run on the CPU: no 'device')."""
         a = self._core("cuda_api")
         if a is None or len(a["start_ns"]) == 0:
-            return empty_stats(("name",))
-        s = grouped_stats({"name_id": a["name"]}, a["end_ns"] - a["start_ns"])
+            return empty_stats(_by_cols(by) + ("name",))
+        keys = self._by(by, "CUDA API", a["pid"])
+        keys["name_id"] = a["name"]
+        s = grouped_stats(keys, a["end_ns"] - a["start_ns"])
         names = pd.Series(self._strings.lookup(s.pop("name_id")), dtype=object).astype(str)
-        s.insert(0, "name", names.str.replace(r"_v\d{4}$", "", regex=True).to_numpy(object))
+        s.insert(len(_by_cols(by)), "name", names.str.replace(r"_v\d{4}$", "", regex=True).to_numpy(object))
         return with_pct(s)
 
-    def nvtx_summary(self) -> pd.DataFrame:
+    def nvtx_summary(self, by: str | None = None) -> pd.DataFrame:
         """Per NVTX range name and style, as nvtxsum/nvtx_sum, plus gpu_ns and gpu_ops.
 
         range is the label of `nsys stats` of the report's version (':step' for the default domain since 2024.2,
@@ -540,17 +640,18 @@ class NsysReport:
         nsight-magic's own cell range (domain nsight-magic) is left out (it stays in the nvtx frame).
         Ranges never closed last until the last NVTX timestamp.  gpu_ns sums, over the instances, the GPU
         projection of each range (first to last GPU op launched inside it, as nvtxgpuproj); gpu_ops counts the
-        launching API calls."""
+        launching API calls.  by: 'process' | 'rank' (ranges are CPU-side: no 'device')."""
         internal = self._nvtx_arrays
         rng = internal["is_range"] & ~internal["ours"]  # our own cell range is no user range
         if not rng.any():
-            return empty_stats(("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
+            return empty_stats(_by_cols(by) + ("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
         dur = self._nvtx_durations
-        s, group = grouped_stats({"name": internal["tag"][rng], "style": internal["style"][rng]}, dur[rng],
-                                 return_groups=True)
+        keys = self._by(by, "NVTX", internal["pid"][rng])
+        keys.update(name=internal["tag"][rng], style=internal["style"][rng])
+        s, group = grouped_stats(keys, dur[rng], return_groups=True)
         first = np.zeros(len(s), np.int64)
         first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?
-        s.insert(0, "range", nvtx_range_labels(s["name"].to_numpy(object), internal["has_domain"][first],
+        s.insert(len(_by_cols(by)), "range", nvtx_range_labels(s["name"].to_numpy(object), internal["has_domain"][first],
                                                self.meta.nsys_version))
         p = self._projection
         row_group = np.full(len(rng), -1, np.int64)

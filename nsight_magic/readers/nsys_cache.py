@@ -18,7 +18,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 KEY_FILE = "key.json"
 
 

@@ -71,6 +71,7 @@ def empty_frame(frame: str) -> pd.DataFrame:
             dtypes[c.name] = c.dtype
         dtypes["duration_ns"] = dtypes.get("end_ns", "int64")
         dtypes["launch_tid"] = "Int64"
+        dtypes.update(rank="Int64", world_size="Int64", devices="object")
     cols = frame_columns(frame)
     return pd.DataFrame({c: pd.Series([], dtype=_pd_dtype(dtypes[c])) for c in cols})
 

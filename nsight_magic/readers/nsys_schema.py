@@ -79,11 +79,13 @@ CUDA_API = TableSpec("cuda_api", ("CUPTI_ACTIVITY_KIND_RUNTIME",), CPU_COMMON + 
     _c("correlation_id", "correlationId", dtype="Int64"),
     _c("return_value", "returnValue", dtype="Int64"),
 ))
+# Without nsys's instant "OS runtime libraries profiling started/stopped" markers: a warm session's report keeps
+# those of every earlier recording, seconds before its own events.
 OSRT = TableSpec("osrt", ("OSRT_API",), CPU_COMMON + (
     _c("name", "nameId", how="strid", dtype="category"),
     _c("return_value", "returnValue", dtype="Int64"),
     _c("nesting_level", "nestingLevel", dtype="Int64"),
-))
+), where='"end" > start')
 SYNC = TableSpec("sync", ("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",), GPU_COMMON + (
     _c("sync_type", "syncType", how="enum", dtype="category", enum="sync_type"),
     _c("event_id", "eventId", dtype="Int64"),
@@ -140,7 +142,12 @@ def frame_columns(frame: str) -> tuple[str, ...]:
         cols = cols[:2] + ("duration_ns",) + cols[2:]
     if frame == "kernels":
         cols += ("launch_tid",)
+    if frame == "processes":
+        cols += PROCESS_EXTRA
     return cols
+
+
+PROCESS_EXTRA = ("rank", "world_size", "devices")  # NsysReport.processes adds them (ranks, GPUs used)
 
 
 # Renamed meta-data tables, newest name first.

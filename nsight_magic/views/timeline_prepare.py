@@ -161,6 +161,7 @@ def _part(df, sub_or_stream, cat_codes, name_codes, detail_codes, key_a, key_b, 
         "color": bcast(-1 if color is None else color, np.int32),  # -1: the category's colour (set in _assemble)
         "bytes": np.zeros(n) if nbytes is None else pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
         "link_key": np.full(n, -1, dtype=np.int64) if link is None else np.asarray(link, np.int64),
+        "pid": _int(df["pid"]) if "pid" in df else bcast(-1, np.int64),  # GPU work: the launching process
     }
 
 
@@ -397,6 +398,9 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
     events = (int(starts.min()), int(ends.max())) if len(starts) else None
     span = capture_span(bounds, events, frame)
     first = events[0] - span.origin_ns if events else 0
+    if getattr(meta, "span_source", None) == "cell range":
+        # a warm recording: the view opens on the cell, not on an OS call that began long before it
+        first = max(first, span.start_ns - span.origin_ns)
     return span.origin_ns, max(span.axis_end_ns - span.origin_ns, 1), first
 
 
@@ -434,8 +438,21 @@ def _layout_rows(ev: dict, report, cat_code):
     gpu = ev["gpu"]
     m24 = 0xFFFFFF
     thread_key = ((ev["key_a"] & m24) << 33) | ((ev["key_b"] & m24) << 9) | (ev["sub"] & 0x1FF)
+    # ranks (%%nsys --nproc), or several processes with GPU work: each one's GPU rows go under its process (in
+    # rank order, else pid order), so GPU keys carry the owner too
+    ranks = dict(getattr(report, "ranks_by_pid", None) or {})
+    order_of = {p: r for p, (r, _) in ranks.items()}
+    if not ranks:
+        gpu_pids = np.unique(ev["pid"][gpu & (ev["pid"] >= 0)])
+        if len(gpu_pids) > 1:
+            order_of = {int(p): int(p) for p in gpu_pids}
+    rank_pids = sorted(order_of, key=lambda p: (order_of[p], p))[:127]
+    slot = np.zeros(len(gpu), np.int64)
+    if rank_pids:
+        slot = pd.Index(rank_pids).get_indexer(ev["pid"]).astype(np.int64) + 1  # 0: no rank
     # GPU events: key_b device, key_a context, sub stream (shifted so that a missing stream -1 stays apart)
-    gpu_key = _GPU_BIT | ((ev["key_b"] & 0xFF) << 50) | ((ev["key_a"] & 0xFFFF) << 34) | ((ev["sub"] + 2) & 0x3FFFFFFFF)
+    gpu_key = (_GPU_BIT | (slot << 55) | ((ev["key_b"] & 0xFF) << 47) | ((ev["key_a"] & 0x1FFF) << 34)
+               | ((ev["sub"] + 2) & 0x3FFFFFFFF))
     key = np.where(gpu, gpu_key, thread_key)
     codes, uniq = pd.factorize(key, sort=False)
     first = np.full(len(uniq), -1, np.int64)
@@ -447,19 +464,25 @@ def _layout_rows(ev: dict, report, cat_code):
         i = first[code]
         if k & _GPU_BIT:
             dev, ctx, stream = int(ev["key_b"][i]), int(ev["key_a"][i]), int(ev["sub"][i])
-            leaves.append(((1, dev, ctx, stream, 0), dict(kind="gpu", pid=-1, tid=-1, device_id=dev, ctx=ctx,
-                                                          stream=stream), code))
+            slot_k = (k >> 55) & 0x7F
+            owner = rank_pids[slot_k - 1] if slot_k else -1  # the rank's process, if any
+            # a rank's GPUs right after its threads; GPUs of no rank after every process
+            order = (0, order_of[owner], owner, 1, dev, ctx, stream) if owner >= 0 else (2, dev, ctx, stream, 0, 0, 0)
+            leaves.append((order, dict(kind="gpu", pid=owner, tid=-1, device_id=dev, ctx=ctx, stream=stream), code))
         else:
             pid, tid, sub = int(ev["key_a"][i]), int(ev["key_b"][i]), int(ev["sub"][i])
-            # the process's main thread first, then by thread id; within a thread NVTX levels, then sources
-            leaves.append(((0, pid, 0 if tid == pid else 1, tid, sub), dict(kind="nvtx" if sub < 256 else by_sub[sub],
-                          pid=pid, tid=tid, device_id=-1, sub=sub), code))
+            # ranks first, in rank order; the process's main thread first, then by thread id; within a thread
+            # NVTX levels, then sources
+            main = 0 if tid == pid else 1
+            order = (0, order_of[pid], pid, 0, main, tid, sub) if pid in order_of else (1, pid, main, tid, sub, 0, 0)
+            leaves.append((order, dict(kind="nvtx" if sub < 256 else by_sub[sub], pid=pid, tid=tid, device_id=-1,
+                                       sub=sub), code))
     leaves.sort(key=lambda x: x[0])
     threads_of: dict = {}
     contexts_of: dict = {}
     for _, f, _ in leaves:
         if f["kind"] == "gpu":
-            contexts_of.setdefault(f["device_id"], set()).add(f["ctx"])
+            contexts_of.setdefault((f["pid"], f["device_id"]), set()).add(f["ctx"])
         else:
             threads_of.setdefault(f["pid"], set()).add(f["tid"])
     recs, leaf_row = [], np.empty(len(uniq), np.int32)
@@ -469,8 +492,33 @@ def _layout_rows(ev: dict, report, cat_code):
         recs.append((key, level, "|".join(ancestors), label, path, group, kind, pid, tid, dev))
         return len(recs) - 1
 
+    def process_group(pid):
+        pname = pnames.get(pid) or tnames.get((pid, pid))
+        group = f"Process {pid}" + (f" {pname}" if pname else "")
+        if pid in ranks:
+            group = f"Rank {ranks[pid][0]} · {group}"
+        pkey = f"p{pid}"
+        if pkey not in seen:
+            seen.add(pkey)
+            add(pkey, 0, [], group, group, group, "process", pid=pid)
+        return pkey, group
+
     for _, f, code in leaves:
-        if f["kind"] == "gpu":
+        if f["kind"] == "gpu" and f["pid"] >= 0:  # a rank's GPU: rank -> GPU (utilization) -> streams
+            dev, ctx = f["device_id"], f["ctx"]
+            pkey, group = process_group(f["pid"])
+            gname = gnames.get(dev)
+            glabel = f"GPU {dev}" + (f" {gname}" if gname else "")
+            gkey = f"{pkey}/g{dev}"
+            if gkey not in seen:
+                seen.add(gkey)
+                add(gkey, 1, [pkey], glabel, f"{group} / {glabel}", group, "util", pid=f["pid"], dev=dev)
+            label = f"stream {f['stream']}" if f["stream"] >= 0 else "stream ?"
+            if len(contexts_of[(f["pid"], dev)]) > 1:
+                label = f"context {ctx} · {label}"
+            leaf_row[code] = add(f"{gkey}/c{ctx}/s{f['stream']}", 2, [pkey, gkey], label,
+                                 f"{group} / {glabel} / {label}", group, "gpu", pid=f["pid"], dev=dev)
+        elif f["kind"] == "gpu":
             dev, ctx = f["device_id"], f["ctx"]
             gname = gnames.get(dev)
             gkey, group = f"g{dev}", f"GPU {dev}" + (f" {gname}" if gname else "")
@@ -478,7 +526,7 @@ def _layout_rows(ev: dict, report, cat_code):
                 seen.add(gkey)
                 add(gkey, 0, [], group, group, group, "util", dev=dev)
             anc, path = [gkey], group
-            if len(contexts_of[dev]) > 1:
+            if len(contexts_of[(-1, dev)]) > 1:
                 ckey = f"{gkey}/c{ctx}"
                 if ckey not in seen:
                     seen.add(ckey)
@@ -489,16 +537,12 @@ def _layout_rows(ev: dict, report, cat_code):
                                  dev=dev)
         else:
             pid, tid, sub = f["pid"], f["tid"], f["sub"]
-            pname = pnames.get(pid) or tnames.get((pid, pid))
-            pkey, group = f"p{pid}", f"Process {pid}" + (f" {pname}" if pname else "")
-            if pkey not in seen:
-                seen.add(pkey)
-                add(pkey, 0, [], group, group, group, "process", pid=pid)
+            pkey, group = process_group(pid)
             tname = tnames.get((pid, tid))
             who = (tname or "thread") + f" [{tid}]"
             what = (("NVTX" if sub == 0 else f"NVTX ·{sub}") if sub < 256 else _THREAD_SOURCES[f["kind"]][1])
             anc = [pkey]
-            if len(threads_of[pid]) > 1:
+            if len(threads_of[pid]) > 1 or pid in order_of:  # a rank's threads stay apart from its GPU rows
                 tkey = f"{pkey}/t{tid}"
                 if tkey not in seen:
                     seen.add(tkey)

@@ -1,0 +1,150 @@
+"""cell -> profile folder: the cell, the setup code, the sent variables and run.json, before any profiler starts."""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from .. import __version__, state, tools
+from ..errors import OptionError, ToolNotFound
+from ..options import RunOptions
+from ..store import ProfileFolder, create_profile_folder, notebook_dir, profiles_root
+from .process import RunFailed
+
+
+@dataclass
+class _Prepared:
+    folder: ProfileFolder
+    manifest: list
+    cwd: Path
+
+
+def _check_syntax(cell: str, folder: ProfileFolder) -> None:
+    try:
+        compile(cell, str(folder.cell), "exec")
+    except SyntaxError as e:
+        hint = ""
+        bad = (e.text or "").lstrip()
+        if bad.startswith(("%", "!")):
+            hint = " (IPython magics and shell escapes do not run in the profiled process; use plain Python)"
+        raise OptionError(f"syntax error in the cell, line {e.lineno}: {e.msg}{hint}; nothing was run, "
+                          f"the cell is kept in {folder.path}/") from None
+
+
+def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None, send_vars=None,
+            no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
+            cwd: Path | None = None, annotations: dict | None = None, nproc: int | None = None,
+            return_all: bool = False) -> _Prepared:
+    """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
+    root = profiles_root(directory)
+    try:
+        folder = ProfileFolder(create_profile_folder(root, name))
+    except OSError as e:
+        raise OptionError(f"cannot create a profile folder under {root} ({e.strerror or e}); "
+                          f"choose another place with --dir") from None
+    folder.cell.write_text(cell)
+    setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
+    folder.setup.write_text(setup_text + ("\n" if setup_text else ""))
+    _check_syntax(cell, folder)
+    manifest = []
+    namespace = namespace or {}
+    if not no_vars and not script:
+        names = list(send_vars) if send_vars is not None else state.free_names(cell, list(setup_sources), namespace)
+        try:
+            blob, manifest = state.pack_variables(names, namespace,
+                                                  optional=state.bound_names(cell) if send_vars is None else ())
+        except OptionError as e:
+            raise type(e)(f"{e}; nothing was run (kept: {folder.path}/)") from None
+        if manifest:
+            folder.vars_blob.write_bytes(blob)
+    folder.write_json(folder.vars_manifest, [v.__dict__ for v in manifest])
+    cwd = Path(cwd or Path.cwd())
+    folder.write_json(folder.run_config, {
+        "capture": capture,
+        "range_name": folder.path.name,
+        "returns": list(returns),
+        "cwd": str(cwd),
+        "script": script,
+        "script_args": list(script_args),
+        "umask": _current_umask(),
+        # automatic NVTX ranges made in the profiled process: modules (depth, 0 = all), functions, lines
+        "annotations": annotations or {},
+        "nproc": nproc,            # --nproc: ranks under torchrun (child.py's barrier and per-rank files)
+        "return_all": return_all,
+    })
+    return _Prepared(folder, manifest, cwd)
+
+
+def _current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> dict:
+    def dist(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    return {
+        tool: tool_version,
+        f"{tool}_path": str(nsys_path) if nsys_path else None,
+        "nsight_magic": __version__,
+        "python": sys.version.split()[0],
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "torch": dist("torch"),
+        "nvtx": dist("nvtx"),
+        "gpus": tools.gpu_names(),
+    }
+
+
+def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture: str, setup_sources, namespace,
+                       on_prepared, script: str | None = None, script_args=(), annotations: dict | None = None):
+    """The profile folder with everything the child needs, then the profiler and its version.
+
+    The folder comes first so that even "nsys not found" says where the cell is kept."""
+    prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
+                   namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=capture,
+                   returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
+                   annotations=annotations if annotations is not None else _annotations(opts),
+                   nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False))
+    if on_prepared:
+        on_prepared(prep.manifest)
+    try:
+        exe = find()
+        return prep, exe, version_of(exe)
+    except ToolNotFound as e:
+        raise RunFailed(f"{e}; nothing was run, the cell is kept in {prep.folder.path}/") from None
+
+
+def _annotations(opts: RunOptions, modules: int | None = None) -> dict:
+    """What the profiled process annotates before the cell (run.json "annotations", read by child.py)."""
+    return {"modules": opts.modules if opts.modules is not None else modules, "functions": list(opts.functions),
+            "lines": bool(getattr(opts, "lines", False))}
+
+
+def _load_returns(folder: ProfileFolder, messages: list[str], nproc: int | None = None,
+                  return_all: bool = False) -> dict:
+    """--return values: rank 0's (or the only process's); with --return-all a list per name, one per rank."""
+    if return_all and nproc:
+        per_rank = [_load_blob(folder.path / f"returns.rank{r}.pkl", messages) for r in range(nproc)]
+        names = list(dict.fromkeys(n for d in per_rank for n in d))
+        return {n: [d.get(n) for d in per_rank] for n in names}
+    return _load_blob(folder.returns_blob, messages)
+
+
+def _load_blob(path: Path, messages: list[str]) -> dict:
+    if not path.exists():
+        return {}
+    try:
+        return state.unpack_variables(path.read_bytes())
+    except Exception as e:
+        messages.append(f"--return values could not be loaded here ({type(e).__name__}: {e}); "
+                        f"they are kept in {path}")
+        return {}

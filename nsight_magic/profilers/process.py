@@ -1,0 +1,317 @@
+"""The profiled process, seen from the notebook: its environment, streaming its output and progress, stopping it.
+
+The profiler's process group is ours alone (new session): a timeout or an interrupt stops it with SIGINT (the
+profiler then writes what it has), then SIGTERM, then SIGKILL, and strays that carry this run's id in their
+environment (nsys's agent outlives its parent) are killed too.
+"""
+from __future__ import annotations
+
+import codecs
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from ..child import EXIT_CELL_ERROR, rank_suffix
+from ..errors import NsightMagicError
+from ..options import is_secret_name
+from ..store import ProfileFolder
+
+OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
+StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)
+
+RUN_ID_ENV = "NSIGHT_MAGIC_RUN_ID"
+SECRET_PATTERNS_ENV = "NSIGHT_MAGIC_SECRET_PATTERNS"   # extra comma-separated name fragments to drop
+KEEP_ENV_ENV = "NSIGHT_MAGIC_KEEP_ENV"                 # comma-separated names to keep even if they look secret
+POLL_S = 0.05
+
+
+class RunFailed(NsightMagicError):
+    """The run could not start; the message says why and where the kept files are."""
+
+
+@dataclass
+class RunResult:
+    """What one profiled run left behind."""
+
+    folder: ProfileFolder
+    status: str                      # ok | cell-error | setup-error | state-error | failed | timeout | interrupted
+    returncode: int | None
+    wall_s: float
+    report_file: Path | None = None  # .nsys-rep / .ncu-rep
+    sqlite: Path | None = None
+    messages: list[str] = field(default_factory=list)
+    returned: dict = field(default_factory=dict)
+    manifest: list = field(default_factory=list)
+    timings: dict = field(default_factory=dict)   # seconds: run (tool + child), report (import/export), ...
+    notes: list[str] = field(default_factory=list)  # informational lines (messages are problems)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def open(self):
+        """The report as DataFrames (NsysReport / NcuReport), or None when no report was written."""
+        from ..readers import open_report
+
+        target = self.sqlite or self.report_file
+        return open_report(target) if target else None
+
+
+def child_environment(base: dict | None = None) -> dict:
+    """The kernel's environment minus secret-looking names.
+
+    nsys stores the target's whole environment inside the report, and reports get shared.
+    """
+    base = dict(os.environ if base is None else base)
+    extra = tuple(p.strip().upper() for p in os.environ.get(SECRET_PATTERNS_ENV, "").split(",") if p.strip())
+    keep = {n.strip() for n in os.environ.get(KEEP_ENV_ENV, "").split(",") if n.strip()}
+    from ..options import SECRET_NAME_PATTERNS
+
+    patterns = SECRET_NAME_PATTERNS + extra
+    env = {k: v for k, v in base.items() if k in keep or not is_secret_name(k, patterns)}
+    # ipykernel's inline backend means nothing outside the kernel.
+    if env.get("MPLBACKEND", "").startswith("module://"):
+        env["MPLBACKEND"] = "Agg"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+class _Prefix:
+    """Puts "[rank R] " before each line of rank R > 0 (text arrives in pieces: remembers where lines begin)."""
+
+    def __init__(self, rank: int):
+        self.tag = f"[rank {rank}] " if rank else ""
+        self.at_start = True
+
+    def __call__(self, text: str) -> str:
+        if not self.tag:
+            return text
+        lines = text.split("\n")
+        out = [(self.tag if (i or self.at_start) and line else "") + line for i, line in enumerate(lines)]
+        self.at_start = text.endswith("\n")
+        return "\n".join(out)
+
+
+class _Tail:
+    """Follow a file the child appends to; decode UTF-8 across read boundaries."""
+
+    def __init__(self, path: Path):
+        self.path, self.pos = path, 0
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def read(self) -> str:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except FileNotFoundError:
+            return ""
+        self.pos += len(data)
+        return self.decoder.decode(data)
+
+
+def _kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
+    """Kill processes carrying this run's id in their environment (nsys's agent escapes the process group)."""
+    needle = f"{env_name}={run_id}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                os.kill(int(d.name), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue
+
+
+def _signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _stop(proc: subprocess.Popen, run_id: str, grace_s: float) -> None:
+    """SIGINT (profiler writes its report) -> SIGTERM -> SIGKILL, then strays."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        _signal_group(proc, sig)
+        try:
+            proc.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:  # a second Ctrl-C: skip the grace period
+            continue
+    _kill_strays(run_id)
+
+
+@dataclass
+class _ChildOutcome:
+    returncode: int | None
+    status: str
+    wall_s: float
+    phases: list[str]
+    timings: dict = field(default_factory=dict)  # seconds of the capture's steps (warm: setup, load, start, ...)
+    failed_rank: int | None = None                # --nproc: the rank (> 0) whose failure decided the status
+
+
+def run_child(argv: list[str], prep, env: dict, timeout: float | None,
+              on_output: OutputCallback | None, on_status: StatusCallback | None,
+              stop_grace_s: float = 30.0, ranks: int = 1) -> _ChildOutcome:
+    """Start the profiler (argv), stream the child's output and progress until it ends, a timeout, or Ctrl-C.
+
+    ranks > 1 (--nproc): every rank's output is streamed, lines of rank R > 0 prefixed with "[rank R] "; the
+    progress followed is rank 0's."""
+    folder = prep.folder
+    run_id = uuid.uuid4().hex
+    env = {**env, RUN_ID_ENV: run_id}
+    t0 = time.monotonic()
+    status_cb = on_status or (lambda phase, t: None)
+    output_cb = on_output or (lambda stream, text: None)
+    status_cb("starting", 0.0)
+    tool_log = open(folder.tool_log, "wb")
+    try:
+        proc = subprocess.Popen(argv, cwd=prep.cwd, env=env, stdin=subprocess.DEVNULL, stdout=tool_log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as e:
+        tool_log.close()
+        raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
+    tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r))
+             for r in range(ranks) for stream in ("stdout", "stderr")]
+    progress = _Tail(folder.progress)
+    phases: list[str] = []
+    outcome = None
+
+    def pump() -> None:
+        for stream, tail, prefix in tails:
+            text = tail.read()
+            if text:
+                output_cb(stream, prefix(text))
+        for line in progress.read().splitlines():
+            try:
+                phase = json.loads(line)["phase"]
+            except (ValueError, KeyError):
+                continue
+            phases.append(phase)
+            status_cb(phase, time.monotonic() - t0)
+
+    last_tick = 0.0
+    try:
+        while True:
+            try:
+                proc.wait(timeout=POLL_S)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            pump()
+            now = time.monotonic() - t0
+            if now - last_tick >= 1.0:  # lets a status line show the elapsed time
+                last_tick = now
+                status_cb(phases[-1] if phases else "starting", now)
+            if timeout is not None and time.monotonic() - t0 > timeout:
+                status_cb("stopping (timeout)", time.monotonic() - t0)
+                _stop(proc, run_id, stop_grace_s)
+                outcome = "timeout"
+                break
+    except KeyboardInterrupt:
+        status_cb("stopping (interrupted)", time.monotonic() - t0)
+        _stop(proc, run_id, stop_grace_s)
+        outcome = "interrupted"
+    finally:
+        tool_log.close()
+    # The profiler has exited; helpers it started must not outlive the run.
+    _kill_strays(run_id)
+    pump()
+    rc = proc.returncode
+    if outcome is None:
+        outcome = _status_from(rc, phases)
+    return _ChildOutcome(rc, outcome, time.monotonic() - t0, phases)
+
+
+def _status_from(rc: int | None, phases: list[str]) -> str:
+    if "setup-error" in phases:
+        return "setup-error"
+    if "state-error" in phases:
+        return "state-error"
+    if "exited" in phases:
+        return "ok" if rc == 0 else "exited"
+    if "finished" in phases:
+        return "ok" if rc == 0 else ("cell-error" if rc == EXIT_CELL_ERROR else "failed")
+    return "failed"
+
+
+def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _ChildOutcome:
+    """With --nproc: a rank other than 0 that raised, exited or failed to load decides the outcome when rank 0
+    did not fail itself (torchrun then stopped the others); `failed_rank` names it for the message."""
+    if outcome.status not in ("ok", "failed", "exited"):
+        return outcome
+    for r in range(1, nproc):
+        recs = _progress_records(folder.path / f"progress{rank_suffix(r)}.jsonl")
+        phases = [x.get("phase") for x in recs]
+        finished = [x for x in recs if x.get("phase") == "finished"]
+        bad = next((p for p in ("setup-error", "state-error") if p in phases), None)
+        if bad is None and finished and finished[-1].get("status"):
+            bad = "cell-error" if finished[-1]["status"] == EXIT_CELL_ERROR else "exited"
+        if bad is None and "running" in phases and not finished:
+            bad = "failed"
+        if bad:
+            return _ChildOutcome(outcome.returncode, bad, outcome.wall_s, outcome.phases, outcome.timings,
+                                 failed_rank=r)
+    return outcome
+
+
+def _progress_records(path: Path) -> list[dict]:
+    out = []
+    try:
+        for line in path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    except OSError:
+        pass
+    return out
+
+
+def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder) -> str | None:
+    """One line for anything but success; always says where the files are."""
+    where = f"everything is kept in {folder.path}/"
+    rc = outcome.returncode
+    if outcome.status == "ok":
+        return None
+    if outcome.failed_rank is not None:
+        r = outcome.failed_rank
+        what = {"cell-error": "raised an exception (traceback above)",
+                "setup-error": "could not run the %%nsight_setup code (traceback above)",
+                "state-error": "could not load the sent variables (see above)",
+                "exited": "called sys.exit() with a non-zero status"}.get(outcome.status, "died while running the cell")
+        return (f"rank {r} {what}; torchrun stopped the other ranks; its output is in stdout.rank{r}.txt and "
+                f"stderr.rank{r}.txt; {where}")
+    if outcome.status == "timeout":
+        return f"stopped after the --timeout of {timeout:g} s; {where}"
+    if outcome.status == "interrupted":
+        return f"interrupted; {where}"
+    if outcome.status == "cell-error":
+        return f"the cell raised an exception (traceback above); the report covers the run up to it; {where}"
+    if outcome.status == "setup-error":
+        return f"the %%nsight_setup code raised an exception in the profiled process (traceback above); {where}"
+    if outcome.status == "state-error":
+        return f"the sent variables could not be loaded in the profiled process (see above); {where}"
+    if outcome.status == "exited":
+        return f"the cell called sys.exit() with exit status {rc}; the report covers the run up to it; {where}"
+    if rc is not None and rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = f"signal {-rc}"
+        return f"the profiled process was killed by {name}; {where}"
+    if "finished" not in outcome.phases and "running" in outcome.phases:
+        return f"the profiled process died while running the cell (exit status {rc}); {where}"
+    if "importing" not in outcome.phases:
+        return f"{tool} exited with status {rc} before the cell started (see {folder.tool_log.name}); {where}"
+    return f"{tool} exited with status {rc} (see {folder.tool_log.name}); {where}"

@@ -1,0 +1,68 @@
+"""`python -m nsight_magic.session_host SESSION_DIR LIFELINE_FD`: the nsys side of a warm session.
+
+Started in the session's own PID namespace (tools.isolation_prefix), where nsys keeps a private /dev/shm and
+/tmp/nvidia, so only a process inside can reach the session: this one starts `nsys launch --session-new=NAME ...
+python -m nsight_magic.worker SESSION_DIR`, then runs the notebook's `nsys start` / `nsys stop` commands (FIFO
+SESSION_DIR/host.fifo) and answers in SESSION_DIR/host.jsonl.  It ends when the launched worker ends (nsys then
+writes the report of a recording in progress itself) and exits with the worker's status.  When LIFELINE_FD (a
+pipe only the notebook's kernel writes to) reaches end-of-file, the kernel is gone: the host kills its process
+group at once; in the PID namespace its own end takes everything inside with it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from .commands import receive
+
+
+def _answer(sdir: Path, msg: dict) -> None:
+    with open(sdir / "host.jsonl", "a") as f:
+        f.write(json.dumps({**msg, "t": time.time()}) + "\n")
+
+
+def _serve(sdir: Path, nsys: str, name: str) -> None:
+    for cmd in receive(sdir / "host.fifo"):
+        argv = [nsys, cmd["verb"], f"--session={name}", *cmd.get("args", [])]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=cmd.get("timeout", 300),
+                               stdin=subprocess.DEVNULL)
+            rc, out = p.returncode, p.stdout + p.stderr
+        except (OSError, subprocess.TimeoutExpired) as e:
+            rc, out = None, f"{type(e).__name__}: {e}"
+        _answer(sdir, {"seq": cmd["seq"], "argv": argv, "rc": rc, "output": out})
+
+
+def _watch_lifeline(fd: int) -> None:
+    while os.read(fd, 1):
+        pass
+    os.kill(0, signal.SIGKILL)  # our process group: nsys launch and the worker
+    os._exit(1)                 # as PID 1 of the namespace the signal spared us; our end ends the rest
+
+
+def main(argv: list[str]) -> int:
+    sdir = Path(argv[0]).resolve()
+    if len(argv) > 1:
+        threading.Thread(target=_watch_lifeline, args=(int(argv[1]),), daemon=True).start()
+    cfg = json.loads((sdir / "session.json").read_text())
+    launch = [cfg["nsys"], "launch", f"--session-new={cfg['name']}", f"--trace={cfg['trace']}",
+              *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.worker", str(sdir)]
+    with open(sdir / "launch-output.txt", "ab") as log:
+        log.write(f"$ {' '.join(launch)}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    threading.Thread(target=_serve, args=(sdir, cfg["nsys"], cfg["name"]), daemon=True).start()
+    _answer(sdir, {"event": "launched"})
+    rc = proc.wait()
+    _answer(sdir, {"event": "ended", "rc": rc})
+    return 0 if rc is None else (rc if rc >= 0 else 128 - rc)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,260 @@
+"""Warm %%nsys sessions with a real nsys (Debian's 2022.4 on CPU): reuse, restarts, faults, cleanup, honest state."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import nvtx_ranges, requires_nsys
+from nsight_magic.options import NsysOptions
+from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
+from nsight_magic.run import run_nsys
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
+
+SETUP = "import os, time, signal, nvtx\nSETUP_AT = time.time()\n"
+
+
+def _session_processes(ids=None) -> list[str]:
+    """Processes carrying a warm session's id (host, nsys launch, its agent, the worker): those of the sessions
+    `ids`, or of any session; as "pid command line" for the failure message."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes().split(b"\0")
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
+            except OSError:
+                continue
+            mine = [v for v in env if v.startswith(f"{SESSION_ID_ENV}=".encode())]
+            if mine and (ids is None or mine[0].split(b"=", 1)[1].decode() in ids):
+                out.append(f"{d.name} {cmd}")
+    return out
+
+
+def _no_session_left(ids=None, timeout: float = 10.0, before=()) -> list[str]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and set(_session_processes(ids)) - set(before):
+        time.sleep(0.1)
+    return sorted(set(_session_processes(ids)) - set(before))
+
+
+class _Tracked(SessionManager):
+    """Remembers the ids of the sessions it started, so a test checks its own processes only."""
+
+    def __init__(self):
+        super().__init__()
+        self.ids: list[str] = []
+
+    def new(self, **kw):
+        s = super().new(**kw)
+        self.ids.append(s.id)
+        return s
+
+
+@pytest.fixture
+def sessions():
+    m = _Tracked()
+    yield m
+    m.stop()
+    assert _no_session_left(m.ids) == []
+
+
+def _run(tmp_path, sessions, cell, setup=SETUP, namespace=None, **opts):
+    opts.setdefault("name", "warm")
+    return run_nsys(cell, NsysOptions(directory=str(tmp_path), trace="osrt,nvtx", **opts), setup_sources=[setup],
+                    namespace=namespace or {}, sessions=sessions)
+
+
+def _worker(result) -> dict:
+    return json.loads((result.folder.path / "worker.json").read_text())
+
+
+def test_second_cell_reuses_the_worker_and_each_report_holds_its_cell_only(tmp_path, sessions):
+    cell = "with nvtx.annotate(f'work {k}'):\n    time.sleep(0.05)\nprint('k =', k, 'setup at', SETUP_AT)\n"
+    a = _run(tmp_path, sessions, cell, namespace={"k": 1})
+    b = _run(tmp_path, sessions, cell, namespace={"k": 2})
+    assert a.ok and b.ok, (a.messages, b.messages)
+    # the same process: inside a PID namespace compare its start time, not its pid
+    assert _worker(a)["started"] == _worker(b)["started"]
+    assert (_worker(a)["cell"], _worker(b)["cell"]) == (1, 2)
+    assert "warm session started (cell 1 in this process)" in a.notes[-1]
+    assert b.notes[-1].startswith("warm session (cell 2 in this process")
+    # the setup ran once: both cells saw the same SETUP_AT
+    out_a, out_b = (r.folder.stdout.read_text() for r in (a, b))
+    assert out_a.split("setup at")[1] == out_b.split("setup at")[1]
+    assert "k = 2" in out_b
+    # each report: its own cell range and the cell's NVTX range, nothing of the other cell
+    ranges_a, ranges_b = nvtx_ranges(a.sqlite), nvtx_ranges(b.sqlite)
+    assert "work 1" in ranges_a and "work 2" not in ranges_a
+    assert "work 2" in ranges_b and "work 1" not in ranges_b
+    assert a.folder.path.name in ranges_a and b.folder.path.name in ranges_b
+    assert a.folder.path.name not in ranges_b
+    # the view opens as for a cold run
+    report = b.open()
+    assert report.meta.span_source
+    report.close()
+
+
+def test_state_is_fresh_each_cell_but_setup_objects_are_shared(tmp_path, sessions):
+    a = _run(tmp_path, sessions, "leftover = 1\nCOUNTER = globals().get('COUNTER', 0) + 1\n")
+    b = _run(tmp_path, sessions, "print('leftover' in globals(), globals().get('COUNTER'))\n")
+    assert a.ok and b.ok
+    assert b.folder.stdout.read_text().strip() == "False None"
+    assert _worker(a)["started"] == _worker(b)["started"]
+
+
+def test_changed_setup_restarts_and_fresh_bypasses(tmp_path, sessions):
+    a = _run(tmp_path, sessions, "pass\n")
+    b = _run(tmp_path, sessions, "print(EXTRA)\n", setup=SETUP + "EXTRA = 'new setup'\n")
+    assert a.ok and b.ok, b.messages
+    assert _worker(a)["started"] != _worker(b)["started"]
+    assert "restarted" in b.notes[-1] and "setup" in b.notes[-1]
+    assert "new setup" in b.folder.stdout.read_text()
+    c = _run(tmp_path, sessions, "print(os.getpid())\n", setup=SETUP + "EXTRA = 'new setup'\n", fresh=True)
+    assert c.ok
+    assert c.notes[-1] == "fresh process (--fresh)"
+    assert not (c.folder.path / "worker.json").exists()
+    assert "profile" in c.folder.command.read_text().split()  # nsys profile, not the session
+    d = _run(tmp_path, sessions, "pass\n", setup=SETUP + "EXTRA = 'new setup'\n")
+    assert _worker(d)["started"] == _worker(b)["started"]  # --fresh left the session alone
+    # a changed trace needs a new session too
+    e = run_nsys("pass\n", NsysOptions(directory=str(tmp_path), name="warm", trace="nvtx"),
+                 setup_sources=[SETUP + "EXTRA = 'new setup'\n"], namespace={}, sessions=sessions)
+    assert e.ok and _worker(e)["started"] != _worker(d)["started"]
+
+
+def test_crash_leaves_nothing_and_the_next_cell_gets_a_new_worker(tmp_path, sessions):
+    a = _run(tmp_path, sessions, "print('before')\n")
+    crash = _run(tmp_path, sessions, "print('about to die', flush=True)\nos.kill(os.getpid(), signal.SIGKILL)\n")
+    assert crash.status == "failed"
+    assert any("killed by SIGKILL" in m and str(crash.folder.path) in m for m in crash.messages), crash.messages
+    assert "about to die" in crash.folder.stdout.read_text()   # nothing lost
+    assert crash.sqlite is not None  # nsys launch wrote the recording when the worker died
+    assert _no_session_left(sessions.ids) == []
+    b = _run(tmp_path, sessions, "print('after')\n")
+    assert b.ok and _worker(b)["started"] != _worker(a)["started"] and _worker(b)["cell"] == 1
+
+
+def test_timeout_kills_the_worker_keeps_the_report_and_the_next_cell_works(tmp_path, sessions):
+    _run(tmp_path, sessions, "pass\n")
+    t0 = time.monotonic()
+    slow = _run(tmp_path, sessions, "with nvtx.annotate('slow'):\n    print('started', flush=True)\n"
+                                    "    time.sleep(120)\n", timeout=3)
+    assert time.monotonic() - t0 < 60
+    assert slow.status == "timeout"
+    assert any("--timeout of 3 s" in m for m in slow.messages)
+    assert slow.sqlite is not None  # the recording of what ran
+    assert "started" in slow.folder.stdout.read_text()
+    assert _no_session_left(sessions.ids) == []
+    nxt = _run(tmp_path, sessions, "print('fine')\n")
+    assert nxt.ok and "fine" in nxt.folder.stdout.read_text()
+
+
+def test_interrupt_stops_the_cell_keeps_the_report_and_the_session(tmp_path, sessions):
+    first = _run(tmp_path, sessions, "pass\n")
+
+    def interrupt_when_running(phase, t):
+        if phase == "running":
+            raise KeyboardInterrupt
+
+    r = run_nsys("with nvtx.annotate('long'):\n    time.sleep(60)\nprint('not reached')\n",
+                 NsysOptions(directory=str(tmp_path), trace="osrt,nvtx", name="warm"), setup_sources=[SETUP],
+                 namespace={}, sessions=sessions, on_status=interrupt_when_running)
+    assert r.status == "interrupted"
+    assert r.wall_s < 30
+    assert "KeyboardInterrupt" in r.folder.stderr.read_text()
+    assert "not reached" not in r.folder.stdout.read_text()
+    assert r.sqlite is not None and "long" in nvtx_ranges(r.sqlite)
+    after = _run(tmp_path, sessions, "print('still warm')\n")
+    assert after.ok and _worker(after)["started"] == _worker(first)["started"]
+
+
+def test_setup_error_gives_the_same_message_and_no_session(tmp_path, sessions):
+    r = _run(tmp_path, sessions, "pass\n", setup="raise RuntimeError('bad setup')\n")
+    assert r.status == "setup-error"
+    assert any("%%nsight_setup code raised" in m for m in r.messages)
+    assert "bad setup" in r.folder.stderr.read_text()
+    assert sessions.session is None and _no_session_left(sessions.ids) == []
+    ok = _run(tmp_path, sessions, "pass\n")
+    assert ok.ok
+
+
+def test_no_secret_reaches_the_warm_report(tmp_path, sessions, monkeypatch):
+    monkeypatch.setenv("NSIGHT_WARM_TEST_TOKEN", "s3cr3t-warm-value")
+    r = _run(tmp_path, sessions, "print(os.environ.get('NSIGHT_WARM_TEST_TOKEN'))\n")
+    assert r.ok
+    assert r.folder.stdout.read_text().strip() == "None"
+    assert b"s3cr3t-warm-value" not in r.report_file.read_bytes()
+    assert b"s3cr3t-warm-value" not in r.sqlite.read_bytes()
+
+
+# ---- a real kernel: the magic, %nsys_session, and the kernel's end --------------------------------------------
+def _kernel_cells(tmp_path):
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
+
+    def run(code: str) -> str:
+        out = []
+
+        def hook(msg):
+            c = msg["content"]
+            if msg["msg_type"] == "stream":
+                out.append(c["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(c["traceback"]))
+            elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
+                out.append(c["data"].get("text/plain", ""))
+
+        kc.execute_interactive(code, output_hook=hook, timeout=240)
+        return "".join(out)
+
+    return km, kc, run
+
+
+@pytest.mark.parametrize("ending", ["shutdown", "kill"])
+def test_the_kernels_end_ends_the_session(tmp_path, ending):
+    before = _session_processes()
+    km, kc, run = _kernel_cells(tmp_path)
+    try:
+        run("%load_ext nsight_magic")
+        run("%%nsight_setup\nimport time")
+        first = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
+        assert "warm session started (cell 1 in this process)" in first, first
+        second = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
+        assert "warm session (cell 2 in this process" in second, second
+        shown = run("%nsys_session")
+        assert "worker pid" in shown and "2 cells run" in shown, shown
+        assert set(_session_processes()) - set(before)
+    finally:
+        if ending == "shutdown":
+            km.shutdown_kernel(now=False)
+        else:
+            os.kill(km.provisioner.process.pid, signal.SIGKILL)
+            km.cleanup_resources()
+        kc.stop_channels()
+    assert _no_session_left(timeout=20, before=before) == []
+
+
+def test_session_magic_stop_and_restart(tmp_path):
+    before = _session_processes()
+    km, kc, run = _kernel_cells(tmp_path)
+    try:
+        run("%load_ext nsight_magic")
+        assert "no warm session" in run("%nsys_session")
+        run("%%nsight_setup\nimport time\nprint('setup output')")
+        restarted = run("%nsys_session --restart")
+        assert "setup output" in restarted and "worker pid" in restarted, restarted
+        cell = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
+        # --restart started it with the default trace; -t osrt,nvtx is the same on a machine without a GPU
+        assert "warm session (cell 1 in this process" in cell or "warm session restarted" in cell, cell
+        assert "warm session stopped" in run("%nsys_session --stop")
+        assert _no_session_left(before=before) == []
+    finally:
+        km.shutdown_kernel(now=True)
+        kc.stop_channels()
