@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["open_report", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -15,6 +15,15 @@ def open_report(path):
     from .readers import open_report as _open
 
     return _open(path)
+
+
+def diff(before, after, **kw):
+    """Compare two profiles (folders, report files or opened reports): a ProfileDiff with kernels, api, memcpy,
+    nvtx (and for Nsight Compute, metrics) tables, a headline and the findings that came or went
+    (nsight_magic.analysis.diff)."""
+    from .analysis.diff import diff as _diff
+
+    return _diff(before, after, **kw)
 
 
 def annotate_modules(model, depth=None, include=None, **kw):

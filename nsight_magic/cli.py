@@ -1,4 +1,5 @@
-"""Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`, `nsight-magic doctor`."""
+"""Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`,
+`nsight-magic diff A B [-o page.html]`, `nsight-magic doctor`."""
 from __future__ import annotations
 
 import argparse
@@ -30,6 +31,13 @@ def _parser() -> argparse.ArgumentParser:
     view = sub.add_parser("view", help="write a standalone HTML view of a report or profile folder")
     view.add_argument("report", help=".nsys-rep, .sqlite, .ncu-rep, .csv or a profile folder")
     view.add_argument("-o", "--output", default=None, help="HTML file to write (default: view.html beside it)")
+    dif = sub.add_parser("diff", help="compare two profiles: what got faster, what got slower")
+    dif.add_argument("before", help="profile folder, report file, or a profile's name in --dir")
+    dif.add_argument("after", help="the same for the second profile")
+    dif.add_argument("-o", "--output", default=None, help="also write the comparison as an HTML page here")
+    dif.add_argument("--dir", default=None, help="where profiles named by name are (default: ./nsight-profiles)")
+    dif.add_argument("--match", choices=("name", "order"), default="name",
+                     help="order: number kernels repeated within a step (gemm #0, gemm #1, ...)")
     sub.add_parser("doctor", help="check nsys, ncu, GPU, NVTX and the profile folder")
     return p
 
@@ -37,10 +45,24 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"profile": _profile, "view": _view, "doctor": _doctor}[args.command](args)
+        return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor}[args.command](args)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return 2
+
+
+def _diff(args) -> int:
+    from .analysis.diff import diff
+    from .store import find_profile
+    from .views.diff import diff_page, diff_text
+
+    root = Path(args.dir) if args.dir else Path.cwd() / "nsight-profiles"
+    d = diff(find_profile(args.before, root), find_profile(args.after, root), match=args.match)
+    print(diff_text(d))
+    if args.output:
+        Path(args.output).write_text(diff_page(d), encoding="utf-8")
+        print(f"nsight-magic: wrote {args.output}", file=sys.stderr)
+    return 0
 
 
 def _profile(args) -> int:

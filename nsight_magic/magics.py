@@ -1,4 +1,5 @@
-"""IPython magics: %%nsys, %%ncu, %nsys_load, %%nsight_setup.  Thin glue over run.py, readers and views."""
+"""IPython magics: %%nsys, %%ncu, %nsys_load, %nsys_diff, %nsys_session, %%nsight_setup.  Thin glue over the
+profilers, readers, analysis and views."""
 from __future__ import annotations
 
 import hashlib
@@ -89,6 +90,7 @@ class NsightMagics(Magics):
         super().__init__(shell)
         self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
         self.last_result = None
+        self.history: list[Path] = []  # profile folders made in this kernel, oldest first (for %nsys_diff)
         from .profilers.session import SessionManager
 
         self.sessions = SessionManager()  # the warm %%nsys process; stopped when the kernel exits
@@ -211,6 +213,49 @@ class NsightMagics(Magics):
             print("nsight-magic: the setup code failed in the warm session (traceback above); no session is running",
                   file=sys.stderr)
 
+    # ---- %nsys_diff -----------------------------------------------------------------------------------------
+    @magic_arguments()
+    @argument("profiles", nargs="*", help="two profiles: folders, report files, or names of profiles in "
+                                          "nsight-profiles (default: the last two profiles made in this notebook)")
+    @argument("--match", choices=("name", "order"), default="name",
+              help="order: number kernels repeated within a step (gemm #0, gemm #1, ...) and compare them in turn")
+    @argument("--dir", default=None, help="where profiles given by name are (default: nsight-profiles beside the "
+                                          "notebook)")
+    @argument("--no-render", action="store_true", help="print the comparison as text")
+    @line_magic
+    def nsys_diff(self, line):
+        """Compare two profiles: capture and GPU busy time, the biggest changes (chart), kernels / NVTX / CUDA API /
+        memory tables with before, after, change and status (new, gone, changed, same), findings that came or
+        went, and both timelines on linked axes.  The result is also in `_nsys_diff` (a ProfileDiff)."""
+        args = parse_line(self.nsys_diff, line)
+        from .analysis.diff import diff
+        from .store import find_profile, list_profiles, profiles_root
+        from .views.diff import display_diff
+
+        root = profiles_root(args.dir)
+        try:
+            if len(args.profiles) == 2:
+                before, after = (find_profile(p, root) for p in args.profiles)
+            elif not args.profiles:
+                before, after = self._last_two(root, list_profiles)
+            else:
+                raise UsageError("give two profiles (or none: the last two of this notebook)")
+            d = diff(before, after, match=args.match)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        self.shell.user_ns["_nsys_diff"] = d
+        display_diff(d, render=not args.no_render)
+
+    def _last_two(self, root: Path, list_profiles) -> tuple[Path, Path]:
+        made = [p for p in self.history if p.exists()]
+        if len(made) >= 2:
+            return made[-2], made[-1]
+        profiles = list_profiles(root)
+        if len(profiles) < 2:
+            raise UsageError(f"%nsys_diff needs two profiles; {root} has {len(profiles)}: profile two cells first, "
+                             f"or name two profiles")
+        return Path(profiles.iloc[1]["folder"]), Path(profiles.iloc[0]["folder"])
+
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()
     @arguments_from(NCU_ARGS, COMMON_ARGS)
@@ -243,6 +288,7 @@ class NsightMagics(Magics):
     def _finish(self, result, render: bool, thresholds: dict | None = None) -> None:
         """Messages, returned variables, then the report view."""
         self.last_result = result
+        self.history.append(Path(result.folder.path))
         for m in result.notes:
             print(f"nsight-magic: {m}")
         for m in result.messages:

@@ -178,3 +178,22 @@ def pick_profile(profiles, key: str | None) -> dict:
         raise OptionError(f"--pick {key}: no profile of that name; there are: {shown}")
     raise OptionError(f"--pick {key}: {len(hits)} profiles match ({', '.join(names[i] for i in hits[:8])}); "
                       f"give the whole name or an index")
+
+
+def find_profile(spec: str, root: Path | None = None) -> Path:
+    """A profile given by the user: an existing folder or report file, else a profile's name (or a part of it
+    only one has, or an index, 0 = newest) among the profile folders of `root` (default: nsight-profiles beside
+    the notebook).  Raises OptionError saying what exists."""
+    from .errors import OptionError
+
+    p = Path(spec).expanduser()
+    if p.exists():
+        return p
+    root = Path(root) if root is not None else profiles_root(None)
+    profiles = list_profiles(root)
+    if profiles.empty:
+        raise OptionError(f"{spec}: no such file or folder, and {root} holds no profiles")
+    try:
+        return Path(pick_profile(profiles, spec)["folder"])
+    except OptionError as e:
+        raise OptionError(str(e).replace("--pick ", "")) from None

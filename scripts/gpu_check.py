@@ -12,6 +12,8 @@ Sections (pick with --only):
   optimize  executes notebooks/optimizing_a_training_step.ipynb and saves it, outputs included, to $OUT
   warm      benchmarks/warm.py --workload torch: the second %%nsys (warm session) against bare nsys profile of
             setup + cell, each report's kernel count; figures in $OUT/warm.json
+  ddp       (kind nvidia-h200-x2) %%nsys --nproc 2 on a DDP training cell (NCCL): kernels per device, NCCL
+            kernels per collective and rank, the Ranks table, the straggler per step, the collective_wait finding
   autonvtx  %%nsys --modules on a small transformer and %%nsys --lines on a training step (nbclient): the module
             table and the lines table
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
@@ -352,6 +354,55 @@ def check_autonvtx(work: Path) -> None:
     shutil.copy(folder / "view.html", OUT / "lines_view.html")
 
 
+DDP_CELL = """%%nsys --name ddp --nproc 2 --no-render
+import os, torch, nvtx
+import torch.distributed as dist
+import torch.nn as nn
+dist.init_process_group("nccl")
+rank = dist.get_rank()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+ddp = nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+x = torch.randn(256, 2048, device="cuda")
+for step in range(20):
+    with nvtx.annotate(f"step {step}"):
+        if rank == 1:  # rank 1 does extra work each step: the straggler
+            torch.cuda._sleep(2_000_000)
+        opt.zero_grad(set_to_none=True)
+        ddp(x).square().mean().backward()
+        opt.step()
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def check_ddp(work: Path) -> None:
+    nb, wall = run_notebook(["%load_ext nsight_magic", DDP_CELL], work, timeout=900)
+    say("ddp", "wall_s", round(wall, 1))
+    say("ddp", "cell_text", cell_text(nb.cells[1])[-3000:])
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import pandas as pd
+    from nsight_magic import open_report
+    from nsight_magic.analysis.ranks import nccl_summary, ranks_table, stragglers_by_step
+
+    pd.set_option("display.width", 250)
+    folder = sorted((work / "nsight-profiles").glob("ddp-*"))[-1]
+    r = open_report(folder)
+    say("ddp", "processes", "\n" + r.processes.to_string())
+    k = r.kernels
+    say("ddp", "kernels_per_device", k.groupby("device_id").size().to_dict())
+    say("ddp", "nccl_summary", "\n" + nccl_summary(r).to_string())
+    say("ddp", "ranks_table", "\n" + ranks_table(r).to_string())
+    say("ddp", "stragglers", "\n" + stragglers_by_step(r).to_string())
+    say("ddp", "findings", [str(f) for f in r.findings()])
+    shutil.copy(folder / "report.sqlite", OUT / "ddp_report.sqlite")
+    from nsight_magic.views.report_view import write_view_html
+
+    write_view_html(r, OUT / "ddp_view.html", folder)
+
+
 def check_warm(work: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     for trace, repeat in (("cuda,nvtx,osrt", 3), ("cuda,nvtx", 2)):
@@ -380,7 +431,7 @@ def main() -> None:
         try:
             {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
-             "warm": check_warm}[section](work)
+             "warm": check_warm, "ddp": check_ddp}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

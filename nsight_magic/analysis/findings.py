@@ -7,8 +7,9 @@ Rules (thresholds: analysis/thresholds.py):
 - twins of `nsys analyze` (same ids, defaults and events as nsys 2022.4 and 2025.3): cuda_memcpy_async,
   cuda_memcpy_sync, cuda_memset_sync, cuda_api_sync, gpu_gaps (with what the CPU did during each gap),
   gpu_time_util;
-- ours: launch_bound, layout_transpose, undersized_launch, serialized_copy, input_wait, nccl_share, host_wait,
-  nvtx_other_thread (a note where the NVTX GPU projection would surprise).
+- ours: launch_bound, layout_transpose, undersized_launch, serialized_copy, input_wait, nccl_share,
+  collective_wait (ranks waiting for a straggler), host_wait, nvtx_other_thread (a note where the NVTX GPU
+  projection would surprise).
 """
 from __future__ import annotations
 
@@ -676,6 +677,42 @@ def rule_nccl_share(report, th) -> list[Finding]:
         total, "the NCCL kernels' time, an upper bound (part of it overlaps compute)", ev, _ranges(ev))]
 
 
+def rule_collective_wait(report, th) -> list[Finding]:
+    """Ranks waiting in collectives for a late rank (the straggler): NCCL kernels that ran longer than the same
+    collective on the rank that joined last (analysis/ranks.py)."""
+    from .ranks import collective_waits
+
+    if not hasattr(report, "ranks_by_pid"):
+        return []
+    w = collective_waits(report)
+    if w.empty:
+        return []
+    total = int(w["wait_ns"].sum())
+    nccl = int(w["duration_ns"].sum())
+    if total < th["collective_wait.min_ms"] * 1e6 or total * 100.0 < th["collective_wait.min_share_pct"] * nccl:
+        return []
+    ranks = report.ranks_by_pid
+    who = lambda pid: f"rank {ranks[pid][0]}" if pid in ranks else f"process {pid}"  # noqa: E731
+    on = w.groupby("straggler")["wait_ns"].sum().sort_values(ascending=False)
+    worst, worst_ns = int(on.index[0]), int(on.iloc[0])
+    ev = w[w["wait_ns"] > 0].copy()
+    ev["rank"] = ev["rank"].astype("Int64")
+    ev["waits_for"] = [who(int(p)) for p in ev["straggler"]]
+    ev = ev[["name", "start_ns", "end_ns", "duration_ns", "wait_ns", "pid", "rank", "collective", "waits_for"]]
+    return [Finding(
+        "collective_wait", _severity(total, _span(report)),
+        f"Ranks wait {total / 1e6:,.1f} ms in collectives, {100.0 * worst_ns / max(total, 1):.0f}% of it for "
+        f"{who(worst)}",
+        f"Of {nccl / 1e6:,.1f} ms in NCCL kernels, {100.0 * total / max(nccl, 1):.0f}% is spent waiting: a collective "
+        "kernel runs until the last rank joins, so its time on the other ranks beyond the shortest one is waiting "
+        f"for that rank. {who(worst).capitalize()} is the one the others wait for most.",
+        f"Look at {who(worst)} before its collectives (the Ranks tab and its rows in the timeline): uneven work "
+        "(batch or sequence sizes per rank), slower data loading, extra work on one rank (logging, evaluation, "
+        "checkpoints on rank 0), or CPU contention (set OMP_NUM_THREADS, pin ranks to cores).",
+        total, "the waiting part of the NCCL kernels (duration minus the same collective's shortest)", ev,
+        _ranges(ev))]
+
+
 def rule_host_wait(report, th) -> list[Finding]:
     """Blocking OS calls covering a large share of a repeated NVTX range, on the range's own thread."""
     nv, os_ = report.nvtx, report.osrt
@@ -782,6 +819,7 @@ NSYS_RULES = {
     "serialized_copy": rule_serialized_copy,
     "input_wait": rule_input_wait,
     "nccl_share": rule_nccl_share,
+    "collective_wait": rule_collective_wait,
     "host_wait": rule_host_wait,
     "nvtx_other_thread": rule_nvtx_other_thread,
 }

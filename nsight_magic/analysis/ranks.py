@@ -23,14 +23,13 @@ _STEP = re.compile(r"step|iter", re.IGNORECASE)
 def nccl_collective(names) -> np.ndarray:
     """The collective of each kernel name ('all-reduce', 'send/recv', ...), None for kernels that are not NCCL's.
     Newer NCCL names every collective kernel ncclDevKernel_Generic: 'nccl (generic)'."""
-    names = pd.Series(np.asarray(names, dtype=object)).astype(str)
-    uniq = names.unique()
-    kind = {}
-    for n in uniq:
+    codes, uniq = pd.factorize(pd.Series(np.asarray(names, dtype=object)).astype(str))
+    kinds = np.empty(len(uniq), dtype=object)
+    for i, n in enumerate(uniq):  # once per distinct name
         m = _NCCL.match(n)
-        kind[n] = (COLLECTIVES.get(m.group(1), m.group(1).lower()) if m else
-                   "nccl (other)" if n.startswith("nccl") else None)
-    return names.map(kind).to_numpy(object)
+        kinds[i] = (COLLECTIVES.get(m.group(1), m.group(1).lower()) if m else
+                    "nccl (other)" if n.startswith("nccl") else None)
+    return kinds[codes] if len(codes) else np.empty(0, dtype=object)
 
 
 def _owners(report) -> pd.DataFrame:
@@ -117,12 +116,14 @@ def _steps(report, name: str | None) -> pd.DataFrame:
 def ranks_table(report) -> pd.DataFrame:
     """One row per rank (or per process with GPU work when ranks are unknown): devices, gpu_busy_pct (of the
     capture), compute_ns (non-NCCL kernels), nccl_ns, wait_ns (time its collectives waited for a later rank),
-    straggler_steps (steps where the others waited for it most), steps and step_med_ns (the step range's median)."""
+    others_wait_ns (time the other ranks' collectives waited for this one), straggler_steps (steps where the others
+    waited for it most), steps and step_med_ns (the step range's median).  GPU columns are NA for a process
+    without kernels."""
     from ..readers.nsys_summary import busy_fraction
 
     owners = _owners(report)
     cols = ["rank", "pid", "label", "devices", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns",
-            "straggler_steps", "steps", "step_med_ns", "step_name"]
+            "others_wait_ns", "straggler_steps", "steps", "step_med_ns", "step_name"]
     if owners.empty:
         return pd.DataFrame({c: [] for c in cols})
     k = report.kernels
@@ -141,13 +142,17 @@ def ranks_table(report) -> pd.DataFrame:
         if len(mine) and span.duration_ns > 0:
             busy = 100.0 * busy_fraction(mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64),
                                          np.array([span.start_ns, span.end_ns], np.int64))[0]
-        kn = k[k["pid"] == o.pid]["duration_ns"].sum() if not k.empty else 0
-        nn = nccl[nccl["pid"] == o.pid]["duration_ns"].sum() if not nccl.empty else 0
+        kmine = k[k["pid"] == o.pid] if not k.empty else k
+        kn = kmine["duration_ns"].sum() if len(kmine) else np.nan
+        nn = nccl[nccl["pid"] == o.pid]["duration_ns"].sum() if len(kmine) and not nccl.empty else (
+            0 if len(kmine) else np.nan)
         wt = waits[waits["pid"] == o.pid]["wait_ns"].sum() if not waits.empty else np.nan
+        others = waits[(waits["straggler"] == o.pid) & (waits["pid"] != o.pid)]["wait_ns"].sum() \
+            if not waits.empty else np.nan
         st = steps[steps["pid"] == o.pid]
         rows.append({
             "rank": o.rank, "pid": o.pid, "label": o.label, "devices": o.devices, "gpu_busy_pct": busy,
-            "compute_ns": int(kn - nn), "nccl_ns": int(nn), "wait_ns": wt,
+            "compute_ns": kn - nn, "nccl_ns": nn, "wait_ns": wt, "others_wait_ns": others,
             "straggler_steps": int((strag["straggler"] == o.pid).sum()) if not strag.empty else 0,
             "steps": len(st), "step_med_ns": float(np.median(st["end_ns"] - st["start_ns"])) if len(st) else np.nan,
             "step_name": name})

@@ -22,6 +22,8 @@ DEFAULTS: dict[str, float] = {
     "input_wait.min_gap_ms": 1,                   # GPU idle before each step's host-to-device copy, on average
     "input_wait.min_steps": 3,                    # ... seen before at least this many copies
     "nccl_share.min_gpu_pct": 10,                 # NCCL kernels taking at least this share of GPU time
+    "collective_wait.min_share_pct": 20,          # ranks waiting for a later rank: this share of NCCL kernel time
+    "collective_wait.min_ms": 1,                  # ... and at least this long in total
     "host_wait.min_share_pct": 20,                # blocking OS calls covering this share of a repeated NVTX range
     "host_wait.min_ranges": 3,                    # ... in at least this many instances of it
 }

@@ -248,8 +248,9 @@ def _status_from(rc: int | None, phases: list[str]) -> str:
 def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _ChildOutcome:
     """With --nproc: a rank other than 0 that raised, exited or failed to load decides the outcome when rank 0
     did not fail itself (torchrun then stopped the others); `failed_rank` names it for the message."""
-    if outcome.status not in ("ok", "failed", "exited"):
-        return outcome
+    own = [x for x in _progress_records(folder.progress) if x.get("phase") == "finished"]
+    if outcome.status in ("timeout", "interrupted") or (own and own[-1].get("status")):
+        return outcome  # rank 0's own failure (or ours) speaks for itself
     for r in range(1, nproc):
         recs = _progress_records(folder.path / f"progress{rank_suffix(r)}.jsonl")
         phases = [x.get("phase") for x in recs]

@@ -47,6 +47,33 @@ def _lines_and_modules(report, folder):
         return pd.DataFrame(), pd.DataFrame()
 
 
+def _ranks(report) -> dict:
+    """The Ranks tab's tables when the report holds several ranks (or processes with GPU work): per rank, NCCL per
+    collective, the straggler per step; {} otherwise (and for a report a rule cannot read)."""
+    from ..analysis.ranks import nccl_summary, ranks_table, stragglers_by_step
+
+    if not hasattr(report, "ranks_by_pid"):
+        return {}
+    try:
+        per_rank = ranks_table(report)
+        if len(per_rank) < 2:
+            return {}
+        by = "rank" if per_rank["rank"].notna().all() else "process"
+        shown = per_rank.assign(devices=per_rank["devices"].map(lambda d: ", ".join(map(str, d)) or "-"))
+        return {"ranks": shown.drop(columns=["step_name"]), "step_name": per_rank["step_name"].iloc[0],
+                "nccl": nccl_summary(report, by=by), "stragglers": stragglers_by_step(report).head(200)}
+    except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
+        return {}
+
+
+def _ranks_intro(r: dict) -> str:
+    step = r.get("step_name")
+    return ("<p>One row per rank: GPU busy share of the capture, kernel time outside NCCL (compute), NCCL kernel "
+            "time, time its collectives waited for a later rank (wait), time the other ranks waited for it "
+            "(others_wait: the straggler has the most), and the steps in which the others waited for it most" + (f"; steps are the NVTX ranges <code>{escape(step)}</code>" if step else
+                                  "; no repeated NVTX step range was found") + ".</p>")
+
+
 def _findings(report, thresholds: dict | None = None) -> list:
     """The report's findings; a rule that breaks on an odd report must not take the view down with it."""
     fn = getattr(report, "findings", None)
@@ -142,6 +169,7 @@ class NsysView:
         self.tables = prepare_tables(report, self.data.origin_ns)
         self.findings = _findings(report, thresholds)
         self.lines, self.modules = _lines_and_modules(report, self.folder)
+        self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
@@ -170,6 +198,11 @@ class NsysView:
             advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid),
             self._files_html(),
         ]
+        if self.ranks:  # several ranks: before Advice
+            r = self.ranks
+            panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, tv.plot_name)
+                         + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
+                         + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
@@ -190,7 +223,8 @@ class NsysView:
 
     @property
     def tabs(self) -> tuple:
-        return TABS[:5] + ("Lines",) + TABS[5:] if not self.lines.empty else TABS
+        extra = (("Lines",) if not self.lines.empty else ()) + (("Ranks",) if self.ranks else ())
+        return TABS[:5] + extra + TABS[5:]
 
     def html_page(self) -> str:
         title = escape(f"Nsight Systems report {getattr(self.report, 'path', '')}".strip())
@@ -238,6 +272,11 @@ class NsysView:
         tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
                               tbl(t.cuda_api), w.VBox([w.HTML(modules_html(self.modules)), tbl(t.nvtx, t.nvtx_zoom)]),
                               advice, files])
+        if self.ranks:
+            r = self.ranks
+            tab.children = tab.children[:5] + (w.VBox([
+                w.HTML(_ranks_intro(r)), tbl(r["ranks"]), w.HTML("<h4>NCCL collectives</h4>"), tbl(r["nccl"]),
+                w.HTML("<h4>Straggler per step</h4>"), tbl(r["stragglers"])]),) + tab.children[5:]
         if not self.lines.empty:
             tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]
         for i, n in enumerate(self.tabs):
@@ -246,7 +285,7 @@ class NsysView:
         return tab
 
     def text(self) -> str:
-        return _text(self.report, self.tables) + "\n\n" + advice_text(self.findings)
+        return _text(self.report, self.tables) + _ranks_text(self.ranks) + "\n\n" + advice_text(self.findings)
 
 
 def _bokeh_widget(tv, caption):
@@ -318,9 +357,18 @@ def show_nsys(report, folder=None):
     return NsysView(report, folder).widget()
 
 
+def _ranks_text(ranks: dict) -> str:
+    if not ranks:
+        return ""
+    cols = ["label", "devices", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
+            "straggler_steps", "steps", "step_med_ns"]
+    return "\n\nRanks\n" + table_text(ranks["ranks"][cols], max_rows=16)
+
+
 def nsys_text(report, thresholds: dict | None = None) -> str:
-    """text/plain fallback: capture, counts, the top rows of each summary and the top findings."""
-    return _text(report, prepare_tables(report)) + "\n\n" + advice_text(_findings(report, thresholds))
+    """text/plain fallback: capture, counts, the top rows of each summary, the ranks and the top findings."""
+    return (_text(report, prepare_tables(report)) + _ranks_text(_ranks(report)) + "\n\n"
+            + advice_text(_findings(report, thresholds)))
 
 
 def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:

@@ -20,9 +20,10 @@ from ..errors import ReportError
 
 def _fmt_time(v: pd.Series) -> pd.Series:
     x = pd.to_numeric(v, errors="coerce").to_numpy(float)
-    out = np.where(x >= 1e9, np.char.add(np.char.mod("%.3f", x / 1e9), " s"),
-                   np.where(x >= 1e6, np.char.add(np.char.mod("%.3f", x / 1e6), " ms"),
-                            np.where(x >= 1e3, np.char.add(np.char.mod("%.3f", x / 1e3), " µs"),
+    a = np.abs(x)  # the unit by magnitude: a change of -8.6 ms reads like one of +8.6 ms
+    out = np.where(a >= 1e9, np.char.add(np.char.mod("%.3f", x / 1e9), " s"),
+                   np.where(a >= 1e6, np.char.add(np.char.mod("%.3f", x / 1e6), " ms"),
+                            np.where(a >= 1e3, np.char.add(np.char.mod("%.3f", x / 1e3), " µs"),
                                      np.char.add(np.char.mod("%.0f", x), " ns"))))
     return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
 

@@ -1,0 +1,178 @@
+"""The view of a ProfileDiff (analysis/diff.py): headline, a bar chart of the biggest changes, the tables, and the
+two timelines stacked on linked axes (each from its capture start).  Static HTML (BokehJS inline, offline) and
+plain text; user-controlled names are escaped by the table renderer and Bokeh."""
+from __future__ import annotations
+
+from html import escape
+
+import numpy as np
+import pandas as pd
+
+from .bokehjs import bokehjs_html, embed_script
+from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text
+
+TITLES = {"kernels": "Kernels", "nvtx": "NVTX", "api": "CUDA API", "memcpy": "Memory"}
+SLOWER, FASTER = "#d62728", "#2ca02c"
+
+
+def _ms(ns) -> str:
+    return f"{ns / 1e6:,.3f} ms"
+
+
+def _signed_ms(ns) -> str:
+    return f"{ns / 1e6:+,.3f} ms"
+
+
+def headline_lines(d) -> list[str]:
+    h = d.headline
+    lines = [f"Profile diff: {d.before_label} -> {d.after_label}"]
+    if "capture_before_ns" in h:
+        cb, ca = h["capture_before_ns"], h["capture_after_ns"]
+        gb, ga = h["gpu_busy_before_ns"], h["gpu_busy_after_ns"]
+        lines.append(f"capture {_ms(cb)} -> {_ms(ca)} ({_signed_ms(ca - cb)}); GPU busy {_ms(gb)} -> {_ms(ga)} "
+                     f"({_signed_ms(ga - gb)})")
+    else:
+        kb, ka = h["kernel_time_before_ns"], h["kernel_time_after_ns"]
+        lines.append(f"kernel time {_ms(kb)} -> {_ms(ka)} ({_signed_ms(ka - kb)})")
+    if h.get("top"):
+        lines.append("biggest changes: " + "; ".join(f"{w} {n[:60]} {_signed_ms(x)}" for w, n, x in h["top"]))
+    if h.get("findings_gone"):
+        lines.append("findings gone: " + ", ".join(h["findings_gone"]))
+    if h.get("findings_new"):
+        lines.append("findings new: " + ", ".join(h["findings_new"]))
+    return lines
+
+
+def diff_text(d, rows: int = 8) -> str:
+    out = headline_lines(d)
+    for key, t in d.tables().items():
+        if t.empty:
+            continue
+        shown = t.head(rows).copy()
+        shown["name"] = shown["name"].astype(str).str.slice(0, 60)
+        out += ["", f"{TITLES[key]} (top {len(shown)} of {len(t)} by change)",
+                table_text(shown[["name", "count_before", "count_after", "total_before_ns", "total_after_ns",
+                                  "delta_ns", "status"]], max_rows=rows)]
+    return "\n".join(out)
+
+
+def delta_chart(d, n: int = 15, width: int = 1100):
+    """Horizontal bars of the n biggest changes: red slower, green faster (ms)."""
+    from bokeh.models import ColumnDataSource, HoverTool
+    from bokeh.plotting import figure
+
+    top = d.top(n)
+    if top.empty:
+        return None
+    labels = [f"{w}: {str(nm)[:70]}" for w, nm in zip(top["what"], top["name"])]
+    # de-duplicate labels (categorical axes need unique factors)
+    seen: dict = {}
+    for i, lab in enumerate(labels):
+        seen[lab] = seen.get(lab, 0) + 1
+        if seen[lab] > 1:
+            labels[i] = f"{lab} ({seen[lab]})"
+    delta_ms = top["delta_ns"].to_numpy(np.float64) / 1e6
+    src = ColumnDataSource({
+        "label": labels, "delta": delta_ms, "left": np.minimum(delta_ms, 0), "right": np.maximum(delta_ms, 0),
+        "color": [SLOWER if x > 0 else FASTER for x in delta_ms],
+        "before": top["total_before_ns"].to_numpy(np.float64) / 1e6,
+        "after": top["total_after_ns"].to_numpy(np.float64) / 1e6, "status": top["status"].astype(str).tolist()})
+    p = figure(y_range=list(reversed(labels)), height=60 + 24 * len(labels), width=width, sizing_mode="stretch_width",
+               tools="", toolbar_location=None, x_axis_label="change in total time (ms): red slower, green faster")
+    p.hbar(y="label", left="left", right="right", height=0.7, color="color", source=src)
+    p.add_tools(HoverTool(tooltips=[("", "@label"), ("before", "@before{0,0.000} ms"),
+                                    ("after", "@after{0,0.000} ms"), ("change", "@delta{+0,0.000} ms"),
+                                    ("status", "@status")]))
+    p.ygrid.grid_line_color = None
+    p.outline_line_color = None
+    return p
+
+
+def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
+    """The two timelines' layouts (before, after), each from its capture start, their x axes linked both ways
+    (BokehJS links models across the roots of one components() call)."""
+    from .timeline import build_timeline
+    from .timeline_prepare import prepare_timeline
+
+    if not hasattr(d.before, "meta"):  # Nsight Compute reports have no timeline
+        return None
+    views = [build_timeline(prepare_timeline(r), width=width, budget=budget) for r in (d.before, d.after)]
+    xs = [v.figure.x_range for v in views]
+    lo = min(x.start for x in xs)
+    hi = max(x.end for x in xs)
+    if all(x.bounds for x in xs):
+        bounds = (min(x.bounds[0] for x in xs), max(x.bounds[1] for x in xs))
+        for x in xs:
+            x.bounds = bounds
+    for x in xs:
+        x.update(start=lo, end=hi)
+    a, b = xs
+    for attr in ("start", "end"):
+        a.js_link(attr, b, attr)
+        b.js_link(attr, a, attr)
+    return [v.layout for v in views]
+
+
+def diff_fragment(d, include_bokehjs: bool = True) -> str:
+    from bokeh.embed import components
+
+    uid = f"nm-diff-{id(d):x}"
+    head = "".join(f"<p>{escape(x)}</p>" if i else f"<h3>{escape(x)}</h3>" for i, x in enumerate(headline_lines(d)))
+    models = {}
+    chart = delta_chart(d)
+    if chart is not None:
+        models["chart"] = chart
+    timelines = stacked_timelines(d)
+    if timelines is not None:
+        models["tl_before"], models["tl_after"] = timelines
+    script, divs = components(models) if models else ("", {})
+    names, panes = [], []
+    for key, t in d.tables().items():
+        if t.empty:
+            continue
+        names.append(TITLES[key])
+        panes.append(table_html(_shown(t), table_id=f"{uid}-{key}"))
+    if not d.metrics.empty:
+        names.append("Metrics")
+        panes.append(table_html(d.metrics, table_id=f"{uid}-metrics"))
+    if not d.findings.empty:
+        names.append("Findings")
+        panes.append(table_html(d.findings, table_id=f"{uid}-findings"))
+    # the timelines stay outside the tabs: a plot laid out while hidden would get no width
+    tl = ""
+    if "tl_before" in divs:
+        tl = ("<h4>Timelines (x = 0 at each capture's start; zoom one, the other follows)</h4>"
+              f"<p><b>{escape(d.before_label)}</b></p>{divs['tl_before']}"
+              f"<p><b>{escape(d.after_label)}</b></p>{divs['tl_after']}")
+    body = (f"{head}{divs.get('chart', '<p>No differences.</p>')}"
+            f"{static_tabs_html(tuple(names), panes) if names else ''}{tl}")
+    return ((bokehjs_html() if include_bokehjs else "") + f"<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
+            f'<div class="nm-report nm-diff" id="{uid}">{body}</div>{embed_script(script) if script else ""}')
+
+
+def _shown(t: pd.DataFrame) -> pd.DataFrame:
+    """The table as shown: ratio as a percentage change."""
+    out = t.copy()
+    out["change_pct"] = (out["ratio"] - 1.0) * 100.0
+    return out.drop(columns=["ratio"])
+
+
+def diff_page(d) -> str:
+    title = escape(f"nsight-magic diff {d.before_label} -> {d.after_label}")
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+            f"<body>{diff_fragment(d, include_bokehjs=True)}</body></html>")
+
+
+def display_diff(d, render: bool = True) -> None:
+    """Publish the diff in IPython: static HTML (BokehJS inline the first time) and plain text."""
+    from IPython.display import publish_display_data
+
+    from .report_view import _needs_bokehjs
+
+    text = diff_text(d)
+    if not render:
+        print(text)
+        return
+    if _needs_bokehjs():
+        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the charts below)"})
+    publish_display_data({"text/html": diff_fragment(d, include_bokehjs=False), "text/plain": text})

@@ -1,0 +1,172 @@
+"""Comparing two profiles (nsight_magic.diff, %nsys_diff, nsight-magic diff): real nsys on CPU, the H100 reports,
+Nsight Compute reports, and the page in real Chromium."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+from conftest import fixture_path, requires_nsys
+from nsight_magic import diff
+from nsight_magic.analysis.diff import DIFF_COLUMNS, kernel_key, nvtx_paths
+from nsight_magic.cli import main as cli_main
+from nsight_magic.options import NsysOptions
+from nsight_magic.run import run_nsys
+from test_views_browser import CHROMIUM, browser  # noqa: F401 - the browser fixture
+
+DATA = Path(__file__).parent / "data"
+
+CELL = """
+import time, nvtx
+with nvtx.annotate("a"):
+    time.sleep(0.1)
+with nvtx.annotate("b"):
+    time.sleep({b})
+if {c}:
+    with nvtx.annotate("c"):
+        time.sleep(0.05)
+"""
+
+
+@pytest.fixture(scope="module")
+def two_cpu_profiles(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("diff")
+    out = []
+    for name, b, c in (("first", 0.2, False), ("second", 0.4, True)):
+        r = run_nsys(CELL.format(b=b, c=c), NsysOptions(name=name, directory=str(tmp), trace="osrt,nvtx"))
+        assert r.ok, r.messages
+        out.append(r.folder.path)
+    return out
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_a_slower_range_and_a_new_one(two_cpu_profiles):
+    first, second = two_cpu_profiles
+    d = diff(first, second)
+    assert list(d.nvtx.columns) == DIFF_COLUMNS
+    rows = d.nvtx.set_index("name")
+    assert rows.loc["b", "status"] == "changed"
+    assert abs(rows.loc["b", "delta_ns"] - 0.2e9) <= 0.02e9  # +0.2 s within 10%
+    assert rows.loc["b", "ratio"] == pytest.approx(2.0, rel=0.1)
+    assert rows.loc["c", "status"] == "new" and rows.loc["c", "count_before"] == 0
+    assert rows.loc["a", "status"] == "same" and abs(rows.loc["a", "delta_ns"]) < 0.01e9
+    assert d.headline["capture_after_ns"] - d.headline["capture_before_ns"] == pytest.approx(0.25e9, rel=0.2)
+    assert d.top(1)["name"].iloc[0] == "b"
+    assert d.before_label.startswith("first-") and d.after_label.startswith("second-")
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_self_diff_is_all_zeros(two_cpu_profiles):
+    d = diff(two_cpu_profiles[0], two_cpu_profiles[0])
+    assert d.is_zero()
+    for t in d.tables().values():
+        assert (t["delta_ns"] == 0).all() and (t["status"] == "same").all()
+        assert np.allclose(t["ratio"].dropna(), 1.0)
+
+
+def test_self_diff_of_a_gpu_report_is_all_zeros():
+    d = diff(DATA / "findings_bad.sqlite", DATA / "findings_bad.sqlite")
+    assert d.is_zero() and not d.kernels.empty and not d.api.empty and not d.memcpy.empty
+    assert (d.findings["status"] == "still").all()
+
+
+def test_related_h100_workloads_give_sensible_kernel_deltas():
+    a = fixture_path("nsys", "h100-2025.3", "a_cuda_nvtx.sqlite")
+    b = fixture_path("nsys", "h100-2025.3", "b_cuda_nvtx_osrt.sqlite")
+    if not a.exists():
+        pytest.skip("fixture absent")
+    d = diff(a, b)  # the same training step, traced without and with OS runtime calls
+    k = d.kernels
+    assert set(k["status"]) == {"same"} and (k["count_before"] == k["count_after"]).all()
+    assert d.headline["gpu_busy_after_ns"] == pytest.approx(d.headline["gpu_busy_before_ns"], rel=0.05)
+    # the fixed workload: bad -> good removes causes; its tiny kernels are gone and the findings with them
+    fix = diff(DATA / "findings_bad.sqlite", DATA / "findings_good.sqlite")
+    gone = fix.kernels[fix.kernels["status"] == "gone"]
+    assert gone["count_before"].max() >= 4000  # the 4000 one-element adds of the launch-bound phase
+    assert {"launch_bound", "gpu_gaps", "cuda_memcpy_sync"} <= set(fix.headline["findings_gone"])
+    assert fix.headline["capture_after_ns"] < fix.headline["capture_before_ns"]
+    rows = fix.nvtx.set_index("name")
+    assert rows.loc["idle", "delta_ns"] < -0.6e9 and "input_wait/step 3" in rows.index
+
+
+def test_matching_by_name_and_by_order():
+    assert kernel_key("void gemm<128, 64>(float*, int)") == "gemm<128, 64>"
+    assert kernel_key("gemm<128, 64>(half*, int)") == "gemm<128, 64>"
+    assert kernel_key("f(a(b), c)") == "f"
+    assert kernel_key("sm90_xmma_gemm_bf16") == "sm90_xmma_gemm_bf16"
+    d = diff(DATA / "findings_bad.sqlite", DATA / "findings_good.sqlite", match="order")
+    assert d.kernels["name"].str.contains(r" #\d+$").all()
+    by_name = diff(DATA / "findings_bad.sqlite", DATA / "findings_good.sqlite")
+    assert d.kernels["total_before_ns"].sum() == by_name.kernels["total_before_ns"].sum()
+
+
+def test_nvtx_paths_follow_nesting():
+    from nsight_magic import open_report
+
+    with open_report(DATA / "findings_bad.sqlite") as r:
+        p = nvtx_paths(r.nvtx)
+    assert "input_wait/step 3" in set(p["path"]) and "input_wait" in set(p["path"])
+    assert (p["duration_ns"] >= 0).all()
+
+
+def test_ncu_reports_compare_kernels_and_metrics():
+    rep = DATA / "ncu_h100_module0.ncu-rep"
+    d = diff(rep, rep)
+    assert d.is_zero() and len(d.kernels) == 2
+    assert {"sm_throughput_pct_before", "sm_throughput_pct_after"} <= set(d.metrics.columns)
+    with pytest.raises(Exception, match="both must be"):
+        diff(rep, DATA / "findings_bad.sqlite")
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium")
+def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):  # noqa: F811
+    page = tmp_path / "diff.html"
+    assert cli_main(["diff", str(DATA / "findings_bad.sqlite"), str(DATA / "findings_good.sqlite"),
+                     "-o", str(page)]) == 0
+    assert "Profile diff: findings_bad -> findings_good" in capsys.readouterr().out
+    p = browser.new_page(viewport={"width": 1300, "height": 900})
+    errors = []
+    p.on("pageerror", lambda e: errors.append(str(e)))
+    p.goto(page.as_uri())
+    p.locator("canvas").first.wait_for(timeout=30_000)  # Bokeh draws in shadow roots: locators pierce them
+    p.wait_for_timeout(1000)
+    assert errors == []
+    assert p.locator("canvas").count() >= 3  # the chart and the two timelines
+    # the chart: one bar label per change shown, the slower one red
+    assert p.get_by_text("Profile diff: findings_bad -> findings_good").count() == 1
+    p.get_by_role("button", name="NVTX").click()
+    assert p.locator("td", has_text="input_wait/step 3").count() >= 1
+    Path("test-artifacts").mkdir(exist_ok=True)
+    p.screenshot(path="test-artifacts/diff_page.png", full_page=True)
+    p.close()
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+        "%load_ext nsight_magic",
+        "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.05)",
+        "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.25)",
+        "%nsys_diff --no-render",
+        "print(type(_nsys_diff).__name__, _nsys_diff.nvtx.set_index('name').loc['b', 'status'])",
+        "%nsys_diff nothing-here also-not",
+    )]
+    NotebookClient(nb, timeout=240, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = lambda c: "".join(o.get("text", "") + "".join(o.get("traceback", []))  # noqa: E731
+                             for o in c.outputs)
+    shown = text(nb.cells[3])
+    assert shown.startswith("Profile diff: cell") and " -> cell" in shown
+    first, second = shown.split("\n")[0].removeprefix("Profile diff: ").split(" -> ")
+    assert first < second  # the older profile first
+    assert "ProfileDiff changed" in text(nb.cells[4])
+    assert "nothing-here" in text(nb.cells[5]) and "UsageError" in text(nb.cells[5])

@@ -1,0 +1,196 @@
+"""Several ranks in one profile: %%nsys --nproc N through torchrun under one nsys (real nsys, torch's gloo on CPU),
+and the multi-process reader, views and findings on a real 2-GPU report."""
+from __future__ import annotations
+
+import importlib.util
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+from conftest import fixture_path, requires_nsys
+from nsight_magic import open_report
+from nsight_magic.analysis.ranks import collective_waits, nccl_collective, nccl_kernels, ranks_table
+from nsight_magic.errors import OptionError
+from nsight_magic.options import NsysOptions
+from nsight_magic.run import run_nsys
+from nsight_magic.views.report_view import NsysView
+from nsight_magic.views.timeline_prepare import prepare_timeline
+
+requires_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (torchrun)")
+
+DDP_CELL = """
+import os, time, torch, nvtx
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+x = torch.ones(1000) * (rank + 1)
+for step in range(3):
+    with nvtx.annotate(f"step {step}"):
+        time.sleep(0.02 * (rank + 1))   # rank 1 is the slow one
+        dist.all_reduce(x)
+print("rank", rank, "of", dist.get_world_size(), "local", os.environ["LOCAL_RANK"], "x0", float(x[0]), flush=True)
+got = (rank, offset + rank)
+dist.destroy_process_group()
+"""
+
+
+def _add_up(split: pd.DataFrame, whole: pd.DataFrame, keys: list[str]) -> None:
+    """Rows of a split summary add up to the unsplit one: counts and totals summed, min of mins, max of maxes."""
+    g = split.groupby(keys, dropna=False).agg(count=("count", "sum"), total_ns=("total_ns", "sum"),
+                                              min_ns=("min_ns", "min"), max_ns=("max_ns", "max"))
+    w = whole.set_index(keys)[["count", "total_ns", "min_ns", "max_ns"]].sort_index()
+    pd.testing.assert_frame_equal(g.sort_index(), w, check_dtype=False)
+
+
+@requires_nsys
+@requires_torch
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_nproc_2_gloo_one_report_every_rank(tmp_path):
+    streamed = []
+    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="osrt,nvtx", nproc=2,
+                                       return_vars=("got",), return_all=True),
+                 namespace={"offset": 40}, on_output=lambda s, t: streamed.append(t))
+    assert r.ok, r.messages
+    assert r.returned == {"got": [(0, 40), (1, 41)]}  # the sent variable reached both ranks
+    out = "".join(streamed)
+    assert "rank 0 of 2 local 0 x0 12.0" in out and "[rank 1] rank 1 of 2 local 1 x0 12.0" in out
+    assert "torch.distributed.run" in r.folder.command.read_text()
+    report = r.open()
+    pr = report.processes
+    ranked = pr[pr["rank"].notna()].sort_values("rank")
+    assert ranked["rank"].tolist() == [0, 1] and ranked["world_size"].tolist() == [2, 2]
+    assert ranked["pid"].nunique() == 2
+    # each rank's three steps are in the one report
+    nv = report.nvtx_summary(by="rank")
+    steps = nv[nv["name"].str.startswith("step")]
+    assert sorted(steps.groupby("rank")["count"].sum().items()) == [(0, 3), (1, 3)]
+    _add_up(nv, report.nvtx_summary(), ["name", "style"])
+    _add_up(report.nvtx_summary(by="process"), report.nvtx_summary(), ["name", "style"])
+    with pytest.raises(OptionError, match="CPU-side"):
+        report.nvtx_summary(by="device")
+    # the timeline: one row group per rank, in rank order, before other processes
+    rows = prepare_timeline(report).rows
+    heads = rows[rows["level"] == 0]["label"].tolist()
+    assert heads[0].startswith("Rank 0 · Process") and heads[1].startswith("Rank 1 · Process")
+    for pid in ranked["pid"]:
+        mine = rows[rows["pid"] == pid]
+        assert {"nvtx"} <= set(mine["kind"]) and (mine["level"] == 0).sum() == 1
+    # the Ranks tab: both ranks, their steps found by name
+    view = NsysView(report, r.folder.path)
+    assert "Ranks" in view.tabs
+    table = view.ranks["ranks"]
+    assert table["label"].tolist() == ["rank 0", "rank 1"] and table["steps"].tolist() == [3, 3]
+    assert view.ranks["step_name"] == "step #"
+    assert "Ranks" in view.text()
+    report.close()
+
+
+@requires_nsys
+@requires_torch
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_a_rank_that_raises_is_named_and_nothing_hangs(tmp_path):
+    cell = ("import os, time\nrank = int(os.environ['RANK'])\nif rank == 1:\n    raise ValueError('rank one broke')\n"
+            "time.sleep(0.2)\n")
+    r = run_nsys(cell, NsysOptions(name="bad", directory=str(tmp_path), trace="osrt,nvtx", nproc=2))
+    assert r.status == "cell-error"
+    assert any("rank 1 raised an exception" in m and "stderr.rank1.txt" in m for m in r.messages), r.messages
+    assert "rank one broke" in (r.folder.path / "stderr.rank1.txt").read_text()
+    assert r.wall_s < 120
+
+
+def test_nproc_options_are_checked():
+    with pytest.raises(OptionError, match="--return-all"):
+        NsysOptions(return_all=True)
+    with pytest.raises(OptionError, match="--nproc"):
+        NsysOptions(nproc=0)
+
+
+@requires_nsys
+@requires_torch
+@pytest.mark.nsys
+@pytest.mark.timeout(400)
+def test_nproc_in_a_real_kernel(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+        "%load_ext nsight_magic",
+        "offset = 7",
+        "%%nsys --nproc 2 --return got --return-all --no-render -t osrt,nvtx\nimport os\n"
+        "got = offset + int(os.environ['RANK'])\nprint('hello from', os.environ['RANK'])",
+        "print('returned', got)",
+    )]
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    text = lambda c: "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")  # noqa: E731
+                             for o in c.outputs)
+    profiled = text(nb.cells[2])
+    assert "hello from 0" in profiled and "[rank 1] hello from 1" in profiled
+    assert "fresh process (--nproc starts its ranks with torchrun)" in profiled
+    assert "Ranks" in profiled  # the text summary's per-rank table
+    assert "returned [7, 8]" in text(nb.cells[3])
+
+
+# ---- a real 2-GPU training report (nsys 2026.2, NCCL send/recv between two processes) ---------------------------
+@pytest.fixture(scope="module")
+def two_gpu():
+    p = fixture_path("nsys", "public-sqlite", "nsysai_mfu_2gpu_before.sqlite")
+    if not p.exists():
+        pytest.skip("fixture absent")
+    r = open_report(p)
+    yield r
+    r.close()
+
+
+def test_summaries_split_by_process_and_device_add_up(two_gpu):
+    r = two_gpu
+    for by in ("process", "device"):
+        _add_up(r.kernel_summary(by=by), r.kernel_summary(), ["name"])
+        _add_up(r.memcpy_summary(by=by), r.memcpy_summary(), ["operation", "kind"])
+    _add_up(r.cuda_api_summary(by="process"), r.cuda_api_summary(), ["name"])
+    ks = r.kernel_summary(by="device")
+    assert set(ks["device"]) == {0, 1} and ks.columns[0] == "device"
+    with pytest.raises(OptionError, match="no ranks"):
+        r.kernel_summary(by="rank")
+
+
+def test_processes_and_nccl_kernels(two_gpu):
+    pr = two_gpu.processes
+    gpu = pr[pr["devices"].map(len) > 0]
+    assert sorted(gpu["devices"].tolist()) == [(0,), (1,)]
+    assert pr["rank"].isna().all()  # nothing in this report says which rank a process is
+    k = two_gpu.kernels
+    is_nccl = k["name"].astype(str).str.startswith("nccl")
+    n = nccl_kernels(two_gpu)
+    assert len(n) == is_nccl.sum() > 0 and set(n["collective"]) == {"send/recv"}
+    assert n.groupby("pid")["seq"].max().tolist() == (n.groupby("pid").size() - 1).tolist()
+    w = collective_waits(two_gpu)
+    assert (w["wait_ns"] >= 0).all() and (w.groupby("seq")["wait_ns"].min() == 0).all()
+    t = ranks_table(two_gpu)
+    assert len(t) == 2
+    for row in t.itertuples():
+        mine = k[k["pid"] == row.pid]
+        assert row.nccl_ns + row.compute_ns == mine["duration_ns"].sum()
+    rule = [f for f in two_gpu.findings() if f.rule == "collective_wait"]
+    assert rule and rule[0].time_at_stake_ns == int(w["wait_ns"].sum())
+
+
+def test_gpu_rows_sit_under_their_process(two_gpu):
+    rows = prepare_timeline(two_gpu).rows
+    for dev, pid in ((0, 144), (1, 145)):
+        g = rows[(rows["kind"] == "util") & (rows["device_id"] == dev)]
+        assert len(g) == 1 and g["level"].iloc[0] == 1 and g["ancestors"].iloc[0] == f"p{pid}"
+        streams = rows[(rows["kind"] == "gpu") & (rows["device_id"] == dev)]
+        assert (streams["ancestors"].str.startswith(f"p{pid}|")).all()
+
+
+def test_nccl_names():
+    names = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096>)",
+             "ncclKernel_AllGather_RING_LL_Sum_int8_t(ncclWorkElem)", "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL",
+             "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096>)", "ncclDevKernel_SendRecv(x)",
+             "ncclDevKernel_Generic_1(ncclDevKernelArgsStorage<4096>)", "sm90_xmma_gemm_bf16", "ncclMemcpyKernel"]
+    assert list(nccl_collective(names)) == ["all-reduce", "all-gather", "reduce-scatter", "broadcast", "send/recv",
+                                            "nccl (generic)", None, "nccl (other)"]
+    assert np.asarray(nccl_collective([])).size == 0
