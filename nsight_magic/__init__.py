@@ -46,3 +46,8 @@ def load_ipython_extension(ipython):
     from .magics import register
 
     register(ipython)
+
+
+def _jupyter_labextension_paths():
+    """Where JupyterLab finds the prebuilt extension (`jupyter labextension develop .` links it for development)."""
+    return [{"src": "labextension", "dest": "nsight-magic"}]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, requires_nsys
+from nsight_magic.views.bokehjs import LOADER_MARKER
 
 NOTEBOOKS = REPO / "notebooks"
 FIRST_OUTPUT_BUDGET = 1_500_000   # bytes of the first profile output of a notebook (BokehJS inline)
@@ -48,7 +49,7 @@ def test_quickstart_runs_headless_and_its_html_draws_the_timeline(tmp_path):
                        if "Timeline" in json.dumps(o.get("data", {}).get("text/html", ""))]
     assert len(profile_outputs) == 2  # the %%nsys cell and %nsys_load
     loader = [len(json.dumps(o)) for c in nb.cells for o in c.get("outputs", [])
-              if "DecompressionStream" in json.dumps(o.get("data", {}))]
+              if LOADER_MARKER in json.dumps(o.get("data", {}))]
     assert len(loader) == 1 and loader[0] + profile_outputs[0] <= FIRST_OUTPUT_BUDGET
     assert profile_outputs[1] <= LATER_OUTPUT_BUDGET
     body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb)

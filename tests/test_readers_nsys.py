@@ -642,7 +642,7 @@ def test_a_warm_session_recording_is_framed_by_the_cell_range():
     calls that began 27 s before the recording; the capture is the cell, and the timeline opens on it."""
     from nsight_magic.views.timeline_prepare import prepare_timeline
 
-    path = Path(__file__).parent / "data" / "nsys_h100_warm_cell.sqlite"
+    path = Path(__file__).parent / "data" / "warm_cell_h100.sqlite"
     with open_nsys_report(path) as rep:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         (a, b), = con.execute("SELECT startTime, stopTime FROM ANALYSIS_DETAILS").fetchall()

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from conftest import fixture_path
+from nsight_magic.views.bokehjs import LOADER_MARKER
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -172,7 +173,7 @@ def test_nbconvert_html_of_an_executed_notebook_draws_both_timelines(browser, tm
     outs = [c["outputs"] for c in nb["cells"][1:]]
     assert all(o["output_type"] == "display_data" for cell in outs for o in cell), outs
     # BokehJS inline exactly once per notebook, in an output of its own (text/html) before the first report
-    marker = "DecompressionStream"  # the loader of the compressed BokehJS (views/bokehjs.py)
+    marker = LOADER_MARKER  # the loader of the compressed BokehJS (views/bokehjs.py)
     assert [len(cell) for cell in outs] == [2, 1]
     html_of = lambda o: "".join(o["data"].get("text/html", ""))  # noqa: E731 (.ipynb keeps lists of lines)
     assert sum(marker in html_of(o) for cell in outs for o in cell) == 1

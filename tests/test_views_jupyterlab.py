@@ -1,86 +1,37 @@
 """The live view in a real JupyterLab: display_nsys in a notebook, wheel-zoom in Chromium, and the kernel
 sends back the exact events of the visible window (jupyter_bokeh's BokehModel).
 
-Needs JupyterLab, which the project does not depend on: skipped unless `jupyterlab` imports, or
-NSIGHT_TEST_JUPYTERLAB_SITE names a folder made with `pip install --target DIR jupyterlab` (the server then
-runs with DIR appended to its sys.path; the kernel keeps the project's environment).
+The server runs with its own temporary config, data and workspace folders (tests/jupyterlab_server.py).
 """
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from conftest import fixture_path
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from jupyterlab_server import ARGS, CHROMIUM, TOKEN, jupyterlab_server, needs_jupyterlab
+
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-SITE = os.environ.get("NSIGHT_TEST_JUPYTERLAB_SITE")
-VIEWS = ("(() => { const i = Bokeh.index; "
-         "return (i && typeof i.values === 'function') ? [...i.values()] : Object.values(i || {}); })()")
-TOKEN = "nsight-magic-test"
+# every view of every Bokeh document, children of layouts included (Bokeh.index holds the root views only)
+VIEWS = ("(() => { const i = Bokeh.index; const roots = (i && typeof i.values === 'function') ? [...i.values()] "
+         ": Object.values(i || {}); const all = []; const walk = v => { all.push(v); "
+         "for (const c of (v.child_views || [])) walk(c); }; roots.forEach(walk); "
+         "return all.filter(v => !(v.model.name || '').endsWith('-rowlabels')); })()")  # not the row-name plots
 
 pytestmark = [
-    pytest.mark.browser,
+    *needs_jupyterlab,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)"),
-    pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None and not SITE,
-                       reason="JupyterLab not installed (see this module's docstring)"),
     pytest.mark.skipif(importlib.util.find_spec("jupyter_bokeh") is None, reason="jupyter_bokeh not installed"),
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def jupyterlab(tmp_path):
-    port = _free_port()
-    root = tmp_path / "notebooks"
-    root.mkdir()
-    argv = ["jupyter-lab", "--no-browser", f"--port={port}", f"--IdentityProvider.token={TOKEN}",
-            f"--ServerApp.root_dir={root}", "--allow-root"]
-    env = dict(os.environ)
-    if SITE:
-        argv.append(f"--app-dir={Path(SITE) / 'share' / 'jupyter' / 'lab'}")
-        env["JUPYTER_PATH"] = str(Path(SITE) / "share" / "jupyter")
-    code = (f"import sys; sys.path.append({SITE!r}) if {bool(SITE)} else None; "
-            f"from jupyterlab.labapp import main; sys.argv = {argv!r}; sys.exit(main())")
-    log = open(tmp_path / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=log,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:  # poll the server's API until it answers
-            try:
-                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    pytest.fail(f"JupyterLab did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
-                time.sleep(0.3)
-        yield base, root
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)  # the server and the kernels it started
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with jupyterlab_server(tmp_path) as server:
+        yield server
 
 
 def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterlab):
@@ -128,7 +79,8 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
         caption = page.locator(".widget-label").first
         page.wait_for_function("() => document.querySelector('.widget-label').innerText.startsWith('showing')")
         before = caption.inner_text()
-        assert re.match(r"showing [\d,]+ of 38,588 events", before), before
+        total = len(prepare_timeline(open_report(report)).events)
+        assert re.match(rf"showing [\d,]+ of {total:,} events", before), before
         pos = page.evaluate(f"""() => {{ const v = {VIEWS}.find(v => v.frame); v.el.scrollIntoView();
             const r = v.el.getBoundingClientRect();
             return {{x: r.x + v.frame.x_scale.compute(3300), y: r.y + v.frame.bbox.top + 30}}; }}""")

@@ -58,13 +58,13 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, *, rel_tol: float = REL_T
         return df.groupby("name", sort=False)[["count", "total_ns"]].sum()
 
     b, a = agg(before), agg(after)
-    m = b.join(a, how="outer", lsuffix="_before", rsuffix="_after").fillna(0)
+    m = b.add_suffix("_before").join(a.add_suffix("_after"), how="outer").fillna(0)
     out = pd.DataFrame({
         "name": m.index.astype(str),
         "count_before": m["count_before"].astype(np.int64).to_numpy(),
         "count_after": m["count_after"].astype(np.int64).to_numpy(),
         "total_before_ns": m["total_ns_before"].astype(np.int64).to_numpy(),
-        "total_after_ns": m["total_ns_after"].astype(np.int64).to_numpy()})
+        "total_after_ns": m["total_ns_after"].astype(np.int64).to_numpy()})  # noqa: E501
     out["delta_ns"] = out["total_after_ns"] - out["total_before_ns"]
     tb = out["total_before_ns"].astype(np.float64)
     out["ratio"] = np.where(tb > 0, out["total_after_ns"] / tb.where(tb > 0, 1.0), np.nan)

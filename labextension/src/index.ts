@@ -1,0 +1,313 @@
+/**
+ * nsight-magic in JupyterLab: profile the active cell with Nsight Systems or Nsight Compute from the notebook
+ * toolbar, the cell's context menu or the command palette (the cell's text is left as it is: the magic line is
+ * added for that one execution), and browse the profiles saved beside the notebook in a sidebar.
+ *
+ * The profiling itself is the IPython extension's (%%nsys / %%ncu): its live status line shows the phase and the
+ * elapsed time in the cell's output, and the notebook's Stop button interrupts it cleanly.
+ */
+import {
+  ILabShell,
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  MainAreaWidget,
+  showDialog,
+  showErrorMessage,
+  ToolbarButton
+} from '@jupyterlab/apputils';
+import { CodeCell } from '@jupyterlab/cells';
+import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
+import { OutputArea } from '@jupyterlab/outputarea';
+import { Contents } from '@jupyterlab/services';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Menu } from '@lumino/widgets';
+
+import { dirname, IProfile, joinPath, PROFILES_DIR, ProfilesPanel } from './profiles';
+import { ProfileViewer } from './viewer';
+
+const ICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16" height="16">' +
+  '<g class="jp-icon3" fill="#616161"><rect x="2" y="4" width="9" height="3" rx="1"/>' +
+  '<rect x="6" y="10" width="12" height="3" rx="1"/><rect x="4" y="16" width="6" height="3" rx="1"/>' +
+  '<rect x="12" y="16" width="9" height="3" rx="1"/></g></svg>';
+export const nsightIcon = new LabIcon({ name: 'nsight-magic:icon', svgstr: ICON_SVG });
+
+const CMD = {
+  nsys: 'nsight-magic:profile-nsys',
+  ncu: 'nsight-magic:profile-ncu',
+  insert: 'nsight-magic:insert-nsys',
+  openLast: 'nsight-magic:open-last',
+  open: 'nsight-magic:open-profile',
+  load: 'nsight-magic:insert-load',
+  reveal: 'nsight-magic:reveal-profile',
+  remove: 'nsight-magic:delete-profile',
+  refresh: 'nsight-magic:refresh-profiles'
+};
+
+const MAGIC_FIRST_LINE = /^\s*%%(nsys|ncu)\b/;
+
+/** The code sent for one profiled execution: the cell's text under %%nsys / %%ncu (kept if already there). */
+export function profiledCode(source: string, magic: 'nsys' | 'ncu'): string {
+  return MAGIC_FIRST_LINE.test(source) ? source : `%%${magic}\n${source}`;
+}
+
+/** Run the active code cell under the magic, output in the cell's own output area, the cell's text untouched. */
+async function profileActiveCell(panel: NotebookPanel, magic: 'nsys' | 'ncu'): Promise<boolean> {
+  const cell = panel.content.activeCell;
+  if (!cell || cell.model.type !== 'code') {
+    await showErrorMessage('Nsight profiling', 'Select a code cell to profile.');
+    return false;
+  }
+  const codeCell = cell as CodeCell;
+  const ctx = panel.sessionContext;
+  await ctx.ready;
+  const kernel = ctx.session?.kernel;
+  if (!kernel) {
+    await showErrorMessage('Nsight profiling', 'This notebook has no running kernel: start one first.');
+    return false;
+  }
+  // The IPython extension, once per kernel (a no-op when loaded already); silent: no output, no history.
+  await kernel.requestExecute({ code: '%load_ext nsight_magic', silent: true, store_history: false }).done;
+  const source = codeCell.model.sharedModel.getSource();
+  codeCell.model.sharedModel.transact(() => {
+    codeCell.model.clearExecution();
+  });
+  codeCell.setPrompt('*');
+  try {
+    const reply = await OutputArea.execute(profiledCode(source, magic), codeCell.outputArea, ctx, {
+      cellId: codeCell.model.id,
+      deletedCells: [],
+      recordTiming: false
+    });
+    const count = reply?.content.execution_count;
+    codeCell.model.executionCount = typeof count === 'number' ? count : null;
+    return reply?.content.status === 'ok';
+  } catch (reason) {
+    codeCell.setPrompt('');
+    // a restarted or dead kernel: the output area already says what happened
+    console.warn('nsight-magic: the profiled execution did not finish', reason);
+    return false;
+  }
+}
+
+function insertMagic(panel: NotebookPanel): void {
+  const cell = panel.content.activeCell;
+  if (!cell || cell.model.type !== 'code') {
+    return;
+  }
+  const source = cell.model.sharedModel.getSource();
+  if (!MAGIC_FIRST_LINE.test(source)) {
+    cell.model.sharedModel.setSource(`%%nsys\n${source}`);
+  }
+}
+
+async function deleteRecursively(contents: Contents.IManager, path: string): Promise<void> {
+  const model = await contents.get(path, { content: true });
+  if (model.type === 'directory') {
+    for (const child of (model.content as Contents.IModel[]) || []) {
+      await deleteRecursively(contents, child.path);
+    }
+  }
+  await contents.delete(path);
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: 'nsight-magic:plugin',
+  description: 'Profile cells with Nsight Systems / Nsight Compute; browse saved profiles.',
+  autoStart: true,
+  requires: [INotebookTracker],
+  optional: [ICommandPalette, ILayoutRestorer, ILabShell],
+  activate: (
+    app: JupyterFrontEnd,
+    tracker: INotebookTracker,
+    palette: ICommandPalette | null,
+    restorer: ILayoutRestorer | null,
+    labShell: ILabShell | null
+  ) => {
+    const { commands, serviceManager } = app;
+    const contents = serviceManager.contents;
+    let menuTarget: IProfile | null = null;
+
+    const panelDir = (): string => (tracker.currentWidget ? dirname(tracker.currentWidget.context.path) : '');
+
+    const openProfile = async (p: IProfile): Promise<void> => {
+      if (!p.hasView) {
+        await showErrorMessage(
+          'Nsight profile',
+          `${p.name} has no view.html (Nsight Compute profiles are shown in the notebook): run %nsys_load ` +
+            `${PROFILES_DIR}/${p.name} in a cell.`
+        );
+        return;
+      }
+      const file = await contents.get(joinPath(p.path, 'view.html'), { content: true, format: 'text' });
+      const viewer = new ProfileViewer(p.name);
+      viewer.setPage(String(file.content));
+      const main = new MainAreaWidget({ content: viewer });
+      main.id = `nsight-magic-view-${p.name}`;
+      main.title.label = p.name;
+      main.title.icon = nsightIcon;
+      main.title.closable = true;
+      app.shell.add(main, 'main');
+      app.shell.activateById(main.id);
+    };
+
+    const menu = new Menu({ commands });
+    menu.addItem({ command: CMD.open });
+    menu.addItem({ command: CMD.load });
+    menu.addItem({ command: CMD.reveal });
+    menu.addItem({ type: 'separator' });
+    menu.addItem({ command: CMD.remove });
+
+    const sidebar = new ProfilesPanel(serviceManager, {
+      open: p => void openProfile(p),
+      contextMenu: (p, event) => {
+        menuTarget = p;
+        menu.open(event.clientX, event.clientY);
+      }
+    });
+    sidebar.title.icon = nsightIcon;
+    app.shell.add(sidebar, 'left', { rank: 850 });
+    if (restorer) {
+      restorer.add(sidebar, 'nsight-magic-profiles');
+    }
+    const follow = () => sidebar.setDirectory(panelDir());
+    tracker.currentChanged.connect(follow);
+    follow();
+    // refreshed when a profile may have finished: after any cell of a notebook ran
+    NotebookActions.executed.connect((_, args) => {
+      if (/^\s*%%(nsys|ncu)\b|%nsys_load/.test(args.cell.model.sharedModel.getSource())) {
+        void sidebar.refresh();
+      }
+    });
+    if (labShell) {
+      labShell.currentChanged.connect(follow);
+    }
+
+    const current = (): NotebookPanel | null => tracker.currentWidget;
+    const runWith = (magic: 'nsys' | 'ncu') => async () => {
+      const panel = current();
+      if (panel) {
+        await profileActiveCell(panel, magic);
+        sidebar.setDirectory(panelDir());
+        await sidebar.refresh();
+      }
+    };
+
+    commands.addCommand(CMD.nsys, {
+      label: 'Profile cell with Nsight Systems',
+      caption: 'Run the active cell under %%nsys (the cell text is not changed)',
+      icon: nsightIcon,
+      isEnabled: () => current() !== null,
+      execute: runWith('nsys')
+    });
+    commands.addCommand(CMD.ncu, {
+      label: 'Profile cell with Nsight Compute',
+      caption: 'Run the active cell under %%ncu (the cell text is not changed)',
+      isEnabled: () => current() !== null,
+      execute: runWith('ncu')
+    });
+    commands.addCommand(CMD.insert, {
+      label: 'Insert %%nsys magic',
+      caption: 'Put %%nsys on the first line of the active cell',
+      isEnabled: () => current() !== null,
+      execute: () => {
+        const panel = current();
+        if (panel) {
+          insertMagic(panel);
+        }
+      }
+    });
+    commands.addCommand(CMD.openLast, {
+      label: 'Open last Nsight profile',
+      execute: async () => {
+        await sidebar.refresh();
+        const last = sidebar.profiles.find(p => p.hasView) || sidebar.profiles[0];
+        if (last) {
+          await openProfile(last);
+        } else {
+          await showErrorMessage('Nsight profile', `No profiles in ${PROFILES_DIR}/ beside this notebook yet.`);
+        }
+      }
+    });
+    commands.addCommand(CMD.refresh, {
+      label: 'Refresh Nsight profiles',
+      execute: () => sidebar.refresh()
+    });
+    commands.addCommand(CMD.open, {
+      label: 'Open profile',
+      execute: () => (menuTarget ? openProfile(menuTarget) : undefined)
+    });
+    commands.addCommand(CMD.load, {
+      label: 'Insert %nsys_load cell',
+      isEnabled: () => current() !== null && menuTarget !== null,
+      execute: () => {
+        const panel = current();
+        if (!panel || !menuTarget) {
+          return;
+        }
+        NotebookActions.insertBelow(panel.content);
+        const cell = panel.content.activeCell;
+        if (cell) {
+          const rel = menuTarget.path.slice(panelDir() ? panelDir().length + 1 : 0);
+          cell.model.sharedModel.setSource(`%nsys_load ${JSON.stringify(rel)}`);
+        }
+      }
+    });
+    commands.addCommand(CMD.reveal, {
+      label: 'Show in file browser',
+      execute: () => (menuTarget ? commands.execute('filebrowser:go-to-path', { path: menuTarget.path }) : undefined)
+    });
+    commands.addCommand(CMD.remove, {
+      label: 'Delete profile…',
+      execute: async () => {
+        const p = menuTarget;
+        if (!p) {
+          return;
+        }
+        const answer = await showDialog({
+          title: 'Delete profile',
+          body: `Delete ${p.path} and every file in it (report, cell, output)?`,
+          buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Delete' })]
+        });
+        if (answer.button.accept) {
+          try {
+            await deleteRecursively(contents, p.path);
+          } catch (reason) {
+            await showErrorMessage('Delete profile', String(reason));
+          }
+          await sidebar.refresh();
+        }
+      }
+    });
+
+    if (palette) {
+      for (const command of [CMD.nsys, CMD.ncu, CMD.insert, CMD.openLast, CMD.refresh]) {
+        palette.addItem({ command, category: 'Nsight' });
+      }
+    }
+    app.contextMenu.addItem({ command: CMD.nsys, selector: '.jp-Notebook .jp-CodeCell', rank: 20 });
+    app.contextMenu.addItem({ command: CMD.ncu, selector: '.jp-Notebook .jp-CodeCell', rank: 21 });
+    app.contextMenu.addItem({ command: CMD.insert, selector: '.jp-Notebook .jp-CodeCell', rank: 22 });
+
+    // toolbar buttons on every notebook
+    tracker.widgetAdded.connect((_, panel) => {
+      const button = (magic: 'nsys' | 'ncu', label: string, tooltip: string) =>
+        new ToolbarButton({
+          icon: magic === 'nsys' ? nsightIcon : undefined,
+          label,
+          tooltip,
+          className: `nm-toolbar-${magic}`,
+          onClick: () => void commands.execute(magic === 'nsys' ? CMD.nsys : CMD.ncu)
+        });
+      panel.toolbar.insertAfter('cellType', 'nsight-nsys', button('nsys', 'nsys', 'Profile cell with Nsight Systems'));
+      panel.toolbar.insertAfter('nsight-nsys', 'nsight-ncu', button('ncu', 'ncu', 'Profile cell with Nsight Compute'));
+    });
+  }
+};
+
+export default plugin;

@@ -1,0 +1,91 @@
+"""A real `jupyter lab` for the browser tests: 127.0.0.1, a free port, a token, a temporary root, and its own config,
+data, runtime, settings and workspace folders (and the kernels' IPython folder), so that neither a user's
+~/.jupyter nor a saved layout can change what the test sees, and the test leaves nothing behind.
+
+NSIGHT_TEST_JUPYTERLAB_SITE may name a folder made with `pip install --target DIR jupyterlab` for machines whose
+environment lacks JupyterLab (the server then runs with DIR on its sys.path; the kernel keeps this environment).
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SITE = os.environ.get("NSIGHT_TEST_JUPYTERLAB_SITE")
+TOKEN = "nsight-magic-test"
+
+needs_jupyterlab = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)"),
+    pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None and not SITE,
+                       reason="JupyterLab not installed (pip install -e '.[test]')"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def isolated_env(tmp_path: Path) -> dict:
+    """The environment of a Jupyter process that reads and writes only below tmp_path."""
+    env = dict(os.environ)
+    for var, sub in (("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTERLAB_SETTINGS_DIR", "lab-settings"),
+                     ("JUPYTERLAB_WORKSPACES_DIR", "lab-workspaces"), ("IPYTHONDIR", "ipython")):
+        d = tmp_path / "jupyter-home" / sub
+        d.mkdir(parents=True, exist_ok=True)
+        env[var] = str(d)
+    env.pop("JPY_SESSION_NAME", None)
+    return env
+
+
+@contextlib.contextmanager
+def jupyterlab_server(tmp_path: Path):
+    """Yields (base URL, root folder); stops the server and every kernel it started."""
+    port = _free_port()
+    root = tmp_path / "notebooks"
+    root.mkdir()
+    argv = ["jupyter-lab", "--no-browser", f"--port={port}", "--ServerApp.ip=127.0.0.1",
+            f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}", "--allow-root"]
+    env = isolated_env(tmp_path)
+    if SITE:
+        argv.append(f"--app-dir={Path(SITE) / 'share' / 'jupyter' / 'lab'}")
+        env["JUPYTER_PATH"] = str(Path(SITE) / "share" / "jupyter")
+    code = (f"import sys; sys.path.append({SITE!r}) if {bool(SITE)} else None; "
+            f"from jupyterlab.labapp import main; sys.argv = {argv!r}; sys.exit(main())")
+    log = open(tmp_path / "server.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env, stdout=log,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:  # poll the server's API until it answers
+            try:
+                urllib.request.urlopen(f"{base}/api/status?token={TOKEN}", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() > deadline:
+                    pytest.fail(f"JupyterLab did not start: {(tmp_path / 'server.log').read_text()[-2000:]}")
+                time.sleep(0.3)
+        yield base, root
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the server and the kernels it started
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()

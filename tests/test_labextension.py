@@ -1,0 +1,119 @@
+"""The JupyterLab extension (labextension/) in a real JupyterLab and Chromium: the toolbar button profiles a cell
+under a real nsys without changing its text, the Stop button interrupts a profile, the "Nsight profiles" sidebar
+lists the new profile and opens its view in a sandboxed frame.  Screenshots go to test-artifacts/."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import requires_nsys
+from jupyterlab_server import ARGS, CHROMIUM, TOKEN, isolated_env, jupyterlab_server, needs_jupyterlab
+
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+CELL = "import time, nvtx\nwith nvtx.annotate('lab-range'):\n    time.sleep(0.05)\nprint('the cell ran')"
+SLOW = "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\nprint('not reached')"
+
+pytestmark = [*needs_jupyterlab, pytest.mark.timeout(420)]
+
+
+def test_the_extension_is_installed_and_enabled(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "jupyterlab.labextensions", "list"], capture_output=True,
+                         text=True, env=isolated_env(tmp_path), timeout=120)
+    text = out.stdout + out.stderr
+    line = next((x for x in text.splitlines() if "nsight-magic" in x), "")
+    assert "enabled" in line and "OK" in line, text
+
+
+def _open_notebook(page, base: str, name: str) -> None:
+    page.goto(f"{base}/lab/tree/{name}?token={TOKEN}")
+    page.wait_for_selector(".jp-Notebook .jp-InputArea-editor", timeout=90_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
+
+
+def _cell_text(cell) -> str:
+    return "\n".join(cell.locator(".cm-line").all_inner_texts())
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
+    from playwright.sync_api import sync_playwright
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    with jupyterlab_server(tmp_path) as (base, root):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL), nbformat.v4.new_code_cell(SLOW)])
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nbformat.write(nb, root / "lab.ipynb")
+        with sync_playwright() as p:
+            b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+            page = b.new_page(viewport={"width": 1500, "height": 1000})
+            errors = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            _open_notebook(page, base, "lab.ipynb")
+            cells = page.locator(".jp-Notebook .jp-CodeCell")
+            first = cells.nth(0)
+            first.locator(".jp-InputPrompt").click()  # make it the active cell
+            button = page.locator(".jp-NotebookPanel-toolbar .nm-toolbar-nsys").first
+            button.wait_for(timeout=30_000)
+            out = first.locator(".jp-OutputArea")
+            for _ in range(3):  # a request sent while the kernel connection settles can be dropped: retry
+                button.click()
+                try:
+                    out.get_by_text("nsys: ok", exact=False).wait_for(timeout=150_000)
+                    break
+                except Exception:  # noqa: BLE001
+                    if "nsys:" in out.inner_text():
+                        raise
+            out.get_by_text("Timeline").first.wait_for(timeout=60_000)  # the view (the live widget's tabs)
+            page.wait_for_timeout(1500)
+            text = out.inner_text()
+            assert "the cell ran" in text and "saved in" in text, text
+            assert _cell_text(first) == CELL  # the magic line was added for that execution only
+            page.screenshot(path=str(ARTIFACTS / "labextension_profiled_cell.png"))
+
+            # the sidebar lists the new profile; a click opens its view in a sandboxed frame
+            page.locator(".jp-SideBar [data-id='nsight-magic-profiles']").click()
+            entry = page.locator(".nm-profile").first
+            entry.wait_for(timeout=30_000)
+            assert entry.locator(".nm-profile-name").inner_text().startswith("cell")
+            assert "top NVTX range: lab-range" in entry.inner_text()
+            page.screenshot(path=str(ARTIFACTS / "labextension_sidebar.png"))
+            entry.click()
+            frame_el = page.locator(".nm-viewer iframe").first
+            frame_el.wait_for(timeout=30_000)
+            assert frame_el.get_attribute("sandbox") == "allow-scripts"
+            view = page.frame_locator(".nm-viewer iframe")
+            view.locator("button.nm-tabbtn", has_text="Timeline").wait_for(timeout=60_000)
+            view.locator("canvas").first.wait_for(timeout=60_000)
+            page.wait_for_timeout(1500)
+            page.screenshot(path=str(ARTIFACTS / "labextension_view.png"))
+            # the page's scripts run in an opaque origin: they cannot read the Lab's document
+            reach = frame_el.evaluate("el => { try { return !!el.contentWindow.parent.document; } "
+                                      "catch (e) { return 'blocked'; } }")
+            assert reach in (True, "blocked")  # evaluated from the Lab itself: allowed; the frame's own check:
+            inside = page.frames[-1].evaluate("() => { try { return !!window.parent.document.body; } "
+                                              "catch (e) { return 'blocked'; } }")
+            assert inside == "blocked"
+
+            # Stop interrupts a running profile cleanly; the cell's text stays as it was
+            page.locator(".lm-TabBar-tab", has_text="lab.ipynb").click()
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+            second = cells.nth(1)
+            second.locator(".jp-InputPrompt").click()
+            button.click()
+            second.locator(".jp-OutputArea").get_by_text("sleeping").wait_for(timeout=150_000)
+            page.locator(".jp-NotebookPanel-toolbar [data-command='notebook:interrupt-kernel']").first.click()
+            second.locator(".jp-OutputArea").get_by_text("interrupted", exact=False).wait_for(timeout=120_000)
+            assert "not reached" not in second.locator(".jp-OutputArea").inner_text()
+            assert _cell_text(second) == SLOW
+            page.screenshot(path=str(ARTIFACTS / "labextension_interrupted.png"))
+            b.close()
+        assert errors == [], errors
+        profiles = sorted((root / "nsight-profiles").iterdir())
+        assert len(profiles) == 2
+        assert json.loads((profiles[0] / "summary.json").read_text())["top_range"] == "lab-range"
