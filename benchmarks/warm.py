@@ -16,13 +16,13 @@ import argparse
 import json
 import shutil
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from IPython.core.interactiveshell import InteractiveShell
+
+from overhead import bare  # the same bare `nsys profile` (+ import) as the overhead benchmark
 
 from nsight_magic import tools
 from nsight_magic.options import DEFAULT_TRACE, trace_for_machine
@@ -63,17 +63,6 @@ for step in range(50):
 torch.cuda.synchronize()
 print("loss", float(loss))
 """
-
-
-def bare(script: Path, trace: str, out: Path) -> float:
-    nsys = tools.find_nsys()
-    t0 = time.perf_counter()
-    subprocess.run([str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
-                    f"--output={out}", sys.executable, str(script)], check=True, capture_output=True)
-    qdstrm = out.with_suffix(".qdstrm")
-    if not out.with_suffix(".nsys-rep").exists() and qdstrm.exists():
-        tools.import_qdstrm(qdstrm, nsys)
-    return time.perf_counter() - t0
 
 
 def magic(shell: InteractiveShell, cell: str, trace: str, folder: Path, extra: str = "") -> tuple[float, dict]:

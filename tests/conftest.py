@@ -17,6 +17,23 @@ requires_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
 requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None,
                                   reason="ncu not installed (scripts/install-ncu-debian.sh)")
 
+# Debian's Chromium, driven by Playwright (scripts/install-browser-debian.sh)
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+requires_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
+                                       reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """A headless Chromium for the module's tests (every browser test takes it as an argument)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=60_000)
+        yield b
+        b.close()
+
 
 def fixture_path(*parts: str) -> Path:
     """A file under ../shared/fixtures, or skip the test when the shared folder is absent."""

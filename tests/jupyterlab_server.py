@@ -20,15 +20,14 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+from conftest import requires_chromium
+
 SITE = os.environ.get("NSIGHT_TEST_JUPYTERLAB_SITE")
 TOKEN = "nsight-magic-test"
 
 needs_jupyterlab = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)"),
+    requires_chromium,
     pytest.mark.skipif(importlib.util.find_spec("jupyterlab") is None and not SITE,
                        reason="JupyterLab not installed (pip install -e '.[test]')"),
 ]

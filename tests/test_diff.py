@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 from nbclient import NotebookClient
 
-from conftest import fixture_path, requires_nsys
+from conftest import fixture_path, requires_chromium, requires_nsys
 from nsight_magic import diff
 from nsight_magic.analysis.diff import DIFF_COLUMNS, kernel_key, nvtx_paths
 from nsight_magic.cli import main as cli_main
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import run_nsys
-from test_views_browser import CHROMIUM, browser  # noqa: F401 - the browser fixture
 
 DATA = Path(__file__).parent / "data"
 
@@ -124,8 +123,8 @@ def test_ncu_reports_compare_kernels_and_metrics():
         diff(rep, DATA / "findings_bad.sqlite")
 
 
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium")
-def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):  # noqa: F811
+@requires_chromium
+def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):
     page = tmp_path / "diff.html"
     assert cli_main(["diff", str(DATA / "findings_bad.sqlite"), str(DATA / "findings_good.sqlite"),
                      "-o", str(page)]) == 0

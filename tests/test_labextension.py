@@ -11,8 +11,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import requires_nsys
-from jupyterlab_server import ARGS, CHROMIUM, TOKEN, isolated_env, jupyterlab_server, needs_jupyterlab
+from conftest import ARGS, CHROMIUM, requires_nsys
+from jupyterlab_server import TOKEN, isolated_env, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CELL = "import time, nvtx\nwith nvtx.annotate('lab-range'):\n    time.sleep(0.05)\nprint('the cell ran')"

@@ -59,7 +59,8 @@ def test_quickstart_runs_headless_and_its_html_draws_the_timeline(tmp_path):
     chromium = Path("/usr/bin/chromium")
     if not chromium.exists():
         pytest.skip("no /usr/bin/chromium")
-    from test_views_browser import ARGS, VIEWS
+    from conftest import ARGS
+    from test_views_browser import VIEWS
 
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
@@ -70,9 +71,12 @@ def test_quickstart_runs_headless_and_its_html_draws_the_timeline(tmp_path):
         page.goto(html.as_uri())
         page.wait_for_function(f"() => window.Bokeh && Bokeh.index && {VIEWS}.filter(v => v.frame).length == 2",
                                timeout=30_000)
-        texts = page.evaluate(f"() => {VIEWS}.filter(v => v.frame).map(v => v.model.renderers"
-                              ".map(r => r.data_source).find(s => s.name && s.name.endsWith('-labels')).data.text)")
-        assert all("make inputs" in t for t in texts)  # names on the bars
+        labels = (f"() => {VIEWS}.filter(v => v.frame).map(v => v.model.renderers"
+                  ".map(r => r.data_source).find(s => s.name && s.name.endsWith('-labels')).data.text)")
+        try:  # names on the bars: written by a script once the plot has its size (later on a busy machine)
+            page.wait_for_function(f"() => ({labels})().every(t => t.includes('make inputs'))", timeout=30_000)
+        except Exception:  # noqa: BLE001 - say what was there instead
+            raise AssertionError(f"bar names: {page.evaluate(labels)}") from None
         page.screenshot(path=str(REPO / "test-artifacts" / "quickstart.png"), full_page=True)
         b.close()
     assert errors == []

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
-from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from conftest import DATA, FIXTURES, recorded_stats

@@ -17,11 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path
+from conftest import fixture_path, requires_chromium
 from nsight_magic.views.bokehjs import LOADER_MARKER
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 XSS = "<img src=x onerror=alert(1)>"
@@ -34,17 +31,8 @@ VIEWS = ("(() => { const i = Bokeh.index; const roots = (i && typeof i.values ==
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)"),
+    requires_chromium,
 ]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, timeout=60_000)
-        yield b
-        b.close()
 
 
 def js(code: str) -> str:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path
-from jupyterlab_server import ARGS, CHROMIUM, TOKEN, jupyterlab_server, needs_jupyterlab
+from conftest import ARGS, CHROMIUM, fixture_path
+from jupyterlab_server import TOKEN, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 # every view of every Bokeh document, children of layouts included (Bokeh.index holds the root views only)
@@ -90,11 +90,20 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
             page.wait_for_timeout(80)
         page.wait_for_function("() => document.querySelector('.widget-label').innerText.startsWith('showing all')",
                                timeout=60_000)
-        page.wait_for_timeout(1000)
-        after = caption.inner_text()
-        start, end, drawn = page.evaluate(f"""() => {{ const v = {VIEWS}.find(v => v.frame);
+        # each wheel step asks the kernel for its window; wait until the last answer is in (nothing changes for
+        # a second): on a busy machine the caption of an earlier window can still be showing
+        state = f"""() => {{ const v = {VIEWS}.find(v => v.frame);
             const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data);
-            return [v.model.x_range.start, v.model.x_range.end, src.get_length()]; }}""")
+            return [v.model.x_range.start, v.model.x_range.end, src.get_length(),
+                    document.querySelector('.widget-label').innerText]; }}"""
+        last = None
+        for _ in range(30):
+            page.wait_for_timeout(1000)
+            now = page.evaluate(state)
+            if now == last:
+                break
+            last = now
+        start, end, drawn, after = last
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab_live_zoom.png"))
         b.close()

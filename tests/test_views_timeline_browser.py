@@ -8,11 +8,11 @@ import io
 
 import pytest
 
-from conftest import requires_nsys
-from test_views_browser import CHROMIUM, Page, browser, js  # noqa: F401 (the browser fixture)
+from conftest import requires_chromium, requires_nsys
+from test_views_browser import Page, js
 
 pytestmark = [pytest.mark.browser, pytest.mark.nsys, requires_nsys, pytest.mark.timeout(300),
-              pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium")]
+              requires_chromium]
 
 CELL = """
 import time, nvtx

@@ -158,14 +158,13 @@ def _gpu_busy_ns(report) -> int:
              if isinstance(f, pd.DataFrame) and not f.empty and {"start_ns", "end_ns"} <= set(f.columns)]
     if not parts:
         return 0
+    from ..readers.nsys_summary import busy_fraction
+
     iv = pd.concat(parts)
     s = iv["start_ns"].to_numpy(np.int64)
-    e = pd.to_numeric(iv["end_ns"], errors="coerce").fillna(iv["start_ns"]).to_numpy(np.int64)
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], np.maximum(e[o], s[o])
-    run = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run[:-1]]
-    return int((np.maximum.reduceat(e, np.flatnonzero(new)) - s[new]).sum())
+    e = np.maximum(pd.to_numeric(iv["end_ns"], errors="coerce").fillna(iv["start_ns"]).to_numpy(np.int64), s)
+    lo, hi = int(s.min()), int(e.max())
+    return int(round(busy_fraction(s, e, np.array([lo, hi], np.int64))[0] * (hi - lo)))
 
 
 def _ncu_metrics(report) -> pd.DataFrame:
