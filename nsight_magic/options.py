@@ -78,6 +78,7 @@ class NsysOptions(RunOptions):
     fresh: bool = False              # --fresh: a fresh process even when the notebook has a warm session
     nproc: int | None = None         # --nproc N: the cell in N ranks under torchrun (one report, every rank)
     return_all: bool = False         # --return-all: --return values of every rank (a list per name)
+    per_rank_reports: bool = False   # --per-rank-reports: one nsys per rank, merged on one clock for the view
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -91,6 +92,8 @@ class NsysOptions(RunOptions):
             raise OptionError("--nproc must be between 1 and 64 (processes on this machine)")
         if self.return_all and self.nproc is None:
             raise OptionError("--return-all collects --return values from every rank: it needs --nproc N")
+        if self.per_rank_reports and self.nproc is None:
+            raise OptionError("--per-rank-reports writes one report per rank: it needs --nproc N")
 
 
 def split_names(text: str | None) -> tuple[str, ...]:
@@ -205,6 +208,10 @@ NSYS_ARGS = (
                         help="run the cell as N processes (ranks) with torchrun --standalone --nproc_per_node N, all "
                              "under one nsys: RANK, LOCAL_RANK and WORLD_SIZE are set, every rank gets the sent "
                              "variables, the view shows each rank's rows and a Ranks table")),
+    (("--per-rank-reports",), dict(action="store_true",
+                                   help="with --nproc: one nsys per rank (report.rankR.nsys-rep each, as "
+                                        "`torchrun ... nsys profile ...` does), merged on one time axis for the view "
+                                        "(report.sqlite)")),
     (("--return-all",), dict(action="store_true",
                              help="with --nproc: --return brings a list per name, one value per rank (default: "
                                   "rank 0's)")),
@@ -233,6 +240,7 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
                        lines=bool(getattr(args, "lines", False)), fresh=bool(getattr(args, "fresh", False)),
                        nproc=getattr(args, "nproc", None), return_all=bool(getattr(args, "return_all", False)),
+                       per_rank_reports=bool(getattr(args, "per_rank_reports", False)),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 

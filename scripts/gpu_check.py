@@ -14,6 +14,8 @@ Sections (pick with --only):
             setup + cell, each report's kernel count; figures in $OUT/warm.json
   ddp       (kind nvidia-h200-x2) %%nsys --nproc 2 on a DDP training cell (NCCL): kernels per device, NCCL
             kernels per collective and rank, the Ranks table, the straggler per step, the collective_wait finding
+  ranks1gpu (any one GPU) %%nsys --nproc 2 on one GPU with gloo, one report and --per-rank-reports: kernels and
+            steps per rank in both, how far apart the ranks leave each step (one clock after the merge)
   autonvtx  %%nsys --modules on a small transformer and %%nsys --lines on a training step (nbclient): the module
             table and the lines table
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
@@ -392,7 +394,7 @@ def check_ddp(work: Path) -> None:
     r = open_report(folder)
     say("ddp", "processes", "\n" + r.processes.to_string())
     k = r.kernels
-    say("ddp", "kernels_per_device", k.groupby("device_id").size().to_dict())
+    say("ddp", "kernels_per_device", {int(a): int(b) for a, b in k.groupby("device_id").size().items()})
     say("ddp", "nccl_summary", "\n" + nccl_summary(r).to_string())
     say("ddp", "ranks_table", "\n" + ranks_table(r).to_string())
     say("ddp", "stragglers", "\n" + stragglers_by_step(r).to_string())
@@ -401,6 +403,48 @@ def check_ddp(work: Path) -> None:
     from nsight_magic.views.report_view import write_view_html
 
     write_view_html(r, OUT / "ddp_view.html", folder)
+
+
+RANKS_1GPU_CELL = """%%nsys --name {name} --nproc 2 --no-render {extra}
+import os, torch, nvtx
+import torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+a = torch.randn(1024, 1024, device="cuda")
+for step in range(10):
+    with nvtx.annotate(f"step {{step}}"):
+        for _ in range(20 * (rank + 1)):   # rank 1 does twice the GPU work: the others wait for it
+            a = torch.tanh(a @ a)
+        s = a.sum().cpu().reshape(1)
+        dist.all_reduce(s)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+
+def check_ranks1gpu(work: Path) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from nsight_magic import open_report
+
+    cells = ["%load_ext nsight_magic", RANKS_1GPU_CELL.format(name="one", extra=""),
+             RANKS_1GPU_CELL.format(name="perrank", extra="--per-rank-reports")]
+    nb, wall = run_notebook(cells, work, timeout=900)
+    say("ranks1gpu", "wall_s", round(wall, 1))
+    for i, name in ((1, "one"), (2, "perrank")):
+        say("ranks1gpu", f"{name}_text", cell_text(nb.cells[i])[-1500:])
+        folder = sorted((work / "nsight-profiles").glob(f"{name}-*"))[-1]
+        say("ranks1gpu", f"{name}_files", sorted(p.name for p in folder.iterdir() if p.is_file()))
+        r = open_report(folder)
+        ranks = r.processes.dropna(subset=["rank"]).set_index("pid")["rank"]
+        k = r.kernels.assign(rank=lambda d: d["pid"].map(ranks))
+        say("ranks1gpu", f"{name}_kernels_per_rank", {int(a): int(b) for a, b in k.groupby("rank").size().items()})
+        nv = r.nvtx[r.nvtx["name"].str.startswith("step", na=False)]
+        ends = nv.assign(rank=nv["pid"].map(ranks)).pivot_table(index="name", columns="rank", values="end_ns")
+        say("ranks1gpu", f"{name}_steps_per_rank", {int(a): int(b) for a, b in ends.count().items()})
+        say("ranks1gpu", f"{name}_step_end_gap_ms_max", round(float((ends[1] - ends[0]).abs().max() / 1e6), 3))
+        say("ranks1gpu", f"{name}_kernel_summary_by_rank",
+            "\n" + r.kernel_summary(by="rank")[["rank", "name", "count", "total_ns"]].head(6).to_string())
+        r.close()
 
 
 def check_warm(work: Path) -> None:
@@ -431,11 +475,18 @@ def main() -> None:
         try:
             {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
-             "warm": check_warm, "ddp": check_ddp}[section](work)
+             "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))
-    (OUT / "gpu_check.json").write_text(json.dumps(RESULTS, indent=2, default=str))
+    (OUT / "gpu_check.json").write_text(json.dumps(_str_keys(RESULTS), indent=2, default=str))
+
+
+def _str_keys(value):
+    """numpy keys (a groupby's) are not JSON keys: str() them rather than lose the whole file."""
+    if isinstance(value, dict):
+        return {k if isinstance(k, (str, int, float, bool)) else str(k): _str_keys(v) for k, v in value.items()}
+    return value
 
 
 if __name__ == "__main__":

@@ -103,9 +103,50 @@ def test_a_rank_that_raises_is_named_and_nothing_hangs(tmp_path):
     assert r.wall_s < 120
 
 
+@requires_nsys
+@requires_torch
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_per_rank_reports_are_merged_on_one_clock(tmp_path):
+    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="osrt,nvtx", nproc=2,
+                                       per_rank_reports=True, return_vars=("got",), return_all=True),
+                 namespace={"offset": 40})
+    assert r.ok, r.messages
+    assert r.returned == {"got": [(0, 40), (1, 41)]}
+    command = r.folder.command.read_text()
+    assert "--no-python" in command and "report.rank%q{RANK}" in command
+    files = {p.name for p in r.folder.path.iterdir()}
+    assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.rank0.sqlite", "report.rank1.sqlite",
+            "report.sqlite"} <= files
+    report = r.open()
+    assert r.sqlite == r.folder.sqlite
+    ranked = report.processes[report.processes["rank"].notna()].sort_values("rank")
+    assert ranked["rank"].tolist() == [0, 1] and ranked["pid"].nunique() == 2
+    nv = report.nvtx_summary(by="rank")
+    steps = nv[nv["name"].str.startswith("step")]
+    assert sorted(steps.groupby("rank")["count"].sum().items()) == [(0, 3), (1, 3)]
+    _add_up(nv, report.nvtx_summary(), ["name", "style"])
+    # one clock: every step ends in an all-reduce that the faster rank waits in, so both ranks leave each step
+    # within a few ms of each other; on two unaligned clocks they would be apart by the nsys start-up difference
+    ranks = ranked.set_index("pid")["rank"]
+    ev = report.nvtx[report.nvtx["name"].str.startswith("step", na=False)]
+    ends = ev.assign(rank=ev["pid"].map(ranks)).pivot_table(index="name", columns="rank", values="end_ns")
+    assert len(ends) == 3 and ((ends[1] - ends[0]).abs() < 20e6).all(), ends
+    # each rank's own report still has just its own process
+    with open_report(r.folder.path / "report.rank1.sqlite") as one:
+        mine = one.nvtx[one.nvtx["name"].str.startswith("step", na=False)]
+        assert mine["pid"].nunique() == 1 and len(mine) == 3
+    rows = prepare_timeline(report).rows
+    heads = rows[rows["level"] == 0]["label"].tolist()
+    assert heads[0].startswith("Rank 0 · Process") and heads[1].startswith("Rank 1 · Process")
+    report.close()
+
+
 def test_nproc_options_are_checked():
     with pytest.raises(OptionError, match="--return-all"):
         NsysOptions(return_all=True)
+    with pytest.raises(OptionError, match="--per-rank-reports"):
+        NsysOptions(per_rank_reports=True)
     with pytest.raises(OptionError, match="--nproc"):
         NsysOptions(nproc=0)
 
@@ -122,6 +163,8 @@ def test_nproc_in_a_real_kernel(tmp_path):
         "%%nsys --nproc 2 --return got --return-all --no-render -t osrt,nvtx\nimport os\n"
         "got = offset + int(os.environ['RANK'])\nprint('hello from', os.environ['RANK'])",
         "print('returned', got)",
+        "%%nsys --nproc 2 --per-rank-reports --name ranks --no-render -t osrt,nvtx\nimport os\n"
+        "print('own report', os.environ['RANK'])",
     )]
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     text = lambda c: "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")  # noqa: E731
@@ -131,6 +174,10 @@ def test_nproc_in_a_real_kernel(tmp_path):
     assert "fresh process (--nproc starts its ranks with torchrun)" in profiled
     assert "Ranks" in profiled  # the text summary's per-rank table
     assert "returned [7, 8]" in text(nb.cells[3])
+    per_rank = text(nb.cells[4])
+    assert "own report 0" in per_rank and "[rank 1] own report 1" in per_rank, per_rank
+    folder, = (tmp_path / "nsight-profiles").glob("ranks-*")
+    assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.sqlite"} <= {p.name for p in folder.iterdir()}
 
 
 # ---- a real 2-GPU training report (nsys 2026.2, NCCL send/recv between two processes) ---------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import shlex
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -24,10 +25,11 @@ from .process import (OutputCallback, RunResult, StatusCallback, _ChildOutcome, 
                       describe_outcome, rank_outcome, run_child)
 
 
-def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str]) -> list[str]:
+def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str],
+              output: str | None = None) -> list[str]:
     """The full `nsys profile ...` argv for one run (pure)."""
     argv = [str(nsys), "profile", f"--trace={trace}", *nsys_default_args(opts.nsys_args),
-            f"--output={folder.report_base}"]
+            f"--output={output or folder.report_base}"]
     if opts.capture == "cell":
         argv += ["--capture-range=nvtx", f"--nvtx-capture={folder.path.name}@{CAPTURE_DOMAIN}",
                  "--capture-range-end=stop"]
@@ -38,8 +40,22 @@ def child_argv(folder: ProfileFolder, nproc: int | None = None) -> list[str]:
     """The profiled process: child.py, or with --nproc N, torchrun starting N of them (ranks) on this machine."""
     child = ["-m", "nsight_magic.child", str(folder.path)]
     if nproc:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *child]
+        return [*_torchrun(nproc), *child]
     return [sys.executable, *child]
+
+
+def _torchrun(nproc: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
+
+
+def profile_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder) -> list[str]:
+    """What runs in the PID namespace: nsys over the child (or over torchrun and its ranks), or with
+    --per-rank-reports torchrun starting one nsys per rank, each writing report.rankR (nsys expands %q{RANK})."""
+    if opts.nproc and opts.per_rank_reports:
+        one = nsys_argv(nsys, opts, trace, folder, [sys.executable, "-m", "nsight_magic.child", str(folder.path)],
+                        output=f"{folder.report_base}.rank%q{{RANK}}")
+        return [*_torchrun(opts.nproc), "--no-python", *one]
+    return nsys_argv(nsys, opts, trace, folder, child_argv(folder, opts.nproc))
 
 
 def _check_nproc(opts: NsysOptions, script: str | None) -> None:
@@ -52,25 +68,56 @@ def _check_nproc(opts: NsysOptions, script: str | None) -> None:
         raise OptionError("--nproc starts the ranks with torchrun, which comes with PyTorch: install torch")
 
 
-def finish_nsys(folder: ProfileFolder, nsys: Path, messages: list[str]) -> tuple[Path | None, Path | None]:
-    """Import a left-over .qdstrm, export SQLite; problems become messages, files are kept."""
-    rep = folder.nsys_rep if folder.nsys_rep.exists() else None
-    if rep is None and folder.qdstrm.exists():
+def finish_nsys(folder: ProfileFolder, nsys: Path, messages: list[str],
+                ranks: int | None = None) -> tuple[Path | None, Path | None]:
+    """Import a left-over .qdstrm, export SQLite; problems become messages, files are kept.
+    With `ranks` (--per-rank-reports): each rank's report.rankR, then report.sqlite merging them on one clock."""
+    if ranks:
+        return _finish_ranks(folder, nsys, messages, ranks)
+    rep, sqlite = _import_export(folder.report_base, nsys, messages)
+    if sqlite is not None:
+        write_report_cache(sqlite)
+    return rep, sqlite
+
+
+def _import_export(base: Path, nsys: Path, messages: list[str]) -> tuple[Path | None, Path | None]:
+    """BASE.nsys-rep (imported from BASE.qdstrm when nsys left only that) -> BASE.sqlite."""
+    rep, qdstrm = base.with_name(base.name + ".nsys-rep"), base.with_name(base.name + ".qdstrm")
+    if not rep.exists() and qdstrm.exists():
         try:
-            rep = tools.import_qdstrm(folder.qdstrm, nsys)
-            folder.qdstrm.unlink()  # imported; the raw stream can be GBs
+            rep = tools.import_qdstrm(qdstrm, nsys)
+            qdstrm.unlink()  # imported; the raw stream can be GBs
         except (ReportError, ToolNotFound) as e:
-            messages.append(f"{e}; the raw {folder.qdstrm.name} is kept in {folder.path}/")
+            messages.append(f"{e}; the raw {qdstrm.name} is kept in {base.parent}/")
             return None, None
-    if rep is None:
+    if not rep.exists():
         return None, None
     try:
-        sqlite = tools.export_sqlite(rep, nsys, folder.sqlite)
+        return rep, tools.export_sqlite(rep, nsys, base.with_name(base.name + ".sqlite"))
     except (ReportError, ToolNotFound) as e:
-        messages.append(f"{e}; {rep.name} is kept in {folder.path}/ (open it in Nsight Systems)")
+        messages.append(f"{e}; {rep.name} is kept in {base.parent}/ (open it in Nsight Systems)")
         return rep, None
-    write_report_cache(sqlite)
-    return rep, sqlite
+
+
+def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks: int):
+    from ..readers.nsys_merge import merge_exports
+
+    reps, exports = [], []
+    for r in range(ranks):
+        rep, sqlite = _import_export(folder.path / f"report.rank{r}", nsys, messages)
+        if rep is None and sqlite is None:
+            messages.append(f"rank {r} left no report (report.rank{r}.*); the view shows the other ranks")
+        reps += [rep] if rep else []
+        exports += [sqlite] if sqlite else []
+    if not exports:
+        return (reps[0] if reps else None), None
+    try:
+        merged = merge_exports(exports, folder.sqlite)
+    except (ReportError, sqlite3.DatabaseError) as e:
+        messages.append(f"could not merge the per-rank reports ({e}); each rank's report.rankR.sqlite is kept")
+        return reps[0] if reps else None, None
+    write_report_cache(merged)
+    return (reps[0] if reps else None), merged
 
 
 def write_report_cache(sqlite: Path) -> None:
@@ -131,9 +178,9 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     if message:
         messages.append(message)
     t_report = time.monotonic()
-    rep, sqlite = finish_nsys(folder, nsys, messages)
+    rep, sqlite = finish_nsys(folder, nsys, messages, opts.nproc if opts.per_rank_reports else None)
     timings = {"run_s": outcome.wall_s, **outcome.timings, "report_s": time.monotonic() - t_report}
-    if rep is None and not folder.qdstrm.exists():  # a kept raw .qdstrm was already explained
+    if rep is None and not any(folder.path.glob("report*.qdstrm")):  # a kept raw .qdstrm was already explained
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
             pitfall = tools.nvtx_pitfall(version)
@@ -166,7 +213,7 @@ def _capture_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, me
     prefix, isolation_note = tools.isolation_prefix()
     if isolation_note:
         messages.append(isolation_note)
-    argv = [*prefix, *nsys_argv(nsys, opts, trace, folder, child_argv(folder, opts.nproc))]
+    argv = [*prefix, *profile_argv(nsys, opts, trace, folder)]
     folder.command.write_text(shlex.join(argv) + "\n")
     return run_child(argv, prep, env, opts.timeout, on_output, on_status, stop_grace_s, ranks=opts.nproc or 1)
 
