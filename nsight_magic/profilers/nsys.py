@@ -52,8 +52,7 @@ def profile_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolde
     """What runs in the PID namespace: nsys over the child (or over torchrun and its ranks), or with
     --per-rank-reports torchrun starting one nsys per rank, each writing report.rankR (nsys expands %q{RANK})."""
     if opts.nproc and opts.per_rank_reports:
-        one = nsys_argv(nsys, opts, trace, folder, [sys.executable, "-m", "nsight_magic.child", str(folder.path)],
-                        output=f"{folder.report_base}.rank%q{{RANK}}")
+        one = nsys_argv(nsys, opts, trace, folder, child_argv(folder), output=f"{folder.report_base}.rank%q{{RANK}}")
         return [*_torchrun(opts.nproc), "--no-python", *one]
     return nsys_argv(nsys, opts, trace, folder, child_argv(folder, opts.nproc))
 

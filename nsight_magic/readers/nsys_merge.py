@@ -140,13 +140,13 @@ def _map_strings(con: sqlite3.Connection) -> None:
 def _append(con: sqlite3.Connection, shift: int) -> None:
     """Append schema src's rows to main: times shifted by `shift`, references by their tables' offsets."""
     main, src = _tables(con, "main"), _tables(con, "src")
-    # id offsets of referenced tables (StringIds, backtraces...), taken before any row is appended
+    # id offsets of referenced tables (backtraces...), taken before any row is appended; strings are mapped by text
     offsets = {}
     for t in src.values():
         for c in t.columns:
-            if c.ref and c.ref[1] == "id" and not c.ref[0].startswith("ENUM_") and c.ref[0] in main:
-                offsets.setdefault(c.ref[0], _max(con, c.ref[0], "id"))
-    offsets.pop("StringIds", None)
+            ref = c.ref[0] if c.ref and c.ref[1] == "id" else None
+            if ref and ref != "StringIds" and not ref.startswith("ENUM_") and ref in main:
+                offsets.setdefault(ref, _max(con, ref, "id"))
     strings = "StringIds" in main and "StringIds" in src
     if strings:
         _map_strings(con)
@@ -176,7 +176,6 @@ def _append(con: sqlite3.Connection, shift: int) -> None:
         key = _KEYED.get(name)
         if key and key in have:
             select += f' WHERE "{key}" NOT IN (SELECT "{key}" FROM main."{name}" WHERE "{key}" IS NOT NULL)'
-        elif not t.timed and name not in offsets and not any(c.ref and c.ref[0] in offsets for c in cols) \
-                and not any(c.ref == ("StringIds", "id") for c in cols):
+        elif not t.timed and name not in offsets and not any(c.ref and c.ref[0] in offsets for c in cols):
             select += f' EXCEPT SELECT {names} FROM main."{name}"'   # machine description: not repeated
         con.execute(f'{verb} INTO main."{name}" ({names}) {select}')
