@@ -230,19 +230,24 @@ def check_ncu(work: Path) -> None:
             say("ncu", f"{name}_rep_bytes", rep_file.stat().st_size)
 
 
-def check_notebook(work: Path) -> None:
-    src = Path(__file__).resolve().parents[1] / "notebooks" / "memory_workload.ipynb"
+def execute_repo_notebook(section: str, name: str, work: Path, tail: int) -> None:
+    """Execute notebooks/NAME, say its wall time, errors and each code cell's output tail; save it to $OUT."""
+    src = Path(__file__).resolve().parents[1] / "notebooks" / name
     nb = nbformat.read(src, as_version=4)
     t0 = time.perf_counter()
     NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True, store_widget_state=False,
                    resources={"metadata": {"path": str(work)}}).execute()
-    say("notebook", "wall_s", round(time.perf_counter() - t0, 1))
+    say(section, "wall_s", round(time.perf_counter() - t0, 1))
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
-    say("notebook", "errors", [f"{e.ename}: {e.evalue}" for e in errors])
+    say(section, "errors", [f"{e.ename}: {e.evalue}" for e in errors])
     for i, c in enumerate(nb.cells):
         if c.cell_type == "code":
-            say("notebook", f"cell{i}", cell_text(c)[-600:])
-    nbformat.write(nb, OUT / "memory_workload.ipynb")
+            say(section, f"cell{i}", cell_text(c)[-tail:])
+    nbformat.write(nb, OUT / name)
+
+
+def check_notebook(work: Path) -> None:
+    execute_repo_notebook("notebook", "memory_workload.ipynb", work, tail=600)
 
 
 def check_findings(work: Path) -> None:
@@ -289,18 +294,7 @@ def check_findings(work: Path) -> None:
 
 
 def check_optimize(work: Path) -> None:
-    src = Path(__file__).resolve().parents[1] / "notebooks" / "optimizing_a_training_step.ipynb"
-    nb = nbformat.read(src, as_version=4)
-    t0 = time.perf_counter()
-    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True, store_widget_state=False,
-                   resources={"metadata": {"path": str(work)}}).execute()
-    say("optimize", "wall_s", round(time.perf_counter() - t0, 1))
-    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
-    say("optimize", "errors", [f"{e.ename}: {e.evalue}" for e in errors])
-    for i, c in enumerate(nb.cells):
-        if c.cell_type == "code":
-            say("optimize", f"cell{i}", cell_text(c)[-1500:])
-    nbformat.write(nb, OUT / "optimizing_a_training_step.ipynb")
+    execute_repo_notebook("optimize", "optimizing_a_training_step.ipynb", work, tail=1500)
 
 
 AUTONVTX_SETUP = """%%nsight_setup

@@ -35,6 +35,32 @@ def browser():
         b.close()
 
 
+def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: bool = False):
+    """Execute code cells in a real kernel (nbclient) with `cwd` as the notebook's folder; the executed notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=allow_errors,
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def cell_text(cell, name: str | None = None) -> str:
+    """What a cell showed as text: its streams (only stream `name` when given), text/plain results (without
+    `name`) and tracebacks."""
+    parts = []
+    for o in cell.outputs:
+        if o.output_type == "stream" and (name is None or o.name == name):
+            parts.append(o.text)
+        elif o.output_type in ("display_data", "execute_result") and name is None:
+            parts.append(o.data.get("text/plain", ""))
+        elif o.output_type == "error":
+            parts.append("\n".join(o.traceback))
+    return "".join(parts)
+
+
 def fixture_path(*parts: str) -> Path:
     """A file under ../shared/fixtures, or skip the test when the shared folder is absent."""
     p = FIXTURES.joinpath(*parts)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import numpy as np
 import pytest
-from nbclient import NotebookClient
 
-from conftest import fixture_path, requires_chromium, requires_nsys
+from conftest import cell_text, fixture_path, requires_chromium, requires_nsys, run_notebook
 from nsight_magic import diff
 from nsight_magic.analysis.diff import DIFF_COLUMNS, kernel_key, nvtx_paths
 from nsight_magic.cli import main as cli_main
@@ -150,22 +148,17 @@ def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
 def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+    nb = run_notebook([
         "%load_ext nsight_magic",
         "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.05)",
         "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.25)",
         "%nsys_diff --no-render",
         "print(type(_nsys_diff).__name__, _nsys_diff.nvtx.set_index('name').loc['b', 'status'])",
         "%nsys_diff nothing-here also-not",
-    )]
-    NotebookClient(nb, timeout=240, kernel_name="python3", allow_errors=True,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = lambda c: "".join(o.get("text", "") + "".join(o.get("traceback", []))  # noqa: E731
-                             for o in c.outputs)
-    shown = text(nb.cells[3])
+    ], tmp_path, allow_errors=True)
+    shown = cell_text(nb.cells[3])
     assert shown.startswith("Profile diff: cell") and " -> cell" in shown
     first, second = shown.split("\n")[0].removeprefix("Profile diff: ").split(" -> ")
     assert first < second  # the older profile first
-    assert "ProfileDiff changed" in text(nb.cells[4])
-    assert "nothing-here" in text(nb.cells[5]) and "UsageError" in text(nb.cells[5])
+    assert "ProfileDiff changed" in cell_text(nb.cells[4])
+    assert "nothing-here" in cell_text(nb.cells[5]) and "UsageError" in cell_text(nb.cells[5])

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from conftest import nvtx_ranges, requires_nsys
+from conftest import cell_text, nvtx_ranges, requires_nsys
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
 
@@ -29,18 +29,6 @@ def _run(nb, cwd, monkeypatch):
     return nb
 
 
-def _text(cell, name=None) -> str:
-    parts = []
-    for o in cell.outputs:
-        if o.output_type == "stream" and (name is None or o.name == name):
-            parts.append(o.text)
-        elif o.output_type in ("display_data", "execute_result") and name is None:
-            parts.append(o.data.get("text/plain", ""))
-        elif o.output_type == "error":
-            parts.append("\n".join(o.traceback))
-    return "".join(parts)
-
-
 def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     nb = _notebook([
         "%load_ext nsight_magic",
@@ -54,12 +42,12 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     ])
     _run(nb, tmp_path, monkeypatch)
     cells = nb.cells
-    assert "remembered as setup code" in _text(cells[1])
-    profiled = _text(cells[3])
+    assert "remembered as setup code" in cell_text(cells[1])
+    profiled = cell_text(cells[3])
     assert "sending 1 variable: x (int" in profiled  # the manifest: free names only, setup names excluded
-    assert "cell sees x = 20" in _text(cells[3], "stdout")  # streamed from the child
+    assert "cell sees x = 20" in cell_text(cells[3], "stdout")  # streamed from the child
     assert "nsys:" in profiled  # the status line
-    assert "back in the notebook: y = 42" in _text(cells[4])
+    assert "back in the notebook: y = 42" in cell_text(cells[4])
     for view_cell in (cells[3], cells[5]):  # the run's view, and the saved folder shown again
         bundles = [o.data for o in view_cell.outputs if o.output_type == "display_data"]
         report_bundle = [d for d in bundles if "application/vnd.jupyter.widget-view+json" in d]
@@ -94,13 +82,13 @@ def test_magic_help_and_usage_errors(tmp_path, monkeypatch):
     client = NotebookClient(nb, timeout=120, kernel_name="python3", allow_errors=True,
                             resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
-    assert "may not contain -o" in _text(nb.cells[1])
-    assert "invalid choice: 'sometimes'" in _text(nb.cells[2])
-    doc = _text(nb.cells[3])
+    assert "may not contain -o" in cell_text(nb.cells[1])
+    assert "invalid choice: 'sometimes'" in cell_text(nb.cells[2])
+    doc = cell_text(nb.cells[3])
     for flag in ("--trace", "--capture", "--timeout", "--vars", "--no-vars", "--return", "--nsys-args",
                  "--no-render", "--quiet", "--name", "--dir"):
         assert flag in doc
-    assert "no such file" in _text(nb.cells[4])
+    assert "no such file" in cell_text(nb.cells[4])
 
 
 def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkeypatch):
@@ -119,23 +107,23 @@ def test_vars_quiet_no_render_and_nsys_args_change_what_happens(tmp_path, monkey
     nb.cells[-1].metadata["tags"] = ["raises-exception"]
     _run(nb, tmp_path, monkeypatch)
     quiet = nb.cells[2]
-    assert "a is" not in _text(quiet, "stdout")  # --quiet: the cell's output is not streamed...
+    assert "a is" not in cell_text(quiet, "stdout")  # --quiet: the cell's output is not streamed...
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in quiet.outputs)
-    assert "Nsight Systems report" in _text(quiet)  # --no-render: the text view instead of the widget
+    assert "Nsight Systems report" in cell_text(quiet)  # --no-render: the text view instead of the widget
     picked = next((tmp_path / "nsight-profiles").glob("picked-*"))
     assert (picked / "stdout.txt").read_text() == "a is 1\nb sent: False\n"  # ...but it is saved; --vars a only
     assert "--trace-fork-before-exec=true" in (picked / "command.txt").read_text()
     none = next((tmp_path / "nsight-profiles").glob("none-*"))
     assert (none / "stdout.txt").read_text() == "a sent: False\n"
-    assert "sending" not in _text(nb.cells[3])
+    assert "sending" not in cell_text(nb.cells[3])
     # a folder of profiles: listed newest first, the newest shown unless --pick chooses another
-    listing = _text(nb.cells[4])
+    listing = cell_text(nb.cells[4])
     assert "2 profiles, newest first" in listing and "showing none-" in listing
     assert listing.index("none-") < listing.index("picked-") and "Nsight Systems report" in listing
-    assert "showing picked-" in _text(nb.cells[5]) and "showing picked-" in _text(nb.cells[6])
+    assert "showing picked-" in cell_text(nb.cells[5]) and "showing picked-" in cell_text(nb.cells[6])
     rendered = [o for o in nb.cells[7].outputs if o.output_type == "display_data"]
     assert "2 profiles" in rendered[0].data["text/html"]
-    assert "no profile of that name" in _text(nb.cells[8])
+    assert "no profile of that name" in cell_text(nb.cells[8])
     summary = json.loads((picked / "summary.json").read_text())
     assert summary["tool"] == "nsys" and summary["name"] == picked.name and summary["capture_ns"] > 0
     assert (picked / "report.nsight-cache" / "key.json").exists()
@@ -145,7 +133,7 @@ def test_streamed_output_is_bounded_and_all_of_it_is_saved(tmp_path, monkeypatch
     nb = _notebook(["%load_ext nsight_magic",
                     "%%nsys --name chatty --no-render\nfor i in range(100_000):\n    print('line', i)"])
     _run(nb, tmp_path, monkeypatch)
-    shown = _text(nb.cells[1], "stdout")
+    shown = cell_text(nb.cells[1], "stdout")
     assert "output cut after 200,000 characters" in shown and len(shown) < 210_000
     saved = next((tmp_path / "nsight-profiles").glob("chatty-*")) / "stdout.txt"
     assert saved.read_text().count("\n") == 100_000

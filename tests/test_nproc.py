@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import importlib.util
 
-import nbformat
 import numpy as np
 import pandas as pd
 import pytest
-from nbclient import NotebookClient
 
-from conftest import fixture_path, requires_nsys
+from conftest import cell_text, fixture_path, requires_nsys, run_notebook
 from nsight_magic import open_report
 from nsight_magic.analysis.ranks import collective_waits, nccl_collective, nccl_kernels, ranks_table
 from nsight_magic.errors import OptionError
@@ -156,8 +154,7 @@ def test_nproc_options_are_checked():
 @pytest.mark.nsys
 @pytest.mark.timeout(400)
 def test_nproc_in_a_real_kernel(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+    nb = run_notebook([
         "%load_ext nsight_magic",
         "offset = 7",
         "%%nsys --nproc 2 --return got --return-all --no-render -t osrt,nvtx\nimport os\n"
@@ -165,16 +162,13 @@ def test_nproc_in_a_real_kernel(tmp_path):
         "print('returned', got)",
         "%%nsys --nproc 2 --per-rank-reports --name ranks --no-render -t osrt,nvtx\nimport os\n"
         "print('own report', os.environ['RANK'])",
-    )]
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
-    text = lambda c: "".join(o.get("text", "") + o.get("data", {}).get("text/plain", "")  # noqa: E731
-                             for o in c.outputs)
-    profiled = text(nb.cells[2])
+    ], tmp_path, timeout=300)
+    profiled = cell_text(nb.cells[2])
     assert "hello from 0" in profiled and "[rank 1] hello from 1" in profiled
     assert "fresh process (--nproc starts its ranks with torchrun)" in profiled
     assert "Ranks" in profiled  # the text summary's per-rank table
-    assert "returned [7, 8]" in text(nb.cells[3])
-    per_rank = text(nb.cells[4])
+    assert "returned [7, 8]" in cell_text(nb.cells[3])
+    per_rank = cell_text(nb.cells[4])
     assert "own report 0" in per_rank and "[rank 1] own report 1" in per_rank, per_rank
     folder, = (tmp_path / "nsight-profiles").glob("ranks-*")
     assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.sqlite"} <= {p.name for p in folder.iterdir()}

@@ -266,17 +266,22 @@ def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _
     return outcome
 
 
-def _progress_records(path: Path) -> list[dict]:
+def json_records(text: str) -> list[dict]:
+    """The JSON lines of `text`; a line still being written (or garbled) is skipped."""
     out = []
-    try:
-        for line in path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    except OSError:
-        pass
+    for line in text.splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            continue
     return out
+
+
+def _progress_records(path: Path) -> list[dict]:
+    try:
+        return json_records(path.read_text())
+    except OSError:
+        return []
 
 
 def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder) -> str | None:

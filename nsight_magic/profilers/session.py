@@ -35,7 +35,7 @@ from pathlib import Path
 
 from .. import commands, tools
 from ..errors import NsightMagicError
-from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail
+from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
 START_ARGS = ("--sample=none", "--cpuctxsw=none")   # refused by `nsys launch`, taken by `nsys start`
@@ -55,7 +55,7 @@ def session_key(nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> 
 
 @dataclass
 class _Records:
-    """Progress lines of one profile folder, read incrementally."""
+    """JSON lines a process appends (a profile folder's progress, the session host's answers), read incrementally."""
 
     path: Path
     items: list = field(default_factory=list)
@@ -64,12 +64,7 @@ class _Records:
         self.tail = _Tail(self.path)
 
     def read(self) -> list[dict]:
-        new = []
-        for line in self.tail.read().splitlines():
-            try:
-                new.append(json.loads(line))
-            except ValueError:
-                continue
+        new = json_records(self.tail.read())
         self.items += new
         return new
 
@@ -96,8 +91,7 @@ class NsysSession:
         self.worker_started: float | None = None
         self.cells = 0
         self.seq = 0
-        self.host_answers = _Tail(self.dir / "host.jsonl")
-        self.answers: list[dict] = []
+        self.host_answers = _Records(self.dir / "host.jsonl")
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
     def start(self, folder=None, timeout: float | None = None, on_output=None, on_status=None,
@@ -230,7 +224,7 @@ class NsysSession:
         records.read()
         rc = None
         if not self.alive():
-            ended = [a for a in self.answers if a.get("event") == "ended"]
+            ended = [a for a in self.host_answers.items if a.get("event") == "ended"]
             rc = ended[-1].get("rc") if ended else (self.proc.returncode if self.proc else None)
         finished = [r for r in records.items if r.get("phase") == "finished"]
         status = outcome or _status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
@@ -259,7 +253,7 @@ class NsysSession:
             return {"rc": None, "output": "the session host is gone"}
         end = time.monotonic() + timeout + 10
         while time.monotonic() < end:
-            for a in self._read_answers():
+            for a in self.host_answers.read():
                 if a.get("seq") == seq:
                     return a
             if not self.alive():
@@ -267,22 +261,12 @@ class NsysSession:
             time.sleep(POLL_S)
         return {"rc": None, "output": f"no answer from nsys {verb} within {timeout:g} s"}
 
-    def _read_answers(self) -> list[dict]:
-        new = []
-        for line in self.host_answers.read().splitlines():
-            try:
-                new.append(json.loads(line))
-            except ValueError:
-                continue
-        self.answers += new
-        return new
-
     def _wait_ended(self, timeout: float = 60) -> None:
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pass
-        self._read_answers()
+        self.host_answers.read()
 
     def _pump(self, folder: Path, records: _Records, until, timeout, on_output, on_status, t0) -> None:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
