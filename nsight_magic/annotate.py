@@ -32,9 +32,11 @@ class AnnotationError(OptionError):
 class Annotation:
     """Undo handle of annotate_modules / annotate_functions (also a context manager)."""
 
-    def __init__(self, undo=(), names=()):
+    def __init__(self, undo=(), names=(), models=(), skipped=()):
         self._undo = list(undo)
         self.names = list(names)  # the NVTX range names it adds (module paths, function names)
+        self.models = list(models)    # annotate_namespace: the variable names of the models annotated
+        self.skipped = list(skipped)  # ... and (variable name, why) of the modules it could not annotate
 
     def remove(self) -> None:
         while self._undo:
@@ -183,9 +185,17 @@ def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
         import torch
     except ImportError:
         return Annotation()
-    found = [(k, v) for k, v in namespace.items()
-             if isinstance(v, torch.nn.Module) and not k.startswith("_") and type(v).__name__ != "OptimizedModule"
-             and not isinstance(v, torch.jit.ScriptModule)]
+    found, skipped = [], []
+    for k, v in namespace.items():
+        if not isinstance(v, torch.nn.Module) or k.startswith("_"):
+            continue
+        if type(v).__name__ == "OptimizedModule" or hasattr(v, "_orig_mod"):
+            skipped.append((k, "torch.compile'd: call nsight_magic.annotate_modules(model) before torch.compile "
+                               "(in the setup code), or profile the uncompiled model"))
+        elif isinstance(v, torch.jit.ScriptModule):
+            skipped.append((k, "TorchScript runs no module hooks: annotate the model before scripting it"))
+        else:
+            found.append((k, v))
     inner = set()
     for _, m in found:  # a model that is a submodule of another found one is annotated through it
         inner |= {id(s) for s in m.modules() if s is not m}
@@ -194,14 +204,16 @@ def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
         if id(m) not in inner and id(m) not in seen:
             seen.add(id(m))
             tops.append((k, m))
-    undo, names = [], []
+    undo, names, models = [], [], []
     for k, m in tops:
         if getattr(m, "_nsight_magic_annotated", False):  # the user's own annotate_modules call already did it
+            models.append(k)
             continue
         a = annotate_modules(m, depth=depth, prefix=f"{k}." if len(tops) > 1 else "")
         undo.append(a.remove)
         names += a.names
-    return Annotation(undo, names)
+        models.append(k)
+    return Annotation(undo, names, models, skipped)
 
 
 # ---- functions -------------------------------------------------------------------------------------------------

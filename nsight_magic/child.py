@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 
 CAPTURE_DOMAIN = "nsight-magic"
+OWN_START_MARK, OWN_END_MARK = "process start", "process end"  # readers.capture_span reads them
 EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4
 
 
@@ -71,16 +72,37 @@ def rank_suffix(rank: int | None) -> str:
 
 
 def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 300.0) -> None:
-    """Wait until every rank got here, or one rank failed (an `error` file): files in FOLDER/.ranks."""
+    """Wait until every rank got here, or one rank failed (an `error` file): files in FOLDER/.ranks.  When it is
+    stopped (a --timeout or Ctrl-C reaches every rank) or gives up, it says which ranks it was waiting for instead
+    of a traceback from here."""
     d = folder / ".ranks"
     d.mkdir(exist_ok=True)
     (d / f"{name}.{rank}").touch()
     end = time.monotonic() + timeout_s
-    while len(list(d.glob(f"{name}.*"))) < world and not any(d.glob("error.*")):
-        if time.monotonic() > end:
-            print(f"nsight-magic: rank {rank}: not every rank reached the {name} of the cell within "
-                  f"{timeout_s:g} s; going on", file=sys.stderr)
-            return
+
+    def missing() -> str:
+        there = {p.name.split(".", 1)[1] for p in d.glob(f"{name}.*")}
+        gone = [str(r) for r in range(world) if str(r) not in there]
+        return f"rank{'s' if len(gone) > 1 else ''} {', '.join(gone)}" if gone else "no rank"
+
+    where = "the start of the cell" if name == "start" else "the end of the cell (it had finished its cell)"
+    try:
+        while len(list(d.glob(f"{name}.*"))) < world and not any(d.glob("error.*")):
+            if time.monotonic() > end:
+                print(f"nsight-magic: rank {rank} waited {timeout_s:g} s at {where} for {missing()}; going on",
+                      file=sys.stderr)
+                return
+            time.sleep(0.002)
+    except KeyboardInterrupt:
+        print(f"nsight-magic: rank {rank} was stopped at {where} while waiting for {missing()}", file=sys.stderr)
+        (d / f"waiting.{rank}").write_text(f"{name} {missing()}\n")
+        if name == "start":
+            raise
+
+
+def _wait_for(path: Path, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < end:
         time.sleep(0.002)
 
 
@@ -97,6 +119,7 @@ def _annotate(ann: dict, ns: dict, folder: Path) -> list:
             h = annotate_namespace(ns, depth=ann["modules"] or None)
             made["modules"] = h.names
             handles.append(h)
+            print(f"nsight-magic: --modules: {modules_line(h)}", file=sys.stderr)
         except Exception as e:  # noqa: BLE001 - say it, run the cell without module ranges
             print(f"nsight-magic: --modules: {e}", file=sys.stderr)
     if ann.get("functions"):
@@ -111,6 +134,99 @@ def _annotate(ann: dict, ns: dict, folder: Path) -> list:
     if made:
         (folder / "annotations.json").write_text(_dumps(made, indent=1) + "\n")
     return handles
+
+
+def modules_line(h) -> str:
+    """What --modules did: the models and the ranges it annotated, or why it annotated none."""
+    parts = []
+    if h.models:
+        parts.append(f"annotated {len(h.names)} modules of {', '.join(h.models)} "
+                     "(a forward and a backward range each)")
+    for name, why in h.skipped:
+        parts.append(f"{name} not annotated: {why}")
+    if not parts:
+        parts.append("no torch.nn.Module among the sent variables and the setup code's names, so no module "
+                     "ranges (send the model, e.g. --vars model, or build it in %%nsight_setup)")
+    return "; ".join(parts)
+
+
+def mark_process(which: str) -> None:
+    """--capture all: the profiled process marks its start and end in our domain (readers.capture_span)."""
+    try:
+        import nvtx
+
+        nvtx.mark(which, domain=CAPTURE_DOMAIN)
+    except Exception:  # noqa: BLE001 - without nvtx the events' span is the capture
+        pass
+
+
+def stop_leftovers(progress=None) -> list[str]:
+    """Processes the cell started that still run when it ends (a detached server, a forgotten Popen): stopped
+    (SIGTERM, then SIGKILL), so that the profiler, which waits for every process of the run, can finish.
+    Returns their descriptions ("pid: command") and says so on stderr."""
+    import signal
+
+    kids = _descendants(os.getpid())
+    if not kids:
+        return []
+    described = [f"{pid}: {_command(pid)}" for pid in kids]
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
+        for pid in kids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + wait
+        while time.monotonic() < end and any(_alive(p) for p in kids):
+            time.sleep(0.02)
+        kids = [p for p in kids if _alive(p)]
+        if not kids:
+            break
+    n = len(described)
+    print(f"nsight-magic: the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(described[:5])}"
+          f"{'; ...' if n > 5 else ''}); {'they were' if n > 1 else 'it was'} stopped when the cell ended",
+          file=sys.stderr)
+    if progress is not None:
+        progress("leftovers", processes=described)
+    return described
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below `root` (by parent pid), deepest last."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            state = stat.rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if state != "Z":
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _command(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                or "?")[:80]
+    except OSError:
+        return "?"
 
 
 def new_namespace(cfg: dict) -> dict:
@@ -176,10 +292,20 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     if cfg.get("capture") == "cell" or rank is not None:
         import nvtx
 
-        nvtx.push_range(cfg["range_name"], domain=CAPTURE_DOMAIN)
+        # nsys starts recording at the first push of the range named after the profile and stops at its pop.
+        # Under one nsys (--nproc) only rank 0 pushes that name, after the start barrier and popped after the end
+        # barrier, so the recording covers every rank's cell even when another rank fails; with one nsys per rank
+        # (--per-rank-reports) each rank's own nsys needs it.
+        name = cfg["range_name"]
+        if rank and not cfg.get("per_rank_reports"):
+            name = f"{name} rank {rank}"
+            _wait_for(folder / ".ranks" / "recording", 10.0)  # what a rank marks before that is not recorded
+        nvtx.push_range(name, domain=CAPTURE_DOMAIN)
         rng = True
         if rank is not None:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
+            if rank == 0:
+                (folder / ".ranks" / "recording").touch()
     progress("running")
     try:
         exec(code, ns)
@@ -195,12 +321,20 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             (folder / ".ranks").mkdir(exist_ok=True)
             (folder / ".ranks" / f"error.{rank}").touch()
     finally:
-        if rank is not None:
-            _barrier(folder, "end", rank, world)
-        if rng:
-            nvtx.pop_range(domain=CAPTURE_DOMAIN)
-        for h in handles:
-            h.remove()
+        # the cell is over: from here a --timeout no longer applies (the runner reads this), and a stop signal
+        # ends our own bookkeeping quietly instead of showing a traceback from this file
+        progress("cell-done", status=status)
+        if rank is not None:  # again, inside the recording for sure (rank 0 pops only after the end barrier)
+            nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
+        try:
+            if rank is not None:
+                _barrier(folder, "end", rank, world)
+            if rng:
+                nvtx.pop_range(domain=CAPTURE_DOMAIN)
+            for h in handles:
+                h.remove()
+        except KeyboardInterrupt:
+            pass
         sys.stdout.flush()
         sys.stderr.flush()
     progress("finished", status=status)
@@ -226,12 +360,25 @@ def main(argv: list[str]) -> int:
     sfx = rank_suffix(rank_of(cfg)[0])
     _redirect_output(folder / f"stdout{sfx}.txt", folder / f"stderr{sfx}.txt")
     progress = _Progress(folder / f"progress{sfx}.jsonl")
-    progress("importing")
+    progress("importing", pid=os.getpid())
+    if cfg.get("capture") == "all":
+        mark_process(OWN_START_MARK)
     ns = new_namespace(cfg)
     status = run_setup(folder / "setup.py", ns, progress) or load_variables(folder, ns, progress)
-    if status:
-        return status
-    return run_cell(folder, cfg, ns, progress)
+    if not status:
+        status = run_cell(folder, cfg, ns, progress)
+    # objects of the cell (a DataLoader's workers) end with the namespace; whatever else it started is stopped
+    ns.clear()
+    import gc
+
+    gc.collect()
+    try:
+        stop_leftovers(progress)
+    except KeyboardInterrupt:
+        pass
+    if cfg.get("capture") == "all":
+        mark_process(OWN_END_MARK)
+    return status
 
 
 if __name__ == "__main__":

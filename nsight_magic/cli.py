@@ -51,12 +51,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def check_output_file(path: Path) -> None:
+    """An HTML file we are asked to write: its folder must exist and be writable, and it must not be a folder."""
+    from .errors import OptionError
+
+    if path.is_dir():
+        raise OptionError(f"-o {path}: is a folder; give a file name such as {path / 'diff.html'}")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise OptionError(f"-o {path}: the folder {parent} does not exist; create it or choose another file")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OptionError(f"-o {path}: not writable; choose another file")
+
+
 def _diff(args) -> int:
     from .analysis.diff import diff
     from .store import find_profile
     from .views.diff import diff_page, diff_text
 
     root = Path(args.dir) if args.dir else Path.cwd() / "nsight-profiles"
+    if args.output:
+        check_output_file(Path(args.output))  # before the comparison: a bad path must not cost its time
     d = diff(find_profile(args.before, root), find_profile(args.after, root), match=args.match)
     print(diff_text(d))
     if args.output:
@@ -100,9 +115,10 @@ def _view(args) -> int:
     from . import open_report
 
     src = Path(args.report)
+    out = Path(args.output) if args.output else (src if src.is_dir() else src.parent) / "view.html"
+    check_output_file(out)
     report = open_report(src)
     folder = src if src.is_dir() else None
-    out = Path(args.output) if args.output else (src if src.is_dir() else src.parent) / "view.html"
     if type(report).__name__ == "NcuReport":
         from .views.ncu import ncu_html
 

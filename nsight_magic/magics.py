@@ -59,6 +59,8 @@ class _LiveStatus:
         if self.quiet:
             return
         label = {"importing": "loading setup and variables", "running": "running cell",
+                 "cell-done": "cell finished; the profiler is writing its report",
+                 "leftovers": "stopping processes the cell left running",
                  "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
         text = f"{self.tool}: {label} ({elapsed:.1f} s)"
         if self.handle is None:
@@ -308,6 +310,7 @@ class NsightMagics(Magics):
                            "newest), or a .nsys-rep/.qdrep/.sqlite (or .ncu-rep/.csv) report")
     @argument("--pick", default=None, metavar="NAME|INDEX",
               help="in a folder of profiles: which one to show (0 = newest, or the profile's name or part of it)")
+    @argument("--all", action="store_true", help="in a folder of profiles: also list the runs that left no report")
     @argument("--no-render", action="store_true", help="print a text summary instead of the interactive view")
     @line_magic
     def nsys_load(self, line):
@@ -318,31 +321,39 @@ class NsightMagics(Magics):
 
         if path.is_dir() and not is_profile_folder(path):
             profiles = list_profiles(path)
+            failed = list_profiles(path, include_failed=True) if args.all else None
             if profiles.empty:
-                print(f"nsight-magic: {path} holds no profile folders (nor a report); profiles are made by %%nsys "
+                n = len(list_profiles(path, include_failed=True))
+                more = f" ({n} run{'s' if n != 1 else ''} left no report: %nsys_load {args.path} --all lists them)" \
+                    if n and not args.all else ""
+                print(f"nsight-magic: {path} holds no profile with a report{more}; profiles are made by %%nsys "
                       f"and %%ncu in nsight-profiles/ beside the notebook", file=sys.stderr)
+                if failed is not None and len(failed):
+                    _display_listing(failed, None, render=not args.no_render)
                 return
             try:
                 chosen = pick_profile(profiles, args.pick)
             except NsightMagicError as e:
                 raise UsageError(str(e)) from None
-            _display_listing(profiles, chosen, render=not args.no_render)
+            _display_listing(failed if failed is not None else profiles, chosen, render=not args.no_render)
             path = Path(chosen["folder"])
         elif args.pick is not None:
             raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
         _show_report(path, path if path.is_dir() else None, not args.no_render)
 
 
-def _display_listing(profiles, chosen: dict, render: bool) -> None:
+def _display_listing(profiles, chosen: dict | None, render: bool) -> None:
     """The profiles of a folder as a table (newest first), then which one is shown below it."""
     from .views.profiles import profiles_html, profiles_text
 
     text = profiles_text(profiles)
     if render:
-        display({"text/html": profiles_html(profiles, chosen["name"]), "text/plain": text}, raw=True)
+        display({"text/html": profiles_html(profiles, chosen["name"] if chosen else None), "text/plain": text},
+                raw=True)
     else:
         print(text)
-    print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
+    if chosen:
+        print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
 
 
 def _session_line(info: dict | None) -> str:

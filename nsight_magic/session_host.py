@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -39,17 +40,18 @@ def _serve(sdir: Path, nsys: str, name: str) -> None:
         _answer(sdir, {"seq": cmd["seq"], "argv": argv, "rc": rc, "output": out})
 
 
-def _watch_lifeline(fd: int) -> None:
+def _watch_lifeline(fd: int, sdir: Path) -> None:
     while os.read(fd, 1):
         pass
     os.kill(0, signal.SIGKILL)  # our process group: nsys launch and the worker
+    shutil.rmtree(sdir, ignore_errors=True)  # the kernel that would have removed it is gone
     os._exit(1)                 # as PID 1 of the namespace the signal spared us; our end ends the rest
 
 
 def main(argv: list[str]) -> int:
     sdir = Path(argv[0]).resolve()
     if len(argv) > 1:
-        threading.Thread(target=_watch_lifeline, args=(int(argv[1]),), daemon=True).start()
+        threading.Thread(target=_watch_lifeline, args=(int(argv[1]), sdir), daemon=True).start()
     cfg = json.loads((sdir / "session.json").read_text())
     launch = [cfg["nsys"], "launch", f"--session-new={cfg['name']}", f"--trace={cfg['trace']}",
               *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.worker", str(sdir)]

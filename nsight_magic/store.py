@@ -126,30 +126,71 @@ def _created(folder: Path) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(folder.stat().st_mtime))
 
 
+REPORT_FILES = ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report.qdstrm")
+
+
 def is_profile_folder(p: Path) -> bool:
-    return p.is_dir() and any((p / f).exists() for f in ("report.sqlite", "report.nsys-rep", "report.ncu-rep",
-                                                         "report_raw.csv", "cell.py", SUMMARY_FILE))
+    return p.is_dir() and any((p / f).exists() for f in (*REPORT_FILES, "cell.py", SUMMARY_FILE))
 
 
-def list_profiles(root: Path):
-    """The profile folders under `root` (one level), newest first, as a DataFrame with SUMMARY_KEYS + folder.
+def has_report(p: Path) -> bool:
+    """A profile folder whose run left a report (a failed run keeps its cell and output, but no report)."""
+    return any((p / f).exists() for f in REPORT_FILES[:4])
+
+
+def folder_tool(p: Path) -> str | None:
+    """Which profiler a profile folder is for: from its report, else from run.json / command.txt."""
+    if (p / "report.ncu-rep").exists() or (p / "report_raw.csv").exists():
+        return "ncu"
+    if any((p / f).exists() for f in ("report.sqlite", "report.nsys-rep", "report.qdstrm")):
+        return "nsys"
+    try:
+        cmd = (p / "command.txt").read_text()
+        return "ncu" if "ncu" in cmd.split(" ", 1)[0] else "nsys"
+    except OSError:
+        pass
+    try:
+        return json.loads((p / "versions.json").read_text()).get("ncu") and "ncu" or "nsys"
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def describe_reportless(folder: Path) -> str:
+    """One line for a folder without a report: what it holds and where the reason is."""
+    files = sorted(f.name for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    if not files:
+        return f"{folder}: an empty folder, no report (looked for report.sqlite, report.nsys-rep, report.ncu-rep)"
+    tool = folder_tool(folder) or "the profiler"
+    why = [f for f in ("stderr.txt", "tool-output.txt") if f in files]
+    where = f"; why is in {' and '.join(why)}" if why else ""
+    shown = ", ".join(files[:8]) + (", ..." if len(files) > 8 else "")
+    return (f"{folder.name}: this {tool} run left no report (it failed or was stopped before {tool} wrote one)"
+            f"{where}; the folder holds {shown}")
+
+
+def list_profiles(root: Path, include_failed: bool = False):
+    """The profile folders under `root` (one level), newest first, as a DataFrame with SUMMARY_KEYS + folder +
+    has_report.  A profile's name is its folder's name (a copied folder is a profile of its own).
 
     summary.json gives the figures; a folder without one (made by an older version, or whose report could not be
-    read) still gets a row with what its files say."""
+    read) still gets a row with what its files say.  Folders of failed runs (no report) are left out unless
+    `include_failed`."""
     import pandas as pd
 
     rows = []
     for d in Path(root).iterdir() if Path(root).is_dir() else ():
         if not is_profile_folder(d):
             continue
+        ok = has_report(d)
+        if not ok and not include_failed:
+            continue
         try:
             data = json.loads((d / SUMMARY_FILE).read_text())
         except (OSError, ValueError):
-            data = {"name": d.name, "created": _created(d),
-                    "tool": "ncu" if (d / "report.ncu-rep").exists() or (d / "report_raw.csv").exists() else
-                    "nsys" if (d / "report.sqlite").exists() or (d / "report.nsys-rep").exists() else None}
-        rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d)})
-    df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder"])
+            data = {"created": _created(d), "tool": folder_tool(d)}
+        data["name"] = d.name
+        rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d), "has_report": ok})
+    df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder", "has_report"])
     # newest first; folders made in the same second by their -n suffix (name order)
     return df.sort_values(["created", "folder"], ascending=False, kind="stable").reset_index(drop=True)
 

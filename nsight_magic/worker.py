@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .child import EXIT_SETUP_ERROR, _Progress, _redirect_output, load_variables, new_namespace, run_cell, run_setup
+from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, load_variables, new_namespace, run_cell, run_setup,
+                    stop_leftovers)
 from .commands import receive
 
 STARTED = time.time()
@@ -46,6 +47,7 @@ def main(argv: list[str]) -> int:
         try:
             for cmd in receive(sdir / "worker.fifo"):
                 if cmd["cmd"] == "exit":
+                    stop_leftovers()  # what cells started and left running would keep nsys launch waiting
                     return 0
                 if cmd["cmd"] == "load":
                     folder = Path(cmd["folder"])

@@ -18,6 +18,12 @@ Sections (pick with --only):
             steps per rank in both, how far apart the ranks leave each step (one clock after the merge)
   autonvtx  %%nsys --modules on a small transformer and %%nsys --lines on a training step (nbclient): the module
             table and the lines table
+  planted   records the single-GPU planted diagnosis suite (tests/data/planted/make_planted_reports.py: each
+            workload and its fixed twin timed without the profiler, then profiled): $OUT/planted_single.tar.xz
+  planted_ddp  (kind nvidia-h200-x2) the same for the DDP stragglers: $OUT/planted_ddp.tar.xz
+  job       (two GPUs) a DDP job recorded as a cluster user would, one `nsys profile` per rank under torchrun
+            (report.%q{RANK}), each exported, `nsys stats` of each, and `nsys recipe nccl_gpu_time_util_map`
+            timed on them: $OUT/job.tar.xz
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -458,6 +464,80 @@ def check_warm(work: Path) -> None:
             say("warm", f"{tag}_tail", (p.stdout + p.stderr)[-3000:])
 
 
+def _planted(work: Path, suite: str) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    out = work / f"planted_{suite}"
+    p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), str(out),
+                        "--suite", suite], capture_output=True, text=True, timeout=1200, cwd=work)
+    say(f"planted_{suite}", "rc", p.returncode)
+    say(f"planted_{suite}", "output", "\n" + (p.stdout + p.stderr)[-6000:])
+    if out.exists():
+        tar = OUT / f"planted_{suite}.tar.xz"
+        subprocess.run(["tar", "-cJf", str(tar), "-C", str(out), *sorted(x.name for x in out.iterdir()
+                                                                         if x.is_file())], check=True)
+        say(f"planted_{suite}", "tar_bytes", tar.stat().st_size)
+
+
+def check_planted(work: Path) -> None:
+    _planted(work, "single")
+
+
+def check_planted_ddp(work: Path) -> None:
+    _planted(work, "ddp")
+
+
+def check_job(work: Path) -> None:
+    """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py."""
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "tests" / "data" / "planted"))
+    from make_planted_reports import BY_NAME
+
+    job = work / "job"
+    job.mkdir()
+    script = work / "ddp_job.py"
+    script.write_text(BY_NAME["ddp_gpu_straggler"].bad)
+    nsys = shutil.which("nsys")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        "--no-python", nsys, "profile", "-t", "cuda,nvtx", "-s", "none", "--cpuctxsw=none",
+                        "-o", str(job / "report.%q{RANK}"), sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=600, cwd=work)
+    say("job", "record_rc", p.returncode)
+    say("job", "record_wall_s", round(time.perf_counter() - t0, 1))
+    if p.returncode:
+        say("job", "record_tail", (p.stdout + p.stderr)[-3000:])
+    reps = sorted(job.glob("report.*.nsys-rep"))
+    say("job", "reports", [r.name for r in reps])
+    for r in reps:
+        subprocess.run([nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "-o",
+                        str(r.with_suffix(".sqlite")), str(r)], capture_output=True, timeout=300)
+        q = subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--output", "-",
+                            str(r.with_suffix(".sqlite"))], capture_output=True, text=True, timeout=300)
+        (job / (r.stem + ".cuda_gpu_kern_sum.csv")).write_text(q.stdout)
+    for mode in ("concurrent", "none"):
+        t0 = time.perf_counter()
+        q = subprocess.run([nsys, "recipe", "nccl_gpu_time_util_map", "--input", str(job), "--mode", mode,
+                            "--output", str(work / f"recipe_{mode}")], capture_output=True, text=True,
+                           timeout=600, cwd=work)
+        say("job", f"recipe_{mode}_rc", q.returncode)
+        say("job", f"recipe_{mode}_wall_s", round(time.perf_counter() - t0, 2))
+        say("job", f"recipe_{mode}_tail", (q.stdout + q.stderr)[-1500:])
+        files = sorted(x for x in (work / f"recipe_{mode}").rglob("*") if x.is_file()) \
+            if (work / f"recipe_{mode}").exists() else []
+        say("job", f"recipe_{mode}_files", [str(x.relative_to(work)) for x in files][:30])
+    from make_findings_reports import scrub_export
+
+    for s in job.glob("*.sqlite"):
+        scrub_export(s)
+    keep = [x for x in job.iterdir() if x.suffix in (".sqlite", ".csv")]
+    if (work / "recipe_concurrent").exists():
+        shutil.copytree(work / "recipe_concurrent", job / "recipe_concurrent")
+        keep.append(job / "recipe_concurrent")
+    tar = OUT / "job.tar.xz"
+    subprocess.run(["tar", "-cJf", str(tar), "-C", str(job), *sorted(x.name for x in keep)], check=True)
+    say("job", "tar_bytes", tar.stat().st_size)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -469,7 +549,8 @@ def main() -> None:
         try:
             {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
-             "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu}[section](work)
+             "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu, "planted": check_planted,
+             "planted_ddp": check_planted_ddp, "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

@@ -243,3 +243,25 @@ def test_nothing_when_torch_has_no_module_to_annotate():
     a = annotate_namespace(ns)
     assert "3.0" in a.names and not any(n.startswith("inner") for n in a.names)
     a.remove()
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("setup, expect", [
+    ("import torch, torch.nn as nn\nmodel = torch.compile(nn.Linear(4, 4))\n",
+     "model not annotated: torch.compile'd: call nsight_magic.annotate_modules(model) before torch.compile"),
+    ("import torch\nx = torch.ones(2)\n", "no torch.nn.Module among the sent variables"),
+    ("import torch, torch.nn as nn\nmodel = nn.Sequential(nn.Linear(4, 4), nn.ReLU())\n",
+     "annotated 2 modules of model (a forward and a backward range each)"),
+])
+def test_modules_says_what_it_annotated_or_why_nothing(tmp_path, setup, expect):
+    from nsight_magic.options import NsysOptions
+    from nsight_magic.run import run_nsys
+
+    streamed = []
+    res = run_nsys("y = 1\n", NsysOptions(name="mods", directory=str(tmp_path), trace="nvtx", modules=0),
+                   setup_sources=[setup], on_output=lambda stream, text: streamed.append(text))
+    assert res.ok, res.messages
+    said = [ln for ln in "".join(streamed).splitlines() if ln.startswith("nsight-magic: --modules:")]
+    assert len(said) == 1 and expect in said[0], said

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import nvtx_ranges, requires_nsys
+from conftest import DATA, nvtx_ranges, requires_nsys
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -69,3 +69,14 @@ def test_doctor_survives_an_ncu_that_prints_no_version(tmp_path):
     p = _cli("doctor", cwd=tmp_path, env={"NSIGHT_MAGIC_NCU": "/bin/true"})
     assert "Traceback" not in p.stderr
     assert "warn" in p.stdout and "/bin/true --version failed" in p.stdout
+
+
+@pytest.mark.parametrize("where", ["missing-dir", "a-folder"])
+def test_diff_checks_its_output_path_before_comparing(tmp_path, where, capsys):
+    from nsight_magic.cli import main
+
+    out = tmp_path / "missing" / "x.html" if where == "missing-dir" else tmp_path
+    rep = str(DATA / "nsys_h100_a_cuda_nvtx.sqlite")
+    assert main(["diff", rep, rep, "-o", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("nsight-magic: -o ") and "Traceback" not in err[0], err

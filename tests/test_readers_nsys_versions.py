@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import DATA, FIXTURES, recorded_stats
-from nsight_magic.readers.capture_span import capture_span
+from nsight_magic.readers.capture_span import foreign_span, own_span
 from nsight_magic.readers.nsys import open_nsys_report
 from nsight_magic.readers.nsys_labels import (MEMCPY_ENUM_LABEL_SINCE, NVTX_DEFAULT_DOMAIN_COLON_SINCE,
                                               version_key)
@@ -43,16 +43,37 @@ def opened():
 
 # -- the capture span ------------------------------------------------------------------------------------------
 
-def test_capture_bounds_are_trusted_only_when_they_overlap_the_events():
-    assert capture_span((100, 200), (150, 250)).source == "capture bounds"
-    s = capture_span((5000, 6000), (100, 200))
-    assert (s.start_ns, s.end_ns, s.source) == (100, 200, "events") and "do not overlap" in s.note
-    s = capture_span(None, (100, 200))
+def test_capture_bounds_are_trusted_only_where_their_clock_is_proven():
+    # events inside the bounds, past the recording's own [0, duration]: the bounds' clock is the events'
+    s = foreign_span((5_000, 9_000, 4_000), (6_000, 8_000))
+    assert (s.start_ns, s.end_ns, s.source) == (5_000, 9_000, "capture bounds") and s.note is None
+    # bounds on another clock that happen to overlap the events (a recording's own clock): not trusted
+    s = foreign_span((1_000, 5_000, 4_000), (500, 2_000))
+    assert (s.start_ns, s.end_ns, s.source) == (500, 2_000, "events") and "do not contain" in s.note
+    # bounds that even contain the events prove nothing when the events also fit [0, duration]
+    s = foreign_span((100, 4_100, 4_000), (1_000, 3_000))
+    assert s.source == "events" and "not proven" in s.note
+    s = foreign_span((5000, 6000, 1000), (100, 200))
+    assert (s.start_ns, s.end_ns, s.source) == (100, 200, "events")
+    s = foreign_span(None, (100, 200))
     assert s.source == "events" and "no capture bounds" in s.note
-    s = capture_span((100, 200), None)
+    s = foreign_span((100, 200, 100), None)
     assert (s.start_ns, s.end_ns, s.origin_ns) == (100, 200, 100)
-    s = capture_span((100, 200), (50, 300))  # events outside the capture widen the axis, not the capture
-    assert (s.start_ns, s.end_ns, s.origin_ns, s.axis_end_ns) == (100, 200, 50, 300)
+
+
+def test_our_cell_ranges_are_the_capture_whatever_else_the_report_says():
+    s = own_span([(7, 100, 300)], [], last_event_ns=10_000)
+    assert (s.start_ns, s.end_ns, s.source, s.note) == (100, 300, "cell range", None)
+    # two ranks: the first rank's start to the last rank's end
+    s = own_span([(7, 100, 300), (8, 90, 450)], [], last_event_ns=10_000)
+    assert (s.start_ns, s.end_ns, s.source) == (90, 450, "ranks' cell ranges") and "2 processes" in s.note
+    # a killed cell never closed its range: it ends at the last event
+    s = own_span([(7, 100, None)], [], last_event_ns=900)
+    assert (s.start_ns, s.end_ns) == (100, 900) and "never closed" in s.note
+    # --capture all: the process's own start and end marks
+    s = own_span([], [(7, 50, "process start"), (7, 800, "process end")], last_event_ns=900)
+    assert (s.start_ns, s.end_ns, s.source) == (50, 800, "process marks")
+    assert own_span([], [], last_event_ns=900) is None
 
 
 @pytest.mark.parametrize("path", _all_sqlite())
@@ -65,7 +86,7 @@ def test_every_report_has_a_capture_span_that_overlaps_its_events(path, opened):
     if m.span_source == "events":
         assert (m.start_ns, m.end_ns) == (lo, hi) and m.span_note
     span = rep.time_span
-    assert span.origin_ns <= min(lo, m.start_ns) and span.axis_end_ns >= max(hi, m.end_ns)
+    assert span.origin_ns == m.start_ns and span.axis_end_ns >= max(hi, m.end_ns)
 
 
 @pytest.mark.parametrize("path", _all_sqlite())
@@ -89,7 +110,7 @@ def test_capture_range_report_on_another_clock_uses_the_events(opened):
     if not path.exists():
         path = DATA / "nsys_h100_c_range.sqlite"
     rep = opened(path)
-    assert rep.meta.span_source == "events" and "another clock" in rep.meta.span_note
+    assert rep.meta.span_source == "events" and "not used" in rep.meta.span_note
     assert rep.gpu_utilization(bins=50)["busy_fraction"].max() > 0.5
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import shutil
 
+import pandas as pd
 import pytest
 
 from conftest import DATA
@@ -28,13 +29,16 @@ def test_listing_is_newest_first_with_the_summary_figures(tmp_path):
     bare = _profile(tmp_path, "older-version", 1_600_000_000, report=False)  # no summary.json
     (tmp_path / "not-a-profile").mkdir()
     df = list_profiles(tmp_path)
-    assert list(df["name"]) == [new.name, old.name, bare.name]
+    assert list(df["name"]) == [new.name, old.name]  # a run that left no report is no profile to show
+    everything = list_profiles(tmp_path, include_failed=True)
+    assert list(everything["name"]) == [new.name, old.name, bare.name]
+    assert list(everything["has_report"]) == [True, True, False]
     row = df.iloc[0]
     summary = json.loads((new / "summary.json").read_text())
     assert row["tool"] == "nsys" and row["kernels"] == 262 and row["capture_ns"] == summary["capture_ns"] > 0
     assert row["top_kernel"].startswith("sm80_xmma_gemm") and 0 < row["top_kernel_pct"] <= 100
     assert row["top_range"] == "step 0"
-    assert df.iloc[2]["tool"] is None or df.iloc[2]["tool"] != "nsys"  # no report: nothing invented
+    assert pd.isna(everything.iloc[2]["kernels"])  # no report: nothing invented
 
 
 def test_pick_by_index_name_or_unique_part(tmp_path):
@@ -59,3 +63,21 @@ def test_opening_a_folder_of_profiles_says_what_to_do(tmp_path):
     with pytest.raises(ReportError, match="holds 1 profiles, not one report") as e:
         open_report(tmp_path)
     assert "%nsys_load" in str(e.value)
+
+
+def test_a_copied_profile_is_its_own_profile_and_failed_runs_are_not_the_newest(tmp_path):
+    from nsight_magic.store import find_profile
+
+    two = _profile(tmp_path, "two", 1_700_000_000)
+    copy = tmp_path / "two-copy"
+    shutil.copytree(two, copy)  # its summary.json still says the original's name
+    failed = _profile(tmp_path, "failed", 1_800_000_000, report=False)  # newer, but no report
+    df = list_profiles(tmp_path)
+    assert set(df["name"]) == {two.name, "two-copy"}
+    assert find_profile("two-copy", tmp_path) == copy
+    assert find_profile(two.name, tmp_path) == two
+    assert pick_profile(df, None)["name"] != failed.name
+    with pytest.raises(ReportError, match="left no report"):
+        from nsight_magic import open_report
+
+        open_report(failed)

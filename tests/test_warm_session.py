@@ -217,9 +217,18 @@ def _kernel_cells(tmp_path):
     return km, kc, run
 
 
+def _session_dirs() -> set[Path]:
+    import tempfile
+
+    from nsight_magic.profilers.session import SESSION_DIR_PREFIX
+
+    return set(Path(tempfile.gettempdir()).glob(f"{SESSION_DIR_PREFIX}*"))
+
+
 @pytest.mark.parametrize("ending", ["shutdown", "kill"])
 def test_the_kernels_end_ends_the_session(tmp_path, ending):
     before = _session_processes()
+    dirs_before = _session_dirs()
     km, kc, run = _kernel_cells(tmp_path)
     try:
         run("%load_ext nsight_magic")
@@ -239,6 +248,11 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
             km.cleanup_resources()
         kc.stop_channels()
     assert _no_session_left(timeout=20, before=before) == []
+    # the session's temporary folder goes with it, also when the kernel was killed (nothing ran in the kernel)
+    end = time.monotonic() + 10
+    while _session_dirs() - dirs_before and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _session_dirs() - dirs_before == set()
 
 
 def test_session_magic_stop_and_restart(tmp_path):

@@ -22,7 +22,7 @@ from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_f
 from ..store import ProfileFolder
 from .prepare import _current_umask, _load_returns, _prepare_with_tool, _versions
 from .process import (OutputCallback, RunResult, StatusCallback, _ChildOutcome, child_environment,
-                      describe_outcome, rank_outcome, run_child)
+                      describe_outcome, outcome_notes, rank_outcome, run_child)
 
 
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str],
@@ -173,9 +173,10 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         on_status("exporting", outcome.wall_s)
     if opts.nproc:
         outcome = rank_outcome(outcome, folder, opts.nproc)
-    message = describe_outcome(outcome, "nsys", opts.timeout, folder)
+    message = describe_outcome(outcome, "nsys", opts.timeout, folder, ranks=opts.nproc or 1)
     if message:
         messages.append(message)
+    notes += outcome_notes(outcome)
     t_report = time.monotonic()
     rep, sqlite = finish_nsys(folder, nsys, messages, opts.nproc if opts.per_rank_reports else None)
     timings = {"run_s": outcome.wall_s, **outcome.timings, "report_s": time.monotonic() - t_report}
@@ -184,7 +185,9 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         if opts.capture == "cell" and "running" in outcome.phases:
             pitfall = tools.nvtx_pitfall(version)
             hint = f" the cell's capture range was never recorded; {pitfall or 'try --capture all'};"
-        messages.append(f"nsys wrote no report:{hint} nsys's own output is in {folder.tool_log}")
+        own = f" nsys's own output is in {folder.tool_log}" if folder.tool_log.exists() and \
+            folder.tool_log.stat().st_size else " nsys printed nothing"
+        messages.append(f"nsys wrote no report:{hint}{own}")
     returned = _load_returns(folder, messages, opts.nproc, opts.return_all)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
                      returned, prep.manifest, timings, notes)
@@ -237,10 +240,12 @@ def _capture_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sourc
                 records = session.start(folder, opts.timeout, on_output, on_status, t0)
                 setup_s = time.monotonic() - t0
             except KeyboardInterrupt:
+                _keep_session_log(folder, session)
                 sessions.stop()
                 return _ChildOutcome(None, "interrupted", time.monotonic() - t0, []), "warm session interrupted " \
                     "while starting"
             if "ready" not in records.phases:  # the setup raised or hung (its output is in the cell's)
+                _keep_session_log(folder, session)
                 sessions.stop()
                 wall = time.monotonic() - t0
                 status = ("setup-error" if "setup-error" in records.phases else
@@ -264,6 +269,12 @@ def _capture_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sourc
     else:
         how = f"warm session ({cell}, started {_age(time.time() - (session.worker_started or time.time()))} ago)"
     return outcome, how
+
+
+def _keep_session_log(folder: ProfileFolder, session) -> None:
+    """What nsys launch printed, into the cell's tool-output.txt before the session's folder goes away."""
+    with open(folder.tool_log, "a") as f:
+        f.write(session.log_tail(4000) + "\n")
 
 
 def _launch_words(session) -> list[str]:

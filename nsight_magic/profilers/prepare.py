@@ -37,7 +37,7 @@ def _check_syntax(cell: str, folder: ProfileFolder) -> None:
 def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None, send_vars=None,
             no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
             cwd: Path | None = None, annotations: dict | None = None, nproc: int | None = None,
-            return_all: bool = False) -> _Prepared:
+            return_all: bool = False, per_rank_reports: bool = False) -> _Prepared:
     """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
     root = profiles_root(directory)
     try:
@@ -74,6 +74,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "annotations": annotations or {},
         "nproc": nproc,            # --nproc: ranks under torchrun (child.py's barrier and per-rank files)
         "return_all": return_all,
+        "per_rank_reports": per_rank_reports,  # one nsys per rank: each rank pushes the capture range itself
     })
     return _Prepared(folder, manifest, cwd)
 
@@ -113,7 +114,8 @@ def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture
                    namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=capture,
                    returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
                    annotations=annotations if annotations is not None else _annotations(opts),
-                   nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False))
+                   nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False),
+                   per_rank_reports=getattr(opts, "per_rank_reports", False))
     if on_prepared:
         on_prepared(prep.manifest)
     try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -158,6 +159,12 @@ class _ChildOutcome:
     phases: list[str]
     timings: dict = field(default_factory=dict)  # seconds of the capture's steps (warm: setup, load, start, ...)
     failed_rank: int | None = None                # --nproc: the rank (> 0) whose failure decided the status
+    details: dict = field(default_factory=dict)   # what the messages say besides the status: exit_status (the
+    #   cell's sys.exit code), leftovers (processes the cell left running, stopped), interrupted_writing (Ctrl-C
+    #   after the cell ended), ranks_done (--nproc timeout: the ranks that had finished their cell)
+
+
+FINALIZE_WARN_S = 20.0  # a profiler still writing its report this long after the cell ended gets a word
 
 
 def run_child(argv: list[str], prep, env: dict, timeout: float | None,
@@ -165,8 +172,11 @@ def run_child(argv: list[str], prep, env: dict, timeout: float | None,
               stop_grace_s: float = 30.0, ranks: int = 1) -> _ChildOutcome:
     """Start the profiler (argv), stream the child's output and progress until it ends, a timeout, or Ctrl-C.
 
+    The --timeout is the cell's: once every rank has finished its cell ("cell-done") it no longer applies, and
+    Ctrl-C from then on stops only the profiler's writing (the cell's outcome stands).  When the cell's process
+    has exited and the profiler is still busy after FINALIZE_WARN_S, the status line says so.
     ranks > 1 (--nproc): every rank's output is streamed, lines of rank R > 0 prefixed with "[rank R] "; the
-    progress followed is rank 0's."""
+    phases reported are rank 0's."""
     folder = prep.folder
     run_id = uuid.uuid4().hex
     env = {**env, RUN_ID_ENV: run_id}
@@ -183,8 +193,10 @@ def run_child(argv: list[str], prep, env: dict, timeout: float | None,
         raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
     tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r))
              for r in range(ranks) for stream in ("stdout", "stderr")]
-    progress = _Tail(folder.progress)
-    phases: list[str] = []
+    progress = [_Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
+    phases: list[str] = []                     # rank 0's
+    done = [False] * ranks                     # each rank finished its cell
+    extras: dict = {}
     outcome = None
 
     def pump() -> None:
@@ -192,15 +204,24 @@ def run_child(argv: list[str], prep, env: dict, timeout: float | None,
             text = tail.read()
             if text:
                 output_cb(stream, prefix(text))
-        for line in progress.read().splitlines():
-            try:
-                phase = json.loads(line)["phase"]
-            except (ValueError, KeyError):
-                continue
-            phases.append(phase)
-            status_cb(phase, time.monotonic() - t0)
+        for r, tail in enumerate(progress):
+            for rec in json_records(tail.read()):
+                phase = rec.get("phase")
+                if phase in ("cell-done", "finished", "setup-error", "state-error"):
+                    done[r] = True
+                if phase == "leftovers":
+                    extras.setdefault("leftovers", []).extend(rec.get("processes", []))
+                if r:
+                    continue
+                phases.append(phase)
+                if phase == "exited":
+                    extras["exit_status"] = rec.get("status")
+                if phase == "cell-done":
+                    extras["cell_status"] = rec.get("status")
+                status_cb(phase, time.monotonic() - t0)
 
     last_tick = 0.0
+    cell_ended = None  # when every rank had finished its cell
     try:
         while True:
             try:
@@ -210,27 +231,40 @@ def run_child(argv: list[str], prep, env: dict, timeout: float | None,
                 pass
             pump()
             now = time.monotonic() - t0
+            if cell_ended is None and all(done):
+                cell_ended = now
             if now - last_tick >= 1.0:  # lets a status line show the elapsed time
                 last_tick = now
-                status_cb(phases[-1] if phases else "starting", now)
-            if timeout is not None and time.monotonic() - t0 > timeout:
-                status_cb("stopping (timeout)", time.monotonic() - t0)
+                if cell_ended is not None and now - cell_ended >= FINALIZE_WARN_S:
+                    status_cb(f"the cell ended {now - cell_ended:.0f} s ago; the profiler is still writing its "
+                              "report (Ctrl-C stops it and keeps what it wrote)", now)
+                else:
+                    status_cb(phases[-1] if phases else "starting", now)
+            if timeout is not None and cell_ended is None and now > timeout:
+                extras["ranks_done"] = [r for r, d in enumerate(done) if d]  # before the stop reaches them
+                status_cb("stopping (timeout)", now)
                 _stop(proc, run_id, stop_grace_s)
                 outcome = "timeout"
                 break
     except KeyboardInterrupt:
+        pump()
         status_cb("stopping (interrupted)", time.monotonic() - t0)
         _stop(proc, run_id, stop_grace_s)
-        outcome = "interrupted"
+        outcome = "interrupted" if not all(done) else None
+        if outcome is None:
+            extras["interrupted_writing"] = True
     finally:
         tool_log.close()
     # The profiler has exited; helpers it started must not outlive the run.
     _kill_strays(run_id)
     pump()
     rc = proc.returncode
+    if outcome is None and extras.get("interrupted_writing") and "cell_status" in extras:
+        cs = extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
+        outcome = "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
     if outcome is None:
         outcome = _status_from(rc, phases)
-    return _ChildOutcome(rc, outcome, time.monotonic() - t0, phases)
+    return _ChildOutcome(rc, outcome, time.monotonic() - t0, phases, details=extras)
 
 
 def _status_from(rc: int | None, phases: list[str]) -> str:
@@ -240,7 +274,7 @@ def _status_from(rc: int | None, phases: list[str]) -> str:
         return "state-error"
     if "exited" in phases:
         return "ok" if rc == 0 else "exited"
-    if "finished" in phases:
+    if "finished" in phases or "cell-done" in phases:
         return "ok" if rc == 0 else ("cell-error" if rc == EXIT_CELL_ERROR else "failed")
     return "failed"
 
@@ -262,8 +296,33 @@ def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _
             bad = "failed"
         if bad:
             return _ChildOutcome(outcome.returncode, bad, outcome.wall_s, outcome.phases, outcome.timings,
-                                 failed_rank=r)
+                                 failed_rank=r, details={**outcome.details,
+                                                         "rank_exit": torchrun_exit_codes(folder.tool_log).get(r)})
     return outcome
+
+
+_TORCHRUN_FAILURE = re.compile(r"rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
+
+
+def torchrun_exit_codes(tool_log: Path) -> dict[int, int]:
+    """rank -> exit code, from the failure summary torchrun prints ("rank : 1 (local_rank: 1)" then
+    "exitcode : -9 (pid: ...)"); empty when it printed none."""
+    try:
+        text = tool_log.read_text(errors="replace")[-200_000:]
+    except OSError:
+        return {}
+    return {int(r): int(c) for r, c in _TORCHRUN_FAILURE.findall(text)}
+
+
+def _exit_words(code: int | None) -> str:
+    if code is None:
+        return "no exit status recorded"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit status {code}"
 
 
 def json_records(text: str) -> list[dict]:
@@ -284,11 +343,16 @@ def _progress_records(path: Path) -> list[dict]:
         return []
 
 
-def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder) -> str | None:
+def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder,
+                     ranks: int = 1) -> str | None:
     """One line for anything but success; always says where the files are."""
     where = f"everything is kept in {folder.path}/"
     rc = outcome.returncode
+    log = f" (see {folder.tool_log.name})" if folder.tool_log.exists() else ""
     if outcome.status == "ok":
+        if outcome.details.get("interrupted_writing"):
+            return (f"interrupted after the cell had finished: {tool} was stopped while writing its report (what it "
+                    f"wrote is kept); {where}")
         return None
     if outcome.failed_rank is not None:
         r = outcome.failed_rank
@@ -296,9 +360,21 @@ def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, f
                 "setup-error": "could not run the %%nsight_setup code (traceback above)",
                 "state-error": "could not load the sent variables (see above)",
                 "exited": "called sys.exit() with a non-zero status"}.get(outcome.status, "died while running the cell")
+        code = outcome.details.get("rank_exit")
+        if code is not None and outcome.status not in ("cell-error", "setup-error", "state-error"):
+            what += f" ({_exit_words(code)})"
         return (f"rank {r} {what}; torchrun stopped the other ranks; its output is in stdout.rank{r}.txt and "
                 f"stderr.rank{r}.txt; {where}")
     if outcome.status == "timeout":
+        done = outcome.details.get("ranks_done")
+        if done is not None and ranks > 1 and len(done) < ranks:
+            late = [r for r in range(ranks) if r not in done]
+            who = ", ".join(map(str, late))
+            waiting = f"; rank{'s' if len(done) > 1 else ''} {', '.join(map(str, done))} had finished and " \
+                      f"{'were' if len(done) > 1 else 'was'} waiting for it" if done else ""
+            return (f"stopped after the --timeout of {timeout:g} s: rank{'s' if len(late) > 1 else ''} {who} had not "
+                    f"finished the cell (where it was stopped: stderr.rank{late[0]}.txt){waiting}; {where}"
+                    .replace("stderr.rank0.txt", "stderr.txt"))
         return f"stopped after the --timeout of {timeout:g} s; {where}"
     if outcome.status == "interrupted":
         return f"interrupted; {where}"
@@ -309,15 +385,22 @@ def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, f
     if outcome.status == "state-error":
         return f"the sent variables could not be loaded in the profiled process (see above); {where}"
     if outcome.status == "exited":
-        return f"the cell called sys.exit() with exit status {rc}; the report covers the run up to it; {where}"
+        code = outcome.details.get("exit_status", rc)
+        return f"the cell called sys.exit() with exit status {code}; the report covers the run up to it; {where}"
     if rc is not None and rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = f"signal {-rc}"
-        return f"the profiled process was killed by {name}; {where}"
+        return f"the profiled process was {_exit_words(rc)}; {where}"
     if "finished" not in outcome.phases and "running" in outcome.phases:
-        return f"the profiled process died while running the cell (exit status {rc}); {where}"
+        return f"the profiled process died while running the cell ({_exit_words(rc)}); {where}"
     if "importing" not in outcome.phases:
-        return f"{tool} exited with status {rc} before the cell started (see {folder.tool_log.name}); {where}"
-    return f"{tool} exited with status {rc} (see {folder.tool_log.name}); {where}"
+        return f"{tool} exited with status {rc} before the cell started{log}; {where}"
+    return f"{tool} exited with status {rc}{log}; {where}"
+
+
+def outcome_notes(outcome: _ChildOutcome) -> list[str]:
+    """Informational lines about a run that went as it should (processes the cell left behind)."""
+    left = outcome.details.get("leftovers") or []
+    if not left:
+        return []
+    n = len(left)
+    return [f"the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(left[:3])}{'; ...' if n > 3 else ''}"
+            f"); {'they were' if n > 1 else 'it was'} stopped when the cell's process ended"]

@@ -81,7 +81,7 @@ class NsysSession:
         self.key = session_key(self.nsys, trace, env, setup_sources, self.cwd)
         self.id = uuid.uuid4().hex[:12]
         self.name = f"nsight-magic-{self.id}"
-        self.dir = Path(tempfile.mkdtemp(prefix=f"nsight-magic-session-{self.id}-"))
+        self.dir = Path(tempfile.mkdtemp(prefix=f"{SESSION_DIR_PREFIX}{self.id}-"))
         (self.dir / "setup.py").write_text("\n\n".join(s.rstrip() for s in setup_sources) + "\n")
         self.umask = umask
         self.env = {**env, SESSION_ID_ENV: self.id, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
@@ -91,7 +91,9 @@ class NsysSession:
         self.worker_started: float | None = None
         self.cells = 0
         self.seq = 0
+        self.busy = False  # the worker is running the setup or a cell (it reads no command then)
         self.host_answers = _Records(self.dir / "host.jsonl")
+        (self.dir / OWNER_FILE).write_text(json.dumps(_owner()))
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
     def start(self, folder=None, timeout: float | None = None, on_output=None, on_status=None,
@@ -119,8 +121,10 @@ class NsysSession:
                 os.close(read_end)
         self.started_at = time.time()
         records = _Records(path / "progress.jsonl")
+        self.busy = True
         self._pump(path, records, ("ready", "setup-error"), timeout, on_output, on_status, t0)
         if "ready" in records.phases:
+            self.busy = False
             try:
                 self.worker_started = json.loads((self.dir / "worker.json").read_text())["started"]
             except (OSError, ValueError, KeyError):
@@ -137,12 +141,13 @@ class NsysSession:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, polite: bool = True) -> None:
-        """End the worker (politely: asked to exit, between cells), the namespace and anything carrying the
-        session's id; remove the session folder."""
-        if self.proc is not None and self.alive() and polite:
+        """End the worker (politely: asked to exit, when it is between cells and reads commands; a worker busy
+        with its setup or a cell is stopped at once), the namespace and anything carrying the session's id;
+        remove the session folder."""
+        if self.proc is not None and self.alive() and polite and not self.busy:
             commands.send(self.dir / "worker.fifo", {"cmd": "exit"})
             try:
-                self.proc.wait(timeout=10)  # the worker's exit ends the launch, then the host
+                self.proc.wait(timeout=3)  # the worker stops what its cells left running, exits; the host follows
             except subprocess.TimeoutExpired:
                 pass
             for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -177,6 +182,7 @@ class NsysSession:
             mark = now
 
         commands.send(self.dir / "worker.fifo", {"cmd": "load", "folder": str(path)})
+        self.busy = True
         outcome = None
         try:
             self._pump(path, records, ("loaded", "state-error"), timeout, on_output, on_status, t0)
@@ -216,6 +222,8 @@ class NsysSession:
             self._wait_ended()
             _append(tool_log, {"output": self.log_tail()})
         step("nsys_stop_s")
+        if "idle" in records.phases:
+            self.busy = False
         out = self._end_cell(records, t0, outcome, keep="idle" in records.phases)
         out.timings.update(steps)
         return out
@@ -229,11 +237,15 @@ class NsysSession:
         finished = [r for r in records.items if r.get("phase") == "finished"]
         status = outcome or _status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
                                          records.phases)
+        details = {}
+        exited = [r for r in records.items if r.get("phase") == "exited"]
+        if exited:
+            details["exit_status"] = exited[-1].get("status")  # the worker lives on: its own status says nothing
         if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
             rc = -(rc - 128)  # nsys launch exits with 128 + the signal that killed the worker
         if not keep or not self.alive():
             self.stop(polite=False)  # a timed-out, stuck or dead worker is not used again
-        return _ChildOutcome(rc, status, time.monotonic() - t0, records.phases)
+        return _ChildOutcome(rc, status, time.monotonic() - t0, records.phases, details=details)
 
     def _interrupt_worker(self) -> None:
         """SIGINT to the worker: a KeyboardInterrupt in the cell, as in a notebook."""
@@ -323,6 +335,40 @@ class NsysSession:
                 "cells": self.cells, "worker_rss_bytes": rss, "trace": self.trace}
 
 
+OWNER_FILE = "owner.json"
+SESSION_DIR_PREFIX = "nsight-magic-session-"
+
+
+def _owner() -> dict:
+    """The kernel that owns a session folder: its pid and start time (a pid alone can be reused)."""
+    return {"pid": os.getpid(), "start": _start_time(os.getpid())}
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def remove_stale_session_dirs(root: Path | None = None) -> list[Path]:
+    """Session folders whose kernel is gone (killed with SIGKILL, so nothing cleaned up): removed.  Called when
+    the extension loads in a kernel.  Returns what was removed."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(f"{SESSION_DIR_PREFIX}*"):
+        try:
+            owner = json.loads((d / OWNER_FILE).read_text())
+        except (OSError, ValueError):
+            owner = None
+        if owner is not None and _start_time(int(owner.get("pid", -1))) == owner.get("start"):
+            continue  # its kernel is alive
+        if owner is None and time.time() - d.stat().st_mtime < 3600:
+            continue  # no owner file: being created right now, or an older version's; leave it an hour
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
 def _append(path: Path, answer: dict) -> None:
     with open(path, "a") as f:
         if answer.get("argv"):
@@ -353,6 +399,7 @@ class SessionManager:
     def __init__(self):
         self.session: NsysSession | None = None
         atexit.register(self.stop)
+        remove_stale_session_dirs()
 
     def current(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> NsysSession | None:
         """The running session if the cell can use it; otherwise None (and a session that died is cleared)."""

@@ -53,4 +53,6 @@ def _open_folder(folder: Path):
         newest = profiles["folder"].iloc[0]
         raise ReportError(f"{folder} holds {len(profiles)} profiles, not one report: open one of them (the newest is "
                           f"{newest}), or list them with %nsys_load {folder}")
-    raise ReportError(f"{folder}: no report in this folder (looked for report.sqlite, report.nsys-rep, report.ncu-rep)")
+    from ..store import describe_reportless
+
+    raise ReportError(describe_reportless(folder))

@@ -25,8 +25,9 @@ import pandas as pd
 from ..errors import NsightMagicError, OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
-from .capture_span import CaptureSpan, capture_span, cell_capture
+from .capture_span import CaptureSpan, foreign_span, own_span
 from .nsys_sql import NULL, Strings, columns_of, connect, find_spec_table, find_table
+from ..child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 
@@ -39,13 +40,14 @@ class ReportMeta:
 
     nsys_version: str | None  # nsys that exported the file (EXPORT_PRODUCT_VERSION), None before 2021
     schema_version: str | None  # EXPORT_SCHEMA_VERSION
-    start_ns: int  # capture span (readers.capture_span): ANALYSIS_DETAILS when it overlaps the events, else theirs
+    start_ns: int  # capture span (readers.capture_span): our cell range(s), else proven bounds, else the events
     end_ns: int
     duration_ns: int
     utc_start_ns: int | None = None  # TARGET_INFO_SESSION_START_TIME.utcEpochNs
     tables: tuple[str, ...] = ()
-    span_source: str = "capture bounds"  # "capture bounds" | "events" | "none"
-    span_note: str | None = None  # why the capture bounds were not used
+    span_source: str = "capture bounds"  # "cell range" | "ranks' cell ranges" | "process marks" | "capture bounds"
+    #                                        | "events" | "none"
+    span_note: str | None = None  # how the span was decided (why the capture bounds were not used)
 
 
 def open_nsys_report(path) -> "NsysReport":
@@ -125,6 +127,7 @@ def _explain_export_failure(rep: Path, message: str, have: str) -> str:
 
 
 _RANK_MARK = re.compile(r"(?:^|:)rank (\d+) of (\d+)$")  # tag: "nsight-magic:rank 1 of 2"
+_RANK_RANGE = re.compile(r" rank (\d+)$")  # the cell range of rank R > 0: "<profile name> rank R"
 
 
 def _by_cols(by: str | None) -> tuple[str, ...]:
@@ -233,19 +236,7 @@ class NsysReport:
             if t in self._tables:
                 kv = dict(self._query(lambda: self._con.execute(f"SELECT name, value FROM {t}").fetchall()))
                 break
-        bounds = None
-        if "ANALYSIS_DETAILS" in self._tables:
-            bounds = self._query(lambda: self._con.execute(
-                "SELECT min(startTime), max(stopTime) FROM ANALYSIS_DETAILS").fetchone())
-        # the event span costs a scan of every table: only when the bounds are missing or overlap no event
-        if bounds is not None and None not in bounds and self._any_event_within(*bounds):
-            span = capture_span(bounds, None)
-        elif self.cell_range is not None:
-            # ours: a warm session's recordings carry bounds on the session's clock, and OS calls that began
-            # seconds before the recording; the cell's own range is what was captured
-            span = cell_capture(self.cell_range, bounds)
-        else:
-            span = capture_span(bounds, self.event_span)
+        span = self.capture
         utc = None
         if "TARGET_INFO_SESSION_START_TIME" in self._tables:
             try:
@@ -255,6 +246,54 @@ class NsysReport:
                 utc = None
         return ReportMeta(kv.get("EXPORT_PRODUCT_VERSION"), kv.get("EXPORT_SCHEMA_VERSION"), span.start_ns,
                           span.end_ns, span.duration_ns, utc, tuple(sorted(self._tables)), span.source, span.note)
+
+    @functools.cached_property
+    def capture(self) -> CaptureSpan:
+        """The capture span (readers.capture_span): nsight-magic's cell range(s) or process marks in our reports,
+        else the capture bounds where their clock is proven, else the events' span."""
+        ranges, marks = self._own_rows()
+        if ranges or marks:
+            own = own_span(ranges, marks, self.event_span[1])
+            if own is not None:
+                return own
+        bounds = None
+        if "ANALYSIS_DETAILS" in self._tables:
+            cols = set(columns_of(self._con, "ANALYSIS_DETAILS"))
+            dur = "max(duration)" if "duration" in cols else "NULL"
+            bounds = self._query(lambda: self._con.execute(
+                f"SELECT min(startTime), max(stopTime), {dur} FROM ANALYSIS_DETAILS").fetchone())
+        return foreign_span(bounds, self.event_span)
+
+    def _own_rows(self) -> tuple[list, list]:
+        """nsight-magic's rows in the NVTX table (its domain): the cell ranges [(pid, start, end or None)] and the
+        marks [(pid, t, text)], read with SQL (a few rows; the NVTX frame is not needed for them)."""
+        t = self._table("NVTX_EVENTS")
+        if not t or not {"domainId", "eventType", "globalTid"} <= set(columns_of(self._con, t)):
+            return [], []
+        cols = set(columns_of(self._con, t))
+        text = "coalesce(text, (SELECT value FROM StringIds WHERE id = textId))" if "textId" in cols and \
+            "StringIds" in self._tables else "text"
+        doms = self._query(lambda: self._con.execute(
+            f'SELECT DISTINCT domainId, globalTid >> 24 FROM "{t}" WHERE eventType = {S.NVTX_DOMAIN_CREATE} '
+            f"AND {text} = ?", (CAPTURE_DOMAIN,)).fetchall())
+        if not doms:
+            return [], []
+        ranges, marks = [], []
+        kinds = S.NVTX_PUSH_POP + S.NVTX_START_END + S.NVTX_MARK
+        ids = ", ".join(str(int(d)) for d in {d for d, _ in doms})
+        rows = self._query(lambda: self._con.execute(
+            f'SELECT globalTid >> 24, start, "end", eventType, {text} FROM "{t}" WHERE domainId IN ({ids}) '
+            f"AND eventType IN ({', '.join(map(str, kinds))})").fetchall())
+        mine = {(int(d), int(p) & 0xFFFFFF) for d, p in doms}
+        for gpid, start, end, et, label in rows:
+            pid = int(gpid) & 0xFFFFFF
+            if not any(p == pid for _, p in mine):
+                continue
+            if et in S.NVTX_MARK:
+                marks.append((pid, int(start), label))
+            elif start is not None:
+                ranges.append((pid, int(start), None if end is None else int(end)))
+        return ranges, marks
 
     def _event_tables(self) -> list[tuple[str, str]]:
         """(table, SQL condition) of every table of timed events; NVTX without its registration rows (domain
@@ -271,29 +310,26 @@ class NsysReport:
             out.append((t, f"eventType IN ({kinds})"))
         return out
 
-    def _any_event_within(self, a: int, b: int) -> bool:
-        for t, cond in self._event_tables():
-            sql = f'SELECT 1 FROM "{t}" WHERE {cond} AND start <= ? AND coalesce("end", start) >= ? LIMIT 1'
-            if self._query(lambda: self._con.execute(sql, (b, a)).fetchone()):
-                return True
-        return False
-
     @functools.cached_property
     def event_span(self) -> tuple[int | None, int | None]:
         """(first start, last end) over every timed event of the report, on its clock; (None, None) when none."""
         lo = hi = None
         for t, cond in self._event_tables():
+            # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
             a, b = self._query(lambda: self._con.execute(
-                f'SELECT min(start), max(coalesce("end", start)) FROM "{t}" WHERE {cond}').fetchone())
+                f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)) FROM "{t}" '
+                f"WHERE {cond}").fetchone())
             if a is not None:
-                lo, hi = (a if lo is None else min(lo, a)), (b if hi is None else max(hi, b))
+                lo = a if lo is None else min(lo, a)
+            if b is not None:
+                hi = b if hi is None else max(hi, b)
         return lo, hi
 
     @property
     def time_span(self) -> CaptureSpan:
-        """The capture span with the time origin and axis end that timelines and findings use."""
-        return capture_span((self.meta.start_ns, self.meta.end_ns) if self.meta.span_source != "none" else None,
-                            self.event_span)
+        """The capture span with the time origin and axis end that timelines and findings use: x = 0 is the
+        capture start, the axis covers every event."""
+        return self.capture.with_events(self.event_span)
 
     # -- frames ----------------------------------------------------------------------------------------------
     @functools.cached_property
@@ -408,16 +444,26 @@ class NsysReport:
 
     @functools.cached_property
     def ranks_by_pid(self) -> dict[int, tuple[int, int]]:
-        """pid -> (rank, world size), from the "rank R of W" marks the ranks of %%nsys --nproc leave."""
+        """pid -> (rank, world size) of %%nsys --nproc profiles: the "rank R of W" marks each rank leaves in
+        nsight-magic's NVTX domain, else its cell range's name (rank R > 0 pushes "<profile> rank R", rank 0 the
+        profile's own name: a rank killed early may have left no mark that was recorded)."""
         a = self._nvtx_arrays
         if not len(a["start"]):
             return {}
-        sel = a["ours"] & ~a["is_range"]
-        out = {}
-        for pid, tag in zip(a["pid"][sel], a["tag"][sel]):
+        ours = a["ours"]
+        out: dict[int, tuple[int, int]] = {}
+        for pid, tag in zip(a["pid"][ours & ~a["is_range"]], a["tag"][ours & ~a["is_range"]]):
             m = _RANK_MARK.search(str(tag))
             if m:
                 out[int(pid)] = (int(m.group(1)), int(m.group(2)))
+        named: dict[int, int | None] = {}
+        for pid, name in zip(a["pid"][ours & a["is_range"]], a["name"][ours & a["is_range"]]):
+            m = _RANK_RANGE.search(str(name))
+            named.setdefault(int(pid), int(m.group(1)) if m else None)
+        if any(r is not None for r in named.values()):  # a multi-rank report: the unsuffixed range is rank 0's
+            world = max([w for _, w in out.values()] + [r + 1 for r in named.values() if r is not None])
+            for pid, r in named.items():
+                out.setdefault(pid, (0 if r is None else r, world))
         return out
 
     @functools.cached_property

@@ -16,7 +16,7 @@ def _rows(profiles: pd.DataFrame) -> pd.DataFrame:
     top_k = df["top_kernel"].fillna("").astype(str).str.slice(0, 80)
     top_r = df["top_range"].fillna("").astype(str).str.slice(0, 60)
     pct = lambda s: s.map(lambda v: "" if pd.isna(v) else f" ({v:.0f}%)")  # noqa: E731
-    return pd.DataFrame({
+    out = pd.DataFrame({
         "index": range(len(df)),
         "name": df["name"].astype(str),
         "created": df["created"].fillna("").astype(str),
@@ -26,6 +26,9 @@ def _rows(profiles: pd.DataFrame) -> pd.DataFrame:
         "top_kernel": (top_k + pct(df["top_kernel_pct"])).where(top_k != "", ""),
         "top_range": (top_r + pct(df["top_range_pct"])).where(top_r != "", ""),
     })
+    if "has_report" in df and not df["has_report"].fillna(True).all():
+        out.insert(2, "report", df["has_report"].map(lambda ok: "" if ok is not False else "none (failed run)"))
+    return out
 
 
 def profiles_text(profiles: pd.DataFrame) -> str:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..child import CAPTURE_DOMAIN
 from ..errors import ReportError
-from ..readers.capture_span import capture_span
+from ..readers.capture_span import OWN_SOURCES
 
 # Thread sub-rows, in display order after the NVTX levels (0..255 are NVTX depths).
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
@@ -306,16 +306,12 @@ def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
 
 
 def _cell_range(report) -> tuple[int, int] | None:
-    """(start, end) of nsight-magic's own cell range, when the report has one (the first, if several)."""
-    nv = _frame(report, "nvtx")
-    if nv.empty or "domain" not in nv:
+    """(start, end) of what the user profiled, when the report is ours: the reader's capture span decided by
+    nsight-magic's cell range(s) or process marks (readers.capture_span)."""
+    meta = getattr(report, "meta", None)
+    if meta is None or getattr(meta, "span_source", None) not in OWN_SOURCES:
         return None
-    ours = nv[_is_ours(nv)]
-    if ours.empty:
-        return None
-    row = ours.iloc[0]
-    end = pd.to_numeric(pd.Series([row["end_ns"]]), errors="coerce").iloc[0]
-    return int(row["start_ns"]), (int(end) if not pd.isna(end) else None)
+    return int(meta.start_ns), int(meta.end_ns)
 
 
 def prepare_timeline(report) -> TimelineData:
@@ -385,23 +381,23 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
 
 
 def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
-    """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition), the
-    events drawn and our cell range (`frame`: its start is x = 0).  Returns (origin, span, first) in ns, first =
-    the earliest event relative to the origin."""
+    """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition) and the
+    events drawn: x = 0 is the capture start, the axis covers every event.  Returns (origin, span, first) in ns,
+    first = where the view opens relative to the origin (our own reports open on the cell, not on an OS call that
+    began long before it)."""
     ms = getattr(meta, "start_ns", None)
     me = getattr(meta, "end_ns", None)
     if me is None and ms is not None:
         me = ms + int(getattr(meta, "duration_ns", 0) or 0)
-    bounds = None
-    if ms is not None and me is not None and getattr(meta, "span_source", None) != "none" and me > ms:
-        bounds = (int(ms), int(me))
     events = (int(starts.min()), int(ends.max())) if len(starts) else None
-    span = capture_span(bounds, events, frame)
-    first = events[0] - span.origin_ns if events else 0
-    if getattr(meta, "span_source", None) == "cell range":
-        # a warm recording: the view opens on the cell, not on an OS call that began long before it
-        first = max(first, span.start_ns - span.origin_ns)
-    return span.origin_ns, max(span.axis_end_ns - span.origin_ns, 1), first
+    if ms is None or me is None or getattr(meta, "span_source", None) == "none":
+        origin, end = events if events else (0, 1)
+    else:
+        origin, end = int(ms), max(int(me), events[1] if events else int(me))
+    first = events[0] - origin if events else 0
+    if frame is not None:
+        first = max(first, 0)
+    return origin, max(end - origin, 1), first
 
 
 def _thread_names(report) -> dict:

@@ -1,0 +1,385 @@
+"""Record the planted diagnosis suite: workloads with one known bottleneck each and a fixed twin.
+
+    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp] [--only a,b] [--reps 2]
+
+Run it on a machine with NVIDIA GPUs, PyTorch and Nsight Systems 2023+ on PATH (the lent H100 for `single`, two
+GPUs for `ddp`; scripts/gpu-check.sh --only planted,planted_ddp sets that machine up).  For each workload and each
+variant (`bad`: the planted cause, `fixed`: the same work without it) it
+
+1. times the cell WITHOUT the profiler: a fresh `python` (or `torchrun` with --nproc) runs the setup code, then
+   the cell, and prints the cell's wall time (CUDA synchronised at both ends); `--reps` fresh processes per
+   variant, alternating bad and fixed, the minimum kept;
+2. profiles the cell as `%%nsys` would (nsight_magic.run.run_nsys: setup outside the capture, the cell inside
+   nsight-magic's range, default trace cuda,nvtx,osrt, a fresh process), exports SQLite and scrubs environment
+   strings from it (as make_findings_reports.scrub_export);
+3. writes OUTDIR/planted.json: per workload the expected verdict kind and first finding, the times of both
+   variants and the measured gain (bad - fixed), and per report its file name.
+
+The reports and planted.json are the fixtures of tests/test_analysis_diagnosis.py (tests/data/planted/).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))  # make_findings_reports (scrub_export)
+
+
+@dataclass(frozen=True)
+class Planted:
+    name: str
+    cause: str          # what was planted, in words
+    expect_kind: str    # report.bottleneck().kind of the bad variant
+    expect_rule: str | None  # the first finding's rule on the bad variant (None: no finding >= medium expected)
+    setup: str
+    bad: str
+    fixed: str | None   # None: the workload is its own clean case (GPU-bound)
+    setup_fixed: str | None = None  # the fixed variant's setup, when it differs
+    nproc: int | None = None
+
+
+MODEL = """
+import time, numpy as np, torch, torch.nn as nn, nvtx
+torch.manual_seed(0)
+"""
+
+INPUT_SETUP = MODEL + """
+class SlowDataset(torch.utils.data.Dataset):
+    '''Images "decoded and augmented" on the CPU, one sample at a time.'''
+    def __len__(self):
+        return 32 * 40
+    def __getitem__(self, i):
+        img = np.random.default_rng(i).standard_normal((3, 64, 64)).astype(np.float32)
+        for _ in range(8):
+            img = np.tanh(img * 1.01 + 0.1)
+        return torch.from_numpy(img), i % 10
+model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+                      nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model(torch.randn(32, 3, 64, 64, device="cuda")).sum().backward()
+torch.cuda.synchronize()
+"""
+
+INPUT_LOOP = """
+for i, (x, y) in enumerate(loader):
+    with nvtx.annotate("train step"):
+        x, y = x.to("cuda", non_blocking=True), y.to("cuda", non_blocking=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i % 10 == 0:
+            print(f"step {i}: loss {loss.item():.3f}")
+torch.cuda.synchronize()
+"""
+
+PAGEABLE_SETUP = MODEL + """
+w = [torch.randn(4096, 4096, device="cuda") / 64 for _ in range(3)]
+host = [torch.randn(4096, 4096) for _ in range(2)]          # 64 MiB each, pageable
+(host[0].cuda() @ w[0]).sum().item()
+"""
+
+PAGEABLE_FIXED_SETUP = PAGEABLE_SETUP + """
+host = [h.pin_memory() for h in host]                        # pinned once
+side = torch.cuda.Stream()
+"""
+
+PAGEABLE_BAD = """
+for i in range(30):
+    with nvtx.annotate("iteration"):
+        x = host[i % 2].to("cuda", non_blocking=True)
+        for m in w:
+            x = torch.relu(x @ m)
+        s = x.sum()
+torch.cuda.synchronize()
+"""
+
+PAGEABLE_FIXED = """
+with torch.cuda.stream(side):
+    nxt = host[0].to("cuda", non_blocking=True)
+for i in range(30):
+    with nvtx.annotate("iteration"):
+        torch.cuda.current_stream().wait_stream(side)
+        x = nxt
+        x.record_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):                         # the next batch copies while this one computes
+            nxt = host[(i + 1) % 2].to("cuda", non_blocking=True)
+        for m in w:
+            x = torch.relu(x @ m)
+        s = x.sum()
+torch.cuda.synchronize()
+"""
+
+SMALL_MLP_SETUP = MODEL + """
+model = nn.Sequential(*[layer for _ in range(12) for layer in (nn.Linear(256, 256), nn.ReLU())]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(64, 256, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+SYNC_CPU_BAD = """
+for i in range(300):
+    with nvtx.annotate("batch"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        last = loss.item()                  # planted: a host synchronisation every step
+        torch.cuda.synchronize()
+torch.cuda.synchronize()
+"""
+
+SYNC_CPU_FIXED = """
+for i in range(300):
+    with nvtx.annotate("batch"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+last = loss.item()
+"""
+
+SYNC_STALL_SETUP = MODEL + """
+w = torch.randn(4096, 4096, device="cuda") / 64
+def bookkeeping():
+    '''CPU work of the step that does not need the GPU's results (schedules, logging, ...).'''
+    s = 0.0
+    for k in range(60000):
+        s += k * 0.5
+    return s
+(w @ w).sum().item()
+"""
+
+SYNC_STALL_BAD = """
+for i in range(40):
+    with nvtx.annotate("step"):
+        bookkeeping()
+        y = w
+        for _ in range(3):
+            y = torch.tanh(y @ w)
+        torch.cuda.synchronize()            # planted: the CPU waits for the GPU before its next bookkeeping
+torch.cuda.synchronize()
+"""
+
+SYNC_STALL_FIXED = SYNC_STALL_BAD.replace(
+    "        torch.cuda.synchronize()            # planted: the CPU waits for the GPU before its next bookkeeping\n",
+    "")
+
+LAUNCH_SETUP = MODEL + """
+layers = nn.Sequential(*[nn.Linear(64, 64) for _ in range(100)]).cuda().eval()
+x = torch.randn(8, 64, device="cuda")
+with torch.no_grad():
+    layers(x)
+torch.cuda.synchronize()
+"""
+
+LAUNCH_FIXED_SETUP = LAUNCH_SETUP + """
+static_x = x.clone()
+graph = torch.cuda.CUDAGraph()
+with torch.no_grad():
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            layers(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_y = layers(static_x)
+torch.cuda.synchronize()
+"""
+
+LAUNCH_BAD = """
+with torch.no_grad():
+    for i in range(300):
+        y = layers(x)                       # 100 tiny matrix products, launched one by one
+torch.cuda.synchronize()
+"""
+
+LAUNCH_FIXED = """
+for i in range(300):
+    graph.replay()                          # the same 100 kernels, launched as one CUDA graph
+torch.cuda.synchronize()
+"""
+
+GPU_SETUP = MODEL + """
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+(a @ b).sum().item()
+"""
+
+GPU_BAD = """
+for i in range(200):
+    c = a @ b
+torch.cuda.synchronize()                    # waits for useful GPU work: costs nothing
+"""
+
+DDP_CELL = """
+import os, time, torch, torch.nn as nn, torch.distributed as dist, nvtx
+rank = int(os.environ["RANK"])
+torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
+dist.init_process_group("nccl")
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
+                      nn.Linear(4096, 2048)).cuda()
+ddp = nn.parallel.DistributedDataParallel(model)
+opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+x = torch.randn(512, 2048, device="cuda")
+extra = torch.randn(4096, 4096, device="cuda") / 64
+for i in range(30):
+    with nvtx.annotate(f"iteration {i}"):
+        SLOW_CPU
+        SLOW_GPU
+        loss = ddp(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
+    return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
+
+
+WORKLOADS = [
+    Planted("input_starved", "slow __getitem__ (CPU augmentation), DataLoader without workers", "input",
+            "input_wait", INPUT_SETUP,
+            "loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=32)\n" + INPUT_LOOP,
+            "loader = torch.utils.data.DataLoader(SlowDataset(), batch_size=32, num_workers=8, pin_memory=True)\n"
+            + INPUT_LOOP),
+    Planted("pageable_copy", "64 MiB host-to-device copy from pageable memory each step, on the compute stream",
+            "copy", "cuda_memcpy_async", PAGEABLE_SETUP, PAGEABLE_BAD, PAGEABLE_FIXED, PAGEABLE_FIXED_SETUP),
+    Planted("sync_cpu_bound", "loss.item() + torch.cuda.synchronize() every step of a CPU-bound loop", "cpu",
+            None, SMALL_MLP_SETUP, SYNC_CPU_BAD, SYNC_CPU_FIXED),
+    Planted("sync_stall", "torch.cuda.synchronize() every step between CPU bookkeeping and GPU work", "sync",
+            "cuda_api_sync", SYNC_STALL_SETUP, SYNC_STALL_BAD, SYNC_STALL_FIXED),
+    Planted("launch_bound", "100 tiny layers launched one by one (no CUDA graph)", "cpu", "launch_bound",
+            LAUNCH_SETUP, LAUNCH_BAD, LAUNCH_FIXED, LAUNCH_FIXED_SETUP),
+    Planted("gpu_bound", "bf16 matrix products, one synchronize at the end", "gpu", None, GPU_SETUP, GPU_BAD, None),
+    Planted("ddp_cpu_straggler", "rank 0 sleeps 30 ms per step on the CPU (DDP, NCCL, model built in the cell)",
+            "communication", "collective_wait", "", _ddp(cpu="if rank == 0: time.sleep(0.03)"), _ddp(), nproc=2),
+    Planted("ddp_gpu_straggler", "rank 1 runs 6 extra 4096x4096 products per step on its GPU", "communication",
+            "collective_wait", "",
+            _ddp(gpu="if rank == 1:\n            for _ in range(6): extra = torch.tanh(extra @ extra)"),
+            _ddp(), nproc=2),
+]
+SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc], "ddp": [w.name for w in WORKLOADS if w.nproc]}
+BY_NAME = {w.name: w for w in WORKLOADS}
+
+
+def variant(w: Planted, which: str) -> tuple[str, str]:
+    """(setup, cell) of a variant."""
+    if which == "bad":
+        return w.setup, w.bad
+    return (w.setup_fixed or w.setup), w.fixed
+
+
+# ---- timing without the profiler ----------------------------------------------------------------------------
+
+def time_cell(name: str, which: str) -> None:
+    """In a fresh process (or each torchrun rank): setup, then the cell; rank 0 prints {"cell_s": ...}."""
+    import torch
+
+    setup, cell = variant(BY_NAME[name], which)
+    ns: dict = {"__name__": "__main__"}
+    if setup.strip():  # (a DDP cell picks its GPU itself: touching one before would make a context on GPU 0)
+        exec(compile(setup, "<setup>", "exec"), ns)
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    exec(compile(cell, "<cell>", "exec"), ns)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(json.dumps({"cell_s": dt}), flush=True)
+
+
+def measure(w: Planted, which: str) -> float:
+    me = [sys.executable, str(Path(__file__).resolve()), "--time", w.name, which]
+    argv = ([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={w.nproc}",
+             *me[1:]] if w.nproc else me)
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    for line in p.stdout.splitlines()[::-1]:
+        if line.startswith("{"):
+            return json.loads(line)["cell_s"]
+    raise RuntimeError(f"{w.name}/{which}: no timing (exit {p.returncode}): {p.stderr[-2000:]}")
+
+
+# ---- profiling ----------------------------------------------------------------------------------------------
+
+def profile(w: Planted, which: str, outdir: Path) -> Path:
+    from make_findings_reports import scrub_export
+
+    from nsight_magic.options import NsysOptions
+    from nsight_magic.run import run_nsys
+
+    setup, cell = variant(w, which)
+    opts = NsysOptions(name=f"{w.name}-{which}", directory=str(outdir / "profiles"), fresh=True, nproc=w.nproc,
+                       render=False, quiet=True, timeout=300)
+    r = run_nsys(cell, opts, setup_sources=[setup] if setup.strip() else [], namespace={})
+    if r.sqlite is None:
+        raise RuntimeError(f"{w.name}/{which}: no report ({r.status}; {r.messages})")
+    dest = outdir / f"{w.name}_{which}.sqlite"
+    shutil.copy(r.sqlite, dest)
+    scrub_export(dest)
+    print(f"  profiled {w.name}/{which}: {r.status} in {r.wall_s:.1f} s -> {dest.name} "
+          f"({dest.stat().st_size / 1e6:.1f} MB)", flush=True)
+    return dest
+
+
+def record(outdir: Path, names: list[str], reps: int) -> dict:
+    outdir.mkdir(parents=True, exist_ok=True)
+    manifest_path = outdir / "planted.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for name in names:
+        w = BY_NAME[name]
+        variants = ["bad"] + (["fixed"] if w.fixed else [])
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for _ in range(reps):
+            for v in variants:
+                times[v].append(measure(w, v))
+        entry = {"cause": w.cause, "expect_kind": w.expect_kind, "expect_rule": w.expect_rule, "nproc": w.nproc,
+                 "cell_s": {v: round(min(t), 4) for v, t in times.items()},
+                 "cell_s_all": {v: [round(x, 4) for x in t] for v, t in times.items()}}
+        if w.fixed:
+            entry["gain_s"] = round(entry["cell_s"]["bad"] - entry["cell_s"]["fixed"], 4)
+        print(f"{name}: " + ", ".join(f"{v} {t}" for v, t in entry["cell_s_all"].items())
+              + (f"; gain {entry['gain_s']:.3f} s" if w.fixed else ""), flush=True)
+        entry["reports"] = {v: profile(w, v, outdir).name for v in variants}
+        manifest[name] = entry
+        manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    try:
+        import torch
+
+        for e in manifest.values():
+            e.setdefault("gpu", torch.cuda.get_device_name(0))
+    except Exception:  # noqa: BLE001 - the manifest without the GPU's name
+        pass
+    manifest_path.write_text(json.dumps(manifest, indent=1) + "\n")
+    shutil.rmtree(outdir / "profiles", ignore_errors=True)  # reports with the machine's environment
+    return manifest
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("outdir", nargs="?", type=Path)
+    ap.add_argument("--suite", choices=sorted(SUITES), default="single")
+    ap.add_argument("--only", default=None, help="comma-separated workload names")
+    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--time", nargs=2, metavar=("NAME", "VARIANT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.time:
+        time_cell(*a.time)
+    else:
+        chosen = a.only.split(",") if a.only else SUITES[a.suite]
+        record(a.outdir or HERE, chosen, a.reps)

@@ -1,0 +1,267 @@
+"""Every path of a profiled run (cold, warm, --fresh, killed, timed out, several ranks) with real nsys (Debian's 2022.4
+on CPU): the capture span is the cell's, the run ends quickly, and what went wrong is one clear line that names
+only files that exist."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import requires_nsys
+from nsight_magic.options import NsysOptions
+from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, remove_stale_session_dirs
+from nsight_magic.run import run_nsys
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
+requires_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
+
+
+def _opts(tmp_path, **kw) -> NsysOptions:
+    kw.setdefault("name", "edge")
+    kw.setdefault("trace", "osrt,nvtx")
+    return NsysOptions(directory=str(tmp_path), **kw)
+
+
+def _paths_exist(messages) -> None:
+    """Every file a message names exists: no message sends the user to a file that is not there."""
+    for m in messages:
+        for p in re.findall(r"(/[^\s;,()]+\.(?:txt|sqlite|nsys-rep|qdstrm|json))", m):
+            assert Path(p).exists(), (p, m)
+
+
+@pytest.fixture
+def sessions():
+    m = SessionManager()
+    yield m
+    m.stop()
+
+
+def _cell_ranges(report) -> list[tuple[int, int]]:
+    nv = report.nvtx
+    ours = nv[nv["domain"].astype(str) == "nsight-magic"]
+    ours = ours[ours["kind"].astype(str) != "mark"]
+    return [(int(a), int(b)) for a, b in zip(ours["start_ns"], ours["end_ns"].fillna(-1))]
+
+
+# ---- the capture span is the cell's ------------------------------------------------------------------------
+
+def test_cold_and_warm_spans_are_the_cell_however_long_the_setup(tmp_path, sessions):
+    setup = "import time\ntime.sleep(1.5)\n"  # slow setup code: outside every capture
+    cold = run_nsys("x = 1\n", _opts(tmp_path, fresh=True), setup_sources=[setup], namespace={})
+    warm1 = run_nsys("x = 1\n", _opts(tmp_path), setup_sources=[setup], namespace={}, sessions=sessions)
+    warm2 = run_nsys("x = 1\n", _opts(tmp_path), setup_sources=[setup], namespace={}, sessions=sessions)
+    spans = []
+    for r in (cold, warm1, warm2):
+        assert r.ok, r.messages
+        rep = r.open()
+        (a, b), = _cell_ranges(rep)
+        assert rep.meta.span_source == "cell range"
+        assert (rep.meta.start_ns, rep.meta.end_ns) == (a, b)
+        spans.append(rep.meta.duration_ns)
+        rep.close()
+    # `x = 1` takes microseconds: every capture is well under the setup's 1.5 s, first warm cell included
+    assert max(spans) < 200e6, spans
+
+
+def test_capture_all_spans_the_process_from_its_start_to_its_end_marks(tmp_path):
+    r = run_nsys("import time\ntime.sleep(0.3)\n", _opts(tmp_path, capture="all"),
+                 setup_sources=["import time\ntime.sleep(0.4)\n"], namespace={})
+    assert r.ok, r.messages
+    rep = r.open()
+    assert rep.meta.span_source == "process marks"
+    assert 0.65e9 < rep.meta.duration_ns < 5e9  # the setup's 0.4 s and the cell's 0.3 s are both inside
+
+
+def test_a_timed_out_cell_is_framed_by_its_open_range(tmp_path):
+    r = run_nsys("import time, nvtx\nwith nvtx.annotate('work'):\n    time.sleep(0.5)\ntime.sleep(60)\n",
+                 _opts(tmp_path, fresh=True, timeout=6), namespace={})
+    assert r.status == "timeout" and r.sqlite is not None, r.messages
+    _paths_exist(r.messages)
+    rep = r.open()
+    assert rep.meta.span_source == "cell range"  # closed where the stop reached the cell
+    work = rep.nvtx[rep.nvtx["name"].astype(str) == "work"]
+    assert len(work) == 1 and rep.meta.start_ns <= int(work["start_ns"].iloc[0])
+    assert rep.meta.duration_ns < 8e9
+
+
+# ---- a cell's process ends, the run ends ---------------------------------------------------------------------
+
+DETACHED = """import subprocess, sys
+p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+print("started", p.pid)
+"""
+
+
+def test_a_fresh_cell_that_leaves_a_detached_process_returns_and_says_so(tmp_path):
+    t0 = time.monotonic()
+    r = run_nsys(DETACHED, _opts(tmp_path, fresh=True), namespace={})
+    took = time.monotonic() - t0
+    assert r.ok, r.messages
+    assert took < 30, took  # not the 120 s the detached process would live
+    assert any("left 1 process running" in n and "stopped" in n for n in r.notes), r.notes
+    pid = int(re.search(r"started (\d+)", (r.folder.path / "stdout.txt").read_text()).group(1))
+    # inside the PID namespace the number differs; by its command line no such sleeper survives
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                assert b"time.sleep(120)" not in (d / "cmdline").read_bytes(), d.name
+            except OSError:
+                pass
+    assert pid > 0
+
+
+def test_a_cell_that_finished_before_its_timeout_is_reported_as_finished(tmp_path):
+    """The process lingers after the cell (an atexit handler): the --timeout is the cell's, not the process's."""
+    cell = "import atexit, time\natexit.register(time.sleep, 6)\nprint('x')\n"
+    r = run_nsys(cell, _opts(tmp_path, fresh=True, timeout=5), namespace={})
+    assert r.status == "ok", r.messages
+    assert r.sqlite is not None
+    assert "Traceback" not in (r.folder.path / "stderr.txt").read_text()
+
+
+def test_ctrl_c_after_the_cell_finished_is_not_an_interrupted_cell(tmp_path):
+    cell = "import atexit, time\natexit.register(time.sleep, 8)\nprint('done')\n"
+    fired = []
+
+    def status(phase, t):
+        if phase == "cell-done" and not fired:
+            fired.append(threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)))
+            fired[0].start()
+
+    t_sig = None
+    try:
+        r = run_nsys(cell, _opts(tmp_path, fresh=True), namespace={}, on_status=status, stop_grace_s=10)
+        t_sig = time.monotonic()
+    finally:
+        for f in fired:
+            f.cancel()
+    assert fired and r.status == "ok", (r.status, r.messages)
+    assert any("after the cell had finished" in m for m in r.messages), r.messages
+    assert t_sig is not None
+
+
+def test_ctrl_c_in_a_slow_warm_setup_returns_within_3_s(tmp_path, sessions):
+    timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        r = run_nsys("x = 1\n", _opts(tmp_path), setup_sources=["import time\ntime.sleep(25)\n"], namespace={},
+                     sessions=sessions)
+        back = time.monotonic()
+    finally:
+        timer.cancel()
+    fired_at = timer_started = None  # noqa: F841 - the timer fired 4 s after it started
+    assert r.status == "interrupted", r.messages
+    assert r.wall_s < 4.0 + 3.0, r.wall_s
+    _paths_exist(r.messages)
+    assert sessions.session is None and back
+
+
+def test_a_timeout_in_a_hanging_warm_setup_returns_on_time(tmp_path, sessions):
+    r = run_nsys("x = 1\n", _opts(tmp_path, timeout=5), setup_sources=["import time\ntime.sleep(60)\n"],
+                 namespace={}, sessions=sessions)
+    assert r.status == "timeout", r.messages
+    assert r.wall_s < 5 + 3, r.wall_s
+    _paths_exist(r.messages)
+
+
+def test_a_setup_that_fails_only_in_the_worker_names_files_that_exist(tmp_path, sessions):
+    setup = "import os\nif 'NSIGHT_MAGIC_SESSION_ID' in os.environ:\n    raise RuntimeError('only in the worker')\n"
+    r = run_nsys("x = 1\n", _opts(tmp_path), setup_sources=[setup], namespace={}, sessions=sessions)
+    assert r.status == "setup-error", r.messages
+    _paths_exist(r.messages)
+    assert (r.folder.path / "tool-output.txt").exists()
+    assert "only in the worker" in (r.folder.path / "stderr.txt").read_text()
+
+
+def test_sys_exit_in_a_warm_cell_says_its_status(tmp_path, sessions):
+    r = run_nsys("import sys\nsys.exit(3)\n", _opts(tmp_path), setup_sources=["import os\n"], namespace={},
+                 sessions=sessions)
+    assert r.status == "exited"
+    assert any("exit status 3" in m for m in r.messages), r.messages
+
+
+def test_stopping_a_session_whose_cell_left_a_process_is_quick(tmp_path, sessions):
+    r = run_nsys(DETACHED, _opts(tmp_path), setup_sources=["import os\n"], namespace={}, sessions=sessions)
+    assert r.ok, r.messages
+    t0 = time.monotonic()
+    assert sessions.stop()
+    assert time.monotonic() - t0 < 5
+
+
+def test_stale_session_folders_of_a_killed_kernel_are_removed(tmp_path):
+    import json
+
+    dead = tmp_path / f"{SESSION_DIR_PREFIX}dead-x"
+    dead.mkdir()
+    (dead / "owner.json").write_text(json.dumps({"pid": 2**22 + 7, "start": "1"}))
+    mine = tmp_path / f"{SESSION_DIR_PREFIX}mine-x"
+    mine.mkdir()
+    from nsight_magic.profilers.session import _owner
+
+    (mine / "owner.json").write_text(json.dumps(_owner()))
+    assert remove_stale_session_dirs(tmp_path) == [dead]
+    assert not dead.exists() and mine.exists()
+
+
+# ---- several ranks ---------------------------------------------------------------------------------------------
+
+HANG_RANK_1 = """import os, time
+if int(os.environ["RANK"]) == 1:
+    time.sleep(120)
+print("rank", os.environ["RANK"], "done")
+"""
+
+
+@requires_torch
+def test_a_hanging_rank_is_named_and_the_waiting_rank_shows_no_library_traceback(tmp_path):
+    r = run_nsys(HANG_RANK_1, _opts(tmp_path, nproc=2, timeout=15), namespace={})
+    assert r.status == "timeout", r.messages
+    msg = " ".join(r.messages)
+    assert "rank 1 had not finished" in msg and "rank 0 had finished and was waiting for it" in msg, msg
+    _paths_exist(r.messages)
+    err0 = (r.folder.path / "stderr.txt").read_text()
+    assert "child.py" not in err0 and "Traceback" not in err0, err0
+    assert "waiting for rank 1" in err0
+
+
+@requires_torch
+def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
+    cell = ("import os, time\nif int(os.environ['RANK']) == 1:\n    time.sleep(0.3)\n    raise ValueError('rank 1 fails')\n"
+            "time.sleep(5)\nprint('rank 0 done')\n")
+    r = run_nsys(cell, _opts(tmp_path, nproc=2), namespace={})
+    assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
+    rep = r.open()
+    ranks = rep.ranks_by_pid
+    assert sorted(v[0] for v in ranks.values()) == [0, 1]
+    rank0 = next(p for p, v in ranks.items() if v[0] == 0)
+    (a, b), = [(s, e) for s, e in _ranges_of(rep, rank0)]
+    # torchrun stopped rank 0 when rank 1 failed: the capture holds rank 0's cell up to then, not only rank 1's
+    # 0.3 s before it raised
+    assert rep.meta.span_source == "ranks' cell ranges"
+    assert rep.meta.start_ns <= a and (b == -1 or b <= rep.meta.end_ns)
+    rank1 = next(p for p, v in ranks.items() if v[0] == 1)
+    (a1, b1), = _ranges_of(rep, rank1)
+    assert rep.meta.end_ns > b1 and rep.meta.duration_ns > (b1 - a1), rep.meta
+
+
+def _ranges_of(report, pid):
+    nv = report.nvtx
+    ours = nv[(nv["domain"].astype(str) == "nsight-magic") & (nv["kind"].astype(str) != "mark")
+              & (nv["pid"] == pid)]
+    return [(int(a), int(b) if b == b else -1) for a, b in zip(ours["start_ns"], ours["end_ns"].astype(float))]
+
+
+@requires_torch
+def test_a_rank_that_died_says_how(tmp_path):
+    cell = "import os, signal, time\nif int(os.environ['RANK']) == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\n" \
+           "time.sleep(3)\n"
+    r = run_nsys(cell, _opts(tmp_path, nproc=2), namespace={})
+    msg = " ".join(r.messages)
+    assert "rank 1" in msg and "SIGKILL" in msg, msg
+    _paths_exist(r.messages)
