@@ -218,8 +218,10 @@ def test_thresholds_are_settable_and_checked(opened):
 def test_findings_are_sorted_by_time_at_stake_and_framed(opened):
     rep = opened(DATA / "nsys_h100_a_cuda_nvtx.sqlite")
     fs = rep.findings()
-    stakes = [f.time_at_stake_ns for f in fs]
+    causes = [f for f in fs if f.severity != "info"]
+    stakes = [f.time_at_stake_ns for f in causes]
     assert stakes == sorted(stakes, reverse=True) and len(fs) >= 4
+    assert fs[:len(causes)] == causes  # notes last
     df = rep.findings_frame()
     assert list(df["rule"]) == [f.rule for f in fs] and (df["count"] > 0).all()
     assert {"severity", "time_at_stake_ns", "estimate", "first_ns", "last_ns"} <= set(df.columns)

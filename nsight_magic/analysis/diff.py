@@ -85,9 +85,9 @@ def _kernels(report, match: str) -> pd.DataFrame:
     names = _keys(k["name"])
     dur = pd.to_numeric(k["duration_ns"], errors="coerce").fillna(0).astype(np.int64)
     if match == "order" and "start_ns" in k:
-        from .ranks import _steps, step_name
+        from .ranks import _steps
 
-        steps = _steps(report, step_name(report)) if hasattr(report, "nvtx") else pd.DataFrame()
+        steps = _steps(report) if hasattr(report, "nvtx") else pd.DataFrame()
         step = np.zeros(len(k), np.int64)
         if not steps.empty:  # the step whose range (on any process) started last before the kernel
             s = steps.sort_values("start_ns")

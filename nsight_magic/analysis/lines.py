@@ -41,9 +41,9 @@ def _kernels_in(report, ranges: pd.DataFrame, group: np.ndarray) -> dict:
     k = report.kernels
     if k.empty or ranges.empty:
         return {}
-    from .findings import _api_of
+    from .rules.common import api_of
 
-    a = _api_of(k, report.cuda_api)
+    a = api_of(k, report.cuda_api)
     t = pd.DataFrame({"pid": k["pid"].to_numpy(), "tid": pd.to_numeric(a["api_tid"], errors="coerce").to_numpy(),
                       "at": pd.to_numeric(a["api_start_ns"], errors="coerce").to_numpy(),
                       "name": k["short_name"].astype(str).to_numpy() if "short_name" in k else

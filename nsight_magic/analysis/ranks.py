@@ -13,11 +13,12 @@ import re
 import numpy as np
 import pandas as pd
 
+from .steps import find_steps
+
 _NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 COLLECTIVES = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
                "Broadcast": "broadcast", "Reduce": "reduce", "SendRecv": "send/recv", "Send": "send/recv",
                "Recv": "send/recv", "AllToAll": "all-to-all", "Generic": "nccl (generic)"}
-_STEP = re.compile(r"step|iter", re.IGNORECASE)
 
 
 def nccl_collective(names) -> np.ndarray:
@@ -76,41 +77,22 @@ def collective_waits(report, nccl: pd.DataFrame | None = None) -> pd.DataFrame:
 
 
 def step_name(report) -> str | None:
-    """The NVTX range that marks steps, as a name pattern (digits as '#': 'step 0', 'step 1' are one step): a user
-    range named like 'step'/'iter' seen at least twice on each process, else the most repeated outermost user range
-    whose instances cover at least a third of the capture (so that repeated small ranges, such as PyTorch's
-    per-operator ones, are not taken for steps); None without such a range."""
-    nv = report.nvtx
-    if nv.empty:
-        return None
-    ours = nv["domain"].astype("string").fillna("").eq("nsight-magic")
-    rng = nv[(nv["kind"] != "mark") & ~ours & nv["end_ns"].notna()]
-    if rng.empty:
-        return None
-    stem = rng["label"].astype(str).str.replace(r"\d+", "#", regex=True)
-    per_pid = stem.groupby([stem, rng["pid"]]).size().groupby(level=0).min()
-    stems = per_pid[per_pid >= 2]
-    named = [s for s in stems.index if _STEP.search(s)]
-    if named:
-        return max(named, key=lambda s: stems[s])
-    span = max(report.time_span.duration_ns, 1)
-    dur = (rng["end_ns"].astype(np.int64) - rng["start_ns"]).groupby([stem, rng["pid"]]).sum().groupby(level=0).min()
-    depth = rng.groupby(stem)["depth"].min()
-    cand = [s for s in stems.index if depth[s] == depth.min() and dur[s] >= span / 3]
-    return max(cand, key=lambda s: stems[s]) if cand else None
+    """The name pattern of the step ranges (digits as '#'; analysis.steps: the repeated outermost user range on the
+    cell's thread, whatever its name), on the first process that has steps; None without such a range."""
+    found = find_steps(report)
+    return next(iter(found.values())).name if found else None
 
 
-def _steps(report, name: str | None) -> pd.DataFrame:
-    """The step ranges: pid, step (k-th on its process), start_ns, end_ns."""
-    if name is None:
+def _steps(report, name: str | None = None) -> pd.DataFrame:
+    """The steps of every process (analysis.steps): pid, step (k-th on its process), start_ns, end_ns (the next
+    step's start; the last step's range end)."""
+    rows = []
+    for pid, st in find_steps(report).items():
+        a, b = st.bounds()
+        rows.append(pd.DataFrame({"pid": pid, "step": np.arange(st.count), "start_ns": a, "end_ns": b}))
+    if not rows:
         return pd.DataFrame({"pid": [], "step": [], "start_ns": [], "end_ns": []})
-    nv = report.nvtx
-    stem = nv["label"].astype(str).str.replace(r"\d+", "#", regex=True)
-    s = nv[(stem == name) & (nv["kind"] != "mark") & nv["end_ns"].notna()]
-    s = s.sort_values(["pid", "start_ns"], kind="stable")[["pid", "start_ns", "end_ns"]].copy()
-    s["end_ns"] = s["end_ns"].astype(np.int64)
-    s["step"] = s.groupby("pid").cumcount()
-    return s.reset_index(drop=True)
+    return pd.concat(rows, ignore_index=True)
 
 
 def ranks_table(report) -> pd.DataFrame:
@@ -129,8 +111,9 @@ def ranks_table(report) -> pd.DataFrame:
     k = report.kernels
     nccl = nccl_kernels(report)
     waits = collective_waits(report, nccl)
-    name = step_name(report)
-    steps = _steps(report, name)
+    found = find_steps(report)
+    name = next(iter(found.values())).name if found else None
+    steps = _steps(report)
     strag = stragglers_by_step(report, waits, steps)
     span = report.time_span
     gpu_parts = [f[["pid", "start_ns", "end_ns"]] for f in (k, report.memcpy, report.memset) if not f.empty]
@@ -163,30 +146,56 @@ def ranks_table(report) -> pd.DataFrame:
 
 def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.DataFrame | None = None
                        ) -> pd.DataFrame:
-    """Per step: the pid (and rank) the others waited for most, and how long they waited in total (wait_ns).
-    A collective belongs to the last step range of its process that started before the kernel (GPU work runs
-    after its launch, so the CPU may already be in the next step: an approximation)."""
+    """Per step: the pid (and rank) the others waited for most in that step, and how long they waited for it
+    (wait_ns).  A collective belongs to the step in which it was launched (its CUDA call, found by correlation id),
+    not to the one in which it ran: a rank slow on the GPU runs its collectives while its CPU is steps ahead.  The
+    k-th collective is the same one on every rank, so it is counted in the step of the rank that launched it
+    last (where the others' waiting began)."""
     waits = collective_waits(report) if waits is None else waits
-    steps = _steps(report, step_name(report)) if steps is None else steps
+    steps = _steps(report) if steps is None else steps
     cols = ["step", "straggler", "rank", "wait_ns"]
     if waits.empty or steps.empty:
         return pd.DataFrame({c: [] for c in cols})
     w = waits.copy()
+    w["launch_ns"] = _launch_times(report, w)
     w["step"] = -1
     for pid, st in steps.groupby("pid"):
         m = (w["pid"] == pid).to_numpy()
         starts = st["start_ns"].to_numpy(np.int64)
-        idx = np.searchsorted(starts, w.loc[m, "start_ns"].to_numpy(np.int64), "right") - 1
+        idx = np.searchsorted(starts, w.loc[m, "launch_ns"].to_numpy(np.int64), "right") - 1
         w.loc[m, "step"] = np.where(idx >= 0, st["step"].to_numpy()[np.maximum(idx, 0)], -1)
-    w = w[w["step"] >= 0]
+    # one step per collective: that of its launch on the straggler (the rank whose arrival ended the waiting)
+    own = w[w["pid"] == w["straggler"]].set_index("seq")["step"]
+    w["step"] = w["seq"].map(own).fillna(w["step"]).astype(np.int64)
+    w = w[(w["step"] >= 0) & (w["pid"] != w["straggler"])]
     if w.empty:
         return pd.DataFrame({c: [] for c in cols})
-    # per step, the time the others waited on each straggler's late arrivals
     by = w.groupby(["step", "straggler"])["wait_ns"].sum().reset_index()
-    best = by.loc[by.groupby("step")["wait_ns"].idxmax()].rename(columns={})
+    best = by.loc[by.groupby("step")["wait_ns"].idxmax()]
     ranks = report.ranks_by_pid
     best["rank"] = pd.array([ranks.get(int(p), (None, None))[0] for p in best["straggler"]], dtype="Int64")
     return best[cols].reset_index(drop=True)
+
+
+def _launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
+    """When each kernel was launched (its CUDA API call's start, by process and correlation id); the kernel's own
+    start where the call is unknown."""
+    k = report.kernels
+    api = report.cuda_api
+    out = kernels["start_ns"].to_numpy(np.int64).copy()
+    if api.empty or "correlation_id" not in k:
+        return out
+    corr = k.set_index(["pid", "start_ns"])["correlation_id"]
+    key = pd.MultiIndex.from_arrays([kernels["pid"].to_numpy(), kernels["start_ns"].to_numpy()])
+    c = corr[~corr.index.duplicated()].reindex(key).to_numpy()
+    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
+    at = pd.Series(a["start_ns"].to_numpy(np.int64),
+                   index=pd.MultiIndex.from_arrays([a["pid"].to_numpy(), a["correlation_id"].to_numpy(np.int64)]))
+    c_int = pd.array(c, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
+    found = at.reindex(pd.MultiIndex.from_arrays([kernels["pid"].to_numpy(), c_int])).to_numpy()
+    ok = ~np.isnan(found.astype(float))
+    out[ok] = found[ok].astype(np.int64)
+    return out
 
 
 def nccl_summary(report, by: str = "rank") -> pd.DataFrame:

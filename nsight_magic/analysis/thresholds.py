@@ -16,6 +16,7 @@ DEFAULTS: dict[str, float] = {
     # ours
     "launch_bound.min_kernels": 100,              # at least this many kernels shorter than their launch call
     "launch_bound.min_share_pct": 50,             # ... and that many percent of all kernels
+    "launch_bound.min_idle_pct": 10,              # or the GPU waiting for launches this share of the steady state
     "layout_transpose.min_gpu_pct": 2,            # NCHW<->NHWC transposes taking at least this share of GPU time
     "undersized_launch.min_idle_pct": 10,         # SMs left idle by grids smaller than the GPU: this share of kernel time
     "serialized_copy.min_copy_ms": 1,             # copies on a compute stream between its kernels, in total
@@ -25,7 +26,11 @@ DEFAULTS: dict[str, float] = {
     "collective_wait.min_share_pct": 20,          # ranks waiting for a later rank: this share of NCCL kernel time
     "collective_wait.min_ms": 1,                  # ... and at least this long in total
     "host_wait.min_share_pct": 20,                # blocking OS calls covering this share of a repeated NVTX range
-    "host_wait.min_ranges": 3,                    # ... in at least this many instances of it
+    "host_wait.min_ranges": 3,                    # ... in at least this many instances of it (CPU-only reports;
+    #                                               with GPU work: the GPU idle while the launcher is blocked,
+    #                                               a quarter of this share of the steady state)
+    "startup.min_share_pct": 10,                  # time before the first step: at least this share of the capture
+    "startup.min_ms": 200,                        # ... and this long
 }
 
 

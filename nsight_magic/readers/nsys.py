@@ -356,6 +356,12 @@ class NsysReport:
         return self._frame("memset")
 
     @functools.cached_property
+    def graphs(self) -> pd.DataFrame:
+        """CUDA graph launches as one GPU interval each (nsys's default --cuda-graph-trace=graph lists no kernels
+        of a graph): start_ns, end_ns, device_id, stream_id, correlation_id, pid, graph_id."""
+        return self._frame("graphs")
+
+    @functools.cached_property
     def cuda_api(self) -> pd.DataFrame:
         """CUDA runtime/driver API calls (name as recorded, e.g. cudaLaunchKernel_v7000)."""
         return self._frame("cuda_api")
@@ -776,6 +782,14 @@ class NsysReport:
         from ..analysis.findings import nsys_findings
 
         return nsys_findings(self, thresholds, rules)
+
+    def bottleneck(self):
+        """What bounds the cell: an `analysis.bottleneck.Bottleneck` with the verdict `kind` (gpu, cpu, input, copy,
+        sync, communication), a one-line `summary`, the steady-state `breakdown` (category, time_ns, pct: interval
+        unions that add up to the `window`) and, with several processes, `per_rank`."""
+        from ..analysis.bottleneck import bottleneck
+
+        return bottleneck(self)
 
     def findings_frame(self, thresholds: dict | None = None) -> pd.DataFrame:
         """findings() as a DataFrame, one row per finding."""

@@ -74,6 +74,11 @@ MEMSET = TableSpec("memset", ("CUPTI_ACTIVITY_KIND_MEMSET",), GPU_COMMON + (
     _c("value", "value", dtype="Int64"),
     _c("mem_kind", "memKind", how="enum", dtype="category", enum="mem_kind"),
 ))
+# --cuda-graph-trace=graph (nsys's default): a CUDA graph's launch is one row, its kernels are not listed
+GRAPHS = TableSpec("graphs", ("CUPTI_ACTIVITY_KIND_GRAPH_TRACE",), GPU_COMMON + (
+    _c("graph_id", "graphId", dtype="Int64"),
+    _c("graph_exec_id", "graphExecId", dtype="Int64"),
+))
 CUDA_API = TableSpec("cuda_api", ("CUPTI_ACTIVITY_KIND_RUNTIME",), CPU_COMMON + (
     _c("name", "nameId", how="strid", dtype="category"),
     _c("correlation_id", "correlationId", dtype="Int64"),
@@ -125,7 +130,7 @@ GPUS = TableSpec("gpus", ("TARGET_INFO_GPU", "TARGET_INFO_CUDA_GPU"), (
     _c("bus_location", "busLocation", "pciBusId", how="text", dtype="string"),
 ))
 
-ACTIVITY_SPECS = {s.frame: s for s in (KERNELS, MEMCPY, MEMSET, CUDA_API, OSRT, SYNC, CUBLAS, CUDNN)}
+ACTIVITY_SPECS = {s.frame: s for s in (KERNELS, MEMCPY, MEMSET, GRAPHS, CUDA_API, OSRT, SYNC, CUBLAS, CUDNN)}
 ALL_SPECS = {**ACTIVITY_SPECS, "nvtx": NVTX_RAW, "threads": THREADS, "processes": PROCESSES, "gpus": GPUS,
              "overhead": OVERHEAD}
 

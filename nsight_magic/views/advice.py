@@ -91,9 +91,42 @@ def _fmt_ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} µs"
 
 
-def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str) -> str:
+VERDICT_CSS = """
+.nm-verdict{border:1px solid #ccd;padding:6px 10px;margin:4px 0 10px;background:#f6f8fc}
+.nm-verdict .nm-kind{font-weight:bold;text-transform:uppercase;margin-right:6px}
+.nm-bar{display:flex;height:14px;margin:6px 0 2px;max-width:70em;border:1px solid #ccd}
+.nm-bar span{display:block;height:100%}
+.nm-bar-legend{font-size:11px;color:#444}
+.nm-bar-legend i{display:inline-block;width:10px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
+"""
+CATEGORY_COLORS = {"compute": "#2e7d32", "communication": "#6a1b9a", "copy": "#ef6c00", "input": "#c62828",
+                   "sync": "#f9a825", "host wait": "#546e7a", "launch": "#1565c0",
+                   "host running": "#1565c0", "host blocked": "#546e7a"}
+
+
+def verdict_html(verdict) -> str:
+    """The verdict above the findings: its kind, its summary and the breakdown as one stacked bar."""
+    if verdict is None:
+        return ""
+    b = verdict.breakdown
+    b = b[b["pct"] > 0]
+    bar = "".join(f'<span style="width:{p:.3f}%;background:{CATEGORY_COLORS.get(c, "#999")}" '
+                  f'title="{escape(str(c))}: {p:.1f}% ({t / 1e6:,.1f} ms)"></span>'
+                  for c, p, t in zip(b["category"], b["pct"], b["time_ns"]))
+    legend = "".join(f'<i style="background:{CATEGORY_COLORS.get(c, "#999")}"></i>{escape(str(c))} {p:.0f}%'
+                     for c, p in zip(b["category"], b["pct"]))
+    return (f'<style>{VERDICT_CSS}</style><div class="nm-verdict"><span class="nm-kind">{escape(verdict.kind)}'
+            f'</span>{escape(verdict.summary)}<div class="nm-bar">{bar}</div>'
+            f'<div class="nm-bar-legend">{legend}</div></div>')
+
+
+def verdict_text(verdict) -> str:
+    return f"Verdict: {verdict.summary}" if verdict is not None else ""
+
+
+def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str, verdict=None) -> str:
     if not findings:
-        return "<p>No findings: none of the rules found anything to change in this profile.</p>"
+        return verdict_html(verdict) + "<p>No findings: none of the rules found anything to change in this profile.</p>"
     items = []
     for i, f in enumerate(findings[:MAX_FINDINGS]):
         bands = bands_ms(f, origin_ns)
@@ -115,8 +148,8 @@ def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str) -> str:
             f"{_evidence_table(f.evidence, f'{uid}-{i}', origin_ns)}</div>")
     more = (f"<p>{len(findings) - MAX_FINDINGS} more in report.findings()</p>" if len(findings) > MAX_FINDINGS
             else "")
-    return (f"<style>{ADVICE_CSS}</style><script>{ADVICE_JS}</script>"
-            f"<p>{len(findings)} finding(s), most time at stake first; click one to see it on the timeline.</p>"
+    return (f"<style>{ADVICE_CSS}</style><script>{ADVICE_JS}</script>" + verdict_html(verdict)
+            + f"<p>{len(findings)} finding(s), most time at stake first; click one to see it on the timeline.</p>"
             + "".join(items) + more)
 
 
@@ -130,13 +163,16 @@ def advice_text(findings, limit: int = 5) -> str:
     return "\n".join(lines)
 
 
-def advice_widget(findings, *, on_show):
-    """Live Advice tab: one block per finding with a 'show on timeline' button calling on_show(finding)."""
+def advice_widget(findings, *, on_show, verdict=None):
+    """Live Advice tab: the verdict, then one block per finding with a 'show on timeline' button calling
+    on_show(finding)."""
     import ipywidgets as w
 
     if not findings:
-        return w.HTML("<p>No findings: none of the rules found anything to change in this profile.</p>")
-    blocks = [w.HTML(f"<style>{ADVICE_CSS}</style><p>{len(findings)} finding(s), most time at stake first.</p>")]
+        return w.HTML(verdict_html(verdict)
+                      + "<p>No findings: none of the rules found anything to change in this profile.</p>")
+    blocks = [w.HTML(f"<style>{ADVICE_CSS}</style>{verdict_html(verdict)}<p>{len(findings)} finding(s), most time "
+                     f"at stake first.</p>")]
     for i, f in enumerate(findings[:MAX_FINDINGS]):
         color = SEVERITY_COLORS.get(f.severity, "#999")
         html = w.HTML(

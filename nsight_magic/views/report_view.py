@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
-from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms
+from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms, verdict_text
 from .bokehjs import bokehjs_html, embed_script
 from .lines import lines_html, modules_html
 from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
@@ -72,6 +72,18 @@ def _ranks_intro(r: dict) -> str:
             "time, time its collectives waited for a later rank (wait), time the other ranks waited for it "
             "(others_wait: the straggler has the most), and the steps in which the others waited for it most" + (f"; steps are the NVTX ranges <code>{escape(step)}</code>" if step else
                                   "; no repeated NVTX step range was found") + ".</p>")
+
+
+def _verdict(report):
+    """report.bottleneck(), or None for a report without one (or where it cannot be computed: the view shows the
+    rest)."""
+    fn = getattr(report, "bottleneck", None)
+    if fn is None:
+        return None
+    try:
+        return fn()
+    except Exception:  # noqa: BLE001 - an odd report: no verdict, the findings and tables still show
+        return None
 
 
 def _findings(report, thresholds: dict | None = None) -> list:
@@ -168,6 +180,7 @@ class NsysView:
         self.data: TimelineData = prepare_timeline(report)
         self.tables = prepare_tables(report, self.data.origin_ns)
         self.findings = _findings(report, thresholds)
+        self.verdict = _verdict(report)
         self.lines, self.modules = _lines_and_modules(report, self.folder)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
@@ -195,7 +208,8 @@ class NsysView:
             self._table("memory", t.memory, None, tv.plot_name),
             self._table("cudaapi", t.cuda_api, None, tv.plot_name),
             modules_html(self.modules) + self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
-            advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid),
+            advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid,
+                        verdict=self.verdict),
             self._files_html(),
         ]
         if self.ranks:  # several ranks: before Advice
@@ -268,7 +282,7 @@ class NsysView:
             tv.show_range(*focus_ms(bands), bands)
             tab.selected_index = 0
 
-        advice = advice_widget(self.findings, on_show=show_finding)
+        advice = advice_widget(self.findings, on_show=show_finding, verdict=self.verdict)
         tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
                               tbl(t.cuda_api), w.VBox([w.HTML(modules_html(self.modules)), tbl(t.nvtx, t.nvtx_zoom)]),
                               advice, files])
@@ -285,7 +299,8 @@ class NsysView:
         return tab
 
     def text(self) -> str:
-        return _text(self.report, self.tables) + _ranks_text(self.ranks) + "\n\n" + advice_text(self.findings)
+        return _with_verdict(self.verdict, _text(self.report, self.tables) + _ranks_text(self.ranks) + "\n\n"
+                             + advice_text(self.findings))
 
 
 def _bokeh_widget(tv, caption):
@@ -366,9 +381,14 @@ def _ranks_text(ranks: dict) -> str:
 
 
 def nsys_text(report, thresholds: dict | None = None) -> str:
-    """text/plain fallback: capture, counts, the top rows of each summary, the ranks and the top findings."""
-    return (_text(report, prepare_tables(report)) + _ranks_text(_ranks(report)) + "\n\n"
-            + advice_text(_findings(report, thresholds)))
+    """text/plain fallback: the verdict, capture, counts, the top rows of each summary, the ranks and the top
+    findings."""
+    return _with_verdict(_verdict(report), _text(report, prepare_tables(report)) + _ranks_text(_ranks(report))
+                         + "\n\n" + advice_text(_findings(report, thresholds)))
+
+
+def _with_verdict(verdict, text: str) -> str:
+    return (verdict_text(verdict) + "\n" + text) if verdict is not None else text
 
 
 def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:

@@ -307,11 +307,21 @@ def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
 
 def _cell_range(report) -> tuple[int, int] | None:
     """(start, end) of what the user profiled, when the report is ours: the reader's capture span decided by
-    nsight-magic's cell range(s) or process marks (readers.capture_span)."""
+    nsight-magic's cell range(s) or process marks (readers.capture_span); for a report-like object without a
+    reader's span, its first cell range."""
     meta = getattr(report, "meta", None)
-    if meta is None or getattr(meta, "span_source", None) not in OWN_SOURCES:
+    source = getattr(meta, "span_source", None)
+    if source is not None:
+        return (int(meta.start_ns), int(meta.end_ns)) if source in OWN_SOURCES else None
+    nv = _frame(report, "nvtx")
+    if nv.empty or "domain" not in nv:
         return None
-    return int(meta.start_ns), int(meta.end_ns)
+    ours = nv[_is_ours(nv)]
+    if ours.empty:
+        return None
+    row = ours.iloc[0]
+    end = pd.to_numeric(pd.Series([row["end_ns"]]), errors="coerce").iloc[0]
+    return int(row["start_ns"]), (int(end) if not pd.isna(end) else int(row["start_ns"]))
 
 
 def prepare_timeline(report) -> TimelineData:
@@ -390,7 +400,15 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
     if me is None and ms is not None:
         me = ms + int(getattr(meta, "duration_ns", 0) or 0)
     events = (int(starts.min()), int(ends.max())) if len(starts) else None
-    if ms is None or me is None or getattr(meta, "span_source", None) == "none":
+    source = getattr(meta, "span_source", None)
+    if source is None and frame is not None:  # a report-like object with our cell range: it is the capture
+        ms, me, source = frame[0], frame[1], "cell range"
+    elif source is None and ms is not None and me is not None and events:
+        # a report-like object with bounds: trusted where they overlap its events, which may start earlier
+        overlap = not (events[1] < ms or events[0] > me)
+        ms, me = (min(int(ms), events[0]), int(me)) if overlap else events
+        source = "capture bounds" if overlap else "events"
+    if ms is None or me is None or source == "none":
         origin, end = events if events else (0, 1)
     else:
         origin, end = int(ms), max(int(me), events[1] if events else int(me))

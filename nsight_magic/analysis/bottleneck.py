@@ -1,0 +1,447 @@
+"""What bounds a cell: the verdict, and where each nanosecond of the steady-state step went.
+
+For every process and GPU it used, over the steady state (analysis.steps: the steps after the first; without steps,
+from the GPU's first to its last operation), the GPU's time is split with interval unions into
+
+    compute          non-NCCL kernels running (busy once however many run at once)
+    communication    NCCL kernels not overlapped by compute
+    copy             copies and memsets not overlapped by kernels
+    input            idle before a batch's host-to-device copy: the host was preparing data
+    sync             idle after a host synchronisation returned: the CPU had waited instead of queueing work
+    host wait        idle while the launching thread was blocked in the OS (sleep, lock, I/O, a queue)
+    launch           idle while the launching thread ran (Python, launch overhead, the allocator)
+
+Each idle stretch belongs to the thread that launched the operation ending it, and is split between the
+categories in that order: input first (gap beyond the typical launch gap), then sync (at most the time the
+host was blocked in the sync, which is what it could have spent queueing work), then OS-blocked time, the rest
+launch.  The categories add up to the window.  The verdict's kind is "gpu" when compute fills >= 80% of the
+window (or nothing else reaches 10%), else the largest other category: input, copy, sync, communication, or "cpu"
+for host wait and launch.
+
+Everything is scaled from the steady window to the whole loop by steps / steady steps; findings (analysis.findings)
+take their time at stake from these figures, so that they count each nanosecond once.
+"""
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import intervals as I
+from .steps import Steps, cell_threads, find_steps
+
+CATEGORIES = ("compute", "communication", "copy", "input", "sync", "host wait", "launch")
+KIND_OF = {"compute": "gpu", "communication": "communication", "copy": "copy", "input": "input", "sync": "sync",
+           "host wait": "cpu", "launch": "cpu"}
+GPU_BOUND_PCT = 80.0        # compute share at which the GPU is the bottleneck
+MINOR_PCT = 10.0            # ... or when nothing else reaches this share
+INPUT_MIN_BYTES = 64_000    # a batch: host-to-device copies smaller than this are parameters, not input
+INPUT_MIN_GAP_NS = 1_000_000
+SYNC_TOLERANCE_NS = 50_000  # a sync call "ended the gap" when it returned this close to the GPU going idle
+HOST_BLOCKED_SHARE = 0.5    # a gap is host wait when the launching thread was blocked for this share of it
+
+_API_SYNC = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
+_MEMCPY_SYNC = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)")
+_NCCL = re.compile(r"(?i)^(?:void )?nccl")
+
+
+@dataclass
+class Pair:
+    """One process on one GPU: its window, the category totals in it, and its idle gaps with their causes."""
+
+    pid: int
+    device: int
+    window: tuple[int, int]
+    steps: Steps | None
+    scale: float                  # whole loop / steady window (steps / steady steps)
+    totals: dict                  # category -> ns inside the window
+    gaps: pd.DataFrame            # every idle gap between the first and last operation: start_ns, end_ns, tid,
+    #                               next_kind, sync_name, sync_ns, and each idle category's share (ns); in_window
+    busy: dict = field(default_factory=dict)  # "compute" / "communication" / "copy" -> disjoint interval sets
+
+    @property
+    def window_ns(self) -> int:
+        return self.window[1] - self.window[0]
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """report.bottleneck(): what bounds the cell, and where the steady-state time went."""
+
+    kind: str                     # gpu | cpu | input | copy | sync | communication | (no GPU work:) cpu
+    summary: str                  # one line for people
+    breakdown: pd.DataFrame       # category, time_ns, pct (of the window; the rows add up to it)
+    window: tuple[int, int]       # (start_ns, end_ns) analysed, on the report's clock (the first process's)
+    window_source: str            # how the window was chosen
+    steps: int                    # steps found (0: none), on the first process with steps
+    startup_ns: int               # from the capture start to the first step (or the first GPU operation)
+    per_rank: pd.DataFrame | None = None  # several processes: pid, rank, kind, summary, then each category's pct
+
+    def __str__(self):
+        return self.summary
+
+
+# ---- inputs ----------------------------------------------------------------------------------------------------
+
+def _gpu_ops(report) -> pd.DataFrame:
+    """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch."""
+    parts = []
+    k = report.kernels
+    if len(k):
+        nccl = k["name"].astype(str).str.contains(_NCCL).to_numpy()
+        parts.append(pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64),
+                                   "end_ns": k["end_ns"].to_numpy(np.int64), "pid": k["pid"].to_numpy(np.int64),
+                                   "device_id": k["device_id"].to_numpy(np.int64),
+                                   "correlation_id": pd.array(k["correlation_id"], dtype="Int64"),
+                                   "cat": np.where(nccl, "communication", "compute"), "htod_batch": False}))
+    g = getattr(report, "graphs", None)
+    if g is not None and len(g):  # a CUDA graph's launch: its kernels, as one interval
+        parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(np.int64),
+                                   "end_ns": g["end_ns"].to_numpy(np.int64), "pid": g["pid"].to_numpy(np.int64),
+                                   "device_id": g["device_id"].to_numpy(np.int64),
+                                   "correlation_id": pd.array(g["correlation_id"], dtype="Int64"),
+                                   "cat": "compute", "htod_batch": False}))
+    for f in (report.memcpy, report.memset):
+        if len(f):
+            batch = np.zeros(len(f), bool)
+            if "kind" in f:
+                batch = ((f["kind"].astype(str) == "HtoD") & (f["bytes"] >= INPUT_MIN_BYTES)).to_numpy()
+            parts.append(pd.DataFrame({"start_ns": f["start_ns"].to_numpy(np.int64),
+                                       "end_ns": f["end_ns"].to_numpy(np.int64), "pid": f["pid"].to_numpy(np.int64),
+                                       "device_id": f["device_id"].to_numpy(np.int64),
+                                       "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
+                                       "cat": "copy", "htod_batch": batch}))
+    if not parts:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
+                                     "htod_batch"])
+    ops = pd.concat(parts, ignore_index=True)
+    return ops[ops["end_ns"] > ops["start_ns"]].sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def _host_calls(report, pid: int):
+    """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls."""
+    api = report.cuda_api
+    api = api[api["pid"] == pid] if len(api) else api
+    osrt = report.osrt
+    if len(osrt):
+        osrt = osrt[osrt["pid"] == pid]
+        if "nesting_level" in osrt:
+            osrt = osrt[pd.to_numeric(osrt["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
+    return api, osrt
+
+
+# ---- per process and GPU ---------------------------------------------------------------------------------------
+
+def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None) -> tuple[tuple[int, int], float, str]:
+    """The steady-state window of a process: steps after the first (stretched to the GPU work they launched), or
+    the GPU's first to last operation."""
+    first, last = int(ops["start_ns"].min()), int(ops["end_ns"].max())
+    if steps is not None and steps.steady() is not None:
+        a, b = steps.steady()
+        # GPU work runs after its launch: a GPU-bound loop's last steps end on the GPU, long after the CPU's ranges
+        b = max(b, int(ops.loc[ops["start_ns"] <= max(b, a), "end_ns"].max()) if (ops["start_ns"] <= b).any() else b)
+        scale = steps.count / max(steps.steady_count, 1)
+        source = (f"steps {steps.count - steps.steady_count + 1}-{steps.count} of '{steps.name}' "
+                  f"(the first, warm-up, step left out)" if steps.steady_count < steps.count else
+                  f"{steps.count} steps of '{steps.name}'")
+        return (a, max(b, a + 1)), scale, source
+    return (first, max(last, first + 1)), 1.0, "the GPU's first to last operation (no repeated NVTX range marks steps)"
+
+
+def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, api, osrt, launch_tid) -> Pair:
+    a, b = window
+    comp = I.union(ops.loc[ops["cat"] == "compute", "start_ns"], ops.loc[ops["cat"] == "compute", "end_ns"])
+    comm = I.subtract(I.union(ops.loc[ops["cat"] == "communication", "start_ns"],
+                              ops.loc[ops["cat"] == "communication", "end_ns"]), comp)
+    kern = I.union(np.r_[comp[0], comm[0]], np.r_[comp[1], comm[1]])
+    copy = I.subtract(I.union(ops.loc[ops["cat"] == "copy", "start_ns"], ops.loc[ops["cat"] == "copy", "end_ns"]),
+                      kern)
+    busy = I.union(ops["start_ns"], ops["end_ns"])
+    lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
+    gs, ge = I.gaps(busy, min(lo, a), max(hi, b))
+    gaps = _classify(gs, ge, ops, api, osrt, launch_tid)
+    in_w = (gaps["start_ns"] >= a) & (gaps["end_ns"] <= b)
+    # a gap cut by the window's edge counts with the part inside
+    cut = (gaps["end_ns"] > a) & (gaps["start_ns"] < b) & ~in_w
+    gaps["in_window"] = in_w | cut
+    inside = np.minimum(gaps["end_ns"], b) - np.maximum(gaps["start_ns"], a)
+    frac = np.where(gaps["in_window"], inside / np.maximum(gaps["end_ns"] - gaps["start_ns"], 1), 0.0)
+    totals = {"compute": I.total(I.clip(comp, a, b)), "communication": I.total(I.clip(comm, a, b)),
+              "copy": I.total(I.clip(copy, a, b))}
+    for c in ("input", "sync", "host wait", "launch"):
+        totals[c] = int(round(float((gaps[c].to_numpy(float) * frac).sum())))
+    # rounding: the categories add up to the window exactly
+    totals["launch"] += (b - a) - sum(totals.values())
+    totals["launch"] = max(totals["launch"], 0)
+    return Pair(pid, dev, (a, b), steps, scale, totals, gaps,
+                {"compute": comp, "communication": comm, "copy": copy})
+
+
+def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, launch_tid) -> pd.DataFrame:
+    """Each idle gap's causes (ns per category), vectorised: see the module docstring."""
+    n = len(gs)
+    out = pd.DataFrame({"start_ns": gs, "end_ns": ge})
+    for c in ("input", "sync", "host wait", "launch"):
+        out[c] = np.zeros(n, np.int64)
+    out["tid"] = pd.array([pd.NA] * n, dtype="Int64")
+    out["next_kind"] = ""
+    out["sync_name"] = None
+    out["sync_ns"] = np.zeros(n, np.int64)
+    if not n:
+        return out
+    dur = ge - gs
+    starts = ops["start_ns"].to_numpy(np.int64)
+    nxt = np.searchsorted(starts, ge, "left")  # the operation that ends the gap starts at its end
+    has_next = nxt < len(starts)
+    nxt_c = np.minimum(nxt, len(starts) - 1)
+    out["next_kind"] = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], "htod batch",
+                                                   ops["cat"].to_numpy()[nxt_c]), "")
+    tid = launch_tid(ops["correlation_id"].to_numpy()[nxt_c])
+    tid = np.where(has_next, tid, -1)
+    out["tid"] = pd.array(np.where(tid >= 0, tid, 0), dtype="Int64")
+    out.loc[tid < 0, "tid"] = pd.NA
+    typical = int(np.median(dur)) if n else 0
+    left = dur.astype(np.int64).copy()
+    # input: the gap before a batch's copy, beyond a typical launch gap
+    inp = (out["next_kind"].to_numpy() == "htod batch") & (dur - typical >= INPUT_MIN_GAP_NS)
+    take = np.where(inp, np.maximum(dur - typical, 0), 0)
+    out["input"] = take
+    left -= take
+    # sync: the launching thread returned from a synchronising call as the GPU went idle
+    sync_ns = np.zeros(n, np.int64)
+    sync_name = np.full(n, None, dtype=object)
+    if len(api):
+        names = api["name"].astype(str)
+        is_sync = names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()
+        s = api[is_sync]
+        for th, g in s.groupby("tid"):  # threads: a few
+            m = np.flatnonzero(tid == int(th))
+            if not len(m):
+                continue
+            g = g.sort_values("end_ns", kind="stable")
+            se, ss = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
+            # the first sync returning as the GPU went idle: it waited for the GPU (later ones in the same gap
+            # found nothing left to wait for)
+            j = np.searchsorted(se, gs[m] - SYNC_TOLERANCE_NS, "left")
+            jj = np.minimum(j, len(se) - 1)
+            ok = (j < len(se)) & (se[jj] <= ge[m]) & (ss[jj] < gs[m])
+            sync_ns[m[ok]] = (se[jj] - ss[jj])[ok]
+            sync_name[m[ok]] = g["name"].astype(str).to_numpy()[jj][ok]
+    take = np.minimum(left, sync_ns)
+    out["sync"] = take
+    out["sync_ns"] = sync_ns
+    out["sync_name"] = sync_name
+    left -= take
+    # host wait: the launching thread blocked in the OS during the rest of the gap
+    if len(osrt):
+        blocked = np.zeros(n, np.int64)
+        for th, g in osrt.groupby("tid"):
+            m = np.flatnonzero(tid == int(th))
+            if not len(m):
+                continue
+            iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+            blocked[m] = I.overlap(iv, gs[m], ge[m])
+        hw = blocked >= HOST_BLOCKED_SHARE * np.maximum(dur, 1)
+        take = np.where(hw, np.minimum(left, blocked), 0)
+        out["host wait"] = take
+        left -= take
+    out["launch"] = np.maximum(left, 0)
+    return out
+
+
+def _launch_tids(api: pd.DataFrame):
+    """correlation ids -> the thread that launched them (-1 when unknown)."""
+    if api.empty:
+        return lambda corr: np.full(len(corr), -1, np.int64)
+    a = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id")
+    index = pd.Index(a["correlation_id"].to_numpy(np.int64))
+    tids = a["tid"].to_numpy(np.int64)
+
+    def lookup(corr) -> np.ndarray:
+        c = pd.array(corr, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
+        i = index.get_indexer(c)
+        return np.where(i >= 0, tids[np.maximum(i, 0)], -1)
+
+    return lookup
+
+
+# ---- the report ------------------------------------------------------------------------------------------------
+
+@dataclass
+class Diagnosis:
+    """Per (process, GPU) breakdowns of a report, shared by bottleneck() and the findings' time at stake."""
+
+    pairs: list[Pair]
+    steps: dict                   # pid -> Steps
+    sources: dict                 # pid -> how its window was chosen
+    startup: dict                 # pid -> ns from the capture start to its first step / first GPU operation
+    capture: tuple[int, int]
+    ops: pd.DataFrame
+
+    def scaled(self, category: str, pid: int | None = None) -> int:
+        """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
+        (they run at the same time: a fix saves wall time once)."""
+        vals = [p.totals[category] * p.scale for p in self.pairs if pid is None or p.pid == pid]
+        return int(max(vals, default=0))
+
+    def by_pair(self, category: str) -> dict[tuple[int, int], int]:
+        return {(p.pid, p.device): int(p.totals[category] * p.scale) for p in self.pairs}
+
+    def gaps(self, category: str | None = None) -> pd.DataFrame:
+        """Idle gaps of every pair (with pid, device_id), or those with time of one category."""
+        parts = [p.gaps.assign(pid=p.pid, device_id=p.device, scale=p.scale) for p in self.pairs if len(p.gaps)]
+        if not parts:
+            return pd.DataFrame(columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name",
+                                         "sync_ns", "in_window", "pid", "device_id", "scale"])
+        g = pd.concat(parts, ignore_index=True)
+        return g[g[category] > 0] if category else g
+
+    def exposed(self, starts, ends, pids, devices) -> int:
+        """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not
+        hidden behind kernels), scaled to the loop; the largest over pairs."""
+        best = 0
+        s, e = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+        for p in self.pairs:
+            m = (np.asarray(pids) == p.pid) & (np.asarray(devices) == p.device)
+            if not m.any():
+                continue
+            iv = I.intersect(I.clip(p.busy["copy"], *p.window), I.union(s[m], e[m]))
+            best = max(best, int(I.total(iv) * p.scale))
+        return best
+
+    @property
+    def window_total(self) -> int:
+        """The largest window scaled to its whole loop: what the findings' time at stake adds up to at most."""
+        return int(max((p.window_ns * p.scale for p in self.pairs), default=0))
+
+
+def diagnose(report) -> Diagnosis:
+    """The per-(process, GPU) breakdowns of a report (cached on the report object)."""
+    cached = getattr(report, "_nm_diagnosis", None)
+    if cached is not None:
+        return cached
+    ops = _gpu_ops(report)
+    steps = find_steps(report)
+    span = report.time_span
+    pairs, sources, startup = [], {}, {}
+    for pid, pops in ops.groupby("pid", sort=True):
+        pid = int(pid)
+        st = steps.get(pid)
+        window, scale, source = _window(report, pid, pops, st)
+        first = int(st.starts[0]) if st is not None else int(pops["start_ns"].min())
+        startup[pid] = max(0, first - span.start_ns)
+        sources[pid] = source
+        api, osrt = _host_calls(report, pid)
+        tids = _launch_tids(api)
+        for dev, d in pops.groupby("device_id", sort=True):
+            pairs.append(_pair(report, pid, int(dev), d.reset_index(drop=True), window, scale, st, api, osrt, tids))
+    diag = Diagnosis(pairs, steps, sources, startup, (span.start_ns, span.end_ns), ops)
+    try:
+        report._nm_diagnosis = diag
+    except AttributeError:
+        pass
+    return diag
+
+
+def _shares(totals: dict, window_ns: int) -> dict:
+    return {c: 100.0 * totals.get(c, 0) / max(window_ns, 1) for c in CATEGORIES}
+
+
+def _kind(pct: dict) -> str:
+    if pct["compute"] >= GPU_BOUND_PCT:
+        return "gpu"
+    by_kind: dict[str, float] = {}
+    for c in CATEGORIES[1:]:
+        by_kind[KIND_OF[c]] = by_kind.get(KIND_OF[c], 0.0) + pct[c]
+    kind, share = max(by_kind.items(), key=lambda kv: kv[1])
+    return "gpu" if share < MINOR_PCT else kind
+
+
+_WHAT = {
+    "gpu": "GPU-bound: kernels keep the GPU busy {compute:.0f}% of the steady state; look at the kernels "
+           "(%%ncu) rather than the host",
+    "cpu": "CPU-bound: the GPU waits for the host {cpu:.0f}% of the steady state (launch overhead and Python "
+           "{launch:.0f}%, the host blocked in the OS {host wait:.0f}%)",
+    "input": "input-bound: the GPU waits for the next batch {input:.0f}% of the steady state",
+    "copy": "copy-bound: copies the kernels do not hide take {copy:.0f}% of the steady state",
+    "sync": "sync-bound: after host synchronisations the GPU idles {sync:.0f}% of the steady state",
+    "communication": "communication-bound: collectives not hidden by compute take {communication:.0f}% of the "
+                     "steady state",
+}
+
+
+def _summary(kind: str, pct: dict) -> str:
+    return _WHAT[kind].format(**pct, cpu=pct["host wait"] + pct["launch"])
+
+
+def bottleneck(report) -> Bottleneck:
+    """report.bottleneck(): see the module docstring."""
+    d = diagnose(report)
+    if not d.pairs:
+        return _cpu_only(report)
+    totals = {c: sum(p.totals[c] for p in d.pairs) for c in CATEGORIES}
+    window_sum = sum(p.window_ns for p in d.pairs)
+    pct = _shares(totals, window_sum)
+    kind = _kind(pct)
+    ranks = getattr(report, "ranks_by_pid", {}) or {}
+    per = None
+    pids = sorted({p.pid for p in d.pairs})
+    if len(pids) > 1:
+        rows = []
+        for pid in pids:
+            mine = [p for p in d.pairs if p.pid == pid]
+            t = {c: sum(p.totals[c] for p in mine) for c in CATEGORIES}
+            pp = _shares(t, sum(p.window_ns for p in mine))
+            k = _kind(pp)
+            rows.append({"pid": pid, "rank": ranks.get(pid, (None, None))[0], "kind": k, "summary": _summary(k, pp),
+                         **{f"{c.replace(' ', '_')}_pct": round(pp[c], 1) for c in CATEGORIES}})
+        per = pd.DataFrame(rows)
+        per["rank"] = per["rank"].astype("Int64")
+        # ranks wait for each other: exposed collectives on any rank make it the job's bottleneck
+        if kind != "communication" and per["communication_pct"].max() >= 2 * MINOR_PCT:
+            kind = "communication"
+    first = d.pairs[0]
+    main_pid = next((pid for pid in pids if pid in d.steps), pids[0])
+    st = d.steps.get(main_pid)
+    breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [int(totals[c]) for c in CATEGORIES],
+                              "pct": [round(pct[c], 1) for c in CATEGORIES]})
+    summary = _summary(kind, pct)
+    where = d.sources[main_pid]
+    startup = d.startup.get(main_pid, 0)
+    tail = f" (window: {where}"
+    if startup >= 0.05 * max(d.capture[1] - d.capture[0], 1):
+        tail += f"; {startup / 1e9:,.2f} s of start-up before it"
+    summary += tail + ")"
+    if len(pids) > 1:
+        summary += f"; {len(pids)} processes"
+    window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
+    return Bottleneck(kind, summary, breakdown, window, where, st.count if st is not None else 0, startup, per)
+
+
+def _cpu_only(report) -> Bottleneck:
+    """No GPU work was recorded: the main thread's time split into running and blocked in the OS."""
+    span = report.time_span
+    a, b = span.start_ns, span.end_ns
+    threads = cell_threads(report)
+    blocked = 0
+    osrt = report.osrt
+    if len(osrt) and threads:
+        pid, tid = next(iter(threads.items()))
+        o = osrt[(osrt["pid"] == pid) & (osrt["tid"] == tid)]
+        if "nesting_level" in o:
+            o = o[pd.to_numeric(o["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
+        blocked = I.total(I.clip(I.union(o["start_ns"], o["end_ns"]), a, b))
+    w = max(b - a, 1)
+    breakdown = pd.DataFrame({"category": ["host running", "host blocked"], "time_ns": [w - blocked, blocked],
+                              "pct": [round(100.0 * (w - blocked) / w, 1), round(100.0 * blocked / w, 1)]})
+    summary = (f"no GPU work was recorded: the cell ran on the CPU (its thread blocked in the OS "
+               f"{100.0 * blocked / w:.0f}% of the capture)")
+    steps = find_steps(report)
+    st = next(iter(steps.values()), None)
+    return Bottleneck("cpu", summary, breakdown, (a, b), "the capture (no GPU work)",
+                      st.count if st is not None else 0, 0, None)
+
+

@@ -1,0 +1,281 @@
+"""What every rule shares: the Finding, its severity, the evidence helpers, and the Context a run of the rules
+passes around (the report, its thresholds and its diagnosis: analysis.bottleneck)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from ...child import CAPTURE_DOMAIN
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    severity: str                 # high | medium | low | info
+    title: str
+    explanation: str
+    suggestion: str
+    time_at_stake_ns: int         # what the cell would save if this were fixed (critical path, whole loop)
+    estimate: str                 # how time_at_stake_ns was estimated
+    evidence: pd.DataFrame = field(repr=False)  # the events concerned: start_ns/end_ns on the report's clock, ...
+    ranges: tuple = ()            # ((start_ns, end_ns), ...) on the same clock: where to look on the timeline
+    related: tuple = ()           # rules whose findings are about the same time (merged into this one)
+
+    @property
+    def count(self) -> int:
+        return len(self.evidence)
+
+    def __str__(self):
+        return f"[{self.severity}] {self.title} ({self.time_at_stake_ns / 1e6:,.3f} ms at stake)"
+
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+HIGH_SHARE, MEDIUM_SHARE = 0.2, 0.05  # of the capture
+
+
+def severity(at_stake_ns: float, span_ns: int) -> str:
+    """From the time the fix saves, as a share of the capture: high >= 20%, medium >= 5%, else low."""
+    share = at_stake_ns / span_ns if span_ns > 0 else 0.0
+    return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
+
+
+@dataclass
+class Context:
+    """One run of the rules over a report."""
+
+    report: object
+    th: dict
+    diag: object                  # analysis.bottleneck.Diagnosis
+    straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
+
+    @property
+    def span(self) -> int:
+        return int(getattr(self.report.meta, "duration_ns", 0) or 0)
+
+    def severity(self, at_stake_ns: float) -> str:
+        return severity(at_stake_ns, self.span)
+
+    def stake(self, category: str) -> int:
+        """A breakdown category's time on the critical path, scaled to the whole loop: the largest over processes
+        and GPUs (they run at once).  The straggler's own share of it is the collectives' waiting, counted once by
+        collective_wait: only what exceeds that stays here."""
+        by = self.diag.by_pair(category)
+        s = self.straggler
+        vals = [v if s is None or pid != s["pid"] else max(0, v - s["ns"]) for (pid, _), v in by.items()]
+        return int(max(vals, default=0))
+
+    def window_share(self, ns: float) -> float:
+        """ns as a share of the steady windows scaled to their loops."""
+        return ns / max(self.diag.window_total, 1)
+
+
+def estimate_words(ctx: Context, what: str) -> str:
+    """'<what>, in the steady state (steps 2-30 of 'step'), scaled to the whole loop'."""
+    srcs = sorted(set(ctx.diag.sources.values()))
+    where = srcs[0] if len(srcs) == 1 else "each process's steady state"
+    return f"{what}; measured over {where}, scaled to the whole loop"
+
+
+def ranges_of(ev: pd.DataFrame, limit: int = 200) -> tuple:
+    """(start, end) of the evidence, merged where they touch, the longest `limit` of them."""
+    if ev.empty:
+        return ()
+    s = ev["start_ns"].to_numpy(np.int64)
+    e = pd.to_numeric(ev["end_ns"], errors="coerce").fillna(ev["start_ns"]).to_numpy(np.int64)
+    o = np.argsort(s, kind="stable")
+    s, e = s[o], np.maximum(e[o], s[o])
+    run = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run[:-1]]
+    starts, ends = s[new], np.maximum.reduceat(e, np.flatnonzero(new))
+    if len(starts) > limit:
+        keep = np.sort(np.argsort(ends - starts, kind="stable")[::-1][:limit])
+        starts, ends = starts[keep], ends[keep]
+    return tuple(zip(starts.tolist(), ends.tolist()))
+
+
+def like(names: pd.Series, pattern: str) -> np.ndarray:
+    """SQL LIKE as nsys's rules use it (case-insensitive), on a categorical or text column."""
+    rx = "^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$"
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = pd.Series(names.cat.categories.astype(str))
+        hit = cats.str.contains(rx, case=False, regex=True).to_numpy()
+        codes = names.cat.codes.to_numpy()
+        return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
+    return names.astype(str).str.contains(rx, case=False, regex=True).fillna(False).to_numpy()
+
+
+def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
+    """For each GPU op: the runtime call with its correlation id in its process (name, tid, start, end);
+    NaN/NA where there is none."""
+    cols = ["api_name", "api_tid", "api_start_ns", "api_end_ns"]
+    if ops.empty or api.empty:
+        return pd.DataFrame({c: pd.Series([pd.NA] * len(ops), dtype="object") for c in cols}, index=ops.index)
+    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
+    key = pd.MultiIndex.from_arrays([a["pid"].to_numpy(), a["correlation_id"].to_numpy(np.int64)])
+    okey = pd.MultiIndex.from_arrays([ops["pid"].to_numpy(),
+                                      ops["correlation_id"].fillna(-1).to_numpy(np.int64)])
+    idx = key.get_indexer(okey)
+    ok = idx >= 0
+    take = np.maximum(idx, 0)
+    out = pd.DataFrame(index=ops.index)
+    out["api_name"] = np.where(ok, a["name"].astype(object).to_numpy()[take] if len(a) else None, None)
+    out["api_tid"] = pd.array(np.where(ok, a["tid"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
+    out.loc[~ok, "api_tid"] = pd.NA
+    out["api_start_ns"] = pd.array(np.where(ok, a["start_ns"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
+    out.loc[~ok, "api_start_ns"] = pd.NA
+    out["api_end_ns"] = pd.array(np.where(ok, a["end_ns"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
+    out.loc[~ok, "api_end_ns"] = pd.NA
+    return out
+
+
+def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
+    """Common evidence columns: start_ns, end_ns, duration_ns, name, pid, tid, device_id, stream_id (+ extra)."""
+    n = len(df)
+    out = pd.DataFrame({
+        "start_ns": df["start_ns"].to_numpy(np.int64),
+        "end_ns": pd.to_numeric(df["end_ns"]).to_numpy(np.int64),
+    })
+    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    if isinstance(name, pd.Series):
+        name = name.to_numpy()
+    out["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str)
+    for c in ("pid", "tid", "device_id", "stream_id"):
+        src = df[c] if c in df else None
+        out[c] = pd.array(src.to_numpy() if src is not None else [pd.NA] * n, dtype="Int64")
+    for k, v in (extra or {}).items():
+        out[k] = v.to_numpy() if isinstance(v, pd.Series) else v
+    return out.reset_index(drop=True)
+
+
+def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
+    """' 3 of them take 97% of that time, in NVTX ranges step 0, step 2, step 4.': the few events that matter."""
+    if ev.empty or ev["duration_ns"].sum() <= 0:
+        return ""
+    d = ev.sort_values("duration_ns", ascending=False, kind="stable")
+    cum = d["duration_ns"].cumsum() / d["duration_ns"].sum()
+    top = d.iloc[: int(np.searchsorted(cum.to_numpy(), share) + 1)]
+    pct = top["duration_ns"].sum() * 100.0 / d["duration_ns"].sum()
+    top = top.sort_values("start_ns", kind="stable")
+    ranges = [r for r in dict.fromkeys(top.get("nvtx_range", pd.Series(dtype=object)).dropna())][:6]
+    where = f", in NVTX range{'s' if len(ranges) > 1 else ''} {', '.join(map(str, ranges))}" if ranges else ""
+    if len(top) == len(d):
+        return f" All {len(d)} take their time{where}." if where else ""
+    return f" {len(top)} of them take {pct:.0f}% of that time{where}."
+
+
+class Enclosing:
+    """The innermost user NVTX range (our own cell range excluded) open on a thread at a time, for many events."""
+
+    def __init__(self, report):
+        nv = report.nvtx
+        nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
+        if len(nv):
+            nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
+        self.threads = {}
+        for (pid, tid), g in nv.groupby(["pid", "tid"], sort=False):
+            g = g.sort_values(["start_ns", "duration_ns"], ascending=[True, False], kind="stable")
+            s = g["start_ns"].to_numpy(np.int64)
+            e = pd.to_numeric(g["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
+            parent = np.full(len(s), -1, np.int64)
+            stack: list[int] = []
+            for i in range(len(s)):  # once per NVTX range of the thread
+                while stack and e[stack[-1]] <= s[i]:
+                    stack.pop()
+                parent[i] = stack[-1] if stack else -1
+                stack.append(i)
+            self.threads[(int(pid), int(tid))] = (s, e, parent, g["label"].astype(str).to_numpy(object))
+
+    def __call__(self, pid, tid, t) -> np.ndarray:
+        out = np.full(len(t), None, dtype=object)
+        pid = np.asarray(pid, dtype=float)
+        tid = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
+        t = np.asarray(t, np.int64)
+        for (p, th), (s, e, parent, label) in self.threads.items():
+            m = np.flatnonzero((pid == p) & (tid == th))
+            if not len(m):
+                continue
+            cand = np.searchsorted(s, t[m], "right") - 1  # the latest range started before the event
+            for _ in range(64):  # walk out to the enclosing range while the candidate has ended
+                ended = (cand >= 0) & (e[np.maximum(cand, 0)] <= t[m])
+                if not ended.any():
+                    break
+                cand = np.where(ended, parent[np.maximum(cand, 0)], cand)
+            ok = cand >= 0
+            out[m[ok]] = label[cand[ok]]
+        return out
+
+
+def gpu_ops_with_overhead(report) -> pd.DataFrame:
+    """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
+    operations nsys analyze's GPU rules look at."""
+    parts = []
+    for attr in ("kernels", "memcpy", "memset"):
+        f = getattr(report, attr)
+        if len(f):
+            parts.append(pd.DataFrame({
+                "start_ns": f["start_ns"].to_numpy(np.int64), "end_ns": pd.to_numeric(f["end_ns"]).to_numpy(np.int64),
+                "pid": f["pid"].to_numpy(np.int64), "device_id": f["device_id"].to_numpy(np.int64),
+                "context_id": pd.array(f["context_id"], dtype="Int64"),
+                "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
+                "stream_id": pd.array(f["stream_id"], dtype="Int64"), "what": attr}))
+    if not parts:
+        return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id",
+                                     "stream_id", "what"])
+    ops = pd.concat(parts, ignore_index=True)
+    ops = ops[ops["start_ns"] > 0]
+    ov = getattr(report, "overhead", pd.DataFrame())
+    if len(ov) and len(ops):
+        names = ov["name"].astype(str)
+        ov = ov[names.isin(["CUDA profiling data flush overhead", "CUDA profiling stop overhead",
+                            "CUDA profiling overhead"]).to_numpy()]
+        rng = ops.groupby(["device_id", "pid"]).agg(lo=("start_ns", "min"), hi=("end_ns", "max"),
+                                                    ctx=("context_id", "first")).reset_index()
+        extra = []
+        for r in rng.itertuples():  # one per (GPU, process)
+            o = ov[(ov["pid"] == r.pid) & (ov["start_ns"] > r.lo) & (ov["end_ns"] < r.hi)]
+            if len(o):
+                extra.append(pd.DataFrame({"start_ns": o["start_ns"].to_numpy(np.int64),
+                                           "end_ns": o["end_ns"].to_numpy(np.int64), "pid": r.pid,
+                                           "device_id": r.device_id, "context_id": r.ctx, "correlation_id": pd.NA,
+                                           "stream_id": pd.NA, "what": "overhead"}))
+        if extra:
+            ops = pd.concat([ops, *extra], ignore_index=True)
+    return ops.reset_index(drop=True)
+
+
+def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFrame:
+    """What the launching thread did during each gap: the NVTX range, CUDA API call and OS runtime call that cover
+    most of it (with the share of the gap they cover)."""
+    out = {k: [None] * len(gaps) for k in ("cpu_nvtx", "cpu_cuda_api", "cpu_osrt")}
+    shares = {k: [np.nan] * len(gaps) for k in ("cpu_nvtx_pct", "cpu_cuda_api_pct", "cpu_osrt_pct")}
+    sources = {"cpu_nvtx": report.nvtx, "cpu_cuda_api": report.cuda_api, "cpu_osrt": report.osrt}
+    prepared = {}
+    for key, df in sources.items():
+        if df is None or df.empty:
+            continue
+        d = df
+        if key == "cpu_nvtx":
+            d = d[d["kind"].astype(str) != "mark"]
+            d = d[~d["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]  # our own cell range says nothing
+        end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
+        label = d["label"] if key == "cpu_nvtx" else d["name"]
+        prepared[key] = (d["pid"].to_numpy(), d["tid"].to_numpy(), d["start_ns"].to_numpy(np.int64), end,
+                         label.astype(object).to_numpy())
+    for i, g in enumerate(gaps.itertuples()):  # gaps are few (>= 500 ms each by default)
+        tid = launch_tid[i]
+        for key, (pid, tids, s, e, label) in prepared.items():
+            m = (pid == g.pid) & (s < g.end_ns) & (e > g.start_ns)
+            if tid is not None and not pd.isna(tid):
+                m &= tids == tid
+            if not m.any():
+                continue
+            cover = np.minimum(e[m], g.end_ns) - np.maximum(s[m], g.start_ns)
+            j = int(np.argmax(cover))
+            out[key][i] = str(label[m][j])
+            shares[key + "_pct"][i] = round(100.0 * cover[j] / max(g.end_ns - g.start_ns, 1), 1)
+    return pd.DataFrame({**out, **shares})
+
+

@@ -1,0 +1,187 @@
+"""Copies: pageable and synchronous copies, synchronous memsets (twins of `nsys analyze`), copies serialised with
+the kernels of their stream (ours).
+
+Their time at stake is the copies' time the kernels did not hide in the steady state (the breakdown's `copy`
+category), plus, for synchronous copies, the GPU's idle time after they returned (`sync`): overlapped copies
+save nothing.  A copy that is both pageable and serialised is one cause: serialized_copy keeps only the copies
+cuda_memcpy_async does not already count.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .common import Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, where_words
+
+
+def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
+    m = report.memcpy
+    if m.empty:
+        return m
+    sel = m[keep(m)]
+    a = api_of(sel, report.cuda_api)
+    named = a["api_name"].notna().to_numpy()
+    hit = np.zeros(len(sel), bool)
+    hit[named] = like(pd.Series(a["api_name"].to_numpy()[named], dtype=object), api_pattern)
+    sel = sel.assign(api_name=a["api_name"].to_numpy(), api_tid=a["api_tid"].to_numpy(),
+                     api_start_ns=a["api_start_ns"].to_numpy())
+    return sel[hit]
+
+
+def pageable_async_copies(report) -> pd.DataFrame:
+    """The copies nsys's cuda_memcpy_async flags: cudaMemcpy*Async from or to pageable memory."""
+    return _copies_flagged(report, "cudaMemcpy%Async%", lambda m: (m["src_kind"].astype(str) == "pageable")
+                           | (m["dst_kind"].astype(str) == "pageable"))
+
+
+def serialized_copies(report) -> pd.DataFrame:
+    """Host<->device copies on a stream that also runs kernels, with a kernel of it before and one after."""
+    m, k = report.memcpy, report.kernels
+    if m.empty or k.empty:
+        return m.iloc[0:0]
+    hd = m[m["kind"].astype(str).isin(["HtoD", "DtoH"]).to_numpy()]
+    rows = []
+    for (dev, stream), c in hd.groupby(["device_id", "stream_id"], sort=False):
+        ks = k[(k["device_id"] == dev) & (k["stream_id"] == stream)]
+        if ks.empty:
+            continue
+        ks_start = np.sort(ks["start_ns"].to_numpy(np.int64))
+        ks_end = np.sort(pd.to_numeric(ks["end_ns"]).to_numpy(np.int64))
+        cs = c["start_ns"].to_numpy(np.int64)
+        ce = pd.to_numeric(c["end_ns"]).to_numpy(np.int64)
+        before = np.searchsorted(ks_end, cs, "right") > 0          # a kernel of the stream ended before it
+        after = np.searchsorted(ks_start, ce, "left") < len(ks_start)  # and one starts after it
+        rows.append(c[before & after])
+    return pd.concat(rows) if rows else hd.iloc[0:0]
+
+
+def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
+    return evidence(m.assign(tid=m["api_tid"]), "memcpy " + m["kind"].astype(str),
+                    {"bytes": m["bytes"], "src_kind": m["src_kind"].astype(str), "dst_kind": m["dst_kind"].astype(str),
+                     "api_name": m["api_name"],
+                     "nvtx_range": Enclosing(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))})
+
+
+def _exposed(ctx: Context, ev: pd.DataFrame) -> int:
+    return ctx.diag.exposed(ev["start_ns"], ev["end_ns"], ev["pid"].astype("Int64").fillna(-1),
+                            ev["device_id"].astype("Int64").fillna(-1))
+
+
+def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
+    """nsys cuda_memcpy_async: copies from or to pageable memory issued with cudaMemcpy*Async."""
+    report = ctx.report
+    m = pageable_async_copies(report)
+    if m.empty:
+        return []
+    ev = _copy_evidence(report, m)
+    at_stake = _exposed(ctx, ev)
+    ser = serialized_copies(report)
+    inline = m.index.isin(ser.index)
+    also = ""
+    if inline.any():
+        also = (f" {int(inline.sum())} of them also run on the stream of the kernels, between them "
+                "(serialized_copy): pinned memory alone lets them run at full speed, a side stream lets them "
+                "overlap.")
+    return [Finding(
+        "cuda_memcpy_async", ctx.severity(at_stake),
+        f"{len(ev)} asynchronous copies use pageable host memory",
+        "cudaMemcpyAsync from or to pageable (not pinned) host memory is staged through a driver buffer and blocks "
+        "the calling thread: the copy cannot overlap with computation, and the CPU stops queueing work while it runs."
+        + where_words(ev) + also,
+        "Pin the host memory and copy asynchronously. PyTorch: `DataLoader(..., pin_memory=True)` or "
+        "`batch = batch.pin_memory()`, then `batch.to('cuda', non_blocking=True)`; CUDA: allocate with "
+        "cudaMallocHost / cudaHostAlloc or register with cudaHostRegister."
+        + (" Then prefetch on a side stream: `with torch.cuda.stream(s): nxt = batch.to('cuda', non_blocking=True)` "
+           "and `torch.cuda.current_stream().wait_stream(s)`." if inline.any() else ""),
+        at_stake, estimate_words(ctx, "the flagged copies' time not hidden behind kernels (pinned, they overlap)"),
+        ev, ranges_of(ev), related=("serialized_copy",) if inline.any() else ())]
+
+
+def rule_cuda_memcpy_sync(ctx: Context) -> list[Finding]:
+    """nsys cuda_memcpy_sync: synchronous cudaMemcpy* (not within one device, not small host-to-device)."""
+    report, th = ctx.report, ctx.th
+    small = th["cuda_memcpy_sync.min_htod_bytes"]
+
+    def keep(m):
+        htod_small = (m["bytes"] <= small) & (m["kind"].astype(str) == "HtoD")
+        same_dev = m["src_device_id"].notna() & (m["src_device_id"] == m["dst_device_id"])
+        return ~(htod_small | same_dev.fillna(False)).to_numpy(bool)
+
+    m = _copies_flagged(report, "cudaMemcpy%", keep)
+    if len(m):
+        m = m[~like(m["api_name"], "%Async%")]
+    if m.empty:
+        return []
+    ev = _copy_evidence(report, m)
+    idle = ctx.diag.gaps("sync")
+    idle = idle[idle["in_window"] & idle["sync_name"].astype(str).str.match(r"cu(?:da)?Memcpy(?!.*Async)")]
+    after = int((idle["sync"] * idle["scale"]).groupby([idle["pid"], idle["device_id"]]).sum().max()) \
+        if len(idle) else 0
+    at_stake = _exposed(ctx, ev) + after
+    return [Finding(
+        "cuda_memcpy_sync", ctx.severity(at_stake),
+        f"{len(ev)} synchronous copies block the host",
+        "cudaMemcpy (without Async) returns only when the copy is done: the CPU waits and queues no new work. In "
+        "PyTorch `tensor.cpu()`, `.numpy()`, `.item()` and `.tolist()` on a GPU tensor do this." + where_words(ev),
+        "Copy asynchronously into pinned memory and synchronise only where the value is needed: "
+        "`t.to('cpu', non_blocking=True)` + an event, or keep values on the GPU and read them once per N steps.",
+        at_stake, estimate_words(ctx, "the copies' time not hidden behind kernels, plus the GPU's idle time after "
+                                      "they returned, up to the time the host waited in them"),
+        ev, ranges_of(ev))]
+
+
+def rule_cuda_memset_sync(ctx: Context) -> list[Finding]:
+    """nsys cuda_memset_sync: cudaMemset* (not async) on pinned or managed memory."""
+    report = ctx.report
+    s = report.memset
+    if s.empty:
+        return []
+    sel = s[s["mem_kind"].astype(str).isin(["pinned", "managed"]).to_numpy()]
+    a = api_of(sel, report.cuda_api)
+    named = a["api_name"].notna().to_numpy()
+    hit = np.zeros(len(sel), bool)
+    names = pd.Series(a["api_name"].to_numpy()[named], dtype=object)
+    hit[named] = like(names, "cudaMemset%") & ~like(names, "%async%")
+    sel = sel.assign(api_name=a["api_name"].to_numpy(), api_tid=a["api_tid"].to_numpy(),
+                     api_start_ns=a["api_start_ns"].to_numpy())[hit]
+    if sel.empty:
+        return []
+    ev = evidence(sel.assign(tid=sel["api_tid"]), "memset", {
+        "bytes": sel["bytes"], "mem_kind": sel["mem_kind"].astype(str), "api_name": sel["api_name"],
+        "nvtx_range": Enclosing(report)(sel["pid"], sel["api_tid"], sel["api_start_ns"].fillna(0))})
+    at_stake = _exposed(ctx, ev)
+    return [Finding(
+        "cuda_memset_sync", ctx.severity(at_stake), f"{len(ev)} synchronous memsets on host-visible memory",
+        "cudaMemset on pinned or managed memory synchronises with the host.",
+        "Use cudaMemsetAsync on a stream (PyTorch: `torch.zeros(..., device='cuda')` or `t.zero_()` on a GPU "
+        "tensor), or clear device memory instead of host-visible memory.",
+        at_stake, estimate_words(ctx, "the memsets' time not hidden behind kernels"), ev, ranges_of(ev))]
+
+
+def rule_serialized_copy(ctx: Context) -> list[Finding]:
+    """Host<->device copies on a stream that also runs the kernels, between two of its kernels: no overlap.
+    Copies that are also pageable belong to cuda_memcpy_async (one cause, counted there)."""
+    report, th = ctx.report, ctx.th
+    t = serialized_copies(report)
+    if t.empty or t["duration_ns"].sum() < th["serialized_copy.min_copy_ms"] * 1e6:
+        return []
+    pageable = (t["src_kind"].astype(str) == "pageable") | (t["dst_kind"].astype(str) == "pageable")
+    ev = evidence(t, "memcpy " + t["kind"].astype(str), {"bytes": t["bytes"], "pageable": pageable.to_numpy()})
+    own = ev[~ev["pageable"].astype(bool)]
+    at_stake = _exposed(ctx, own) if len(own) else 0
+    if not len(own):  # every one of them is pageable: cuda_memcpy_async is the cause, this is how to finish it
+        return []
+    streams = ", ".join(str(s) for s in sorted(set(ev["stream_id"].dropna().astype(int)))[:5])
+    return [Finding(
+        "serialized_copy", ctx.severity(at_stake),
+        f"{len(ev)} copies wait in line with the kernels of stream {streams}",
+        "These host<->device copies ran on the same stream as the computation, between its kernels: a stream "
+        "runs one thing after another, so the copy engine and the SMs took turns instead of working at once."
+        + (f" {int(pageable.sum())} of them are pageable too (cuda_memcpy_async counts their time)."
+           if pageable.any() else ""),
+        "Copy on a side stream and wait with an event: `s = torch.cuda.Stream()`; `with torch.cuda.stream(s): "
+        "nxt = batch.to('cuda', non_blocking=True)`; `torch.cuda.current_stream().wait_stream(s)` (pinned memory "
+        "needed), i.e. prefetch the next batch while this one computes.",
+        at_stake, estimate_words(ctx, "the pinned copies' time not hidden behind kernels (on a side stream they "
+                                      "overlap)"), ev, ranges_of(ev),
+        related=("cuda_memcpy_async",) if pageable.any() else ())]

@@ -1,0 +1,171 @@
+"""The host: synchronisations (twin of `nsys analyze`'s cuda_api_sync), the GPU waiting for input, and the
+launching thread blocked in the OS.
+
+Their time at stake is the GPU's idle time they cause in the steady state (analysis.bottleneck's `sync`, `input`
+and `host wait` categories): a synchronisation that waits for useful GPU work (the GPU stays busy) or the main
+thread waiting for autograd's engine thread (which launches the kernels meanwhile) costs nothing.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ...child import CAPTURE_DOMAIN
+from .. import intervals as I
+from .common import Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words
+
+
+def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
+    """nsys cuda_api_sync: cudaDeviceSynchronize / cudaStreamSynchronize calls (the same events); the time at stake
+    is the GPU's idle time after they returned, at most the time the host waited in them."""
+    report = ctx.report
+    a = report.cuda_api
+    if a.empty:
+        return []
+    sel = a[like(a["name"], "cudaDeviceSynchronize%") | like(a["name"], "cudaStreamSynchronize%")]
+    if sel.empty:
+        return []
+    ev = evidence(sel, sel["name"].astype(str),
+                  {"nvtx_range": Enclosing(report)(sel["pid"], sel["tid"], sel["start_ns"])})
+    at_stake = _sync_idle(ctx, r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
+    names = ", ".join(sorted(set(ev["name"].str.replace(r"_v\d+$", "", regex=True))))
+    waited = int(ev["duration_ns"].sum())
+    costs = (f" They held the host {waited / 1e6:,.1f} ms; the GPU then idled {at_stake / 1e6:,.1f} ms before "
+             f"new work reached it." if at_stake else
+             f" They held the host {waited / 1e6:,.1f} ms while the GPU did useful work, and the GPU did not idle "
+             f"after them: they cost nothing here.")
+    return [Finding(
+        "cuda_api_sync", ctx.severity(at_stake), f"{len(ev)} host synchronisations ({names})",
+        "These calls block the CPU until the GPU has finished the queued work, so the CPU cannot queue the next "
+        "kernels while the GPU runs. In PyTorch, `.item()`, `.cpu()`, `print(tensor)`, `torch.cuda.synchronize()` "
+        "and data-dependent shapes (`nonzero`, boolean masks) synchronise." + where_words(ev) + costs,
+        "Remove synchronisations from the loop: accumulate metrics on the GPU and read them every N steps, use "
+        "`non_blocking=True` copies, and `torch.cuda.set_sync_debug_mode('warn')` to find hidden ones.",
+        at_stake, estimate_words(ctx, "the GPU's idle time after the syncs returned, up to the time the host waited "
+                                      "in them (what it could have spent queueing work)"), ev, ranges_of(ev))]
+
+
+def _sync_idle(ctx: Context, pattern: str) -> int:
+    g = ctx.diag.gaps("sync")
+    g = g[g["in_window"] & g["sync_name"].astype(str).str.contains(pattern, regex=True)]
+    if g.empty:
+        return 0
+    per = (g["sync"] * g["scale"]).groupby([g["pid"], g["device_id"]]).sum()
+    s = ctx.straggler
+    vals = [v if s is None or pid != s["pid"] else max(0, v - s["ns"]) for (pid, _), v in per.items()]
+    return int(max(vals, default=0))
+
+
+def rule_input_wait(ctx: Context) -> list[Finding]:
+    """The GPU idle before a batch's host-to-device copy, beyond the loop's usual launch gap: the host was still
+    preparing the data (loading, decoding, augmenting, collating) when the GPU had finished the previous step."""
+    th = ctx.th
+    gaps = ctx.diag.gaps("input")
+    if len(gaps) < th["input_wait.min_steps"]:
+        return []
+    at_stake = ctx.stake("input")
+    if at_stake < th["input_wait.min_gap_ms"] * 1e6 * th["input_wait.min_steps"]:
+        return []
+    med = (gaps["input"]).median()
+    ev = evidence(gaps.assign(tid=gaps["tid"]), "GPU waits for input", {"wait_ns": gaps["input"]})
+    return [Finding(
+        "input_wait", ctx.severity(at_stake),
+        f"The GPU waited {med / 1e6:.1f} ms (median) for the next batch, {len(ev)} times",
+        "Before each batch's copy to the GPU the GPU had nothing to do: the next batch was still being prepared on "
+        "the CPU (reading, decoding, augmenting, collating) when the previous step had already finished.",
+        "Prepare batches ahead: `DataLoader(..., num_workers=N, pin_memory=True, prefetch_factor=2, "
+        "persistent_workers=True)` with N around the CPU cores per GPU, and copy with `non_blocking=True`; move "
+        "heavy augmentation to the GPU.",
+        at_stake, estimate_words(ctx, "the GPU's idle time before each batch's copy, beyond the loop's usual gap "
+                                      "between two launches"), ev, ranges_of(ev))]
+
+
+def rule_host_wait(ctx: Context) -> list[Finding]:
+    """The GPU idle while the thread that launches its work was blocked in the OS (sleep, a lock, I/O, a queue).
+    Without GPU work: blocking OS calls filling a repeated NVTX range (that thread is then the critical path)."""
+    if not ctx.diag.pairs:
+        return _host_wait_cpu_only(ctx)
+    th = ctx.th
+    gaps = ctx.diag.gaps("host wait")
+    at_stake = ctx.stake("host wait")
+    if gaps.empty or ctx.window_share(at_stake) * 100 < th["host_wait.min_share_pct"] / 4:
+        return []
+    report = ctx.report
+    osrt = report.osrt
+    if "nesting_level" in osrt:
+        osrt = osrt[pd.to_numeric(osrt["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
+    calls = []
+    for (pid, tid), g in gaps.dropna(subset=["tid"]).groupby(["pid", "tid"]):  # launching threads: a few
+        o = osrt[(osrt["pid"] == pid) & (osrt["tid"] == tid)]
+        if len(o):
+            idle = I.union(g["start_ns"], g["end_ns"])
+            calls.append(o[I.overlap(idle, o["start_ns"], o["end_ns"]) > 0])
+    c = pd.concat(calls) if calls else osrt.iloc[0:0]
+    ev = evidence(c, c["name"].astype(str)) if len(c) else evidence(gaps, "GPU idle, host blocked")
+    top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
+    return [Finding(
+        "host_wait", ctx.severity(at_stake),
+        f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS",
+        "While the GPU had nothing to do, the thread that launches its work was blocked in operating-system calls, "
+        "mostly " + ", ".join(f"{nm} ({v / 1e6:,.1f} ms)" for nm, v in top.items())
+        + ": sleeping, waiting for I/O, a lock, or another process or thread.",
+        "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
+        "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching).",
+        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"), ev,
+        ranges_of(ev))]
+
+
+def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
+    """A report without GPU work: blocking OS calls covering a large share of a repeated NVTX range, on the
+    range's own thread (then that thread is the critical path)."""
+    report, th = ctx.report, ctx.th
+    nv, os_ = report.nvtx, report.osrt
+    if nv.empty or os_.empty:
+        return []
+    nv = nv[(nv["kind"].astype(str) != "mark") & nv["end_ns"].notna()]
+    nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
+    if "nesting_level" in os_:
+        os_ = os_[pd.to_numeric(os_["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
+    counts = nv["label"].astype(str).value_counts()
+    repeated = counts[counts >= th["host_wait.min_ranges"]].index
+    findings = []
+    o_thread = (os_["pid"].to_numpy(np.int64) << 24) | os_["tid"].to_numpy(np.int64)
+    o_start = os_["start_ns"].to_numpy(np.int64)
+    o_end = pd.to_numeric(os_["end_ns"]).to_numpy(np.int64)
+    o_name = os_["name"].astype(str).to_numpy()
+    for label in repeated:
+        r = nv[nv["label"].astype(str) == label]
+        r_thread = (r["pid"].to_numpy(np.int64) << 24) | r["tid"].to_numpy(np.int64)
+        rs, re_ = r["start_ns"].to_numpy(np.int64), pd.to_numeric(r["end_ns"]).to_numpy(np.int64)
+        waited = np.zeros(len(r))
+        by_call: dict[str, float] = {}
+        sel_rows = []
+        for i in range(len(r)):  # instances of the repeated ranges (steps): tens to thousands
+            m = (o_thread == r_thread[i]) & (o_start < re_[i]) & (o_end > rs[i])
+            cover = np.minimum(o_end[m], re_[i]) - np.maximum(o_start[m], rs[i])
+            waited[i] = cover.sum()
+            for nm, c in zip(o_name[m], cover):
+                by_call[nm] = by_call.get(nm, 0) + c
+            sel_rows.append(np.flatnonzero(m))
+        share = waited / np.maximum(re_ - rs, 1) * 100
+        hit = share >= th["host_wait.min_share_pct"]
+        if hit.sum() < th["host_wait.min_ranges"]:
+            continue
+        idx = np.concatenate([sel_rows[i] for i in np.flatnonzero(hit)]) if hit.any() else np.empty(0, int)
+        calls = os_.iloc[np.unique(idx)]
+        ev = evidence(calls, calls["name"].astype(str), {"nvtx_range": label})
+        top = sorted(by_call.items(), key=lambda kv: -kv[1])[:3]
+        total = int(waited[hit].sum())
+        findings.append(Finding(
+            "host_wait", ctx.severity(total),
+            f"'{label}' waits in OS calls for {share[hit].mean():.0f}% of its time ({int(hit.sum())} of {len(r)})",
+            f"In {int(hit.sum())} of the {len(r)} instances of the NVTX range '{label}' its thread spent at least "
+            f"{th['host_wait.min_share_pct']:g}% of the range blocked in operating-system calls, mostly "
+            + ", ".join(f"{nm} ({c / 1e6:,.1f} ms)" for nm, c in top)
+            + ": sleeping, waiting for I/O, a lock, or another process or thread (DataLoader workers).",
+            "Find what it waits for: data loading (more DataLoader workers, prefetching, faster storage), a lock "
+            "shared with another thread, or an explicit sleep or poll in the loop.",
+            total, "the blocked time inside the flagged instances", ev, ranges_of(ev)))
+    return findings
+
+

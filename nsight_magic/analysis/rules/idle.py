@@ -1,0 +1,186 @@
+"""Idle GPUs: the twins of `nsys analyze`'s gpu_gaps and gpu_time_util, and start-up.
+
+gpu_gaps and gpu_time_util flag the same stretches as nsys, but they are symptoms: their time at stake is only
+the idle time in them that no cause found by another rule (input, sync, host wait, launch) explains, so the same
+time is never counted twice.  Idle time before the first step belongs to `startup`, an "info" finding: building
+the model, initialising NCCL or first-call compilation inside the cell is measured, not slowness of the loop.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import intervals as I
+from .common import Context, Finding, api_of, cpu_context, estimate_words, evidence, gpu_ops_with_overhead, ranges_of
+
+# idle categories of analysis.bottleneck and the rules that explain them
+EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "host wait": "host_wait", "launch": "launch_bound"}
+
+
+def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
+    """The idle time inside the evidence's stretches (steady windows only) that the rules in ctx.fired do not
+    explain, scaled to the loop; and a sentence naming the rules that do."""
+    gaps = ctx.diag.gaps()
+    if gaps.empty or ev.empty:
+        return 0, ""
+    fired = getattr(ctx, "fired", set())
+    by_pair: dict = {}
+    named: dict[str, int] = {}
+    for (pid, dev), g in gaps[gaps["in_window"]].groupby(["pid", "device_id"]):
+        e = ev[(ev["pid"] == pid) & (ev["device_id"] == dev)]
+        if e.empty:
+            continue
+        span = I.union(e["start_ns"], e["end_ns"])
+        inside = I.overlap(span, g["start_ns"], g["end_ns"]).astype(float)
+        frac = inside / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
+        left = 0.0
+        for cat, rule in EXPLAINED_BY.items():
+            part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float)).sum())
+            if rule in fired:
+                named[rule] = named.get(rule, 0) + int(part)
+            else:
+                left += part
+        by_pair[(pid, dev)] = int(left)
+    words = ""
+    if named:
+        words = " Most of this idle time has its cause in " + ", ".join(
+            f"{r} ({v / 1e6:,.1f} ms)" for r, v in sorted(named.items(), key=lambda kv: -kv[1])) + " (above)."
+    return int(max(by_pair.values(), default=0)), words
+
+
+def rule_startup(ctx: Context) -> list[Finding]:
+    """The time before the loop's first step (or the GPU's first operation), and a warm-up step much longer than
+    the others: measured in the cell, but not the loop's speed."""
+    th, d = ctx.th, ctx.diag
+    if not d.startup:
+        return []
+    pid = next((p for p in sorted(d.startup) if p in d.steps), sorted(d.startup)[0])
+    start = d.startup[pid]
+    st = d.steps.get(pid)
+    warm = 0
+    if st is not None and st.count >= 3:
+        b0, b1 = st.bounds()
+        lengths = b1 - b0
+        warm = max(0, int(lengths[0] - np.median(lengths[1:])))
+    total = start + warm
+    cap = max(ctx.span, 1)
+    if total < th["startup.min_ms"] * 1e6 or total * 100.0 / cap < th["startup.min_share_pct"]:
+        return []
+    t0 = d.capture[0]
+    first = t0 + start
+    ev = evidence(pd.DataFrame({"start_ns": [t0], "end_ns": [first], "pid": [pid]}), "start-up")
+    if warm:
+        ev = pd.concat([ev, evidence(pd.DataFrame({"start_ns": [int(st.starts[0])], "end_ns": [int(st.starts[1])],
+                                                   "pid": [pid]}), "warm-up step")], ignore_index=True)
+    what = "the first step" if st is not None else "the GPU's first operation"
+    return [Finding(
+        "startup", "info",
+        f"{start / 1e9:,.2f} s before {what}" + (f", and a warm-up step {warm / 1e6:,.0f} ms longer than the others"
+                                                 if warm else ""),
+        f"The cell spent {100.0 * start / cap:.0f}% of the capture before {what}: building the model, moving it "
+        "to the GPU, initialising NCCL (init_process_group), starting DataLoader workers, or compiling "
+        "(torch.compile, cuDNN autotuning). That is measured here but is not the speed of the loop; the other "
+        "findings judge the steady state after it.",
+        "Move one-off set-up into `%%nsight_setup` (it runs outside the capture, once per warm session), or "
+        "profile a cell that only runs the loop; with torch.compile, warm up before profiling.",
+        total, "the time before the first step, plus the first step's excess over the median step", ev,
+        ranges_of(ev))]
+
+
+def rule_gpu_gaps(ctx: Context) -> list[Finding]:
+    """nsys gpu_gaps: a GPU idle for at least gap_ms between its first and last operation (per process)."""
+    report, th = ctx.report, ctx.th
+    thr = th["gpu_gaps.gap_ms"] * 1e6
+    ops = gpu_ops_with_overhead(report)
+    rows = []
+    for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
+        s = np.sort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        order_e = np.argsort(g["end_ns"].to_numpy(np.int64), kind="stable")
+        e = g["end_ns"].to_numpy(np.int64)[order_e]
+        gap = s[1:] - e[:-1]
+        hit = np.flatnonzero((gap > thr) & (e[:-1] < s[1:]))
+        if not len(hit):
+            continue
+        cids = g["context_id"].to_numpy()[order_e]
+        nxt = g.sort_values("start_ns", kind="stable")
+        for i in hit:
+            after = nxt.iloc[i + 1]
+            rows.append({"start_ns": int(e[i]), "end_ns": int(s[i + 1]), "pid": int(pid), "device_id": int(dev),
+                         "context_id": cids[i], "next_corr": after["correlation_id"]})
+    if not rows:
+        return []
+    gaps = pd.DataFrame(rows).sort_values(["start_ns"]).reset_index(drop=True)
+    # the thread that launched the work after each gap: it was the one not feeding the GPU
+    api = report.cuda_api
+    launch = np.full(len(gaps), None, dtype=object)
+    if len(api):
+        probe = gaps.assign(correlation_id=pd.array(gaps["next_corr"], dtype="Int64"))
+        launch = api_of(probe, api)["api_tid"].to_numpy(dtype=object)
+    cpu = cpu_context(report, gaps, launch)
+    ev = evidence(gaps.assign(tid=pd.array(launch, dtype="Int64")), "GPU idle",
+                  {"context_id": gaps["context_id"], **{c: cpu[c] for c in cpu}})
+    at_stake, explained = unexplained_idle(ctx, ev)
+    worst = ev.loc[ev["duration_ns"].idxmax()]
+    doing = "; ".join(f"{w}: {worst[k]}" for k, w in (("cpu_nvtx", "NVTX range"), ("cpu_cuda_api", "CUDA API"),
+                                                       ("cpu_osrt", "OS call")) if worst[k])
+    return [Finding(
+        "gpu_gaps", ctx.severity(at_stake),
+        f"GPU idle {len(ev)} time(s) for {th['gpu_gaps.gap_ms']:g} ms or more",
+        "Between its first and last operation the GPU ran nothing for these stretches: the work that feeds it "
+        "(data loading, Python, host synchronisation) was on the critical path"
+        + (f". During the longest gap the launching thread was in {doing}." if doing else ".") + explained,
+        "Find what the CPU does during the gaps (the cpu_* columns of the evidence): overlap data loading with "
+        "compute (DataLoader num_workers, prefetch), remove host synchronisations, or queue work ahead "
+        "(CUDA graphs, larger batches).",
+        at_stake, "the idle time in the gaps that no other finding explains (start-up and warm-up belong to the "
+                  "startup finding)", ev, ranges_of(ev))]
+
+
+def rule_gpu_time_util(ctx: Context) -> list[Finding]:
+    """nsys gpu_time_util: stretches of `chunks` equal chunks per (process, GPU) with average use < threshold."""
+    report, th = ctx.report, ctx.th
+    n_chunks = int(th["gpu_time_util.chunks"])
+    thr = th["gpu_time_util.threshold_pct"]
+    ops = gpu_ops_with_overhead(report)
+    rows = []
+    for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
+        s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+        lo, hi = int(s.min()), int(e.max())
+        size = float(np.ceil((hi - lo) / n_chunks))
+        cid = g["context_id"].iloc[0]
+        chunk_ids, starts, ends, pcts = [], [], [], []
+        for k in range(n_chunks):
+            cs, ce = k * size + lo, min(k * size + lo + size, hi)
+            if not cs < ce:
+                continue
+            m = (s < ce) & (e > cs)  # overlaps summed, as nsys does (concurrent work can exceed 100%)
+            used = float(np.sum(np.minimum(e[m], ce) - np.maximum(s[m], cs)))
+            pct = used / (ce - cs) * 100
+            if pct < thr:
+                chunk_ids.append(k), starts.append(cs), ends.append(ce), pcts.append(pct)
+        if not chunk_ids:
+            continue
+        ids = np.array(chunk_ids)
+        group = ids - np.arange(len(ids))  # consecutive chunks share a group
+        for gid in np.unique(group):
+            m = group == gid
+            st, en, pc = np.array(starts)[m], np.array(ends)[m], np.array(pcts)[m]
+            sz = en - st
+            rows.append({"start_ns": int(st.min()), "end_ns": int(en.max()), "pid": int(pid), "device_id": int(dev),
+                         "context_id": cid, "in_use_pct": round(float(np.sum(sz * pc) / np.sum(sz)), 1)})
+    if not rows:
+        return []
+    low = pd.DataFrame(rows).sort_values("start_ns").reset_index(drop=True)
+    ev = evidence(low, "low GPU utilization", {"context_id": low["context_id"], "in_use_pct": low["in_use_pct"]})
+    at_stake, explained = unexplained_idle(ctx, ev)
+    return [Finding(
+        "gpu_time_util", ctx.severity(at_stake),
+        f"GPU used less than {thr:g}% of the time in {len(ev)} stretch(es)",
+        f"The GPU's active span (first to last operation) was cut into {n_chunks} equal chunks; in these "
+        f"stretches the GPU was busy less than {thr:g}% of the time." + explained,
+        "Look at the CPU threads during these stretches: start-up, data loading, evaluation or logging often run "
+        "there. Overlap them with GPU work, or leave them out of the measurement.",
+        at_stake, "the idle time in the stretches that no other finding explains (start-up and warm-up belong to "
+                  "the startup finding)", ev, ranges_of(ev))]
+
+

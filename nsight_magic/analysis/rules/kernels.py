@@ -1,0 +1,158 @@
+"""Kernels: the GPU waiting for launches (CPU-bound), layout transposes, grids smaller than the GPU.
+
+launch_bound's time at stake is the breakdown's `launch` idle time (the GPU waiting while the launching thread
+runs Python and launch calls): what CUDA graphs, fusion or bigger batches give back.  The kernel-side rules save
+GPU time, which shortens the cell only where the GPU sets the pace: their time at stake is the GPU time saved minus
+the time the host paced the GPU anyway (launch and host wait), never below zero.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import intervals as I
+from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of
+
+MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
+
+
+def _kernels_with_launch(report) -> pd.DataFrame:
+    k = report.kernels
+    if k.empty:
+        return k
+    a = api_of(k, report.cuda_api)
+    return k.assign(api_name=a["api_name"].to_numpy(), api_tid=a["api_tid"].to_numpy(),
+                    api_ns=(a["api_end_ns"] - a["api_start_ns"]).to_numpy())
+
+
+def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) -> int:
+    """What making these kernels (a fraction of each) vanish saves on the critical path: per process and GPU, the
+    GPU time saved in the steady window beyond the time the host paced the GPU, scaled to the loop; the largest."""
+    best = 0
+    frac = np.ones(len(kernels)) if saved_fraction is None else np.asarray(saved_fraction, float)
+    for p in ctx.diag.pairs:
+        m = ((kernels["pid"] == p.pid) & (kernels["device_id"] == p.device)).to_numpy()
+        if not m.any():
+            continue
+        k = kernels[m]
+        a, b = p.window
+        inside = np.minimum(k["end_ns"].to_numpy(np.int64), b) - np.maximum(k["start_ns"].to_numpy(np.int64), a)
+        saved = float((np.maximum(inside, 0) * frac[m]).sum())
+        paced = p.totals["launch"] + p.totals["host wait"]
+        if ctx.straggler is None or p.pid != ctx.straggler["pid"]:
+            best = max(best, int(max(0.0, saved - paced) * p.scale))
+    return best
+
+
+def rule_launch_bound(ctx: Context) -> list[Finding]:
+    """The GPU waiting for the CPU between launches: kernels shorter than their launch call, Python overhead."""
+    report, th = ctx.report, ctx.th
+    at_stake = ctx.stake("launch")
+    share = ctx.window_share(at_stake) * 100
+    k = _kernels_with_launch(report)
+    tiny = np.zeros(len(k), bool)
+    api_ns = np.zeros(len(k))
+    if len(k):
+        api_ns = pd.to_numeric(pd.Series(k["api_ns"]), errors="coerce").to_numpy(float)
+        tiny = (k["duration_ns"].to_numpy(float) < api_ns) & ~np.isnan(api_ns)
+    n = int(tiny.sum())
+    many_tiny = n >= th["launch_bound.min_kernels"] and n * 100.0 / max(len(k), 1) >= th["launch_bound.min_share_pct"]
+    if share < th["launch_bound.min_idle_pct"] and not (many_tiny and at_stake > 0):
+        return []
+    if many_tiny:
+        t = k[tiny]
+        ev = evidence(t.assign(tid=t["api_tid"]), t["name"].astype(str),
+                      {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": t["api_name"]})
+        top = ev["name"].value_counts().head(3)
+        title = (f"{n} of {len(k)} kernels ({n * 100 / len(k):.0f}%) are shorter than their launch: the GPU waits "
+                 f"for the CPU {share:.0f}% of the steady state")
+        why = ("Each of these kernels runs for less time than the CPU takes to launch it "
+               f"(median kernel {ev['duration_ns'].median() / 1e3:.1f} us, median launch "
+               f"{ev['launch_ns'].median() / 1e3:.1f} us): the GPU waits for the CPU. Most frequent: "
+               + "; ".join(f"{c} x {nm[:60]}" for nm, c in top.items()) + ".")
+    else:
+        gaps = ctx.diag.gaps("launch")
+        gaps = gaps.sort_values("launch", ascending=False).head(MAX_EVIDENCE).sort_values("start_ns")
+        ev = evidence(gaps, "GPU waits for a launch", {"wait_ns": gaps["launch"]})
+        title = f"CPU-bound: the GPU waits for the next launch {share:.0f}% of the steady state"
+        why = ("Between its kernels the GPU had nothing to do while the thread that launches them was running: "
+               "Python between the operations, the launch calls themselves, the allocator. The CPU, not the GPU, "
+               "sets the pace; faster kernels would change nothing.")
+    return [Finding(
+        "launch_bound", ctx.severity(at_stake), title, why,
+        "Launch fewer, larger kernels: capture the step in a CUDA graph (`torch.cuda.CUDAGraph`, "
+        "`torch.compile(mode='reduce-overhead')`), fuse operations (`torch.compile`), use larger batches, and keep "
+        "Python work (logging, `.item()`, list building) out of the loop.",
+        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was running (what a CUDA graph "
+                                      "or fusion gives back)"), ev, ranges_of(ev))]
+
+
+TRANSPOSE_RX = r"(?i)(?:nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw)"
+
+
+def rule_layout_transpose(ctx: Context) -> list[Finding]:
+    """NCHW <-> NHWC transposes (cuDNN converting the memory layout around convolutions)."""
+    report, th = ctx.report, ctx.th
+    k = report.kernels
+    if k.empty:
+        return []
+    hit = k["name"].astype(str).str.contains(TRANSPOSE_RX, regex=True).to_numpy()
+    total_gpu = k["duration_ns"].sum()
+    t = k[hit]
+    if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
+        return []
+    ev = evidence(t, t["name"].astype(str))
+    own = int(ev["duration_ns"].sum())
+    at_stake = gpu_side_saving(ctx, t)
+    return [Finding(
+        "layout_transpose", ctx.severity(at_stake),
+        f"{len(ev)} layout transposes take {own * 100 / total_gpu:.1f}% of kernel time",
+        "Kernels converting tensors between NCHW and NHWC ran around the convolutions: the model's tensors are in "
+        "one layout and the fastest convolution kernels (Tensor Cores) want the other."
+        + ("" if at_stake else " The host sets this loop's pace, so removing them would not shorten it yet."),
+        "Keep the whole network in channels_last: `model = model.to(memory_format=torch.channels_last)` and "
+        "`x = x.to(memory_format=torch.channels_last)` (with AMP for fp16/bf16 Tensor Core kernels).",
+        at_stake, estimate_words(ctx, "the transposes' GPU time beyond the time the host paced the GPU"), ev,
+        ranges_of(ev))]
+
+
+def rule_undersized_launch(ctx: Context) -> list[Finding]:
+    """Kernels launched with fewer blocks than the GPU has SMs: most SMs idle while they run."""
+    report, th = ctx.report, ctx.th
+    k = report.kernels
+    g = report.gpus
+    if k.empty or g.empty or g["sm_count"].isna().all():
+        return []
+    sms = dict(zip(g["id"].to_numpy(), pd.to_numeric(g["sm_count"], errors="coerce").to_numpy()))
+    dev_sms = k["device_id"].map(sms).to_numpy(float)
+    blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(float)
+    small = ~np.isnan(dev_sms) & (blocks < dev_sms)
+    total_gpu = k["duration_ns"].sum()
+    t = k[small]
+    idle_frac = 1 - blocks[small] / dev_sms[small]
+    idle_ns = t["duration_ns"].to_numpy(float) * idle_frac
+    # 128 blocks on 132 SMs cost little; 16 blocks cost most of the GPU: judge by the SM time left idle
+    if t.empty or idle_ns.sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_idle_pct"]:
+        return []
+    ev = evidence(t, t["name"].astype(str), {"blocks": blocks[small].astype(np.int64),
+                                             "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
+                                             "sm_count": dev_sms[small].astype(np.int64),
+                                             "idle_sm_ns": idle_ns.astype(np.int64)})
+    idle = int(idle_ns.sum())
+    at_stake = gpu_side_saving(ctx, t, idle_frac)
+    worst = ev.groupby("name")["idle_sm_ns"].sum().sort_values(ascending=False)
+    w = ev[ev["name"] == worst.index[0]].iloc[0]
+    return [Finding(
+        "undersized_launch", ctx.severity(at_stake),
+        f"{len(ev)} kernels use fewer blocks than the GPU's {int(w['sm_count'])} SMs",
+        f"These kernels run with too few thread blocks to fill the GPU, leaving SMs idle for "
+        f"{idle * 100 / total_gpu:.0f}% of the kernel time; the worst, {worst.index[0][:80]}, runs "
+        f"{int(w['blocks'])} blocks of {int(w['threads_per_block'])} threads on {int(w['sm_count'])} SMs."
+        + ("" if at_stake else " The host sets this loop's pace, so fuller kernels would not shorten it yet."),
+        "Give the GPU more parallel work: larger batches, fuse small operations, or (own kernels) more blocks "
+        "with fewer threads each / a grid-stride loop sized to a multiple of the SM count.",
+        at_stake, estimate_words(ctx, "kernel time x the fraction of SMs left without a block, beyond the time the "
+                                      "host paced the GPU"), ev, ranges_of(ev))]
+
+
+

@@ -1,0 +1,137 @@
+"""The steps of a cell (its training or inference loop), found in the NVTX ranges whatever their names.
+
+A step range is a user NVTX range that repeats (at least MIN_STEPS times) on the thread that runs the cell, at the
+outermost level where ranges repeat; digits in names are ignored ("iteration 3" and "iteration 4" are one step
+range "iteration #").  Among such ranges the one covering most of the loop is taken.  A step is the time from one
+step range's start to the next one's (what happens between two ranges, such as the next batch being loaded, belongs
+to the step that waits for it); the last step ends at its range's end.
+
+The steady state is every step but the first (warm-up: allocations, cuDNN/cuBLAS set-up, first-call compilation):
+analysis.bottleneck judges it, and scales what it finds by steps / steady steps to the whole loop.  The time
+before the first step is start-up (building the model, initialising NCCL, starting DataLoader workers).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..child import CAPTURE_DOMAIN
+
+MIN_STEPS = 3
+# NVTX ranges nsight-magic adds itself (--lines, --ops) are no structure of the user's loop, nor are the operator
+# ranges frameworks emit (PyTorch's emit_nvtx and nsys --pytorch: "aten::mm, seq = 7, sizes = [...]")
+ANNOTATION_DOMAINS = ("cell lines", "nsight-magic ops")
+FRAMEWORK_OPS = r"^(?:aten|autograd|prim|c10d|cudnn|cublas|nccl|torch|triton)::|, seq = |^Autograd::"
+
+
+@dataclass(frozen=True)
+class Steps:
+    """The steps of one process: starts/ends of its step ranges (sorted), and which range they are."""
+
+    pid: int
+    tid: int
+    name: str              # the step range's name pattern (digits as '#'), e.g. "iteration #"
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.starts)
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each step from its range's start to the next one's start (the last to its range's end)."""
+        return self.starts, np.r_[self.starts[1:], self.ends[-1]] if self.count else self.ends
+
+    def steady(self) -> tuple[int, int] | None:
+        """(start, end) of the steady state: from the second step's start to the last step's end."""
+        if self.count < 2:
+            return None
+        return int(self.starts[1] if self.count >= MIN_STEPS else self.starts[0]), int(self.ends[-1])
+
+    @property
+    def steady_count(self) -> int:
+        return self.count - 1 if self.count >= MIN_STEPS else self.count
+
+
+def user_ranges(report) -> pd.DataFrame:
+    """Closed NVTX ranges of the user's (not nsight-magic's cell range, --lines or --ops ranges)."""
+    nv = report.nvtx
+    if nv.empty:
+        return nv
+    dom = nv["domain"].astype("string").fillna("")
+    keep = (nv["kind"].astype(str) != "mark") & nv["end_ns"].notna() & (dom != CAPTURE_DOMAIN) \
+        & ~dom.isin(ANNOTATION_DOMAINS) & ~nv["name"].astype(str).str.contains(FRAMEWORK_OPS, regex=True)
+    return nv[keep.to_numpy()]
+
+
+def cell_threads(report) -> dict[int, int]:
+    """pid -> the thread that runs the cell: the one holding nsight-magic's cell range, else the thread that made
+    most CUDA API calls, else the one with most NVTX ranges."""
+    out: dict[int, int] = {}
+    nv = report.nvtx
+    if not nv.empty:
+        ours = nv[(nv["domain"].astype("string") == CAPTURE_DOMAIN).fillna(False).to_numpy()
+                  & (nv["kind"].astype(str) != "mark").to_numpy()]
+        for pid, tid in zip(ours["pid"], ours["tid"]):
+            out.setdefault(int(pid), int(tid))
+    api = report.cuda_api
+    if not api.empty:
+        counts = api.groupby(["pid", "tid"]).size().reset_index(name="n").sort_values("n", ascending=False)
+        for pid, tid in zip(counts["pid"], counts["tid"]):
+            out.setdefault(int(pid), int(tid))
+    if not nv.empty:
+        counts = nv.groupby(["pid", "tid"]).size().reset_index(name="n").sort_values("n", ascending=False)
+        for pid, tid in zip(counts["pid"], counts["tid"]):
+            out.setdefault(int(pid), int(tid))
+    return out
+
+
+def stem(labels: pd.Series) -> pd.Series:
+    """Range names with their numbers as '#': the k-th instance of "step 3" is one of "step #"."""
+    return labels.astype(str).str.replace(r"\d+", "#", regex=True)
+
+
+def find_steps(report) -> dict[int, Steps]:
+    """pid -> Steps, for every process whose cell thread has a repeated outermost user range."""
+    rng = user_ranges(report)
+    if rng.empty:
+        return {}
+    threads = cell_threads(report)
+    out = {}
+    for pid, g in rng.groupby("pid", sort=True):
+        tid = threads.get(int(pid))
+        if tid is not None:
+            g = g[g["tid"] == tid]
+        found = _steps_of(g)
+        if found is not None:
+            name, starts, ends = found
+            out[int(pid)] = Steps(int(pid), int(g["tid"].iloc[0]) if tid is None else tid, name, starts, ends)
+    return out
+
+
+def _steps_of(g: pd.DataFrame):
+    if g.empty:
+        return None
+    st = stem(g["label"])
+    counts = st.value_counts()
+    repeated = counts[counts >= MIN_STEPS].index
+    if not len(repeated):
+        repeated = counts[counts >= 2].index
+    if not len(repeated):
+        return None
+    cand = g[st.isin(repeated).to_numpy()]
+    cst = st[st.isin(repeated)]
+    depth = cand.groupby(cst)["depth"].min()
+    outer = depth[depth == depth.min()].index
+    best, best_key = None, None
+    for name in outer:  # a few candidate names
+        r = cand[(cst == name).to_numpy()].sort_values("start_ns", kind="stable")
+        r = r[r["depth"] == depth[name]]
+        starts = r["start_ns"].to_numpy(np.int64)
+        ends = r["end_ns"].astype(np.int64).to_numpy()
+        key = (int(ends.max() - starts.min()), len(r))  # the loop it spans, then how many steps
+        if best_key is None or key > best_key:
+            best, best_key = (str(name), starts, ends), key
+    return best
