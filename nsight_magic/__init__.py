@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["open_report", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "open_job", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -15,6 +15,14 @@ def open_report(path):
     from .readers import open_report as _open
 
     return _open(path)
+
+
+def open_job(source, client=None, **kw):
+    """A multi-node job's per-rank reports (a folder of report.%q{RANK} files, or a list of paths) as one Job,
+    each report analysed in a Dask task (client=None: a LocalCluster on this machine); see nsight_magic.jobs."""
+    from .jobs import open_job as _open
+
+    return _open(source, client, **kw)
 
 
 def diff(before, after, **kw):

@@ -100,6 +100,24 @@ def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 
             raise
 
 
+def _op_ranges(which: str | None, ns: dict):
+    """--ops: the dispatch mode that puts every PyTorch operator of the cell in an NVTX range (nsight_magic.ops),
+    or None (off, or refused with one line: the cell runs without operator ranges)."""
+    if not which:
+        return None
+    try:
+        from .ops import OpRanges, check_not_compiled
+
+        check_not_compiled(ns)
+        return OpRanges(shapes=which == "shapes")
+    except ImportError:
+        print("nsight-magic: --ops needs PyTorch in the profiled process; the cell runs without operator ranges",
+              file=sys.stderr)
+    except Exception as e:  # noqa: BLE001 - say it, run the cell without operator ranges
+        print(f"nsight-magic: --ops: {e}", file=sys.stderr)
+    return None
+
+
 def _wait_for(path: Path, timeout_s: float) -> None:
     end = time.monotonic() + timeout_s
     while not path.exists() and time.monotonic() < end:
@@ -306,9 +324,14 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
             if rank == 0:
                 (folder / ".ranks" / "recording").touch()
+    ops = _op_ranges(ann.get("ops"), ns)
     progress("running")
     try:
-        exec(code, ns)
+        if ops is not None:
+            with ops:
+                exec(code, ns)
+        else:
+            exec(code, ns)
     except SystemExit as e:
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does

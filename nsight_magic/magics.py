@@ -311,6 +311,11 @@ class NsightMagics(Magics):
     @argument("--pick", default=None, metavar="NAME|INDEX",
               help="in a folder of profiles: which one to show (0 = newest, or the profile's name or part of it)")
     @argument("--all", action="store_true", help="in a folder of profiles: also list the runs that left no report")
+    @argument("--pattern", default=None, metavar="GLOB",
+              help="in a folder of a job's per-rank reports: which files are the reports (default: every "
+                   ".nsys-rep/.sqlite whose name ends in its rank, as report.%%q{RANK} makes them)")
+    @argument("--scheduler", default=None, metavar="ADDRESS",
+              help="a job's reports: analyse them on this running Dask scheduler (default: a local cluster)")
     @argument("--no-render", action="store_true", help="print a text summary instead of the interactive view")
     @line_magic
     def nsys_load(self, line):
@@ -319,6 +324,9 @@ class NsightMagics(Magics):
         path = Path(args.path).expanduser()
         from .store import is_profile_folder, list_profiles, pick_profile
 
+        if path.is_dir() and not is_profile_folder(path) and _is_job(path, args.pattern):
+            _load_job(path, args)
+            return
         if path.is_dir() and not is_profile_folder(path):
             profiles = list_profiles(path)
             failed = list_profiles(path, include_failed=True) if args.all else None
@@ -340,6 +348,59 @@ class NsightMagics(Magics):
         elif args.pick is not None:
             raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
         _show_report(path, path if path.is_dir() else None, not args.no_render)
+
+
+def _is_job(path: Path, pattern: str | None) -> bool:
+    """A folder of one job's per-rank reports (at least two, named after their ranks)."""
+    from .jobs.discover import find_rank_reports
+
+    try:
+        return len(find_rank_reports(path, pattern)) >= 2 or pattern is not None
+    except NsightMagicError:
+        return False
+
+
+def _load_job(path: Path, args) -> None:
+    """%nsys_load on a job: the reports analysed on Dask with a progress bar, then the job's view."""
+    from .jobs import open_job
+    from .views.job import display_job
+
+    bar = _JobProgress(not args.no_render)
+    try:
+        job = open_job(path, pattern=args.pattern, scheduler=args.scheduler, progress=bar)
+    except NsightMagicError as e:
+        raise UsageError(str(e)) from None
+    bar.close(job)
+    for e in job.errors:
+        print(f"nsight-magic: {e}", file=sys.stderr)
+    if job.loaded:
+        display_job(job, render=not args.no_render)
+
+
+class _JobProgress:
+    """Reports done / total while a job loads: a progress bar in a notebook, lines otherwise."""
+
+    def __init__(self, widget: bool):
+        self.bar = self.label = None
+        self.widget = widget
+
+    def __call__(self, done: int, total: int, result) -> None:
+        what = f"rank {result.rank}: {'failed' if result.error else f'{result.read_s:.1f} s'}"
+        if self.widget:
+            import ipywidgets as w
+
+            if self.bar is None:
+                self.bar = w.IntProgress(value=0, min=0, max=total, description="reports")
+                self.label = w.Label()
+                display(w.HBox([self.bar, self.label]))
+            self.bar.value = done
+            self.label.value = f"{done} / {total} ({what})"
+        else:
+            print(f"nsight-magic: {done} / {total} reports read ({what})")
+
+    def close(self, job) -> None:
+        if self.label is not None:
+            self.label.value = f"{len(job.loaded)} of {len(job.results)} reports loaded"
 
 
 def _display_listing(profiles, chosen: dict | None, render: bool) -> None:

@@ -75,6 +75,7 @@ class NsysOptions(RunOptions):
     nsys_args: tuple[str, ...] = ()
     advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (analysis/thresholds.py)
     lines: bool = False              # --lines: each line of the cell in an NVTX range (the Lines tab)
+    ops: str | None = None           # --ops [shapes]: every PyTorch operator in an NVTX range (the Ops tab)
     fresh: bool = False              # --fresh: a fresh process even when the notebook has a warm session
     nproc: int | None = None         # --nproc N: the cell in N ranks under torchrun (one report, every rank)
     return_all: bool = False         # --return-all: --return values of every rank (a list per name)
@@ -94,6 +95,8 @@ class NsysOptions(RunOptions):
             raise OptionError("--return-all collects --return values from every rank: it needs --nproc N")
         if self.per_rank_reports and self.nproc is None:
             raise OptionError("--per-rank-reports writes one report per rank: it needs --nproc N")
+        if self.ops not in (None, "names", "shapes"):
+            raise OptionError(f"--ops takes nothing or 'shapes' (input shapes in the names), not {self.ops!r}")
 
 
 def split_names(text: str | None) -> tuple[str, ...]:
@@ -198,6 +201,10 @@ NSYS_ARGS = (
     (("--capture",), dict(choices=("cell", "all"), default="cell",
                           help="cell: only the cell body (setup code and variable loading stay out); "
                                "all: the whole profiled process")),
+    (("--ops",), dict(nargs="?", const="names", default=None, choices=("names", "shapes"), metavar="shapes",
+                      help="put every PyTorch operator the cell runs (forward and backward) in an NVTX range: the Ops "
+                           "tab and report.ops_summary() show calls, CPU and GPU time per operator (aten::addmm, "
+                           "...); `--ops shapes` also splits them by input shapes")),
     (("--lines",), dict(action="store_true",
                         help="put each line of the cell (and of its top-level loops) in an NVTX range: the Lines tab "
                              "shows hits, CPU and GPU time per line, like a line profiler")),
@@ -239,6 +246,7 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
     return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
                        lines=bool(getattr(args, "lines", False)), fresh=bool(getattr(args, "fresh", False)),
+                       ops=getattr(args, "ops", None),
                        nproc=getattr(args, "nproc", None), return_all=bool(getattr(args, "return_all", False)),
                        per_rank_reports=bool(getattr(args, "per_rank_reports", False)),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))

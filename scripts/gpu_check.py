@@ -467,8 +467,10 @@ def check_warm(work: Path) -> None:
 def _planted(work: Path, suite: str) -> None:
     repo = Path(__file__).resolve().parents[1]
     out = work / f"planted_{suite}"
+    only = ["--only", os.environ["NM_PLANTED_ONLY"]] if os.environ.get("NM_PLANTED_ONLY") else []
     p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), str(out),
-                        "--suite", suite], capture_output=True, text=True, timeout=1200, cwd=work)
+                        "--suite", suite, "--reps", "2" if suite == "ddp" else "3", *only],
+                       capture_output=True, text=True, timeout=1200, cwd=work)
     say(f"planted_{suite}", "rc", p.returncode)
     say(f"planted_{suite}", "output", "\n" + (p.stdout + p.stderr)[-6000:])
     if out.exists():
@@ -484,6 +486,17 @@ def check_planted(work: Path) -> None:
 
 def check_planted_ddp(work: Path) -> None:
     _planted(work, "ddp")
+
+
+def check_planted_ddp_timing(work: Path) -> None:
+    """The DDP pair's gains again, without profiling (loop times, 4 runs each): $OUT/planted_ddp_timing.json."""
+    repo = Path(__file__).resolve().parents[1]
+    out = work / "planted_ddp_timing"
+    p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), str(out),
+                        "--suite", "ddp", "--reps", "4", "--time-only"], capture_output=True, text=True, timeout=900)
+    say("planted_ddp_timing", "output", "\n" + (p.stdout + p.stderr)[-3000:])
+    if (out / "planted.json").exists():
+        shutil.copy(out / "planted.json", OUT / "planted_ddp_timing.json")
 
 
 def check_job(work: Path) -> None:
@@ -538,6 +551,38 @@ def check_job(work: Path) -> None:
     say("job", "tar_bytes", tar.stat().st_size)
 
 
+def check_ops(work: Path) -> None:
+    """%%nsys --ops on a GPU: its overhead (benchmarks/ops.py) and its GPU time per operator against
+    torch.profiler's (scripts/ops_vs_profiler.py)."""
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(repo / "benchmarks" / "ops.py"), "--device", "cuda", "--steps", "20",
+                        "--repeat", "3"], capture_output=True, text=True, timeout=900, cwd=work)
+    say("ops", "overhead", "\n" + (p.stdout + p.stderr)[-2500:])
+    p = subprocess.run([sys.executable, str(repo / "scripts" / "ops_vs_profiler.py"), "--out", str(OUT)],
+                       capture_output=True, text=True, timeout=900, cwd=work)
+    say("ops", "vs_profiler", "\n" + (p.stdout + p.stderr)[-5000:])
+
+
+def check_jobtime(work: Path) -> None:
+    """open_job on the 2-rank H200 job of tests/data/job (a LocalCluster here) and its wall time."""
+    import lzma
+
+    repo = Path(__file__).resolve().parents[1]
+    job_dir = work / "job"
+    job_dir.mkdir(exist_ok=True)
+    for src in (repo / "tests" / "data" / "job").glob("report.*.sqlite.xz"):
+        with lzma.open(src) as f:
+            (job_dir / src.name[:-3]).write_bytes(f.read())
+    code = ("import time, sys\nsys.path.insert(0, %r)\nfrom nsight_magic import open_job\n"
+            "if __name__ == '__main__':\n    t = time.perf_counter(); job = open_job(%r)\n"
+            "    print('open_job wall s', round(time.perf_counter() - t, 3))\n    print(job.ranks.to_string())\n"
+            "    print(job.bottleneck())\n") % (str(repo), str(job_dir))
+    script = work / "jobtime.py"
+    script.write_text(code)
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=work)
+    say("jobtime", "output", "\n" + (p.stdout + p.stderr)[-3000:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -550,7 +595,9 @@ def main() -> None:
             {"nsys": check_nsys, "capture": check_capture, "ncu": check_ncu, "notebook": check_notebook,
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
              "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu, "planted": check_planted,
-             "planted_ddp": check_planted_ddp, "job": check_job}[section](work)
+             "planted_ddp": check_planted_ddp, "planted_ddp_timing": check_planted_ddp_timing,
+             "ops": check_ops, "jobtime": check_jobtime,
+             "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))

@@ -135,14 +135,19 @@ def _host_calls(report, pid: int):
 
 # ---- per process and GPU ---------------------------------------------------------------------------------------
 
-def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None) -> tuple[tuple[int, int], float, str]:
+def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) -> tuple[tuple[int, int], float, str]:
     """The steady-state window of a process: steps after the first (stretched to the GPU work they launched), or
-    the GPU's first to last operation."""
+    the GPU's first to last operation.  `launched`: correlation ids -> launch time (the CUDA call's start)."""
     first, last = int(ops["start_ns"].min()), int(ops["end_ns"].max())
     if steps is not None and steps.steady() is not None:
         a, b = steps.steady()
-        # GPU work runs after its launch: a GPU-bound loop's last steps end on the GPU, long after the CPU's ranges
-        b = max(b, int(ops.loc[ops["start_ns"] <= max(b, a), "end_ns"].max()) if (ops["start_ns"] <= b).any() else b)
+        # GPU work runs after its launch: a GPU-bound loop's (or a rank waiting in its collectives) last steps end
+        # on the GPU long after the CPU's ranges
+        at = launched(ops["correlation_id"].to_numpy())
+        at = np.where(at >= 0, at, ops["start_ns"].to_numpy(np.int64))
+        mine = at <= b
+        if mine.any():
+            b = max(b, int(ops["end_ns"].to_numpy(np.int64)[mine].max()))
         scale = steps.count / max(steps.steady_count, 1)
         source = (f"steps {steps.count - steps.steady_count + 1}-{steps.count} of '{steps.name}' "
                   f"(the first, warm-up, step left out)" if steps.steady_count < steps.count else
@@ -252,18 +257,19 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     return out
 
 
-def _launch_tids(api: pd.DataFrame):
-    """correlation ids -> the thread that launched them (-1 when unknown)."""
+def _by_correlation(api: pd.DataFrame, column: str):
+    """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time); -1 when
+    unknown."""
     if api.empty:
         return lambda corr: np.full(len(corr), -1, np.int64)
     a = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id")
     index = pd.Index(a["correlation_id"].to_numpy(np.int64))
-    tids = a["tid"].to_numpy(np.int64)
+    values = a[column].to_numpy(np.int64)
 
     def lookup(corr) -> np.ndarray:
         c = pd.array(corr, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
         i = index.get_indexer(c)
-        return np.where(i >= 0, tids[np.maximum(i, 0)], -1)
+        return np.where(i >= 0, values[np.maximum(i, 0)], -1)
 
     return lookup
 
@@ -330,12 +336,12 @@ def diagnose(report) -> Diagnosis:
     for pid, pops in ops.groupby("pid", sort=True):
         pid = int(pid)
         st = steps.get(pid)
-        window, scale, source = _window(report, pid, pops, st)
+        api, osrt = _host_calls(report, pid)
+        tids = _by_correlation(api, "tid")
+        window, scale, source = _window(report, pid, pops, st, _by_correlation(api, "start_ns"))
         first = int(st.starts[0]) if st is not None else int(pops["start_ns"].min())
         startup[pid] = max(0, first - span.start_ns)
         sources[pid] = source
-        api, osrt = _host_calls(report, pid)
-        tids = _launch_tids(api)
         for dev, d in pops.groupby("device_id", sort=True):
             pairs.append(_pair(report, pid, int(dev), d.reset_index(drop=True), window, scale, st, api, osrt, tids))
     diag = Diagnosis(pairs, steps, sources, startup, (span.start_ns, span.end_ns), ops)

@@ -128,7 +128,7 @@ def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture
 def _annotations(opts: RunOptions, modules: int | None = None) -> dict:
     """What the profiled process annotates before the cell (run.json "annotations", read by child.py)."""
     return {"modules": opts.modules if opts.modules is not None else modules, "functions": list(opts.functions),
-            "lines": bool(getattr(opts, "lines", False))}
+            "lines": bool(getattr(opts, "lines", False)), "ops": getattr(opts, "ops", None)}
 
 
 def _load_returns(folder: ProfileFolder, messages: list[str], nproc: int | None = None,

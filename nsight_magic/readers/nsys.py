@@ -783,6 +783,14 @@ class NsysReport:
 
         return nsys_findings(self, thresholds, rules)
 
+    def ops_summary(self, by: str | None = None) -> pd.DataFrame:
+        """Per PyTorch operator (profiles made with %%nsys --ops): op, calls, cpu_ns, gpu_ns (the GPU work it
+        launched, by correlation id), kernels, top_kernel, backward_of; by='shape' (--ops shapes) or 'module' (the
+        NVTX range around each call) split the rows.  See analysis.ops."""
+        from ..analysis.ops import ops_summary
+
+        return ops_summary(self, by)
+
     def bottleneck(self):
         """What bounds the cell: an `analysis.bottleneck.Bottleneck` with the verdict `kind` (gpu, cpu, input, copy,
         sync, communication), a one-line `summary`, the steady-state `breakdown` (category, time_ns, pct: interval

@@ -74,6 +74,27 @@ def _ranks_intro(r: dict) -> str:
                                   "; no repeated NVTX step range was found") + ".</p>")
 
 
+OPS_INTRO = ("<p>One row per PyTorch operator (<code>--ops</code>): calls, time in the operator on the CPU, time of "
+             "the GPU work it launched (kernels, copies, memsets, by correlation id), its kernels and the one with "
+             "most GPU time; backward operators name the forward operator they belong to. Click a name to see its "
+             "calls on the timeline.</p>")
+
+
+def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict]:
+    """--ops: the operators' summary and where each operator's calls are on the timeline ({} when none)."""
+    from ..analysis.ops import op_ranges, ops_summary
+
+    if not hasattr(report, "nvtx"):
+        return pd.DataFrame(), {}
+    try:
+        ranges = op_ranges(report)
+        if ranges.empty:
+            return pd.DataFrame(), {}
+        return ops_summary(report), _instance_spans(ranges, origin_ns, key="op")
+    except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
+        return pd.DataFrame(), {}
+
+
 def _verdict(report):
     """report.bottleneck(), or None for a report without one (or where it cannot be computed: the view shows the
     rest)."""
@@ -182,6 +203,7 @@ class NsysView:
         self.findings = _findings(report, thresholds)
         self.verdict = _verdict(report)
         self.lines, self.modules = _lines_and_modules(report, self.folder)
+        self.ops, self.ops_zoom = _ops(report, self.data.origin_ns)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.width = width
@@ -217,6 +239,8 @@ class NsysView:
             panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, tv.plot_name)
                          + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
                          + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
+        if not self.ops.empty:  # --ops: operators, after NVTX
+            panes.insert(5, OPS_INTRO + self._table("ops", self.ops, self.ops_zoom, tv.plot_name))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
@@ -237,7 +261,8 @@ class NsysView:
 
     @property
     def tabs(self) -> tuple:
-        extra = (("Lines",) if not self.lines.empty else ()) + (("Ranks",) if self.ranks else ())
+        extra = (("Lines",) if not self.lines.empty else ()) + (("Ops",) if not self.ops.empty else ()) \
+            + (("Ranks",) if self.ranks else ())
         return TABS[:5] + extra + TABS[5:]
 
     def html_page(self) -> str:
@@ -291,6 +316,9 @@ class NsysView:
             tab.children = tab.children[:5] + (w.VBox([
                 w.HTML(_ranks_intro(r)), tbl(r["ranks"]), w.HTML("<h4>NCCL collectives</h4>"), tbl(r["nccl"]),
                 w.HTML("<h4>Straggler per step</h4>"), tbl(r["stragglers"])]),) + tab.children[5:]
+        if not self.ops.empty:
+            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO), tbl(self.ops, self.ops_zoom)]),) \
+                + tab.children[5:]
         if not self.lines.empty:
             tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]
         for i, n in enumerate(self.tabs):

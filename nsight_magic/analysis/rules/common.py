@@ -33,11 +33,11 @@ class Finding:
 
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
-HIGH_SHARE, MEDIUM_SHARE = 0.2, 0.05  # of the capture
+HIGH_SHARE, MEDIUM_SHARE = 0.2, 0.05  # of the capture without its start-up
 
 
 def severity(at_stake_ns: float, span_ns: int) -> str:
-    """From the time the fix saves, as a share of the capture: high >= 20%, medium >= 5%, else low."""
+    """From the time the fix saves, as a share of the span judged: high >= 20%, medium >= 5%, else low."""
     share = at_stake_ns / span_ns if span_ns > 0 else 0.0
     return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
 
@@ -55,8 +55,15 @@ class Context:
     def span(self) -> int:
         return int(getattr(self.report.meta, "duration_ns", 0) or 0)
 
+    @property
+    def loop_span(self) -> int:
+        """The capture without its start-up (time before the first step): what severities are shares of, so that
+        a cell that builds its model or initialises NCCL first is judged by its loop."""
+        start = max(self.diag.startup.values(), default=0) if self.diag.startup else 0
+        return max(self.span - int(start), 1) if self.span else 0
+
     def severity(self, at_stake_ns: float) -> str:
-        return severity(at_stake_ns, self.span)
+        return severity(at_stake_ns, self.loop_span)
 
     def stake(self, category: str) -> int:
         """A breakdown category's time on the critical path, scaled to the whole loop: the largest over processes
@@ -167,13 +174,16 @@ def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
 
 
 class Enclosing:
-    """The innermost user NVTX range (our own cell range excluded) open on a thread at a time, for many events."""
+    """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
+    time, for many events."""
 
-    def __init__(self, report):
+    def __init__(self, report, exclude_domains=()):
+        from ...ops import OPS_DOMAIN
+
         nv = report.nvtx
         nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
         if len(nv):
-            nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
+            nv = nv[~nv["domain"].astype(str).isin((CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)).to_numpy()]
         self.threads = {}
         for (pid, tid), g in nv.groupby(["pid", "tid"], sort=False):
             g = g.sort_values(["start_ns", "duration_ns"], ascending=[True, False], kind="stable")

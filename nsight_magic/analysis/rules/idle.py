@@ -26,7 +26,12 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     fired = getattr(ctx, "fired", set())
     by_pair: dict = {}
     named: dict[str, int] = {}
+    strag = ctx.straggler["pid"] if ctx.straggler else None
     for (pid, dev), g in gaps[gaps["in_window"]].groupby(["pid", "device_id"]):
+        if pid == strag:  # the straggler's idle time is its straggling: collective_wait counts it
+            named["collective_wait"] = named.get("collective_wait", 0) + int((g[list(EXPLAINED_BY)].sum(axis=1)
+                                                                              * g["scale"]).sum())
+            continue
         e = ev[(ev["pid"] == pid) & (ev["device_id"] == dev)]
         if e.empty:
             continue

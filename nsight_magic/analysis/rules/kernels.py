@@ -38,7 +38,8 @@ def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) ->
         a, b = p.window
         inside = np.minimum(k["end_ns"].to_numpy(np.int64), b) - np.maximum(k["start_ns"].to_numpy(np.int64), a)
         saved = float((np.maximum(inside, 0) * frac[m]).sum())
-        paced = p.totals["launch"] + p.totals["host wait"]
+        # the host or another rank set the pace meanwhile (collectives waiting count as communication)
+        paced = p.totals["launch"] + p.totals["host wait"] + p.totals["communication"]
         if ctx.straggler is None or p.pid != ctx.straggler["pid"]:
             best = max(best, int(max(0.0, saved - paced) * p.scale))
     return best
@@ -122,6 +123,10 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     k = report.kernels
     g = report.gpus
     if k.empty or g.empty or g["sm_count"].isna().all():
+        return []
+    # NCCL's kernels use a few blocks on purpose (their time is communication: comm.py)
+    k = k[~k["name"].astype(str).str.contains(r"(?i)^(?:void )?nccl", regex=True).to_numpy()]
+    if k.empty:
         return []
     sms = dict(zip(g["id"].to_numpy(), pd.to_numeric(g["sm_count"], errors="coerce").to_numpy()))
     dev_sms = k["device_id"].map(sms).to_numpy(float)

@@ -1,0 +1,71 @@
+"""Which files of a folder are one job's per-rank reports, and which rank each one is.
+
+`nsys profile -o report.%q{RANK}` (torchrun) or `-o prof/report.%q{SLURM_PROCID}` (Slurm) name each rank's report
+after its rank: the rank is the last number in the file name's stem (report.12.nsys-rep, report.rank3.sqlite,
+node07_rank12.nsys-rep).  Where a rank has both its .nsys-rep and the .sqlite exported from it, the export is read.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import OptionError
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".qdstrm")  # .qdstrm: nsys could not import it itself
+_LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
+
+
+@dataclass(frozen=True)
+class RankFile:
+    rank: int
+    path: Path       # what a task reads: the .sqlite when one is there, else the .nsys-rep (exported by the task)
+
+
+def rank_of(path: Path) -> int | None:
+    """The rank in a report's file name: the last number of its stem (None: no number)."""
+    stem = path.name
+    for s in REPORT_SUFFIXES:
+        if stem.endswith(s):
+            stem = stem[: -len(s)]
+    m = _LAST_NUMBER.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
+    """The per-rank reports of a job: a folder (its files matching `pattern`, a glob, default every
+    .nsys-rep/.qdrep/.sqlite with a number in its name), or a list of report paths (ranks from their names, else
+    their order).  Sorted by rank; a rank given twice is an error that names both files."""
+    if isinstance(source, (str, Path)):
+        folder = Path(source).expanduser()
+        if not folder.is_dir():
+            raise OptionError(f"{folder}: not a folder of per-rank reports")
+        files = sorted(folder.glob(pattern)) if pattern else sorted(
+            p for p in folder.iterdir() if p.is_file() and p.name.endswith(REPORT_SUFFIXES))
+        files = [p for p in files if p.is_file() and not p.name.endswith((".part.sqlite",))]
+        ranked = [(rank_of(p), p) for p in files]
+        ranked = [(r, p) for r, p in ranked if r is not None]
+        if not ranked:
+            shown = ", ".join(p.name for p in files[:5]) or "nothing"
+            raise OptionError(f"{folder} holds no per-rank reports (files whose names end in their rank, as "
+                              f"report.%q{{RANK}} makes them; found {shown}); choose them with --pattern GLOB")
+    else:
+        paths = [Path(p).expanduser() for p in source]
+        ranks = [rank_of(p) for p in paths]
+        if None in ranks or len(set(ranks)) != len(ranks):
+            ranks = list(range(len(paths)))
+        ranked = list(zip(ranks, paths))
+    by_rank: dict[int, dict[str, Path]] = {}
+    for r, p in ranked:
+        kind = {".sqlite": "sqlite", ".qdstrm": "raw"}.get(p.suffix, "rep")
+        if kind in by_rank.setdefault(r, {}):
+            raise OptionError(f"rank {r} twice: {by_rank[r][kind].name} and {p.name}; choose one set with --pattern")
+        by_rank[r][kind] = p
+    out = []
+    for r in sorted(by_rank):
+        f = by_rank[r]
+        rep, sq = f.get("rep"), f.get("sqlite")
+        use = sq if sq is not None and (rep is None or sq.stat().st_mtime >= rep.stat().st_mtime) else rep
+        use = use or f["raw"]
+        out.append(RankFile(r, use))
+    return out

@@ -1,0 +1,406 @@
+"""A multi-node job: one report per rank, analysed in parallel on Dask, combined into the ranks' table, the
+straggler per step, the job's findings and verdict.
+
+    job = nsight_magic.open_job("prof/")                      # a LocalCluster sized to the machine
+    job = nsight_magic.open_job("prof/", client=Client("tcp://scheduler:8786"))   # the reports read where they lie
+    job.ranks; job.ranks_table(); job.stragglers_by_step(); job.findings(); job.bottleneck()
+    job.kernel_summary(by="rank"); job.timeline([0, 5])       # the chosen ranks' events merged on one clock
+
+Each report is one Dask task (jobs.rank_task.summarize_rank): only its summaries, steps, NCCL timing, verdict and
+utilisation bins come back, so the notebook's memory does not grow with the reports' size.  Clocks of different
+hosts are aligned on each report's UTC session start, as readers.nsys_merge does.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from ..errors import OptionError
+from .discover import RankFile, find_rank_reports
+from .rank_task import RankResult, summarize_rank
+
+ProgressCallback = Callable[[int, int, RankResult], None]   # (done, total, the result that just came)
+
+
+def open_job(source, client=None, *, pattern: str | None = None, scheduler: str | None = None,
+             progress: ProgressCallback | None = None) -> "Job":
+    """Open a job's per-rank reports (a folder, or a list of paths) as one Job; see the module docstring.
+
+    client: a distributed.Client to run the tasks on (the reports must be readable at the same paths on its
+    workers); scheduler: the address of a running scheduler (e.g. dask-jobqueue on Slurm) to connect to instead;
+    neither: a LocalCluster with one single-threaded worker process per core (at most one per report), closed when
+    the job is loaded.  progress(done, total, result) is called as each report comes back."""
+    files = find_rank_reports(source, pattern)
+    own = None
+    try:
+        if client is None:
+            from distributed import Client, LocalCluster
+
+            if scheduler:
+                client = own = Client(scheduler)
+            else:
+                n = max(1, min(os.cpu_count() or 1, len(files)))
+                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                                       silence_logs=40)
+                client = own = Client(cluster)
+        results = _run(client, files, progress)
+    finally:
+        if own is not None:
+            cluster = getattr(own, "cluster", None)
+            own.close()
+            if cluster is not None and not scheduler:
+                cluster.close()
+    root = Path(source) if isinstance(source, (str, Path)) else None
+    return Job(results, root)
+
+
+def _run(client, files: list[RankFile], progress) -> list[RankResult]:
+    from distributed import as_completed
+
+    futures = [client.submit(summarize_rank, f.rank, str(f.path), key=f"nsight-magic-rank-{f.rank}-{f.path.name}",
+                             pure=False) for f in files]
+    out = []
+    for i, fut in enumerate(as_completed(futures), 1):
+        r = fut.result()
+        out.append(r)
+        if progress:
+            progress(i, len(files), r)
+    return sorted(out, key=lambda r: r.rank)
+
+
+@dataclass
+class Job:
+    """The per-rank results of a job (RankResult each) and what they say together."""
+
+    results: list[RankResult]
+    root: Path | None = None
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    # ---- the ranks ---------------------------------------------------------------------------------------------
+    @property
+    def loaded(self) -> list[RankResult]:
+        return [r for r in self.results if r.error is None]
+
+    @property
+    def errors(self) -> list[str]:
+        """One line per report that could not be read (the job shows the others)."""
+        return [f"rank {r.rank}: {r.error}" for r in self.results if r.error]
+
+    @property
+    def origin_ns(self) -> int:
+        """x = 0 of the job: the earliest rank's capture start, in UTC ns."""
+        return min((r.span[0] + r.clock_offset_ns for r in self.loaded), default=0)
+
+    def to_job_clock(self, r: RankResult, t) -> np.ndarray:
+        """A rank's times on the job's clock (ns from the earliest rank's capture start, hosts' clocks aligned by
+        their UTC session starts)."""
+        return np.asarray(t, np.int64) + r.clock_offset_ns - self.origin_ns
+
+    @property
+    def ranks(self) -> pd.DataFrame:
+        """One row per rank: rank, path, host, kernels, kernel_ns, gpu_busy_ns (interval union), nccl_ns, wait_ns
+        (its collectives' waiting for later ranks), others_wait_ns, capture_ns, kind (its verdict), error."""
+        if "ranks" not in self._cache:
+            waits = self._waits()
+            w = waits.groupby("rank")["wait_ns"].sum() if len(waits) else pd.Series(dtype=np.int64)
+            late = waits[waits["rank"] != waits["straggler"]].groupby("straggler")["wait_ns"].sum() \
+                if len(waits) else pd.Series(dtype=np.int64)
+            rows = [{"rank": r.rank, "path": r.path, "host": r.host, "kernels": r.counts.get("kernels", 0),
+                     "kernel_ns": r.kernel_ns, "gpu_busy_ns": r.gpu_busy_ns, "nccl_ns": r.nccl_ns,
+                     "wait_ns": int(w.get(r.rank, 0)), "others_wait_ns": int(late.get(r.rank, 0)),
+                     "capture_ns": r.span[1] - r.span[0], "kind": r.verdict.get("kind"), "error": r.error}
+                    for r in self.results]
+            self._cache["ranks"] = pd.DataFrame(rows)
+        return self._cache["ranks"]
+
+    # ---- collectives and stragglers --------------------------------------------------------------------------
+    def _waits(self) -> pd.DataFrame:
+        """Every rank's NCCL kernels with wait_ns (its duration minus the shortest of the same collective, the
+        k-th of every rank) and the straggler (the rank whose kernel was shortest: it came last)."""
+        if "waits" in self._cache:
+            return self._cache["waits"]
+        parts = [r.nccl.assign(rank=r.rank) for r in self.loaded if r.nccl is not None and len(r.nccl)]
+        cols = ["rank", "seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "wait_ns", "straggler"]
+        if len(parts) < 2:
+            out = pd.DataFrame(columns=cols)
+        else:
+            n = pd.concat(parts, ignore_index=True)
+            common = n.groupby("rank")["seq"].max().min()  # collectives every rank ran
+            n = n[n["seq"] <= common]
+            shortest = n.groupby("seq")["duration_ns"].transform("min")
+            n["wait_ns"] = (n["duration_ns"] - shortest).astype(np.int64)
+            last = n.loc[n.groupby("seq")["duration_ns"].idxmin(), ["seq", "rank"]].set_index("seq")["rank"]
+            n["straggler"] = n["seq"].map(last).astype(np.int64)
+            out = n[cols].reset_index(drop=True)
+        self._cache["waits"] = out
+        return out
+
+    def stragglers_by_step(self) -> pd.DataFrame:
+        """Per step: the rank the others waited for most in that step (a collective counts in the step in which
+        its straggler launched it), and how long they waited (wait_ns)."""
+        waits = self._waits()
+        cols = ["step", "straggler", "rank", "wait_ns"]
+        steps = {r.rank: r.steps for r in self.loaded if r.steps is not None}
+        if waits.empty or not steps:
+            return pd.DataFrame({c: [] for c in cols})
+        w = waits.copy()
+        w["step"] = -1
+        for rank, (_, starts, _) in steps.items():
+            m = (w["rank"] == rank).to_numpy()
+            idx = np.searchsorted(starts, w.loc[m, "launch_ns"].to_numpy(np.int64), "right") - 1
+            w.loc[m, "step"] = idx
+        own = w[w["rank"] == w["straggler"]].set_index("seq")["step"]
+        w["step"] = w["seq"].map(own).fillna(w["step"]).astype(np.int64)
+        w = w[(w["step"] >= 0) & (w["rank"] != w["straggler"])]
+        if w.empty:
+            return pd.DataFrame({c: [] for c in cols})
+        by = w.groupby(["step", "straggler"])["wait_ns"].sum().reset_index()
+        best = by.loc[by.groupby("step")["wait_ns"].idxmax()]
+        best["rank"] = best["straggler"].astype("Int64")
+        return best[cols].reset_index(drop=True)
+
+    def ranks_table(self) -> pd.DataFrame:
+        """The Ranks table of %%nsys --nproc profiles: per rank GPU busy % of its capture, compute and NCCL kernel
+        time, waiting, the others' waiting for it, the steps where it was the straggler, steps and median step."""
+        rk = self.ranks.set_index("rank")
+        strag = self.stragglers_by_step()
+        rows = []
+        for r in self.results:
+            st = r.steps
+            lengths = (np.r_[st[1][1:], st[2][-1]] - st[1]) if st is not None and len(st[1]) else np.empty(0)
+            cap = max(r.span[1] - r.span[0], 1)
+            rows.append({"rank": r.rank, "host": r.host, "gpu_busy_pct": 100.0 * r.gpu_busy_ns / cap,
+                         "compute_ns": r.kernel_ns - r.nccl_ns, "nccl_ns": r.nccl_ns,
+                         "wait_ns": rk.loc[r.rank, "wait_ns"], "others_wait_ns": rk.loc[r.rank, "others_wait_ns"],
+                         "straggler_steps": int((strag["straggler"] == r.rank).sum()) if len(strag) else 0,
+                         "steps": len(lengths), "step_med_ns": float(np.median(lengths)) if len(lengths) else np.nan,
+                         "step_name": st[0] if st is not None else None, "kind": r.verdict.get("kind")})
+        out = pd.DataFrame(rows)
+        out["rank"] = out["rank"].astype("Int64")
+        return out
+
+    def straggler(self) -> dict | None:
+        """The rank the others wait for most, and the job time it costs (the most any rank waited): None when
+        nobody waited."""
+        w = self._waits()
+        w = w[w["rank"] != w["straggler"]] if len(w) else w
+        if w.empty or w["wait_ns"].sum() <= 0:
+            return None
+        on = w.groupby("straggler")["wait_ns"].sum().sort_values(ascending=False)
+        return {"rank": int(on.index[0]), "ns": int(w.groupby("rank")["wait_ns"].sum().max()),
+                "share": float(on.iloc[0] / on.sum())}
+
+    # ---- summaries ---------------------------------------------------------------------------------------------
+    def _summary(self, which: str, by: str | None) -> pd.DataFrame:
+        parts = [r.summaries[which].assign(rank=r.rank) for r in self.loaded if which in r.summaries]
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return pd.DataFrame()
+        s = pd.concat(parts, ignore_index=True)
+        s = s[["rank"] + [c for c in s.columns if c != "rank"]]
+        if by == "rank":
+            return s.reset_index(drop=True)
+        if by is not None:
+            raise OptionError(f"by must be 'rank' or None, not {by!r}")
+        return combine_summaries(s)
+
+    def kernel_summary(self, by: str | None = None) -> pd.DataFrame:
+        """As NsysReport.kernel_summary(): one row per kernel name over every rank, or by='rank'."""
+        return self._summary("kernel", by)
+
+    def memcpy_summary(self, by: str | None = None) -> pd.DataFrame:
+        return self._summary("memcpy", by)
+
+    def cuda_api_summary(self, by: str | None = None) -> pd.DataFrame:
+        return self._summary("cuda_api", by)
+
+    def nvtx_summary(self, by: str | None = None) -> pd.DataFrame:
+        return self._summary("nvtx", by)
+
+    # ---- utilisation, verdict, findings --------------------------------------------------------------------
+    def utilization(self, bins: int = 300) -> pd.DataFrame:
+        """GPU busy fraction and NCCL share per rank and time bin on the job's clock (the heat map): rank,
+        bin_start_ns, bin_end_ns, busy_fraction, nccl_fraction."""
+        loaded = [r for r in self.loaded if r.util is not None]
+        if not loaded:
+            return pd.DataFrame(columns=["rank", "bin_start_ns", "bin_end_ns", "busy_fraction", "nccl_fraction"])
+        ends = max(int(self.to_job_clock(r, r.span[1])) for r in loaded)
+        edges = np.linspace(0, max(ends, bins), bins + 1)
+        mids = (edges[:-1] + edges[1:]) / 2
+        rows = []
+        for r in loaded:
+            e, busy, nccl = r.util
+            x = (self.to_job_clock(r, e[:-1]) + self.to_job_clock(r, e[1:])) / 2
+            inside = (mids >= x[0]) & (mids <= x[-1])
+            rows.append(pd.DataFrame({"rank": r.rank, "bin_start_ns": edges[:-1].astype(np.int64),
+                                      "bin_end_ns": edges[1:].astype(np.int64),
+                                      "busy_fraction": np.where(inside, np.interp(mids, x, busy), np.nan),
+                                      "nccl_fraction": np.where(inside, np.interp(mids, x, nccl), np.nan)}))
+        return pd.concat(rows, ignore_index=True)
+
+    def bottleneck(self) -> "JobVerdict":
+        """The job's verdict from its ranks' (analysis.bottleneck), with one row per rank."""
+        from ..analysis.bottleneck import CATEGORIES, _kind, _summary
+
+        totals = {c: 0 for c in CATEGORIES}
+        window = 0
+        rows = []
+        for r in self.loaded:
+            v = r.verdict
+            b = v.get("breakdown")
+            if b is None or not len(b) or "compute" not in set(b["category"]):
+                continue
+            t = dict(zip(b["category"], b["time_ns"]))
+            for c in CATEGORIES:
+                totals[c] += int(t.get(c, 0))
+            window += int(sum(t.values()))
+            rows.append({"rank": r.rank, "kind": v.get("kind"), "summary": v.get("summary"),
+                         **{f"{c.replace(' ', '_')}_pct": round(float(p), 1) for c, p in zip(b["category"], b["pct"])}})
+        per = pd.DataFrame(rows)
+        if not rows:
+            return JobVerdict("cpu", "no GPU work in any rank's report", pd.DataFrame(), per)
+        pct = {c: 100.0 * totals[c] / max(window, 1) for c in CATEGORIES}
+        kind = _kind(pct)
+        if kind != "communication" and len(per) > 1 and per["communication_pct"].max() >= 20:
+            kind = "communication"
+        breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [totals[c] for c in CATEGORIES],
+                                  "pct": [round(pct[c], 1) for c in CATEGORIES]})
+        s = self.straggler()
+        summary = _summary(kind, pct) + f" ({len(rows)} ranks"
+        if s:
+            summary += f"; the others wait for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms"
+        return JobVerdict(kind, summary + ")", breakdown, per)
+
+    def findings(self) -> list:
+        """The job's findings: ranks waiting for the straggler (collective_wait, what it costs the job), then each
+        rule's worst rank (ranks run at once: a fix saves the worst rank's time once), the real causes first."""
+        from ..analysis.findings import sort_findings
+        from ..analysis.rules.common import Finding, severity
+
+        out = []
+        s = self.straggler()
+        loop = max((r.span[1] - r.span[0] - int(r.verdict.get("startup_ns", 0)) for r in self.loaded), default=1)
+        if s:
+            w = self._waits()
+            ev = w[w["wait_ns"] > 0].copy()
+            ev["start_ns"] = ev["start_ns"].astype(np.int64)
+            ev["end_ns"] = ev["end_ns"].astype(np.int64)
+            ev["name"] = "wait for rank " + ev["straggler"].astype(str)
+            ev["duration_ns"] = ev["end_ns"] - ev["start_ns"]
+            out.append(Finding(
+                "collective_wait", severity(s["ns"], loop),
+                f"Ranks wait in collectives for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms of the job",
+                f"A collective kernel runs until the last rank joins; {100 * s['share']:.0f}% of the waiting was for "
+                f"rank {s['rank']}. Its own findings below say what it does differently.",
+                f"Look at rank {s['rank']}: uneven work per rank, slower data loading, extra work on one rank "
+                "(logging, evaluation, checkpoints), CPU contention, or a slower GPU or node.",
+                s["ns"], "the waiting of the rank that waited most (on each rank's own clock)", ev, ()))
+        best: dict[str, tuple] = {}
+        for r in self.loaded:
+            for f in r.findings:
+                if f.rule not in best or f.time_at_stake_ns > best[f.rule][1].time_at_stake_ns:
+                    best[f.rule] = (r.rank, f)
+        for rule, (rank, f) in best.items():
+            import dataclasses
+
+            stake = f.time_at_stake_ns
+            if s and rank == s["rank"] and f.severity != "info":
+                stake = max(0, stake - s["ns"])  # the straggler's own cause is the waiting collective_wait counts
+            if rule == "nccl_share":  # a rank alone counts its waiting as communication: collective_wait's here
+                stake = max(0, stake - int(self.ranks.set_index("rank").loc[rank, "wait_ns"]))
+            out.append(dataclasses.replace(f, title=f"rank {rank}: {f.title}", time_at_stake_ns=int(stake),
+                                           severity=f.severity if f.severity == "info" else severity(stake, loop)))
+        return sort_findings(out)
+
+    # ---- on demand -----------------------------------------------------------------------------------------------
+    def suggested_ranks(self) -> list[int]:
+        """The ranks worth a timeline: the straggler and a typical rank (the one closest to the median GPU busy)."""
+        s = self.straggler()
+        rk = self.ranks.dropna(subset=["kind"]) if "kind" in self.ranks else self.ranks
+        if rk.empty:
+            return []
+        med = rk["gpu_busy_ns"].median()
+        typical = int(rk.iloc[(rk["gpu_busy_ns"] - med).abs().argsort().iloc[0]]["rank"])
+        out = ([s["rank"]] if s else []) + [typical]
+        return list(dict.fromkeys(out))
+
+    def timeline_report(self, ranks, out: Path | None = None):
+        """The chosen ranks' reports merged into one export on one clock (readers.nsys_merge), opened."""
+        from ..readers.nsys import export_report, open_nsys_report
+        from ..readers.nsys_merge import merge_exports
+
+        chosen = [r for r in self.loaded if r.rank in set(ranks)]
+        if not chosen:
+            raise OptionError(f"no loaded rank among {list(ranks)}; the ranks are {[r.rank for r in self.loaded]}")
+        paths = [Path(r.path) if r.path.endswith(".sqlite") else export_report(Path(r.path)) for r in chosen]
+        base = self.root if self.root is not None and os.access(self.root, os.W_OK) else Path(
+            os.environ.get("TMPDIR", "/tmp"))
+        out = out or base / f"job-ranks-{'-'.join(str(r.rank) for r in chosen)}.sqlite"
+        if len(paths) == 1:
+            return open_nsys_report(paths[0])
+        return open_nsys_report(merge_exports(paths, out))
+
+    def __repr__(self):
+        return f"<Job {len(self.loaded)} ranks loaded, {len(self.errors)} failed>"
+
+    def show(self, **kw):
+        from ..views.job import show_job
+
+        return show_job(self, **kw)
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    kind: str
+    summary: str
+    breakdown: pd.DataFrame
+    per_rank: pd.DataFrame
+
+    def __str__(self):
+        return self.summary
+
+
+def combine_summaries(s: pd.DataFrame) -> pd.DataFrame:
+    """Per-rank summaries (a rank column) -> one row per key over every rank: count and total add up, avg is
+    total / count, min and max are the extremes, std is pooled exactly from each rank's count, mean and std, med is
+    the count-weighted median of the ranks' medians (the ranks' own instances are not brought home)."""
+    keys = [c for c in s.columns if c not in ("rank", "count", "pct") and not c.endswith(("_ns", "_bytes"))
+            and c not in ("gpu_ops",)]
+    val = [p for p in ("ns", "bytes") if f"total_{p}" in s.columns]
+    g = s.groupby(keys, sort=False, dropna=False)
+    out = g["count"].sum().to_frame()
+    for p in val:
+        tot = g[f"total_{p}"].sum()
+        out[f"total_{p}"] = tot
+        out[f"avg_{p}"] = tot / out["count"]
+        out[f"med_{p}"] = g.apply(lambda d, p=p: _weighted_median(d[f"med_{p}"], d["count"]), include_groups=False)
+        out[f"min_{p}"] = g[f"min_{p}"].min()
+        out[f"max_{p}"] = g[f"max_{p}"].max()
+        # pooled variance: sum over ranks of (n-1) s^2 + n (mean - grand mean)^2, over N - 1
+        d = s.assign(_m=s[f"avg_{p}"], _v=s[f"std_{p}"].fillna(0) ** 2)
+        d["_grand"] = d.groupby(keys, sort=False, dropna=False)[f"total_{p}"].transform("sum") / \
+            d.groupby(keys, sort=False, dropna=False)["count"].transform("sum")
+        d["_ss"] = (d["count"] - 1).clip(lower=0) * d["_v"] + d["count"] * (d["_m"] - d["_grand"]) ** 2
+        ss = d.groupby(keys, sort=False, dropna=False)["_ss"].sum()
+        out[f"std_{p}"] = np.sqrt(ss / (out["count"] - 1).where(out["count"] > 1))
+    for extra in ("gpu_ns", "gpu_ops"):
+        if extra in s.columns:
+            out[extra] = g[extra].sum()
+    out = out.reset_index()
+    if "total_ns" in out:
+        total = out["total_ns"].sum()
+        out["pct"] = out["total_ns"] * 100.0 / total if total else 0.0
+        out = out.sort_values("total_ns", ascending=False, kind="stable")
+    return out.reset_index(drop=True)[[c for c in s.columns if c != "rank" and c in out.columns]]
+
+
+def _weighted_median(values: pd.Series, weights: pd.Series) -> float:
+    o = np.argsort(values.to_numpy(float), kind="stable")
+    v, w = values.to_numpy(float)[o], weights.to_numpy(float)[o]
+    c = np.cumsum(w)
+    return float(v[np.searchsorted(c, c[-1] / 2)]) if len(v) else float("nan")

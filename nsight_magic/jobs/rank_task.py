@@ -1,0 +1,139 @@
+"""The work on one rank's report, run as a Dask task where the report lies: everything the job needs from it,
+small enough to travel (summaries, steps, the NCCL kernels' timing, the verdict, utilisation bins).
+
+`summarize_rank(rank, path)` never raises: a report that is missing, truncated or needs a newer nsys comes back as
+a RankResult whose `error` says so, and the job loads the others.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+UTIL_BINS = 600       # utilisation bins per rank (the heat map's resolution on its own span)
+MAX_EVIDENCE = 200    # rows of evidence a rank's finding carries home
+
+
+@dataclass
+class RankResult:
+    rank: int
+    path: str
+    error: str | None = None
+    host: str | None = None           # the machine the report was recorded on, where the report says
+    worker: str | None = None         # the machine that read it (a Dask worker)
+    read_s: float = 0.0
+    nsys_version: str | None = None
+    clock_offset_ns: int = 0          # add to the report's times to get UTC ns
+    span: tuple[int, int] = (0, 0)    # the capture on the report's own clock
+    counts: dict = field(default_factory=dict)
+    kernel_ns: int = 0
+    gpu_busy_ns: int = 0
+    nccl_ns: int = 0
+    summaries: dict = field(default_factory=dict)   # kernel/memcpy/cuda_api/nvtx -> DataFrame (the reader's)
+    steps: tuple | None = None                       # (name, starts, ends) on the report's clock
+    nccl: pd.DataFrame | None = None                 # seq, start_ns, end_ns, duration_ns, launch_ns, collective
+    verdict: dict = field(default_factory=dict)      # kind, summary, totals (category -> ns), window_ns, scale
+    findings: list = field(default_factory=list)     # the rank's own findings, evidence trimmed
+    util: tuple | None = None                        # (edges_ns, busy fraction, nccl fraction) on its own clock
+
+
+def summarize_rank(rank: int, path: str) -> RankResult:
+    """Open one rank's report (exporting a .nsys-rep with the nsys of the worker when needed) and keep what the
+    job needs."""
+    t0 = time.perf_counter()
+    out = RankResult(rank, str(path), worker=socket.gethostname())
+    try:
+        from ..readers.nsys import open_nsys_report
+
+        p = Path(path)
+        if not p.exists():
+            out.error = f"{p}: no such file"
+            return out
+        if p.suffix == ".qdstrm":  # nsys left its raw stream: import it with the worker's nsys
+            from ..tools import import_qdstrm
+
+            p = import_qdstrm(p)
+        with open_nsys_report(p) as rep:
+            _fill(out, rep)
+    except Exception as e:  # noqa: BLE001 - one bad report must not take the job down
+        out.error = f"{Path(path).name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    out.read_s = time.perf_counter() - t0
+    return out
+
+
+def _fill(out: RankResult, rep) -> None:
+    import sqlite3
+
+    from ..analysis.bottleneck import diagnose
+    from ..analysis.ranks import _launch_times, nccl_kernels
+    from ..analysis.steps import find_steps
+    from ..readers.nsys_merge import clock_offset_ns
+    from ..analysis import intervals as I
+
+    meta = rep.meta
+    out.nsys_version = meta.nsys_version
+    out.span = (int(meta.start_ns), int(meta.end_ns))
+    con = sqlite3.connect(rep.sqlite_path.resolve().as_uri() + "?mode=ro", uri=True)
+    try:
+        out.clock_offset_ns = clock_offset_ns(con)
+        out.host = _host(con)
+    finally:
+        con.close()
+    out.summaries = {"kernel": rep.kernel_summary(), "memcpy": rep.memcpy_summary(),
+                     "cuda_api": rep.cuda_api_summary(), "nvtx": rep.nvtx_summary()}
+    k = rep.kernels
+    out.counts = {"kernels": int(len(k)), "memcpy": int(len(rep.memcpy)), "memset": int(len(rep.memset)),
+                  "cuda_api": int(len(rep.cuda_api)), "nvtx": int(len(rep.nvtx))}
+    out.kernel_ns = int(k["duration_ns"].sum()) if len(k) else 0
+    gpu = [f[["start_ns", "end_ns"]] for f in (k, rep.memcpy, rep.memset) if len(f)]
+    busy = I.union(*(np.concatenate([g[c].to_numpy(np.int64) for g in gpu]) for c in ("start_ns", "end_ns"))) \
+        if gpu else I.EMPTY
+    out.gpu_busy_ns = I.total(busy)
+    n = nccl_kernels(rep)
+    out.nccl_ns = int(n["duration_ns"].sum()) if len(n) else 0
+    if len(n):
+        n = n.assign(launch_ns=_launch_times(rep, n))
+        out.nccl = n[["seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective"]].reset_index(drop=True)
+    steps = find_steps(rep)
+    if steps:
+        st = steps[min(steps)] if len(steps) == 1 else max(steps.values(), key=lambda s: s.count)
+        out.steps = (st.name, st.starts.copy(), st.ends.copy())
+    b = rep.bottleneck()
+    d = diagnose(rep)
+    out.verdict = {"kind": b.kind, "summary": b.summary, "breakdown": b.breakdown,
+                   "window_ns": sum(p.window_ns for p in d.pairs),
+                   "scale": max((p.scale for p in d.pairs), default=1.0), "startup_ns": b.startup_ns}
+    out.findings = [_light(f) for f in rep.findings() if f.rule != "collective_wait"]
+    edges = np.linspace(out.span[0], max(out.span[1], out.span[0] + UTIL_BINS), UTIL_BINS + 1).astype(np.int64)
+    from ..readers.nsys_summary import busy_fraction
+
+    frac = busy_fraction(busy[0], busy[1], edges) if len(busy[0]) else np.zeros(UTIL_BINS)
+    nf = busy_fraction(*I.union(n["start_ns"], n["end_ns"]), edges) if len(n) else np.zeros(UTIL_BINS)
+    out.util = (edges, np.asarray(frac, float), np.asarray(nf, float))
+
+
+def _light(f):
+    """A finding with at most MAX_EVIDENCE rows of evidence (the longest): what travels to the notebook."""
+    import dataclasses
+
+    ev = f.evidence
+    if len(ev) > MAX_EVIDENCE:
+        ev = ev.sort_values("duration_ns", ascending=False, kind="stable").head(MAX_EVIDENCE) \
+            if "duration_ns" in ev else ev.head(MAX_EVIDENCE)
+    return dataclasses.replace(f, evidence=ev.reset_index(drop=True), ranges=tuple(f.ranges[:MAX_EVIDENCE]))
+
+
+def _host(con) -> str | None:
+    """The recording machine's name, where the export has it (TARGET_INFO_SYSTEM_ENV, newer exports)."""
+    try:
+        rows = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").fetchall())
+    except Exception:  # noqa: BLE001 - older exports: no such table
+        return None
+    for key in ("Hostname", "HOSTNAME", "hostname", "DEVICE_DISPLAY_NAME"):
+        if rows.get(key):
+            return str(rows[key])
+    return None

@@ -1,0 +1,103 @@
+"""`--ops`: every PyTorch operator the cell runs, forward and backward, in an NVTX range (profiled-process side).
+
+A TorchDispatchMode sees each ATen operator as it reaches a kernel (after autograd and composite decomposition:
+`aten::addmm`, not `aten::linear`), on CPU and CUDA builds alike, and wraps it in a push/pop range of the domain
+OPS_DOMAIN.  Backward operators run on autograd's thread, which inherits the mode; their range names the forward
+operator they belong to, from the autograd node being executed ("AddmmBackward0" belongs to aten::addmm), the link
+PyTorch Profiler makes with sequence numbers.  With shapes=True the inputs' shapes are part of the name.
+
+Outputs and gradients are unchanged: the mode calls each operator with its own arguments and returns its result.
+The ranges make readers.nsys's report.ops_summary(): GPU time per operator from the kernels each one launched.
+"""
+from __future__ import annotations
+
+import re
+
+OPS_DOMAIN = "nsight-magic ops"
+SKIP_NAMESPACES = ("profiler::",)  # record_function's own enter/exit calls (the optimizers' step marks)
+BACKWARD_OF = " [backward of "   # "aten::mm [backward of aten::addmm]"
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+class OpsError(ValueError):
+    """--ops cannot run here; the message says why and what to do."""
+
+
+def forward_op_of(node_name: str) -> str | None:
+    """The forward operator an autograd node belongs to: 'AddmmBackward0' -> 'aten::addmm',
+    'NativeLayerNormBackward0' -> 'aten::native_layer_norm'; None for nodes that are not an operator's."""
+    m = re.match(r"^([A-Za-z0-9]+?)Backward\d*$", node_name)
+    if not m:
+        return None
+    return "aten::" + _CAMEL.sub("_", m.group(1)).lower()
+
+
+def _shapes(args) -> str:
+    out = []
+    for a in args:
+        shape = getattr(a, "shape", None)
+        if shape is not None:
+            out.append("x".join(map(str, shape)) or "scalar")
+        elif isinstance(a, (list, tuple)) and a and all(hasattr(x, "shape") for x in a):
+            out.append("[" + ", ".join("x".join(map(str, x.shape)) for x in a) + "]")
+    return ", ".join(out)
+
+
+def _nvtx():
+    """(push(name), pop()) into OPS_DOMAIN with the nvtx package."""
+    import nvtx
+
+    return (lambda name: nvtx.push_range(name, domain=OPS_DOMAIN)), (lambda: nvtx.pop_range(domain=OPS_DOMAIN))
+
+
+def check_not_compiled(namespace: dict) -> None:
+    """--ops on a torch.compile'd model sees the compiled graph's calls, not the model's operators: refuse."""
+    for k, v in namespace.items():
+        if type(v).__name__ == "OptimizedModule" or (hasattr(v, "_orig_mod") and hasattr(v, "forward")):
+            raise OpsError(f"{k} is torch.compile'd: its operators run inside compiled graphs, not one by one; "
+                           f"profile the uncompiled model with --ops (or drop --ops for the compiled one)")
+
+
+class OpRanges:
+    """Context manager: every operator dispatched while it is active gets an NVTX range (see the module doc)."""
+
+    def __init__(self, shapes: bool = False):
+        import torch
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        push, pop = _nvtx()
+        current_node = torch._C._current_autograd_node
+        names: dict = {}
+        with_shapes = shapes
+
+        class _Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                node = current_node()
+                key = (func, node.name() if node is not None else None)
+                name = names.get(key)
+                if name is None:
+                    name = func._schema.name  # "aten::addmm"
+                    fwd = forward_op_of(key[1]) if key[1] else None
+                    if fwd:
+                        name += f"{BACKWARD_OF}{fwd}]"
+                    if name.startswith(SKIP_NAMESPACES):
+                        name = ""
+                    names[key] = name
+                if not name:  # bookkeeping, no operator of the model's
+                    return func(*args, **(kwargs or {}))
+                if with_shapes:
+                    name = f"{name} ({_shapes(args)})"
+                push(name)
+                try:
+                    return func(*args, **(kwargs or {}))
+                finally:
+                    pop()
+
+        self._mode = _Mode()
+
+    def __enter__(self):
+        self._mode.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._mode.__exit__(*exc)

@@ -1,0 +1,269 @@
+"""Multi-node jobs: per-rank reports opened as one Job, each analysed in a Dask task.
+
+- tests/data/job/: a 2-rank DDP job recorded on the lent 2 x H200 as a cluster user would (torchrun --no-python
+  nsys profile -o report.%q{RANK}, rank 1 doing extra GPU work), nsys 2025.3's cuda_gpu_kern_sum of each report
+  and `nsys recipe nccl_gpu_time_util_map` of the two (scripts/gpu_check.py, section job);
+- copies of those exports as an 8-rank job with shifted clocks and one slowed rank;
+- an 8-rank gloo job on this CPU, recorded by real nsys under torchrun outside nsight-magic.
+"""
+from __future__ import annotations
+
+import importlib.util
+import lzma
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import DATA, requires_nsys
+
+JOB = DATA / "job"
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=40)
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _unpack(dest, rank_from, rank_to=None):
+    dst = dest / f"report.{rank_to if rank_to is not None else rank_from}.sqlite"
+    with lzma.open(JOB / f"report.{rank_from}.sqlite.xz") as f, open(dst, "wb") as out:
+        shutil.copyfileobj(f, out)
+    return dst
+
+
+@pytest.fixture(scope="module")
+def h200_job(tmp_path_factory):
+    d = tmp_path_factory.mktemp("h200job")
+    for r in (0, 1):
+        _unpack(d, r)
+    return d
+
+
+def _sql(path, q):
+    con = sqlite3.connect(path)
+    try:
+        return con.execute(q).fetchone()
+    finally:
+        con.close()
+
+
+def test_reports_are_found_by_the_rank_in_their_names(tmp_path):
+    from nsight_magic.errors import OptionError
+    from nsight_magic.jobs.discover import find_rank_reports, rank_of
+
+    for name, rank in (("report.12.nsys-rep", 12), ("report.rank3.sqlite", 3), ("node07_rank12.nsys-rep", 12),
+                       ("report.sqlite", None)):
+        from pathlib import Path
+
+        assert rank_of(Path(name)) == rank
+    for n in ("report.0.nsys-rep", "report.0.sqlite", "report.1.nsys-rep", "report.sqlite", "notes.txt"):
+        (tmp_path / n).write_text("x")
+    found = find_rank_reports(tmp_path)
+    assert [(f.rank, f.path.name) for f in found] == [(0, "report.0.sqlite"), (1, "report.1.nsys-rep")]
+    (tmp_path / "other.1.nsys-rep").write_text("x")
+    with pytest.raises(OptionError, match="rank 1 twice"):
+        find_rank_reports(tmp_path)
+    assert [f.rank for f in find_rank_reports(tmp_path, pattern="report.*")] == [0, 1]
+
+
+def test_a_two_gpu_job_recorded_one_report_per_rank(h200_job, client):
+    """Per-rank counts equal nsys 2025.3's cuda_gpu_kern_sum of each report; rank 1 (more GPU work) is named."""
+    from distributed import get_task_stream
+
+    from nsight_magic import open_job
+
+    with get_task_stream(client) as ts:
+        job = open_job(h200_job, client=client)
+    assert {t["key"].split("-")[3] for t in ts.data if "nsight-magic-rank" in str(t["key"])} == {"0", "1"}
+    assert not job.errors and len(job.loaded) == 2
+    for r in (0, 1):
+        theirs = pd.read_csv(JOB / f"report.{r}.cuda_gpu_kern_sum.csv", skiprows=1)
+        ours = job.kernel_summary(by="rank")
+        ours = ours[ours["rank"] == r].set_index("name")
+        assert int(theirs["Instances"].sum()) == int(job.ranks.set_index("rank").loc[r, "kernels"])
+        for _, row in theirs.iterrows():
+            assert ours.loc[row["Name"], "count"] == row["Instances"]
+            assert ours.loc[row["Name"], "total_ns"] == row["Total Time (ns)"]
+    assert job.straggler()["rank"] == 1
+    per_step = job.stragglers_by_step()
+    assert (per_step["rank"] == 1).mean() >= 0.9
+    t = job.ranks_table()
+    assert t["steps"].tolist() == [30, 30] and t.set_index("rank").loc[1, "straggler_steps"] >= 27
+    v = job.bottleneck()
+    assert v.kind == "communication" and "rank 1" in v.summary
+    fs = job.findings()
+    assert fs[0].rule == "collective_wait" and "rank 1" in fs[0].title and fs[0].severity in ("high", "medium")
+    assert sum(f.time_at_stake_ns for f in fs if f.severity != "info") <= max(job.ranks["capture_ns"])
+
+
+def test_utilisation_agrees_with_nsys_recipe(h200_job, client):
+    """nsys recipe nccl_gpu_time_util_map (2025.3, 30 bins on the aligned clock) against ours."""
+    from nsight_magic import open_job
+
+    job = open_job(h200_job, client=client)
+    theirs = pd.read_parquet(JOB / "nccl_gpu_time_util_map.parquet")
+    width = np.diff(np.sort(theirs["Duration"].unique()))[0]  # the recipe's bins span each rank's session
+    for r in (0, 1):
+        t = theirs[theirs["Rank"] == r]
+        busy = (t["All"] / 100 * width).sum()  # its utilisation % per bin (rounded to 0.1) as busy time
+        nccl = (t["NCCL"] / 100 * width).sum()
+        row = job.ranks.set_index("rank").loc[r]
+        assert abs(busy - row["gpu_busy_ns"]) <= 0.03 * row["gpu_busy_ns"], (r, busy, row["gpu_busy_ns"])
+        assert abs(nccl - row["nccl_ns"]) <= 0.03 * row["nccl_ns"] + 0.001 * width * len(t), (r, nccl, row["nccl_ns"])
+
+
+def test_combined_summaries_equal_the_merged_reports(h200_job, client, tmp_path):
+    from nsight_magic import open_job
+    from nsight_magic.readers.nsys import open_nsys_report
+    from nsight_magic.readers.nsys_merge import merge_exports
+
+    job = open_job(h200_job, client=client)
+    merged = open_nsys_report(merge_exports(sorted(h200_job.glob("report.*.sqlite")), tmp_path / "m.sqlite"))
+    a = job.kernel_summary().set_index("name")
+    b = merged.kernel_summary().set_index("name")
+    assert set(a.index) == set(b.index)
+    for c in ("count", "total_ns", "min_ns", "max_ns"):
+        assert (a[c] == b.loc[a.index, c]).all(), c
+    assert np.allclose(a["std_ns"].fillna(0), b.loc[a.index, "std_ns"].fillna(0), rtol=1e-6)
+
+
+def _shift_clock(path, delta_ns: int) -> None:
+    """The same events on a clock `delta_ns` later, the session start moved back by as much: aligned on UTC, the
+    report is where it was (another host's clock)."""
+    con = sqlite3.connect(path)
+    with con:
+        for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            cols = {r[1] for r in con.execute(f'PRAGMA table_info("{t}")')}
+            if {"start", "end"} <= cols:  # every table of timed events
+                con.execute(f'UPDATE "{t}" SET start = start + ?, "end" = "end" + ?', (delta_ns, delta_ns))
+            elif "timestamp" in cols:
+                con.execute(f'UPDATE "{t}" SET timestamp = timestamp + ?', (delta_ns,))
+        con.execute("UPDATE ANALYSIS_DETAILS SET startTime = startTime + ?, stopTime = stopTime + ?",
+                    (delta_ns, delta_ns))
+        con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs - ?", (delta_ns,))
+    con.close()
+
+
+def _slow_nccl(path, extra_ns: int) -> None:
+    """This rank's NCCL kernels last extra_ns longer, as if they waited for a late rank."""
+    con = sqlite3.connect(path)
+    with con:
+        con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = "end" + ? WHERE (SELECT value FROM StringIds '
+                    "WHERE id = demangledName) LIKE 'nccl%'", (extra_ns,))
+    con.close()
+
+
+def test_eight_ranks_with_shifted_clocks_and_one_slowed_rank(tmp_path, client):
+    for r in range(8):
+        p = _unpack(tmp_path, 1, r)  # rank 1's report: its NCCL kernels never waited
+        _shift_clock(p, r * 7_000_000_000)
+        if r != 5:
+            _slow_nccl(p, 3_000_000)  # every rank but 5 waits 3 ms in each collective: 5 is the straggler
+    from nsight_magic import open_job
+
+    job = open_job(tmp_path, client=client)
+    assert len(job.loaded) == 8 and not job.errors
+    for r in range(8):
+        p = tmp_path / f"report.{r}.sqlite"
+        n, total = _sql(p, 'SELECT count(*), sum("end" - start) FROM CUPTI_ACTIVITY_KIND_KERNEL')
+        row = job.ranks.set_index("rank").loc[r]
+        assert (row["kernels"], row["kernel_ns"]) == (n, total)
+    assert job.straggler()["rank"] == 5
+    assert (job.stragglers_by_step()["rank"] == 5).all()
+    waits = job.ranks.set_index("rank")["wait_ns"]
+    nccl = _sql(tmp_path / "report.0.sqlite", "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE (SELECT value "
+                "FROM StringIds WHERE id = demangledName) LIKE 'nccl%'")[0]
+    assert waits[5] == 0 and (waits.drop(5) == nccl * 3_000_000).all()
+    # the clocks are aligned: every rank's first kernel (copies of one report) is at one place on the job's clock
+    starts = [int(job.to_job_clock(r, _sql(tmp_path / f"report.{r.rank}.sqlite",
+                                           "SELECT min(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]))
+              for r in job.loaded]
+    assert max(starts) - min(starts) < 1_000_000
+    u = job.utilization(bins=60)
+    first_busy = u[u["busy_fraction"] > 0].groupby("rank")["bin_start_ns"].min()
+    assert first_busy.nunique() == 1
+
+
+def test_a_missing_or_broken_report_is_named_and_the_others_load(tmp_path, client):
+    from nsight_magic import open_job
+
+    _unpack(tmp_path, 0)
+    _unpack(tmp_path, 1)
+    (tmp_path / "report.2.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # truncated
+    job = open_job(tmp_path, client=client)
+    assert [r.rank for r in job.loaded] == [0, 1]
+    assert len(job.errors) == 1 and job.errors[0].startswith("rank 2: report.2.sqlite")
+
+
+def test_the_timeline_of_chosen_ranks_merges_them(h200_job, client):
+    from nsight_magic import open_job
+
+    job = open_job(h200_job, client=client)
+    assert job.suggested_ranks()[0] == 1
+    rep = job.timeline_report([0, 1])
+    assert sorted(d for ds in rep.processes["devices"] for d in ds) == [0, 1]
+    html = __import__("nsight_magic.views.job", fromlist=["job_html"]).job_html(job)
+    assert "Straggler per step" in html and "rank 1" in html
+
+
+GLOO = """
+import os, time, torch, torch.distributed as dist, nvtx
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+x = torch.ones(64)
+for step in range(5):
+    with nvtx.annotate(f"step {step}"):
+        if rank == 3:
+            time.sleep(0.05)   # rank 3 is late every step
+        dist.all_reduce(x)
+dist.destroy_process_group()
+"""
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
+def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
+    """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job (and with
+    %nsys_load in a real kernel)."""
+    script = tmp_path / "job.py"
+    script.write_text(GLOO)
+    out = tmp_path / "prof"
+    out.mkdir()
+    nsys = shutil.which("nsys")
+    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8",
+                        "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
+                        "-o", str(out / "report.%q{RANK}"), sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=280)
+    assert p.returncode == 0, p.stderr[-2000:]
+    from conftest import cell_text, run_notebook
+
+    from nsight_magic import open_job
+
+    job = open_job(out)
+    assert [r.rank for r in job.loaded] == list(range(8)), job.errors
+    for r in job.loaded:
+        # each rank's own report: its 5 step ranges, as SQL counts them
+        (n,) = _sql(_export_of(out, r.rank), "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59")
+        s = r.summaries["nvtx"]
+        assert int(s["count"].sum()) == n == 5
+        assert r.steps is not None and len(r.steps[1]) == 5
+    nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
+    text = cell_text(nb.cells[1])
+    assert "Job: 8 ranks loaded" in text and "Verdict:" in text, text
+
+
+def _export_of(folder, rank):
+    return folder / f"report.{rank}.sqlite"
