@@ -555,9 +555,13 @@ def check_ops(work: Path) -> None:
     """%%nsys --ops on a GPU: its overhead (benchmarks/ops.py) and its GPU time per operator against
     torch.profiler's (scripts/ops_vs_profiler.py)."""
     repo = Path(__file__).resolve().parents[1]
-    p = subprocess.run([sys.executable, str(repo / "benchmarks" / "ops.py"), "--device", "cuda", "--steps", "20",
-                        "--repeat", "3"], capture_output=True, text=True, timeout=900, cwd=work)
-    say("ops", "overhead", "\n" + (p.stdout + p.stderr)[-2500:])
+    for batch in os.environ.get("NM_OPS_BATCHES", "32").split(","):  # 32: CPU-bound steps, 256: GPU-bound ones
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "ops.py"), "--device", "cuda", "--steps", "20",
+                            "--repeat", os.environ.get("NM_OPS_REPEAT", "3"), "--batch", batch],
+                           capture_output=True, text=True, timeout=900, cwd=work)
+        say("ops", f"overhead_batch{batch}", "\n" + (p.stdout + p.stderr)[-2500:])
+    if os.environ.get("NM_OPS_COMPARE", "1") == "0":
+        return
     p = subprocess.run([sys.executable, str(repo / "scripts" / "ops_vs_profiler.py"), "--out", str(OUT)],
                        capture_output=True, text=True, timeout=900, cwd=work)
     say("ops", "vs_profiler", "\n" + (p.stdout + p.stderr)[-5000:])
