@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["open_report", "open_job", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "open_job", "readable", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -23,6 +23,14 @@ def open_job(source, client=None, **kw):
     from .jobs import open_job as _open
 
     return _open(source, client, **kw)
+
+
+def readable(df, formats=None):
+    """A summary as people read it (times in ms, sizes in MiB, ...): a pandas Styler for notebooks; the DataFrame
+    itself keeps its numbers."""
+    from .views.tables import readable as _readable
+
+    return _readable(df, formats)
 
 
 def diff(before, after, **kw):

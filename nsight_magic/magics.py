@@ -2,6 +2,7 @@
 profilers, readers, analysis and views."""
 from __future__ import annotations
 
+import argparse
 import hashlib
 import shlex
 import sys
@@ -134,6 +135,13 @@ class NsightMagics(Magics):
         print(f"nsight-magic: remembered as setup code ({len(self.setup_sources)} setup cell"
               f"{'s' if len(self.setup_sources) != 1 else ''})")
 
+    def _prompt_number(self) -> int:
+        """The number of the cell being run as the user sees it ([2]): the shell's counter is already one ahead
+        while a cell runs; its display hook knows the prompt's."""
+        hook = getattr(self.shell, "displayhook", None)
+        n = getattr(hook, "prompt_count", None)
+        return int(n) if isinstance(n, int) else int(self.shell.execution_count)
+
     def _cell_key(self, cell: str) -> str:
         header = getattr(self.shell, "parent_header", None) or {}
         cell_id = (header.get("metadata") or {}).get("cellId")
@@ -142,6 +150,7 @@ class NsightMagics(Magics):
     # ---- %%nsys ---------------------------------------------------------------------------------------------
     @magic_arguments()
     @arguments_from(NSYS_ARGS, COMMON_ARGS)
+    @argument("--cell-line", type=int, default=2, metavar="N", help=argparse.SUPPRESS)
     @cell_magic
     def nsys(self, line, cell):
         """Profile this cell with Nsight Systems in a separate process; the notebook's kernel is never instrumented.
@@ -153,7 +162,7 @@ class NsightMagics(Magics):
         """
         try:
             args = parse_line(self.nsys, line)
-            opts = nsys_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
+            opts = nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         from .run import run_nsys
@@ -162,7 +171,10 @@ class NsightMagics(Magics):
         try:
             result = run_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
                               on_output=status.output, on_status=status,
-                              on_prepared=None if opts.quiet else _print_manifest, sessions=self.sessions)
+                              on_prepared=None if opts.quiet else _print_manifest, sessions=self.sessions,
+                              # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab
+                              # buttons run a cell's own text under a magic line the editor does not show (1)
+                              cell_first_line=args.cell_line)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         status.done(result)
@@ -272,7 +284,7 @@ class NsightMagics(Magics):
         """
         try:
             args = parse_line(self.ncu, line)
-            opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self.shell.execution_count}")
+            opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self._prompt_number()}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         from .run import run_ncu
@@ -470,6 +482,27 @@ def display_report(report, folder: Path | None, render: bool, thresholds: dict |
         display_ncu(report, folder=folder)
     else:
         print(ncu_text(report))
+
+
+def _cell_magic_help(func, name: str) -> None:
+    """IPython's magic_arguments writes the help as "::\n\n  %name [...]" (an RST literal block, shown raw by
+    `%%nsys?`) and names a cell magic with one %: start it with the usage as users type it, %%name."""
+    doc = func.__doc__ or ""
+    if doc.startswith("::"):
+        doc = doc[2:].lstrip("\n")
+    lines = doc.splitlines()
+    if lines and lines[0].lstrip().startswith(f"%{name} ") or lines and lines[0].strip() == f"%{name}":
+        indent = len(lines[0]) - len(lines[0].lstrip())
+        lines = [("%" + ln[indent:] if i == 0 else ln[min(indent, len(ln) - len(ln.lstrip())):] if ln.strip() else ln)
+                 for i, ln in enumerate(lines)]
+    func.__doc__ = "\n".join(lines)
+    parser = getattr(func, "parser", None)
+    if parser is not None:
+        parser.prog = f"%{name}"  # the formatter puts one % before it
+
+
+for _name in ("nsys", "ncu", "nsight_setup"):
+    _cell_magic_help(getattr(NsightMagics, _name), _name)
 
 
 def register(ipython) -> None:

@@ -161,13 +161,14 @@ def test_nbconvert_html_of_an_executed_notebook_draws_both_timelines(browser, tm
     outs = [c["outputs"] for c in nb["cells"][1:]]
     assert all(o["output_type"] == "display_data" for cell in outs for o in cell), outs
     # BokehJS inline exactly once per notebook, in an output of its own (text/html) before the first report
-    marker = LOADER_MARKER  # the loader of the compressed BokehJS (views/bokehjs.py)
+    marker = LOADER_MARKER  # the loader of BokehJS (views/bokehjs.py)
     assert [len(cell) for cell in outs] == [2, 1]
     html_of = lambda o: "".join(o["data"].get("text/html", ""))  # noqa: E731 (.ipynb keeps lists of lines)
     assert sum(marker in html_of(o) for cell in outs for o in cell) == 1
     assert marker in html_of(outs[0][0])
     sizes = [len(json.dumps(cell)) for cell in outs]
-    assert sizes[0] <= 1_500_000 and sizes[1] <= 300_000, sizes  # issue 9's output budgets
+    # issue 9's output budgets; the first output holds BokehJS uncompressed (issue 24: the live view needs it at once)
+    assert sizes[0] <= 2_100_000 and sizes[1] <= 300_000, sizes
     for o in (outs[0][1], outs[1][0]):
         assert {"text/html", "text/plain", "application/vnd.jupyter.widget-view+json"} <= set(o["data"])
     body, _ = HTMLExporter(template_name="lab").from_filename(str(nb_path))

@@ -76,9 +76,12 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "jupyterlab_no_plot.png"))
             raise AssertionError(f"no plot; console errors: {errors[-5:]}; failed loads: {bad[-5:]}") from None
-        caption = page.locator(".widget-label").first
-        page.wait_for_function("() => document.querySelector('.widget-label').innerText.startsWith('showing')")
-        before = caption.inner_text()
+        title = f"(() => ({VIEWS}.find(v => v.frame) || {{model: {{title: {{text: ''}}}}}}).model.title.text)()"
+        page.wait_for_function(f"() => {title}.startsWith('showing')")
+        before = page.evaluate(f"() => {title}")
+        # the caption shows once, as the plot's title: no label repeats it above the legend
+        assert page.evaluate("() => [...document.querySelectorAll('.widget-label')]"
+                             ".filter(e => e.innerText.startsWith('showing')).length") == 0
         total = len(prepare_timeline(open_report(report)).events)
         assert re.match(rf"showing [\d,]+ of {total:,} events", before), before
         pos = page.evaluate(f"""() => {{ const v = {VIEWS}.find(v => v.frame); v.el.scrollIntoView();
@@ -88,14 +91,12 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
         for _ in range(9):
             page.mouse.wheel(0, -300)
             page.wait_for_timeout(80)
-        page.wait_for_function("() => document.querySelector('.widget-label').innerText.startsWith('showing all')",
-                               timeout=60_000)
+        page.wait_for_function(f"() => {title}.startsWith('showing all')", timeout=60_000)
         # each wheel step asks the kernel for its window; wait until the last answer is in (nothing changes for
         # a second): on a busy machine the caption of an earlier window can still be showing
         state = f"""() => {{ const v = {VIEWS}.find(v => v.frame);
             const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data);
-            return [v.model.x_range.start, v.model.x_range.end, src.get_length(),
-                    document.querySelector('.widget-label').innerText]; }}"""
+            return [v.model.x_range.start, v.model.x_range.end, src.get_length(), v.model.title.text]; }}"""
         last = None
         for _ in range(30):
             page.wait_for_timeout(1000)

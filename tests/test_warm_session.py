@@ -249,7 +249,7 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
         kc.stop_channels()
     assert _no_session_left(timeout=20, before=before) == []
     # the session's temporary folder goes with it, also when the kernel was killed (nothing ran in the kernel)
-    end = time.monotonic() + 10
+    end = time.monotonic() + 30  # the session host removes it when its lifeline ends (slower on a loaded machine)
     while _session_dirs() - dirs_before and time.monotonic() < end:
         time.sleep(0.1)
     assert _session_dirs() - dirs_before == set()

@@ -53,7 +53,8 @@ const MAGIC_FIRST_LINE = /^\s*%%(nsys|ncu)\b/;
 
 /** The code sent for one profiled execution: the cell's text under %%nsys / %%ncu (kept if already there). */
 export function profiledCode(source: string, magic: 'nsys' | 'ncu'): string {
-  return MAGIC_FIRST_LINE.test(source) ? source : `%%${magic}\n${source}`;
+  // --cell-line 1: the editor numbers the cell's own first line 1 (the Lines tab uses the editor's numbers)
+  return MAGIC_FIRST_LINE.test(source) ? source : `%%${magic}${magic === 'nsys' ? ' --cell-line 1' : ''}\n${source}`;
 }
 
 /** Run the active code cell under the magic, output in the cell's own output area, the cell's text untouched. */
@@ -198,15 +199,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    // labels start with the tool's command name: a palette search for "nsys" ranks profiling the cell first
     commands.addCommand(CMD.nsys, {
-      label: 'Profile cell with Nsight Systems',
+      label: 'nsys: Profile cell with Nsight Systems',
       caption: 'Run the active cell under %%nsys (the cell text is not changed)',
       icon: nsightIcon,
       isEnabled: () => current() !== null,
       execute: runWith('nsys')
     });
     commands.addCommand(CMD.ncu, {
-      label: 'Profile cell with Nsight Compute',
+      label: 'ncu: Profile cell with Nsight Compute',
       caption: 'Run the active cell under %%ncu (the cell text is not changed)',
       isEnabled: () => current() !== null,
       execute: runWith('ncu')
@@ -256,6 +258,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
           const rel = menuTarget.path.slice(panelDir() ? panelDir().length + 1 : 0);
           cell.model.sharedModel.setSource(`%nsys_load ${JSON.stringify(rel)}`);
         }
+        // the new cell has the focus (not the sidebar): Shift+Enter runs it
+        app.shell.activateById(panel.id);
+        panel.content.mode = 'command';
+        panel.content.activate();
+        if (cell) {
+          cell.node.focus();
+        }
       }
     });
     commands.addCommand(CMD.reveal, {
@@ -286,9 +295,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
 
     if (palette) {
-      for (const command of [CMD.nsys, CMD.ncu, CMD.insert, CMD.openLast, CMD.refresh]) {
-        palette.addItem({ command, category: 'Nsight' });
-      }
+      [CMD.nsys, CMD.ncu, CMD.insert, CMD.openLast, CMD.refresh].forEach((command, rank) =>
+        palette.addItem({ command, category: 'Nsight', rank })
+      );
     }
     app.contextMenu.addItem({ command: CMD.nsys, selector: '.jp-Notebook .jp-CodeCell', rank: 20 });
     app.contextMenu.addItem({ command: CMD.ncu, selector: '.jp-Notebook .jp-CodeCell', rank: 21 });

@@ -21,6 +21,7 @@ export interface IProfile {
   top_range?: string;
   top_range_pct?: number;
   hasView: boolean;
+  failed?: boolean; // the run left no report (its cell and output are kept)
 }
 
 export function joinPath(...parts: string[]): string {
@@ -45,6 +46,15 @@ export async function listProfiles(contents: Contents.IManager, dir: string): Pr
   const root = joinPath(dir, PROFILES_DIR);
   let listing: Contents.IModel;
   try {
+    // look in the notebook's folder first: asking for a nsight-profiles/ that does not exist yet makes the
+    // browser log a 404 for every notebook opened before its first profile
+    const parent = await contents.get(dir, { content: true });
+    const here = ((parent.content as Contents.IModel[]) || []).some(
+      m => m.name === PROFILES_DIR && m.type === 'directory'
+    );
+    if (!here) {
+      return [];
+    }
     listing = await contents.get(root, { content: true });
   } catch {
     return [];
@@ -57,6 +67,17 @@ export async function listProfiles(contents: Contents.IManager, dir: string): Pr
         const inner = await contents.get(folder.path, { content: true });
         const names = new Set(((inner.content as Contents.IModel[]) || []).map(m => m.name));
         p.hasView = names.has('view.html');
+        // which profiler made it, also for a run that left no report (and so no summary.json)
+        const nsys = names.has('report.sqlite') || names.has('report.nsys-rep');
+        const ncu = names.has('report.ncu-rep') || names.has('report_raw.csv');
+        p.tool = ncu ? 'ncu' : nsys ? 'nsys' : undefined;
+        if (!nsys && !ncu) {
+          p.failed = true;
+          if (names.has('command.txt')) {
+            const c = await contents.get(joinPath(folder.path, 'command.txt'), { content: true, format: 'text' });
+            p.tool = /(^|\/)ncu(\s|$)/.test(String(c.content).split('\n')[0].split(' --')[0]) ? 'ncu' : 'nsys';
+          }
+        }
         if (names.has('summary.json')) {
           const s = await contents.get(joinPath(folder.path, 'summary.json'), { content: true, format: 'text' });
           Object.assign(p, JSON.parse(String(s.content)), { name: folder.name, path: folder.path });
@@ -148,7 +169,10 @@ export class ProfilesPanel extends Widget {
       const meta = document.createElement('div');
       meta.className = 'nm-profile-meta';
       const kernels = p.kernels ? ` · ${p.kernels.toLocaleString()} kernels` : '';
-      meta.textContent = [p.tool, p.created, formatMs(p.capture_ns)].filter(Boolean).join(' · ') + kernels;
+      meta.textContent =
+        [p.tool, p.created, formatMs(p.capture_ns), p.failed ? 'no report (failed run)' : '']
+          .filter(Boolean)
+          .join(' · ') + kernels;
       const top = document.createElement('div');
       top.className = 'nm-profile-top';
       if (p.top_kernel) {

@@ -69,8 +69,9 @@ def _kernels_in(report, ranges: pd.DataFrame, group: np.ndarray) -> dict:
     return out
 
 
-def lines_table(report, source: str | None = None) -> pd.DataFrame:
-    """See the module docstring; `source`: the cell's text, to list every line (empty ones get no figures)."""
+def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.DataFrame:
+    """See the module docstring; `source`: the cell's text, to list every line (empty ones get no figures);
+    `first_line`: the number the editor gives the cell's first line (2 under a %%nsys line)."""
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=LINE_COLUMNS)
@@ -95,6 +96,7 @@ def lines_table(report, source: str | None = None) -> pd.DataFrame:
     for c in ("hits", "cpu_ns", "gpu_ns", "gpu_ops"):
         out[c] = out[c].astype("Int64")
     out["top_kernels"] = out["top_kernels"].fillna("")
+    out["line"] = out["line"] + (int(first_line) - 1)
     return out[LINE_COLUMNS].reset_index(drop=True)
 
 

@@ -53,6 +53,10 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     explained = None
     if outcome.status in ("ok", "failed"):
         explained = ncu_tool.explain_ncu_failure(tool_text, outcome.returncode or 0, user_opts)
+        if explained and explained.startswith("no kernels were profiled") and not tools.gpu_visible():
+            # the first thing to know: without a GPU no filter could have matched anything
+            explained = ("no GPU is visible on this machine, so the cell launched no CUDA kernel for ncu to "
+                         "profile: run %%ncu where an NVIDIA GPU and its driver are")
     if message and outcome.status != "ok" and not (explained and outcome.status == "failed"):
         messages.append(message)
     if explained:

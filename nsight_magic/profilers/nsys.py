@@ -136,19 +136,21 @@ def write_report_cache(sqlite: Path) -> None:
 def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), namespace: dict | None = None,
              on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
              script: str | None = None, script_args=(), stop_grace_s: float = 30.0,
-             on_prepared: Callable[[list], None] | None = None, sessions=None) -> RunResult:
+             on_prepared: Callable[[list], None] | None = None, sessions=None, cell_first_line: int = 1) -> RunResult:
     """Profile `cell` (or `script`) under Nsight Systems; see the module docstring.
 
     With `sessions` (a profilers.session.SessionManager) the cell runs in its warm session when it can (started
     or replaced as needed); without, or with --fresh, in a fresh process.
-    `on_prepared(manifest)` is called once the variables are packed, before nsys starts.
+    `on_prepared(manifest)` is called once the variables are packed, before nsys starts.  `cell_first_line`: the
+    number an editor gives the cell's first line (2 under a %%nsys line: the Lines tab uses the editor's numbers).
     """
     t0 = time.monotonic()
     validate_passthrough(shlex.join(opts.nsys_args), NSYS_OWNED_FLAGS, "nsys")
     _check_nproc(opts, script)
     prep, nsys, version = _prepare_with_tool(
         cell, opts, tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
-        namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args)
+        namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,
+        cell_first_line=cell_first_line)
     folder = prep.folder
     messages: list[str] = []
     notes: list[str] = []

@@ -37,7 +37,7 @@ def _check_syntax(cell: str, folder: ProfileFolder) -> None:
 def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None, send_vars=None,
             no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
             cwd: Path | None = None, annotations: dict | None = None, nproc: int | None = None,
-            return_all: bool = False, per_rank_reports: bool = False) -> _Prepared:
+            return_all: bool = False, per_rank_reports: bool = False, cell_first_line: int = 1) -> _Prepared:
     """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
     root = profiles_root(directory)
     try:
@@ -75,6 +75,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "nproc": nproc,            # --nproc: ranks under torchrun (child.py's barrier and per-rank files)
         "return_all": return_all,
         "per_rank_reports": per_rank_reports,  # one nsys per rank: each rank pushes the capture range itself
+        "cell_first_line": cell_first_line,    # the editor's number of the cell's first line (2 under %%nsys)
     })
     return _Prepared(folder, manifest, cwd)
 
@@ -106,7 +107,8 @@ def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> di
 
 
 def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture: str, setup_sources, namespace,
-                       on_prepared, script: str | None = None, script_args=(), annotations: dict | None = None):
+                       on_prepared, script: str | None = None, script_args=(), annotations: dict | None = None,
+                       cell_first_line: int = 1):
     """The profile folder with everything the child needs, then the profiler and its version.
 
     The folder comes first so that even "nsys not found" says where the cell is kept."""
@@ -115,7 +117,7 @@ def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture
                    returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
                    annotations=annotations if annotations is not None else _annotations(opts),
                    nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False),
-                   per_rank_reports=getattr(opts, "per_rank_reports", False))
+                   per_rank_reports=getattr(opts, "per_rank_reports", False), cell_first_line=cell_first_line)
     if on_prepared:
         on_prepared(prep.manifest)
     try:

@@ -1,10 +1,13 @@
-"""BokehJS for static pages and saved notebooks: inline (no CDN, works offline) and compressed.
+"""BokehJS for static pages and saved notebooks: inline (no CDN, works offline).
 
-BokehJS core + WebGL are 1.46 MB of JavaScript; deflated and base64'd they are 0.54 MB.  The loader inflates them
-in the browser synchronously (tiny-inflate, vendored in views/js/, MIT), so that `window.Bokeh` exists as soon as
-the loader's output has run: the live view's jupyter_bokeh widget needs it when its view is created, and an
-asynchronous loader (DecompressionStream) lost that race in JupyterLab now and then.  `window.nmBokehReady` is a
-promise every plot script of ours waits for (embed_script).  A page that already has the same BokehJS reuses it.
+Two loaders, both from the installed bokeh package:
+- `bokehjs_html()`: deflated and base64'd (1.46 MB of JavaScript in 0.54 MB), inflated by the browser's own
+  DecompressionStream; `window.nmBokehReady` is the promise every plot script of ours waits for (embed_script).
+  For pages whose plots are ours: view.html, the diff and ncu pages, the static part of saved notebooks.
+- `bokehjs_html(sync=True)`: the plain script, run as it is inserted, so `window.Bokeh` exists as soon as that
+  output has run.  For the notebook output that precedes a live view: jupyter_bokeh's widget needs Bokeh the moment
+  its view is created, and does not wait for a promise (an asynchronous loader lost that race now and then).
+A page that already has the same BokehJS reuses it.
 """
 from __future__ import annotations
 
@@ -13,44 +16,51 @@ import functools
 import json
 import re
 import zlib
-from pathlib import Path
 
-_INFLATE_JS = Path(__file__).with_name("js") / "tiny_inflate.js"
 LOADER_MARKER = "nsight-magic BokehJS loader"  # in the loader's script: tests and tools find the output by it
 
 
 @functools.lru_cache(maxsize=1)
-def bokehjs_html() -> str:
-    """A <script> that loads BokehJS (core + WebGL) from an inline, compressed copy; once per page."""
+def _bokehjs() -> tuple[str, str]:
     import bokeh
     from bokeh.resources import Resources
 
     res = Resources(mode="inline", components=["bokeh", "bokeh-gl"])
-    code = "\n;\n".join(res.js_raw).encode("utf-8")
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: what tinf_uncompress reads
-    packed = base64.b64encode(deflate.compress(code) + deflate.flush()).decode("ascii")
-    return f"""<script type="text/javascript">
+    return bokeh.__version__, "\n;\n".join(res.js_raw)
+
+
+@functools.lru_cache(maxsize=2)
+def bokehjs_html(sync: bool = False) -> str:
+    """A <script> that loads BokehJS (core + WebGL) from an inline copy; once per page (see the module doc)."""
+    version, code = _bokehjs()
+    head = f"""<script type="text/javascript">
 /* {LOADER_MARKER} */
 (function(root) {{
-  if (root.nmBokehReady) return;
-  const version = {json.dumps(bokeh.__version__)};
+  if (root.nmBokehReady && root.Bokeh) return;
+  const version = {json.dumps(version)};
   if (root.Bokeh && root.Bokeh.version === version) {{ root.nmBokehReady = Promise.resolve(); return; }}
-  try {{
-    const tinf_uncompress = (function() {{
-{_INFLATE_JS.read_text()}
-      return tinf_uncompress;
-    }})();
-    const bin = atob("{packed}"), bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    const out = tinf_uncompress(bytes, new Uint8Array({len(code)}));
+"""
+    if sync:
+        # the code itself, as a JSON string: no </script> inside can end this script early
+        literal = json.dumps(code).replace("</", "<" + "\\" + "/")
+        return head + f"""  const s = document.createElement("script");
+  s.text = {literal};
+  document.head.appendChild(s);  // an inline script runs as it is inserted: Bokeh is defined from here on
+  root.nmBokehReady = Promise.resolve();
+}})(window);
+</script>"""
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: DecompressionStream("deflate-raw")
+    raw = code.encode("utf-8")
+    packed = base64.b64encode(deflate.compress(raw) + deflate.flush()).decode("ascii")
+    return head + f"""  const bin = atob("{packed}"), bytes = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
+  root.nmBokehReady = new Response(stream).text().then(function(text) {{
+    if (root.Bokeh && root.Bokeh.version === version) return;
     const s = document.createElement("script");
-    s.text = new TextDecoder("utf-8").decode(out);
-    document.head.appendChild(s);  // an inline script runs as it is inserted: Bokeh is defined from here on
-    root.nmBokehReady = Promise.resolve();
-  }} catch (e) {{
-    console.error("nsight-magic: could not load BokehJS", e);
-    root.nmBokehReady = Promise.reject(e);
-  }}
+    s.text = text;
+    document.head.appendChild(s);
+  }}).catch(function(e) {{ console.error("nsight-magic: could not load BokehJS", e); throw e; }});
 }})(window);
 </script>"""
 

@@ -12,7 +12,7 @@ from .bokehjs import bokehjs_html, embed_script
 from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text
 
 TITLES = {"kernels": "Kernels", "nvtx": "NVTX", "api": "CUDA API", "memcpy": "Memory"}
-SLOWER, FASTER = "#d62728", "#2ca02c"
+SLOWER, FASTER, SAME = "#d62728", "#2ca02c", "#b0b0b0"  # SAME: a change the table calls noise
 
 
 def _ms(ns) -> str:
@@ -57,7 +57,7 @@ def diff_text(d, rows: int = 8) -> str:
 
 
 def delta_chart(d, n: int = 15, width: int = 1100):
-    """Horizontal bars of the n biggest changes: red slower, green faster (ms)."""
+    """Horizontal bars of the n biggest changes: red slower, green faster, grey within the noise (ms)."""
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
 
@@ -74,11 +74,12 @@ def delta_chart(d, n: int = 15, width: int = 1100):
     delta_ms = top["delta_ns"].to_numpy(np.float64) / 1e6
     src = ColumnDataSource({
         "label": labels, "delta": delta_ms, "left": np.minimum(delta_ms, 0), "right": np.maximum(delta_ms, 0),
-        "color": [SLOWER if x > 0 else FASTER for x in delta_ms],
+        "color": [SAME if st == "same" else SLOWER if x > 0 else FASTER
+                  for x, st in zip(delta_ms, top["status"].astype(str))],
         "before": top["total_before_ns"].to_numpy(np.float64) / 1e6,
         "after": top["total_after_ns"].to_numpy(np.float64) / 1e6, "status": top["status"].astype(str).tolist()})
     p = figure(y_range=list(reversed(labels)), height=60 + 24 * len(labels), width=width, sizing_mode="stretch_width",
-               tools="", toolbar_location=None, x_axis_label="change in total time (ms): red slower, green faster")
+               tools="", toolbar_location=None, x_axis_label="change in total time (ms): red slower, green faster, grey within the noise")
     p.hbar(y="label", left="left", right="right", height=0.7, color="color", source=src)
     p.add_tools(HoverTool(tooltips=[("", "@label"), ("before", "@before{0,0.000} ms"),
                                     ("after", "@after{0,0.000} ms"), ("change", "@delta{+0,0.000} ms"),

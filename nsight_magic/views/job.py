@@ -152,11 +152,15 @@ def display_job(job, render: bool = True) -> None:
     if not render:
         print(job_text(job))
         return
+    from IPython.display import publish_display_data
+
     from .report_view import _needs_bokehjs
 
+    if _needs_bokehjs():  # an output of its own before the live view (see views.bokehjs)
+        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
     widget = show_job(job)
     display({"application/vnd.jupyter.widget-view+json": {"model_id": widget.model_id, "version_major": 2,
                                                           "version_minor": 0},
-             "text/html": job_html(job, include_bokehjs=_needs_bokehjs()), "text/plain": job_text(job)}, raw=True)
+             "text/html": job_html(job, include_bokehjs=False), "text/plain": job_text(job)}, raw=True)
 
 

@@ -261,5 +261,5 @@ def display_ncu(report, folder=None) -> None:
 
     bundle = ncu_bundle(report, folder, include_bokehjs=False)
     if _needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the charts below)"})
+        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
     publish_display_data(bundle)

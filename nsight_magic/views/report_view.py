@@ -31,10 +31,14 @@ def _lines_and_modules(report, folder):
 
     if not hasattr(report, "nvtx_gpu_projection"):
         return pd.DataFrame(), pd.DataFrame()
-    source, names = None, None
+    source, names, first = None, None, 1
     if folder is not None:
         cell = Path(folder) / "cell.py"
         source = cell.read_text() if cell.exists() else None
+        try:  # under a %%nsys line the editor numbers the cell's first line 2
+            first = int(json.loads((Path(folder) / "run.json").read_text()).get("cell_first_line", 1))
+        except (OSError, ValueError, TypeError):
+            first = 1
         ann = Path(folder) / "annotations.json"
         if ann.exists():
             try:
@@ -42,7 +46,7 @@ def _lines_and_modules(report, folder):
             except ValueError:
                 names = None
     try:
-        return lines_table(report, source), module_table(report, names)
+        return lines_table(report, source, first), module_table(report, names)
     except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
         return pd.DataFrame(), pd.DataFrame()
 
@@ -146,15 +150,23 @@ def _summary(report, method: str) -> pd.DataFrame:
     return df
 
 
+MAX_INSTANCES = 100  # instances a name click steps through (next / previous), the first ones
+
+
 def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> dict:
-    """df[key] -> (first start, last end) in ms from capture start: where a table click zooms to."""
+    """df[key] -> [(start, end), ...] in ms from capture start, the first MAX_INSTANCES instances in time order:
+    a table click zooms to the first, next / previous step through the others."""
     if df is None or df.empty or not {key, "start_ns", "end_ns"} <= set(df.columns):
         return {}
-    # group on the column as it is (categorical names: no per-event string conversion)
-    g = df.groupby(key, sort=False, observed=True, dropna=True).agg(t0=("start_ns", "min"), t1=("end_ns", "max"))
-    t0 = (g["t0"].to_numpy(np.float64) - start_ns) / 1e6
-    t1 = (g["t1"].to_numpy(np.float64) - start_ns) / 1e6
-    return {str(k): (a, b) for k, a, b in zip(g.index, t0, t1)}
+    d = df[[key, "start_ns", "end_ns"]].dropna(subset=[key])
+    d = d.sort_values("start_ns", kind="stable")
+    d = d[d.groupby(key, sort=False, observed=True).cumcount() < MAX_INSTANCES]
+    t0 = (d["start_ns"].to_numpy(np.float64) - start_ns) / 1e6
+    t1 = (pd.to_numeric(d["end_ns"], errors="coerce").fillna(d["start_ns"]).to_numpy(np.float64) - start_ns) / 1e6
+    out: dict = {}
+    for k, a, b in zip(d[key].astype(str).to_numpy(object), t0, t1):  # at most MAX_INSTANCES per name
+        out.setdefault(k, []).append((a, b))
+    return out
 
 
 def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
@@ -167,9 +179,15 @@ def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
         mem = mem.assign(avg_gbps=mem["total_bytes"] / mem["total_ns"].where(mem["total_ns"] > 0))
     return ReportTables(
         kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
-        nvtx=_summary(report, "nvtx_summary"),
+        nvtx=_one_label(_summary(report, "nvtx_summary")),
         kernel_zoom=_instance_spans(getattr(report, "kernels", None), start),
         nvtx_zoom=_nvtx_spans(getattr(report, "nvtx", None), start))
+
+
+def _one_label(nvtx: pd.DataFrame) -> pd.DataFrame:
+    """The NVTX table shows one name per range: our stable `name` (nsys's own label, `range`, stays in
+    report.nvtx_summary())."""
+    return nvtx.drop(columns=["range"]) if "range" in nvtx.columns and "name" in nvtx.columns else nvtx
 
 
 def _nvtx_spans(nv, start_ns: int) -> dict:
@@ -240,17 +258,17 @@ class NsysView:
                          + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
                          + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
         if not self.ops.empty:  # --ops: operators, after NVTX
-            panes.insert(5, OPS_INTRO + self._table("ops", self.ops, self.ops_zoom, tv.plot_name))
+            panes.insert(5, OPS_INTRO + self._table("ops", self.ops, self.ops_zoom, tv.plot_name, zoom_col="op"))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
                 f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(self.tabs, panes)}</div>'
                 f"{embed_script(script)}")
 
-    def _table(self, key, df, zoom, plot_name) -> str:
+    def _table(self, key, df, zoom, plot_name, zoom_col: str = "name") -> str:
         if df is None or df.empty:
             return "<p>No rows in this report.</p>"
-        return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name)
+        return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name, zoom_col=zoom_col)
 
     def _files_html(self) -> str:
         if self.folder is None:
@@ -276,25 +294,28 @@ class NsysView:
 
         t = self.tables
         tv = build_timeline(self.data, width=self.width, budget=LIVE_BUDGET)
-        caption = w.Label(value=tv.glyphs.caption)
-        timeline = _bokeh_widget(tv, caption)
+        timeline = _bokeh_widget(tv)  # the caption is the plot's own title, updated with each window
         legend = w.HTML(legend_html(self.data.categories, self.data.colors))
 
 
         def zoom_to(spans):
-            def go(name):
-                if name in spans:
-                    a, b = spans[name]
-                    pad = max((b - a) * 0.05, 1e-3)
-                    # the range's Python callback (live refresh) fetches the window's exact events
-                    tv.figure.x_range.update(start=a - pad, end=b + pad)
-                    tab.selected_index = 0
+            def go(name, i=0):
+                """Zoom to instance i of `name`; returns how many instances there are (0: none)."""
+                if name not in spans:
+                    return 0
+                inst = spans[name]
+                a, b = inst[i % len(inst)]
+                pad = max((b - a) * 0.05, 1e-3)
+                # the range's Python callback (live refresh) fetches the window's exact events
+                tv.figure.x_range.update(start=a - pad, end=b + pad)
+                tab.selected_index = 0
+                return len(inst)
             return go
 
-        def tbl(df, spans=None):
+        def tbl(df, spans=None, name_col="name"):
             if df is None or df.empty:
                 return w.HTML("<p>No rows in this report.</p>")
-            return table_widget(df, on_name=zoom_to(spans) if spans else None)
+            return table_widget(df, on_name=zoom_to(spans) if spans else None, name_col=name_col)
 
         if self.folder is None:
             files = w.HTML("<p>This report is not in a profile folder.</p>")
@@ -308,7 +329,7 @@ class NsysView:
             tab.selected_index = 0
 
         advice = advice_widget(self.findings, on_show=show_finding, verdict=self.verdict)
-        tab = w.Tab(children=[w.VBox([caption, legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
+        tab = w.Tab(children=[w.VBox([legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
                               tbl(t.cuda_api), w.VBox([w.HTML(modules_html(self.modules)), tbl(t.nvtx, t.nvtx_zoom)]),
                               advice, files])
         if self.ranks:
@@ -317,7 +338,7 @@ class NsysView:
                 w.HTML(_ranks_intro(r)), tbl(r["ranks"]), w.HTML("<h4>NCCL collectives</h4>"), tbl(r["nccl"]),
                 w.HTML("<h4>Straggler per step</h4>"), tbl(r["stragglers"])]),) + tab.children[5:]
         if not self.ops.empty:
-            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO), tbl(self.ops, self.ops_zoom)]),) \
+            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO), tbl(self.ops, self.ops_zoom, "op")]),) \
                 + tab.children[5:]
         if not self.lines.empty:
             tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]
@@ -331,7 +352,7 @@ class NsysView:
                              + advice_text(self.findings))
 
 
-def _bokeh_widget(tv, caption):
+def _bokeh_widget(tv):
     """The timeline as a widget that talks back to Python; without jupyter_bokeh, say what to install."""
     import ipywidgets as w
 
@@ -341,7 +362,6 @@ def _bokeh_widget(tv, caption):
         return w.HTML("<p>The live timeline needs the jupyter_bokeh package (pip install jupyter_bokeh); "
                       "the static timeline is in the saved output.</p>")
     tv.attach_live_refresh()
-    tv.figure.x_range.on_change("end", lambda attr, old, new: setattr(caption, "value", tv.glyphs.caption))
     return BokehModel(tv.layout)
 
 
@@ -454,7 +474,7 @@ def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = 
     view = NsysView(report, folder, thresholds=thresholds)
     bundle = _bundle(view, include_bokehjs=False, widget=True)
     if _needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the timelines below)"})
+        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the timelines below)"})
     publish_display_data(bundle)
     if save_html is not None:
         Path(save_html).write_text(view.html_page(), encoding="utf-8")

@@ -38,9 +38,12 @@ def _fmt_bytes(v: pd.Series) -> pd.Series:
 
 
 def _fmt_num(fmt: str, suffix: str = ""):
+    digits = int(fmt[2]) if fmt.startswith("%.") and fmt[2].isdigit() else 0
+
     def f(v: pd.Series) -> pd.Series:
         x = pd.to_numeric(v, errors="coerce").to_numpy(float)
-        out = np.char.add(np.char.mod(fmt, np.nan_to_num(x)), suffix)
+        # rounded first, and + 0.0: a change of -0.01 % reads "0.0 %", not "-0.0 %"
+        out = np.char.add(np.char.mod(fmt, np.round(np.nan_to_num(x), digits) + 0.0), suffix)
         return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
 
     return f
@@ -74,11 +77,51 @@ def column_kind(name: str, series: pd.Series) -> str:
     return "text"
 
 
+_UNIT_SUFFIX = {"time": "_ns", "bytes": "_bytes", "pct": "_pct", "gbps": "_gbps"}
+_UNIT_WORD = {"bytes": "size", "pct": "%", "gbps": "GB/s"}
+
+
+def header_label(name: str, kind: str) -> str:
+    """A column's header as shown: the unit its values carry is not repeated ("total_ns" shows "29.7 ms": header
+    "total"; "total_bytes": "total size"; "pct": "%"), underscores are spaces."""
+    n = str(name)
+    suffix = _UNIT_SUFFIX.get(kind)
+    if suffix and n.endswith(suffix):
+        n = n[: -len(suffix)] + (" " + _UNIT_WORD[kind] if kind in _UNIT_WORD else "")
+    elif kind in _UNIT_WORD and n in ("bytes", "pct"):
+        n = _UNIT_WORD[kind]
+    n = n.replace("_", " ").strip()
+    return {"gpu": "GPU time", "cpu": "CPU time"}.get(n, n)
+
+
+def default_sort(df: pd.DataFrame, kinds: dict | None = None) -> str | None:
+    """The column a table starts sorted by (descending): total time where there is one, else the first time."""
+    kinds = kinds or {c: column_kind(c, df[c]) for c in df.columns}
+    for c in ("total_ns", "gpu_ns", "delta_ns"):
+        if c in df.columns:
+            return c
+    return next((c for c in df.columns if kinds.get(c) == "time"), None)
+
+
 def format_table(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
     """Display strings for every cell (same shape as df)."""
     formats = formats or {}
     return pd.DataFrame({c: FORMATTERS[formats.get(c) or column_kind(c, df[c])](df[c]) for c in df.columns},
                         index=df.index)
+
+
+def readable(df: pd.DataFrame, formats: dict | None = None):
+    """A DataFrame as people read it in a notebook: a pandas Styler with times in ns/µs/ms/s, sizes in B/KiB/MiB,
+    percentages with one decimal, headers without the units the values carry.  The DataFrame keeps its numbers."""
+    formats = dict(formats or {})
+    kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
+    shown = {c: (lambda v, k=k: FORMATTERS[k](pd.Series([v])).iloc[0]) for c, k in kinds.items() if k != "text"}
+    st = df.style.format(shown)
+    try:
+        st = st.relabel_index([header_label(c, kinds[c]) for c in df.columns], axis=1)
+    except (AttributeError, ValueError):  # an older pandas: the column names as they are
+        pass
+    return st
 
 
 def _sort_values(s: pd.Series, kind: str) -> pd.Series:
@@ -97,7 +140,9 @@ TABLE_JS = r"""
     const th = ev.target.closest('table.nm-table th');
     if (th) {
       const t = th.closest('table'), col = th.cellIndex, num = th.dataset.num === '1';
-      const dir = th.dataset.dir === 'asc' ? 'desc' : 'asc'; th.dataset.dir = dir;
+      const dir = th.dataset.dir === 'desc' ? 'asc' : 'desc';
+      t.querySelectorAll('th').forEach(h => { if (h !== th) delete h.dataset.dir; });
+      th.dataset.dir = dir;
       const key = r => { const v = r.cells[col].dataset.v; return num ? (v === '' ? -Infinity : parseFloat(v)) : v; };
       const sorted = rows(t).sort((a, b) => { const x = key(a), y = key(b);
         const c = x < y ? -1 : x > y ? 1 : 0; return dir === 'asc' ? c : -c; });
@@ -106,7 +151,12 @@ TABLE_JS = r"""
     }
     const td = ev.target.closest('table.nm-table td.nm-zoom');
     if (td && window.Bokeh) {
-      const plot = td.closest('table').dataset.plot, t0 = parseFloat(td.dataset.t0), t1 = parseFloat(td.dataset.t1);
+      // the name: its first instance; the arrows beside it: the previous / next one
+      const spans = JSON.parse(td.dataset.spans || '[]'), step = ev.target.closest('.nm-step');
+      let i = step ? (parseInt(td.dataset.i || '0') + parseInt(step.dataset.d) + spans.length) % spans.length : 0;
+      td.dataset.i = String(i);
+      const pos = td.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
+      const plot = td.closest('table').dataset.plot, t0 = spans[i][0], t1 = spans[i][1];
       const pad = Math.max((t1 - t0) * 0.05, 1e-3);
       for (const doc of Bokeh.documents) {
         const p = doc.get_model_by_name(plot);
@@ -138,6 +188,11 @@ TABLE_CSS = """
 .nm-tabbtn.nm-on{background:#fff;border-bottom-color:#fff;font-weight:bold}
 table.nm-table{border-collapse:collapse;font:12px monospace}
 table.nm-table th{cursor:pointer;background:#eee;text-align:left;padding:2px 6px;position:sticky;top:0}
+table.nm-table th::after{content:" \2195";color:#999}
+table.nm-table th[data-dir=desc]::after{content:" \25BC";color:#333}
+table.nm-table th[data-dir=asc]::after{content:" \25B2";color:#333}
+table.nm-table .nm-step{color:#666;padding:0 3px;cursor:pointer}
+table.nm-table .nm-pos{color:#999;font-size:10px}
 table.nm-table td{padding:1px 6px;border-bottom:1px solid #eee;white-space:nowrap;max-width:60em;overflow:hidden;
   text-overflow:ellipsis}
 table.nm-table td.nm-num{text-align:right}
@@ -151,13 +206,17 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
                filter_box: bool = True) -> str:
     """A sortable, filterable HTML table; every value escaped.
 
-    zoom: {value of zoom_col: (t0_ms, t1_ms)}; those cells zoom the Bokeh plot named plot_name when clicked.
+    zoom: {value of zoom_col: [(t0_ms, t1_ms), ...]} (the instances); a click on such a cell zooms the Bokeh plot
+    named plot_name to the first, its arrows to the previous / next.  Headers name the column without the unit its
+    values show; the column the rows are sorted by (descending: total time) carries the arrow.
     """
     formats = dict(formats or {})
     kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
     shown = df.head(max_rows)
     text = format_table(shown, kinds)
-    head = "".join(f'<th data-num="{0 if kinds[c] == "text" else 1}">{escape(str(c))}</th>' for c in df.columns)
+    by = default_sort(df, kinds)
+    head = "".join(f'<th data-num="{0 if kinds[c] == "text" else 1}" title="{escape(str(c))}"'
+                   f'{" data-dir=desc" if c == by else ""}>{escape(header_label(c, kinds[c]))}</th>' for c in df.columns)
     cols = []
     for c in df.columns:
         v = _sort_values(shown[c], kinds[c]).map(lambda s: escape(s, quote=True))
@@ -165,9 +224,7 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
         cls = "" if kinds[c] == "text" else ' class="nm-num"'
         if zoom and c == zoom_col:
             spans = [zoom.get(k) for k in shown[c].astype("string").fillna("")]  # summary rows, not events
-            cells = [f'<td class="nm-zoom" data-v="{vv}" data-t0="{s[0]:.6f}" data-t1="{s[1]:.6f}" '
-                     f'title="zoom the timeline to its instances">{tt}</td>' if s is not None else
-                     f'<td data-v="{vv}">{tt}</td>' for vv, tt, s in zip(v, t, spans)]
+            cells = [_zoom_cell(vv, tt, s) if s else f'<td data-v="{vv}">{tt}</td>' for vv, tt, s in zip(v, t, spans)]
             cols.append(cells)
         else:
             cols.append([f'<td{cls} data-v="{vv}">{tt}</td>' for vv, tt in zip(v, t)])
@@ -181,24 +238,48 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
             f'<tbody>{body}</tbody></table></div>')
 
 
+def _zoom_cell(v: str, text: str, spans) -> str:
+    """A name that zooms the timeline to its first instance; with several, arrows step through them."""
+    import json
+
+    js = escape(json.dumps([[round(a, 6), round(b, 6)] for a, b in spans]), quote=True)
+    steps = ("" if len(spans) < 2 else
+             f' <span class="nm-step" data-d="-1" title="previous instance">&#9664;</span><span class="nm-pos">'
+             f'1/{len(spans)}</span><span class="nm-step" data-d="1" title="next instance">&#9654;</span>')
+    return (f'<td class="nm-zoom" data-v="{v}" data-spans="{js}" data-i="0" '
+            f'title="zoom the timeline to the first instance">{text}{steps}</td>')
+
+
 def table_text(df: pd.DataFrame, formats: dict | None = None, max_rows: int = 10) -> str:
-    """Plain-text rendering (terminals, text/plain)."""
+    """Plain-text rendering (terminals, text/plain); headers without the units the values carry."""
     if df.empty:
         return "(none)"
-    return format_table(df.head(max_rows), formats).to_string(index=False)
+    formats = dict(formats or {})
+    kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
+    shown = format_table(df.head(max_rows), kinds)
+    shown.columns = [header_label(c, kinds[c]) for c in df.columns]
+    return shown.to_string(index=False)
 
 
 def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str = "name", on_name=None,
                  max_rows: int = 500):
-    """ipywidgets table: filter box, sort column + order, and (with on_name) a name picker that calls
-    on_name(value), e.g. to zoom the timeline.  Rendered as escaped HTML inside an HTML widget."""
+    """ipywidgets table: filter box, sort column + order (starting with total time, descending, as the static
+    page and the summaries), and (with on_name) a name picker that calls on_name(value, i) to show instance i of it,
+    e.g. to zoom the timeline (it returns how many instances there are), with previous / next buttons.  Rendered as
+    escaped HTML inside an HTML widget."""
     import ipywidgets as w
 
     formats = dict(formats or {})
+    kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
     filt = w.Text(placeholder="filter rows", layout=w.Layout(width="24em"))
-    sort = w.Dropdown(options=list(df.columns), value=None if df.empty else df.columns[0], description="sort by")
-    desc = w.ToggleButton(value=False, description="descending")
+    by = default_sort(df, kinds)
+    sort = w.Dropdown(options=[(header_label(c, kinds[c]), c) for c in df.columns],
+                      value=by if by is not None else (None if df.empty else df.columns[0]), description="sort by")
+    desc = w.ToggleButton(value=by is not None, layout=w.Layout(width="10em"))
     out = w.HTML()
+
+    def label_order(*_):  # the toggle says the order it shows
+        desc.description = "descending \u25BC" if desc.value else "ascending \u25B2"
 
     def render(*_):
         d = df
@@ -211,20 +292,34 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
         out.value = (f"<style>{TABLE_CSS}</style>" +
                      table_html(d, table_id=f"w{id(out)}", formats=formats, max_rows=max_rows, filter_box=False))
 
+    desc.observe(label_order, names="value")
+    label_order()
     for c in (filt, sort, desc):
         c.observe(render, names="value")
     render()
     children = [w.HBox([filt, sort, desc])]
     if on_name is not None and name_col in df.columns and len(df):
         pick = w.Dropdown(options=[""] + df[name_col].astype(str).tolist(), description="zoom to",
-                          layout=w.Layout(width="60em"))
+                          layout=w.Layout(width="50em"))
+        prev = w.Button(description="\u25C0 previous", layout=w.Layout(width="8em"), disabled=True)
+        nxt = w.Button(description="next \u25B6", layout=w.Layout(width="8em"), disabled=True)
+        where = w.Label()
+        state = {"i": 0, "n": 0}
+
+        def show(i):
+            n = on_name(pick.value, i) or 0
+            state.update(i=i % n if n else 0, n=n)
+            where.value = f"instance {state['i'] + 1} of {n}" if n else ""
+            prev.disabled = nxt.disabled = n < 2
 
         def picked(change):
             if change["new"]:
-                on_name(change["new"])
+                show(0)  # the first instance; previous / next step through the others
 
         pick.observe(picked, names="value")
-        children.append(pick)
+        prev.on_click(lambda _: show(state["i"] - 1))
+        nxt.on_click(lambda _: show(state["i"] + 1))
+        children.append(w.HBox([pick, prev, nxt, where]))
     children.append(out)
     return w.VBox(children)
 

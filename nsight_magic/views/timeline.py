@@ -169,12 +169,13 @@ class TimelineView:
         self.budget = budget
         self.plot_name = f"nsight-timeline-{uuid.uuid4().hex[:8]}"
         self.folded = set(default_folds(data.rows) if folded is None else folded)
-        self.rows_y = fold_layout(data.rows, self.folded)
+        self.rows_y = fold_layout(data.rows, self.folded)       # labels: hidden rows have none
+        self.event_y = fold_layout(data.rows, self.folded, strip=True)  # events: a folded group's on its header
         self.util_cat = data.categories.index(UTIL_CAT) if UTIL_CAT in data.categories else -1
         g = view_glyphs(data, width_px=width, budget=budget)
         self.glyphs = g
-        self.exact_src = ColumnDataSource(_exact_columns(g, self.rows_y))
-        self.agg_src = ColumnDataSource(_agg_columns(g, self.rows_y, self.util_cat))
+        self.exact_src = ColumnDataSource(_exact_columns(g, self.event_y))
+        self.agg_src = ColumnDataSource(_agg_columns(g, self.event_y, self.util_cat))
         self.layout = self._build()
 
     # ---- layout of the rows ---------------------------------------------------------------------------------
@@ -325,8 +326,8 @@ class TimelineView:
         self._sync_folds()
         g = view_glyphs(self.data, t0, t1, width_px=self.width, budget=budget or self.budget)
         self.glyphs = g
-        self.exact_src.data = _exact_columns(g, self.rows_y)
-        self.agg_src.data = _agg_columns(g, self.rows_y, self.util_cat)
+        self.exact_src.data = _exact_columns(g, self.event_y)
+        self.agg_src.data = _agg_columns(g, self.event_y, self.util_cat)
         self.figure.title.text = g.caption
         return g
 
@@ -339,6 +340,7 @@ class TimelineView:
 
     def _relayout(self) -> None:
         self.rows_y = fold_layout(self.data.rows, self.folded)
+        self.event_y = fold_layout(self.data.rows, self.folded, strip=True)
         d = dict(self.rows_src.data)
         d["folded"] = [k in self.folded for k in d["key"]]
         d["y"] = self.rows_y.astype(float).tolist()
@@ -346,7 +348,7 @@ class TimelineView:
         self.rows_src.data = d
         for src in (self.exact_src, self.agg_src, self.hl_src):
             cur = dict(src.data)
-            cur["y"] = _y(self.rows_y, np.asarray(cur["row"], dtype=np.int64)) if len(cur["row"]) else []
+            cur["y"] = _y(self.event_y, np.asarray(cur["row"], dtype=np.int64)) if len(cur["row"]) else []
             src.data = cur
         n = self._n_visible()
         p = self.figure
@@ -362,6 +364,7 @@ class TimelineView:
         if folded != self.folded:
             self.folded = folded
             self.rows_y = fold_layout(self.data.rows, self.folded)
+            self.event_y = fold_layout(self.data.rows, self.folded, strip=True)
 
     def show_range(self, t0_ms: float, t1_ms: float, bands_ms=()) -> None:
         """Zoom to [t0_ms, t1_ms] (a little margin) and shade `bands_ms`; live, the zoom fetches exact events."""
@@ -416,17 +419,22 @@ if (!R.group[k]) return;
 const n = R.key.length, folded = R.folded.slice();
 folded[k] = !folded[k];
 const closed = new Set(R.key.filter((_, i) => folded[i]));
-const y = new Array(n); let next = 0;
+const y = new Array(n), strip = new Array(n), yOf = {}; let next = 0;
 for (let i = 0; i < n; i++) {
   const anc = R.anc[i] ? R.anc[i].split('|') : [];
   y[i] = anc.some(a => closed.has(a)) ? NaN : next++;
+  yOf[R.key[i]] = y[i];
+}
+for (let i = 0; i < n; i++) {  // a folded group draws its children's activity as one strip on its header
+  const anc = R.anc[i] ? R.anc[i].split('|') : [], outer = anc.find(a => closed.has(a));
+  strip[i] = outer === undefined ? y[i] : yOf[outer];
 }
 const text = R.label.map((l, i) => (R.group[i] ? (folded[i] ? '▸ ' : '▾ ') : '') + l);
 rows.data = Object.assign({}, R, {folded: folded, y: y, text: text});
 for (const r of plot.renderers) {  // every source with rows gets new y (the bar labels follow the events')
   const src = r.data_source;
   if (!src || !src.data || !('row' in src.data) || !('y' in src.data)) continue;
-  src.data = Object.assign({}, src.data, {y: Array.from(src.data.row, w => y[w])});
+  src.data = Object.assign({}, src.data, {y: Array.from(src.data.row, w => strip[w])});
 }
 const nv = Math.max(next, 1);
 plot.y_range.setv({start: nv - 0.5, end: -0.5});

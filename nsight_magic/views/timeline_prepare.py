@@ -591,13 +591,21 @@ def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set:
     return folded | (set(top["key"]) - keep)
 
 
-def fold_layout(rows: pd.DataFrame, folded=()) -> np.ndarray:
+def fold_layout(rows: pd.DataFrame, folded=(), strip: bool = False) -> np.ndarray:
     """The y of each row with the groups in `folded` closed: consecutive integers from 0 for the rows still shown
-    (a folded group keeps its own header), NaN for the hidden ones."""
+    (a folded group keeps its own header), NaN for the hidden ones.  strip=True: a hidden row takes the y of its
+    outermost folded ancestor instead, so a folded group draws its children's activity as one strip on its header
+    (as Nsight Systems does); row labels use the layout without it."""
     folded = set(folded)
-    hidden = np.array([bool(folded.intersection(a.split("|"))) if a else False for a in rows["ancestors"]], bool)
+    anc = [a.split("|") if a else [] for a in rows["ancestors"]]
+    hidden = np.array([bool(folded.intersection(a)) for a in anc], bool)
     y = np.full(len(rows), np.nan)
     y[~hidden] = np.arange(int((~hidden).sum()), dtype=float)
+    if strip and hidden.any():
+        y_of = dict(zip(rows["key"], y))
+        for i in np.flatnonzero(hidden):  # rows (a few hundred at most), not events
+            outer = next((a for a in anc[i] if a in folded), None)
+            y[i] = y_of.get(outer, np.nan)
     return y
 
 

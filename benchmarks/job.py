@@ -1,0 +1,107 @@
+"""Opening a many-rank job: Dask against a serial loop, and the notebook process's memory.
+
+    python benchmarks/job.py [--ranks 64] [--kernels 160000] [--workers 2] [--workdir DIR]
+
+Makes one export of `--kernels` kernels from a real H100 export (benchmarks/bigtrace.py), copies it once per rank
+(each copy on a clock of its own: its session start moved, as on another host), then times
+  1. a serial loop: for each rank, open_report + what a rank's task computes (jobs.rank_task.summarize_rank), in
+     this process, one after the other;
+  2. nsight_magic.open_job on a LocalCluster of `--workers` single-threaded worker processes (started and closed
+     inside the timing);
+and prints both wall times, their ratio (goal <= 0.6 with 2 workers on a 2-core machine), and this process's peak
+RSS during open_job measured in a fresh process (goal <= 1.5 GB, not growing with the ranks).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+DEFAULT_SRC = HERE.parents[1] / "shared" / "fixtures" / "nsys" / "h100-2025.3" / "a_cuda_nvtx.sqlite"
+
+CHILD = r"""
+import json, resource, sys, time
+sys.path.insert(0, sys.argv[3])
+from nsight_magic import open_job
+if __name__ == "__main__":
+    t = time.perf_counter()
+    if sys.argv[2] == "serial":
+        from nsight_magic.jobs.discover import find_rank_reports
+        from nsight_magic.jobs.rank_task import summarize_rank
+        results = [summarize_rank(f.rank, str(f.path)) for f in find_rank_reports(sys.argv[1])]
+        errors = [r.error for r in results if r.error]
+    else:
+        from distributed import Client, LocalCluster
+        cluster = LocalCluster(n_workers=int(sys.argv[2]), threads_per_worker=1, processes=True,
+                               dashboard_address=None, silence_logs=40)
+        client = Client(cluster)
+        job = open_job(sys.argv[1], client=client)
+        errors = job.errors
+        straggler = job.straggler()
+        client.close(); cluster.close()
+    wall = time.perf_counter() - t
+    print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                      "errors": errors}))
+"""
+
+
+def make_job(src: Path, root: Path, ranks: int, kernels: int) -> Path:
+    from bigtrace import make_big_trace
+
+    job = root / f"job{ranks}x{kernels}"
+    if job.exists() and len(list(job.glob("report.*.sqlite"))) == ranks:
+        return job
+    shutil.rmtree(job, ignore_errors=True)
+    job.mkdir(parents=True)
+    base = make_big_trace(src, root / f"base{kernels}.sqlite", kernels)
+    for r in range(ranks):
+        dst = job / f"report.{r}.sqlite"
+        shutil.copyfile(base, dst)
+        con = sqlite3.connect(dst)
+        with con:  # another host's clock: the same events, its session start elsewhere in UTC
+            con.execute("UPDATE TARGET_INFO_SESSION_START_TIME SET utcEpochNs = utcEpochNs + ?", (r * 1_000_000,))
+        con.close()
+    return job
+
+
+def run(job: Path, mode: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, str(job), mode, str(HERE.parent)], capture_output=True,
+                       text=True, timeout=7200)
+    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        sys.exit(f"{mode}: {p.stderr[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, default=64)
+    ap.add_argument("--kernels", type=int, default=160_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--src", type=Path, default=DEFAULT_SRC)
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args()
+    root = a.workdir or Path(tempfile.gettempdir()) / "nsight-magic-job-bench"
+    root.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    job = make_job(a.src, root, a.ranks, a.kernels)
+    print(f"{a.ranks} ranks x {a.kernels:,} kernels in {job} (made in {time.perf_counter() - t:.1f} s)", flush=True)
+    serial = run(job, "serial")
+    print(f"serial loop of summarize_rank: {serial['wall_s']:.1f} s, peak RSS {serial['rss_mb']:.0f} MB", flush=True)
+    dask = run(job, str(a.workers))
+    print(f"open_job on a {a.workers}-worker LocalCluster: {dask['wall_s']:.1f} s, notebook process peak RSS "
+          f"{dask['rss_mb']:.0f} MB, errors {len(dask['errors'])}")
+    print(f"ratio {dask['wall_s'] / serial['wall_s']:.2f} (goal <= 0.6)")
+
+
+if __name__ == "__main__":
+    main()
