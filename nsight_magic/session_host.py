@@ -43,8 +43,11 @@ def _serve(sdir: Path, nsys: str, name: str) -> None:
 def _watch_lifeline(fd: int, sdir: Path) -> None:
     while os.read(fd, 1):
         pass
+    # The kernel that would have removed the session folder is gone: remove it before the kill, because the kill
+    # also reaches unshare (outside the namespace, in our process group), whose --kill-child then ends us at once.
+    shutil.rmtree(sdir, ignore_errors=True)
     os.kill(0, signal.SIGKILL)  # our process group: nsys launch and the worker
-    shutil.rmtree(sdir, ignore_errors=True)  # the kernel that would have removed it is gone
+    shutil.rmtree(sdir, ignore_errors=True)  # anything they wrote meanwhile (when we are still here)
     os._exit(1)                 # as PID 1 of the namespace the signal spared us; our end ends the rest
 
 

@@ -7,6 +7,8 @@ Screenshots go to test-artifacts/.  Skipped when /usr/bin/chromium is absent
 """
 from __future__ import annotations
 
+import json
+
 import os
 import shutil
 import signal
@@ -110,15 +112,27 @@ def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_p
     assert "name:" in hover["tooltip"] and "duration:" in hover["tooltip"] and " ms" in hover["tooltip"]
     shot = pg.screenshot("standalone_hover.png")
     assert shot.stat().st_size > 10_000
-    # the Kernels tab shows the reader's table; a click on a kernel name zooms the timeline to its instances
+    # the Kernels tab shows the reader's table, sorted by total time (its header's arrow says so); a click on a
+    # kernel name zooms the timeline to its first instance, its arrow to the next one
     pg.page.click(".nm-tabbtn[data-tab='1']")
-    first = pg.page.locator("table.nm-table td.nm-zoom").first
-    t0, t1 = float(first.get_attribute("data-t0")), float(first.get_attribute("data-t1"))
-    first.click()
-    pg.page.wait_for_timeout(300)
-    start, end = pg.page.evaluate(js("() => { const v = $VIEWS.find(v => v.frame);"
-                                     " return [v.model.x_range.start, v.model.x_range.end]; }"))
-    assert start <= t0 and end >= t1 and end - start < 1.2 * (t1 - t0) + 0.01
+    table = pg.page.locator("table.nm-table").first
+    assert table.locator("th[data-dir=desc]").inner_text() == "total"
+    first = pg.page.locator("table.nm-table td.nm-zoom:has(.nm-step)").first
+    spans = json.loads(first.get_attribute("data-spans"))
+    assert len(spans) >= 2 and spans == sorted(spans)
+    window = js("() => { const v = $VIEWS.find(v => v.frame); return [v.model.x_range.start, v.model.x_range.end]; }")
+    for click, (t0, t1) in ((lambda: first.click(position={"x": 5, "y": 5}), spans[0]),
+                            (lambda: pg.page.click(".nm-stepper .nm-step[data-d='1']"), spans[1])):
+        click()
+        pg.page.wait_for_timeout(300)
+        start, end = pg.page.evaluate(window)
+        assert start <= t0 and end >= t1 and end - start < 1.2 * (t1 - t0) + 0.01, (start, end, t0, t1)
+    # the name's click showed the timeline, with a stepper above it: the name and where we are
+    name = first.evaluate("td => td.childNodes[0].textContent")
+    assert pg.page.locator(".nm-stepper .nm-what").inner_text() == name
+    assert pg.page.locator(".nm-stepper .nm-pos").inner_text() == f"2/{len(spans)}"
+    assert first.locator(".nm-pos").text_content() == f"2/{len(spans)}"
+    pg.screenshot("standalone_stepper.png")
     # filter and sort the kernel table in the page
     pg.page.click(".nm-tabbtn[data-tab='1']")
     table = pg.page.locator("table.nm-table").first

@@ -118,7 +118,7 @@ def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_widget(h100)
         nsys_view.display_nsys(open_report(NSYS_DATA / "nsys_h100_a_cuda_nvtx.sqlite"))
     loader, first, second, nsys = (o.data for o in cap.outputs)
     assert set(loader) == {"text/html", "text/plain"} and len(loader["text/html"]) > 400_000
-    assert loader["text/html"] == nsys_view.bokehjs_html()
+    assert loader["text/html"] == nsys_view.bokehjs_html(sync=True)  # before live views: Bokeh at once
     bundle = {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"}
     assert set(first) == set(second) == set(nsys) == bundle
     for out in (first, second, nsys):  # the charts' script, never BokehJS itself

@@ -215,10 +215,12 @@ def test_report_without_gpu_work_still_prepares():
 
 def test_tables_escape_names_and_sort_by_raw_values():
     df = pd.DataFrame({"name": [XSS, "b"], "count": [3, 1], "total_ns": [1_500_000, 800], "pct": [99.9, 0.1]})
-    html = table_html(df, table_id="t1", zoom={XSS: (1.0, 2.0)}, plot_name="p")
+    html = table_html(df, table_id="t1", zoom={XSS: [(1.0, 2.0), (3.0, 4.0)]}, plot_name="p")
     assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert 'data-v="1500000.0">1.500 ms<' in html and 'data-v="800.0">800 ns<' in html
-    assert 'class="nm-zoom"' in html and 'data-t0="1.000000"' in html
+    assert 'class="nm-zoom"' in html and 'data-spans="[[1.0, 2.0], [3.0, 4.0]]"' in html and "1/2" in html
+    # headers without the unit the values carry; sorted by total time, which the header's arrow says
+    assert '>total</th>' in html and ">total_ns<" not in html and 'title="total_ns" data-dir=desc' in html
     text = format_table(df)
     assert text["pct"].tolist() == ["99.9 %", "0.1 %"] and text["total_ns"].tolist() == ["1.500 ms", "800 ns"]
 
@@ -312,7 +314,7 @@ def test_every_nvtx_table_row_zooms_including_ranges_of_a_named_domain():
     t = prepare_tables(rep)
     names = set(t.nvtx["name"])
     assert "CCCL:cub::DeviceReduce::Sum" in names and names <= set(t.nvtx_zoom)
-    a, b = t.nvtx_zoom["CCCL:cub::DeviceReduce::Sum"]
+    a, b = t.nvtx_zoom["CCCL:cub::DeviceReduce::Sum"][0]  # the first instance (next / previous step on)
     nv = rep.nvtx
-    sel = nv[(nv["domain"] == "CCCL") & (nv["name"] == "cub::DeviceReduce::Sum")]
-    assert a == (sel["start_ns"].min() / 1e6) and b == (sel["end_ns"].max() / 1e6)
+    sel = nv[(nv["domain"] == "CCCL") & (nv["name"] == "cub::DeviceReduce::Sum")].sort_values("start_ns")
+    assert a == (sel["start_ns"].iloc[0] / 1e6) and b == (sel["end_ns"].iloc[0] / 1e6)

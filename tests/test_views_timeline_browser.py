@@ -98,12 +98,14 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
       return {x: r.x + lv.frame.x_scale.compute(s.data.x[i] + 0.03), y: r.y + lv.frame.y_scale.compute(s.data.y[i])};
     }"""
     at = pg.page.evaluate(where, [proc["key"], LABELS])
+    # the drawn events' distinct rows: folded, every event of this CPU profile is drawn on the process's one strip
     visible = js("() => { const v = " + MAIN + "; const d = v.model.renderers.map(r => r.data_source)"
-                 ".find(s => 'detail' in s.data).data; return d.y.filter(y => isFinite(y)).length; }")
+                 ".find(s => 'detail' in s.data).data; const ys = d.y.filter(y => isFinite(y));"
+                 " return [ys.length, new Set(ys).size]; }")
     before = pg.page.evaluate(visible)
     pg.page.mouse.click(at["x"], at["y"])
     pg.page.wait_for_timeout(600)
-    assert before > 0 and pg.page.evaluate(visible) == 0  # every event of this CPU profile is the process's
+    assert before[0] > 0 and before[1] > 1 and pg.page.evaluate(visible) == [before[0], 1], before
     label_text = pg.page.evaluate(f"() => {LABELS}.model.renderers[0].data_source.data.text")
     assert label_text[0].startswith("▸ ")  # the folded mark on the process
     pg.screenshot("timeline_folded.png")

@@ -28,6 +28,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
 import { dirname, IProfile, joinPath, PROFILES_DIR, ProfilesPanel } from './profiles';
+import { addStyles } from './style';
 import { ProfileViewer } from './viewer';
 
 const ICON_SVG =
@@ -130,6 +131,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer: ILayoutRestorer | null,
     labShell: ILabShell | null
   ) => {
+    addStyles();
     const { commands, serviceManager } = app;
     const contents = serviceManager.contents;
     let menuTarget: IProfile | null = null;

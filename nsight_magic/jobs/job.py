@@ -4,7 +4,7 @@ straggler per step, the job's findings and verdict.
     job = nsight_magic.open_job("prof/")                      # a LocalCluster sized to the machine
     job = nsight_magic.open_job("prof/", client=Client("tcp://scheduler:8786"))   # the reports read where they lie
     job.ranks; job.ranks_table(); job.stragglers_by_step(); job.findings(); job.bottleneck()
-    job.kernel_summary(by="rank"); job.timeline([0, 5])       # the chosen ranks' events merged on one clock
+    job.kernel_summary(by="rank"); job.timeline_report([0, 5])   # the chosen ranks merged on one clock, opened
 
 Each report is one Dask task (jobs.rank_task.summarize_rank): only its summaries, steps, NCCL timing, verdict and
 utilisation bins come back, so the notebook's memory does not grow with the reports' size.  Clocks of different

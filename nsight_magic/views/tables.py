@@ -149,23 +149,48 @@ TABLE_JS = r"""
       const body = t.tBodies[0]; sorted.forEach(r => body.appendChild(r));
       return;
     }
-    const td = ev.target.closest('table.nm-table td.nm-zoom');
-    if (td && window.Bokeh) {
-      // the name: its first instance; the arrows beside it: the previous / next one
-      const spans = JSON.parse(td.dataset.spans || '[]'), step = ev.target.closest('.nm-step');
-      let i = step ? (parseInt(td.dataset.i || '0') + parseInt(step.dataset.d) + spans.length) % spans.length : 0;
-      td.dataset.i = String(i);
-      const pos = td.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
-      const plot = td.closest('table').dataset.plot, t0 = spans[i][0], t1 = spans[i][1];
-      const pad = Math.max((t1 - t0) * 0.05, 1e-3);
-      for (const doc of Bokeh.documents) {
-        const p = doc.get_model_by_name(plot);
-        if (p) { p.x_range.setv({start: t0 - pad, end: t1 + pad}); }
-      }
-      const root = td.closest('.nm-report');
-      if (root) { const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click(); }
+    // a name zooms the timeline to its first instance; the stepper shown above the timeline (and the arrows in
+    // the cell) go to the previous / next one
+    const stepper = ev.target.closest('.nm-stepper .nm-step');
+    const td = stepper ? null : ev.target.closest('table.nm-table td.nm-zoom');
+    if ((td || stepper) && window.Bokeh) {
+      const src = td || stepper.closest('.nm-stepper');
+      const spans = JSON.parse(src.dataset.spans || '[]'), step = ev.target.closest('.nm-step');
+      if (!spans.length) return;
+      const i = step ? (parseInt(src.dataset.i || '0') + parseInt(step.dataset.d) + spans.length) % spans.length : 0;
+      const root = src.closest('.nm-report'), plot = src.dataset.plot || src.closest('table').dataset.plot;
+      const label = src.dataset.label || (td ? td.childNodes[0].textContent : '');
+      zoomTo(root, plot, spans, i, label);
+      return;
     }
   });
+  function zoomTo(root, plot, spans, i, label) {
+    const t0 = spans[i][0], t1 = spans[i][1], pad = Math.max((t1 - t0) * 0.05, 1e-3);
+    for (const doc of Bokeh.documents) {
+      const p = doc.get_model_by_name(plot);
+      if (p) { p.x_range.setv({start: t0 - pad, end: t1 + pad}); }
+    }
+    if (!root) return;
+    const pane = root.querySelector(':scope > .nm-pane');
+    let st = root.querySelector('.nm-stepper');
+    if (!st && pane) {
+      st = document.createElement('div'); st.className = 'nm-stepper';
+      st.innerHTML = '<span class="nm-step" data-d="-1" title="previous instance">&#9664;</span> ' +
+        '<span class="nm-what"></span> <span class="nm-pos"></span> ' +
+        '<span class="nm-step" data-d="1" title="next instance">&#9654;</span>';
+      pane.insertBefore(st, pane.firstChild);
+    }
+    if (st) {
+      Object.assign(st.dataset, {spans: JSON.stringify(spans), i: String(i), plot: plot, label: label});
+      st.querySelector('.nm-what').textContent = label;  // text, never markup: names are the user's
+      st.querySelector('.nm-pos').textContent = `${i + 1}/${spans.length}`;
+      st.style.display = spans.length > 1 ? '' : 'none';
+    }
+    root.querySelectorAll('td.nm-zoom').forEach(c => { if (c.childNodes[0] && c.childNodes[0].textContent === label) {
+      c.dataset.i = String(i); const pos = c.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
+    } });
+    const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click();
+  }
   document.addEventListener('input', function (ev) {
     const inp = ev.target.closest('input.nm-filter'); if (!inp) return;
     const t = document.getElementById(inp.dataset.table), q = inp.value.toLowerCase();
@@ -193,6 +218,9 @@ table.nm-table th[data-dir=desc]::after{content:" \25BC";color:#333}
 table.nm-table th[data-dir=asc]::after{content:" \25B2";color:#333}
 table.nm-table .nm-step{color:#666;padding:0 3px;cursor:pointer}
 table.nm-table .nm-pos{color:#999;font-size:10px}
+.nm-stepper{font:12px sans-serif;margin:2px 0 4px;color:#333}
+.nm-stepper .nm-step{cursor:pointer;padding:0 6px;color:#1f5fa8}
+.nm-stepper .nm-pos{color:#777}
 table.nm-table td{padding:1px 6px;border-bottom:1px solid #eee;white-space:nowrap;max-width:60em;overflow:hidden;
   text-overflow:ellipsis}
 table.nm-table td.nm-num{text-align:right}

@@ -1,3 +1,6 @@
+/* The extension's styles, added to the page by the plugin: kept in code so that the build bundles no CSS loader. */
+
+const CSS = `
 /* nsight-magic: the "Nsight profiles" sidebar and the profile viewer */
 
 .nm-profiles {
@@ -74,4 +77,16 @@
   height: 100%;
   border: none;
   background: white;
+}
+`;
+
+/** Add the styles to the document once. */
+export function addStyles(doc: Document = document): void {
+  if (doc.getElementById('nsight-magic-styles')) {
+    return;
+  }
+  const el = doc.createElement('style');
+  el.id = 'nsight-magic-styles';
+  el.textContent = CSS;
+  doc.head.appendChild(el);
 }

@@ -1,0 +1,61 @@
+"""The diagnosis against measured gains: one row per planted workload (tests/data/planted/).
+
+    python benchmarks/diagnosis.py
+
+Each workload has one planted cause and a fixed twin, recorded on the lent GPUs; the gain is the cell's wall time
+bad - fixed measured WITHOUT the profiler (planted.json).  Prints, for the bad report: the verdict's kind, the first
+finding, its time at stake, and the ratio estimate / measured gain; for the fixed twin: the findings still at
+medium or high severity (false alarms).  Goal: the kind and first rule as planted, ratio within 0.5-2.
+"""
+from __future__ import annotations
+
+import json
+import lzma
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+PLANTED = HERE.parent / "tests" / "data" / "planted"
+
+
+def main() -> None:
+    from nsight_magic.readers.nsys import open_nsys_report
+
+    manifest = json.loads((PLANTED / "planted.json").read_text())
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        def opened(name, variant):
+            src = PLANTED / (manifest[name]["reports"][variant] + ".xz")
+            dst = Path(tmp) / manifest[name]["reports"][variant]
+            with lzma.open(src) as f, open(dst, "wb") as out:
+                shutil.copyfileobj(f, out)
+            return open_nsys_report(dst)
+
+        for name, e in manifest.items():
+            rep = opened(name, "bad")
+            kind = rep.bottleneck().kind
+            f = rep.findings()
+            first = f[0] if f else None
+            gain = e.get("gain_s")
+            est = first.time_at_stake_ns / 1e9 if first else 0.0
+            alarms = "-"
+            if "fixed" in e["reports"]:
+                twin = opened(name, "fixed")
+                alarms = ",".join(x.rule for x in twin.findings() if x.severity in ("high", "medium")) or "none"
+                twin.close()
+            rows.append((name, f"{kind} ({e['expect_kind']})", f"{first.rule if first else '-'}"
+                         f"{'/' + first.severity if first else ''} ({e['expect_rule'] or '-'})", f"{est:.3f}", f"{gain:.3f}" if gain else "-",
+                         f"{est / gain:.2f}" if gain else "-", alarms))
+            rep.close()
+    head = ("workload", "verdict (planted)", "first finding (planted)", "est s", "gain s", "ratio",
+            "fixed twin: medium/high")
+    widths = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    for r in [head] + rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+if __name__ == "__main__":
+    main()
