@@ -40,9 +40,9 @@ if __name__ == "__main__":
         results = [summarize_rank(f.rank, str(f.path)) for f in find_rank_reports(sys.argv[1])]
         errors = [r.error for r in results if r.error]
     else:
-        from distributed import Client, LocalCluster
-        cluster = LocalCluster(n_workers=int(sys.argv[2]), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=40)
+        from distributed import Client
+        from nsight_magic.jobs.job import local_cluster
+        cluster = local_cluster(int(sys.argv[2]))  # the LocalCluster open_job starts by itself
         client = Client(cluster)
         job = open_job(sys.argv[1], client=client)
         errors = job.errors

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import lzma
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -252,8 +253,12 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
 
     from nsight_magic import open_job
 
-    job = open_job(out)
+    env = dict(os.environ)
+    job = open_job(out)  # its own LocalCluster, started in this process as in the user's kernel
     assert [r.rank for r in job.loaded] == list(range(8)), job.errors
+    # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... in the process that starts them: put back, so that
+    # later profiled cells get the user's environment
+    assert dict(os.environ) == env
     for r in job.loaded:
         # each rank's own report: its 5 step ranges, as SQL counts them
         (n,) = _sql(_export_of(out, r.rank), "SELECT count(*) FROM NVTX_EVENTS WHERE eventType = 59")

@@ -594,10 +594,10 @@ def test_columnar_cache_gives_the_same_frames_and_is_dropped_when_the_export_cha
     shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
     with open_nsys_report(p) as rep:
         assert not rep.cached
-        expected = _everything(rep)
+        expected, meta = _everything(rep), rep.meta
         assert rep.write_cache() == tmp_path / "report.nsight-cache"
     with open_nsys_report(p) as rep:
-        assert rep.cached
+        assert rep.cached and rep.meta == meta  # the events' span comes from the cache too
         for a, b in zip(_everything(rep), expected):
             pd.testing.assert_frame_equal(a, b)
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))  # a re-export: newer file

@@ -37,17 +37,13 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
     the job is loaded.  progress(done, total, result) is called as each report comes back."""
     files = find_rank_reports(source, pattern)
     own = None
+    env = dict(os.environ)
     try:
         if client is None:
-            from distributed import Client, LocalCluster
+            from distributed import Client
 
-            if scheduler:
-                client = own = Client(scheduler)
-            else:
-                n = max(1, min(os.cpu_count() or 1, len(files)))
-                cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
-                                       silence_logs=40)
-                client = own = Client(cluster)
+            workers = max(1, min(os.cpu_count() or 1, len(files)))
+            client = own = Client(scheduler) if scheduler else Client(local_cluster(workers))
         results = _run(client, files, progress)
     finally:
         if own is not None:
@@ -55,8 +51,31 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
             own.close()
             if cluster is not None and not scheduler:
                 cluster.close()
+        _restore_environ(env)
     root = Path(source) if isinstance(source, (str, Path)) else None
     return Job(results, root)
+
+
+def local_cluster(workers: int):
+    """A LocalCluster of single-threaded worker processes, as open_job starts one.  Dask's nannies export
+    MALLOC_TRIM_THRESHOLD_=65536 to their workers, which made a rank's task 1.5x slower here (pandas frees and
+    re-allocates large blocks): left unset."""
+    import dask
+    from distributed import LocalCluster
+
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                            silence_logs=40)
+
+
+def _restore_environ(before: dict) -> None:
+    """Dask's nannies set their workers' variables (OMP_NUM_THREADS=1, PYTHONHASHSEED, ...) in the process that
+    starts them, here the user's kernel; put its environment back, so that later profiled cells get the user's."""
+    for k in set(os.environ) - set(before):
+        del os.environ[k]
+    for k, v in before.items():
+        if os.environ.get(k) != v:
+            os.environ[k] = v
 
 
 def _run(client, files: list[RankFile], progress) -> list[RankResult]:

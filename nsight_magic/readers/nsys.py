@@ -145,11 +145,11 @@ class NsysReport:
         self._con, self._tables = connect(self.sqlite_path)
         try:
             self._check_has_events()
+            self.cached = self._load_cache()  # first: it also holds the events' span that the meta needs
             self.meta = self._read_meta()
         except BaseException:
             self.close()
             raise
-        self.cached = self._load_cache()
 
     _CACHED = ("kernels", "memcpy", "memset", "cuda_api", "nvtx")
 
@@ -166,6 +166,8 @@ class NsysReport:
         if parts["nvtx"] is not None:
             self.__dict__["_nvtx_arrays"] = parts["nvtx"]
             self.__dict__["_nvtx_maxts"] = extra.get("nvtx_maxts")
+        if isinstance(extra.get("event_span"), list) and len(extra["event_span"]) == 2:
+            self.__dict__["event_span"] = tuple(extra["event_span"])
         return True
 
     def write_cache(self) -> Path | None:
@@ -176,7 +178,8 @@ class NsysReport:
         parts = {f: self._core(f) for f in self._CORE}
         nv = self._nvtx_arrays
         parts["nvtx"] = nv if len(nv["start"]) else None
-        return nsys_cache.save(self.sqlite_path, parts, {"nvtx_maxts": self._nvtx_maxts})
+        return nsys_cache.save(self.sqlite_path, parts, {"nvtx_maxts": self._nvtx_maxts,
+                                                         "event_span": list(self.event_span)})
 
     def __repr__(self):
         return f"<NsysReport {self.path.name} nsys={self.meta.nsys_version} {self.meta.duration_ns / 1e9:.3f}s>"
@@ -314,11 +317,16 @@ class NsysReport:
     def event_span(self) -> tuple[int | None, int | None]:
         """(first start, last end) over every timed event of the report, on its clock; (None, None) when none."""
         lo = hi = None
-        for t, cond in self._event_tables():
-            # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
-            a, b = self._query(lambda: self._con.execute(
-                f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)) FROM "{t}" '
-                f"WHERE {cond}").fetchone())
+        # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
+        sql = [f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)) FROM "{t}" WHERE {c}'
+               for t, c in self._event_tables()]
+        if len(sql) > 1 and (os.cpu_count() or 1) > 1:  # full scans of millions of rows: in parallel, as reads
+            with ThreadPoolExecutor(max_workers=min(len(sql), os.cpu_count() or 1)) as pool:
+                futures = [pool.submit(self._in_thread, lambda con, q=q: con.execute(q).fetchone()) for q in sql]
+                spans = [self._query(f.result) for f in futures]
+        else:
+            spans = [self._query(lambda q=q: self._con.execute(q).fetchone()) for q in sql]
+        for a, b in spans:
             if a is not None:
                 lo = a if lo is None else min(lo, a)
             if b is not None:
@@ -716,24 +724,20 @@ class NsysReport:
         s["gpu_ns"], s["gpu_ops"] = gpu_ns, gpu_ops
         return with_pct(s)
 
-    def _gpu_ops(self) -> pd.DataFrame:
-        """start/end/pid/correlation id of every kernel, memcpy and memset (for the NVTX projection)."""
+    def _gpu_ops(self) -> dict:
+        """start/end/pid/correlation id of every kernel, memcpy and memset (for the NVTX projection): arrays."""
         names = ["start_ns", "end_ns", "pid", "correlation_id"]
         parts = [[c[n] for n in names] for c in map(self._core, ("kernels", "memcpy", "memset"))
                  if c is not None and len(c["start_ns"])]
         if not parts:
-            return pd.DataFrame()
-        a = [np.concatenate([p[i] for p in parts]) for i in range(4)]
-        return pd.DataFrame({"start_ns": a[0], "end_ns": a[1], "pid": a[2],
-                             "correlation_id": pd.arrays.IntegerArray(a[3], a[3] == NULL)})
+            return {}
+        return {n: np.concatenate([p[i] for p in parts]) for i, n in enumerate(names)}
 
-    def _api_calls(self) -> pd.DataFrame:
+    def _api_calls(self) -> dict:
         c = self._core("cuda_api")
         if c is None:
-            return pd.DataFrame()
-        cols = [c[n] for n in ("start_ns", "end_ns", "pid", "tid", "correlation_id")]
-        return pd.DataFrame({"start_ns": cols[0], "end_ns": cols[1], "pid": cols[2], "tid": cols[3],
-                             "correlation_id": pd.arrays.IntegerArray(cols[4], cols[4] == NULL)})
+            return {}
+        return {n: c[n] for n in ("start_ns", "end_ns", "pid", "tid", "correlation_id")}
 
     def nvtx_gpu_projection(self) -> pd.DataFrame:
         """One row per NVTX range that launched GPU work, as `nsys stats --report nvtxgpuproj`: range (nsys's label
@@ -759,7 +763,7 @@ class NsysReport:
     def _projection(self) -> pd.DataFrame:
         internal = self._nvtx_arrays
         if not internal["is_range"].any():
-            ops = api = pd.DataFrame()
+            ops = api = {}
         else:
             ops, api = self._gpu_ops(), self._api_calls()
         return nvtx_projection(internal, ops, api, self._nvtx_maxts)

@@ -23,17 +23,33 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     ks = ks[order]
     kpid = k["pid"].to_numpy()[order]
     ktid = pd.array(k["launch_tid"], dtype="Int64").to_numpy(dtype=float, na_value=np.nan)[order]
-    rows = []
-    for row in r.itertuples():  # ranges of the user's: tens to thousands
-        lo, hi = np.searchsorted(ks, row.start_ns), np.searchsorted(ks, int(row.end_ns))
-        ran = (kpid[lo:hi] == row.pid) & ~np.isnan(ktid[lo:hi])
-        other = ran & (ktid[lo:hi] != row.tid)
-        # nearly all of the kernels that ran inside came from another thread: the projection shows almost nothing
-        if other.sum() >= 1 and other.sum() >= 0.8 * ran.sum():
-            rows.append((row.start_ns, int(row.end_ns), row.pid, row.tid, str(row.label), int(other.sum()),
-                         int(np.unique(ktid[lo:hi][other])[0])))
-    if not rows:
+    lo = np.searchsorted(ks, r["start_ns"].to_numpy(np.int64))
+    hi = np.searchsorted(ks, r["end_ns"].to_numpy(np.int64))
+    rpid, rtid = r["pid"].to_numpy(), r["tid"].to_numpy(dtype=float)
+    # kernels inside each range: of its process (with a known launching thread), and of those its own thread's;
+    # counted with prefix sums per process and per (process, thread), never range by range
+    ran = np.zeros(len(r), np.int64)
+    own = np.zeros(len(r), np.int64)
+    for pid in np.unique(rpid):
+        sel = rpid == pid
+        mine = (kpid == pid) & ~np.isnan(ktid)
+        c = np.concatenate(([0], np.cumsum(mine)))
+        ran[sel] = c[hi[sel]] - c[lo[sel]]
+        for tid in np.unique(rtid[sel]):
+            s2 = sel & (rtid == tid)
+            c = np.concatenate(([0], np.cumsum(mine & (ktid == tid))))
+            own[s2] = c[hi[s2]] - c[lo[s2]]
+    other = ran - own
+    # nearly all of the kernels that ran inside came from another thread: the projection shows almost nothing
+    hit = np.flatnonzero((other >= 1) & (other >= 0.8 * ran))
+    if not len(hit):
         return []
+    rows = []
+    for i in hit:
+        seg = slice(lo[i], hi[i])
+        launching = ktid[seg][(kpid[seg] == rpid[i]) & ~np.isnan(ktid[seg]) & (ktid[seg] != rtid[i])]
+        rows.append((int(r["start_ns"].iat[i]), int(r["end_ns"].iat[i]), rpid[i], int(rtid[i]),
+                     str(r["label"].iat[i]), int(other[i]), int(launching.min())))
     df = pd.DataFrame(rows, columns=["start_ns", "end_ns", "pid", "tid", "name", "kernels_by_other_threads",
                                      "launching_tid"])
     ev = evidence(df, df["name"], {"kernels_by_other_threads": df["kernels_by_other_threads"],
