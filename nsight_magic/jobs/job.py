@@ -13,6 +13,7 @@ hosts are aligned on each report's UTC session start, as readers.nsys_merge does
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -63,7 +64,10 @@ def local_cluster(workers: int):
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}):
+    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}), \
+            warnings.catch_warnings():
+        # no dashboard; the scheduler's HTTP routes take another port when 8787 is taken, which is no news to users
+        warnings.filterwarnings("ignore", message="Port .* is already in use")
         return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
                             silence_logs=40)
 
