@@ -117,9 +117,14 @@ def readable(df: pd.DataFrame, formats: dict | None = None):
     kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
     shown = {c: (lambda v, k=k: FORMATTERS[k](pd.Series([v])).iloc[0]) for c, k in kinds.items() if k != "text"}
     st = df.style.format(shown)
+    visible = list(df.columns)
+    if {"range", "name"} <= set(df.columns) and df["range"].astype(str).equals(df["name"].astype(str)):
+        visible.remove("range")  # nsys's label and ours say the same (the default domain): show it once
     try:
-        st = st.relabel_index([header_label(c, kinds[c]) for c in df.columns], axis=1)
-    except (AttributeError, ValueError):  # an older pandas: the column names as they are
+        if len(visible) < len(df.columns):
+            st = st.hide([c for c in df.columns if c not in visible], axis="columns")
+        st = st.relabel_index([header_label(c, kinds[c]) for c in visible], axis=1)
+    except (AttributeError, ValueError, TypeError):  # an older pandas: the column names as they are
         pass
     return st
 
