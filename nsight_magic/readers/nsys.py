@@ -26,7 +26,7 @@ from ..errors import NsightMagicError, OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .capture_span import CaptureSpan, foreign_span, own_span
-from .nsys_sql import NULL, Strings, columns_of, connect, find_spec_table, find_table
+from .nsys_sql import Strings, columns_of, connect, find_spec_table, find_table
 from ..child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
@@ -350,8 +350,7 @@ class NsysReport:
         if api is None:
             df["launch_tid"] = pd.array([pd.NA] * len(df), dtype="Int64")
             return df
-        corr = api["correlation_id"]
-        df["launch_tid"] = launch_tids(df, api["pid"], api["tid"], pd.arrays.IntegerArray(corr, corr == NULL))
+        df["launch_tid"] = launch_tids(df, api["pid"], api["tid"], api["correlation_id"])
         return df
 
     @functools.cached_property

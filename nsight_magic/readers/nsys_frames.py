@@ -135,17 +135,35 @@ def gkey(pid, tid) -> np.ndarray:
 
 
 def ckey(pid, corr) -> np.ndarray:
-    """One integer per (process, correlation id): correlation ids repeat across processes."""
-    c = np.asarray(pd.array(corr, dtype="Int64").fillna(-1).to_numpy(np.int64))
+    """One integer per (process, correlation id): correlation ids repeat across processes.  corr: nullable (NA)
+    or raw int64 columns (NULL); a missing id becomes -1."""
+    if isinstance(corr, np.ndarray) and corr.dtype == np.int64:
+        c = np.where(corr == NULL, -1, corr)
+    else:
+        c = np.asarray(pd.array(corr, dtype="Int64").fillna(-1).to_numpy(np.int64))
     return (np.asarray(pid, np.int64) << 36) ^ c
+
+
+def first_match(keys: np.ndarray, probe: np.ndarray) -> np.ndarray:
+    """For each probe key, the index of the first equal key in `keys` (-1: none), as a join on the first match.
+    A binary search where the keys increase (API calls in export order: correlation ids grow within a process),
+    a hash table otherwise."""
+    if len(keys) and (len(keys) == 1 or bool((keys[1:] > keys[:-1]).all())):
+        i = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
+        return np.where(keys[i] == probe, i, -1)
+    index = pd.Index(keys)
+    if index.is_unique:
+        return index.get_indexer(probe)
+    first = np.flatnonzero(~index.duplicated())
+    i = pd.Index(keys[first]).get_indexer(probe)
+    return np.where(i >= 0, first[np.maximum(i, 0)], -1)
 
 
 def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
     """tid of the runtime API call with the same (pid, correlation id) as each kernel; NA when none."""
-    keys = pd.Index(ckey(api_pid, api_corr))
-    keep = ~keys.duplicated()
-    idx = pd.Index(keys[keep]).get_indexer(ckey(kernels["pid"], kernels["correlation_id"]))
-    tids = np.asarray(api_tid, np.int64)[keep][idx]
+    idx = first_match(ckey(api_pid, api_corr), ckey(kernels["pid"], kernels["correlation_id"]))
+    tids = np.asarray(api_tid, np.int64)
+    tids = tids[np.maximum(idx, 0)] if len(tids) else np.zeros(len(idx), np.int64)
     return pd.arrays.IntegerArray(tids, (idx < 0) | kernels["correlation_id"].isna().to_numpy())
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .nsys_frames import gkey
+from .nsys_frames import ckey, first_match, gkey
 from .nsys_sql import NULL
 
 STAT_COLS = ("count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns")
@@ -82,7 +82,7 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     sel = internal["is_range"] & internal["same_thread"] & ~internal.get("ours", False)
     if not sel.any() or not len(ops.get("start_ns", ())) or not len(api.get("start_ns", ())):
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in cols})
-    ai = _first_match(_corr_key(api["pid"], api["correlation_id"]), _corr_key(ops["pid"], ops["correlation_id"]))
+    ai = first_match(ckey(api["pid"], api["correlation_id"]), ckey(ops["pid"], ops["correlation_id"]))
     ok = (ai >= 0) & (np.asarray(ops["correlation_id"]) != NULL)
     ai = ai[ok]
     o_start = np.asarray(ops["start_ns"], np.int64)[ok]
@@ -133,26 +133,6 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     pmax = np.maximum.reduceat(pad_e, idx)[0::2] if len(idx) else np.empty(0, np.int64)
     calls = call_no[hi - 1] - call_no[lo] + 1
     return pd.DataFrame({"row": rows, "proj_start_ns": pmin, "proj_duration_ns": pmax - pmin, "gpu_ops": calls})
-
-
-def _first_match(keys: np.ndarray, probe: np.ndarray) -> np.ndarray:
-    """For each probe key, the index of the first equal key in `keys` (-1: none).  A binary search where the keys
-    are increasing (API calls in export order: correlation ids grow within a process), a hash table otherwise."""
-    if len(keys) and (len(keys) == 1 or bool((keys[1:] > keys[:-1]).all())):
-        i = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
-        return np.where(keys[i] == probe, i, -1)
-    index = pd.Index(keys)
-    if index.is_unique:
-        return index.get_indexer(probe)
-    first = np.flatnonzero(~index.duplicated())
-    i = pd.Index(keys[first]).get_indexer(probe)
-    return np.where(i >= 0, first[np.maximum(i, 0)], -1)
-
-
-def _corr_key(pid, corr) -> np.ndarray:
-    """One integer per (process, correlation id), NULL ids as -1 (readers.nsys_frames.ckey for plain arrays)."""
-    c = np.asarray(corr, np.int64)
-    return (np.asarray(pid, np.int64) << 36) ^ np.where(c == NULL, -1, c)
 
 
 def busy_fraction(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
