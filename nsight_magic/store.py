@@ -145,6 +145,12 @@ def folder_tool(p: Path) -> str | None:
     if any((p / f).exists() for f in ("report.sqlite", "report.nsys-rep", "report.qdstrm")):
         return "nsys"
     try:
+        tool = json.loads((p / "run.json").read_text()).get("tool")
+        if tool in ("nsys", "ncu"):
+            return tool
+    except (OSError, ValueError, AttributeError):
+        pass
+    try:
         cmd = (p / "command.txt").read_text()
         return "ncu" if "ncu" in cmd.split(" ", 1)[0] else "nsys"
     except OSError:

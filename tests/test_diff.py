@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import cell_text, fixture_path, requires_chromium, requires_nsys, run_notebook
@@ -162,3 +163,20 @@ def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
     assert first < second  # the older profile first
     assert "ProfileDiff changed" in cell_text(nb.cells[4])
     assert "nothing-here" in cell_text(nb.cells[5]) and "UsageError" in cell_text(nb.cells[5])
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_the_chart_draws_noise_grey_and_percentages_have_no_negative_zero(two_cpu_profiles):
+    """Issue 24 #4: a change the table calls "same" (noise) is not drawn as "faster"; -0.01 % reads 0.0 %."""
+    from nsight_magic.views.diff import FASTER, SAME, SLOWER, delta_chart
+    from nsight_magic.views.tables import format_table
+
+    d = diff(*two_cpu_profiles)
+    data = delta_chart(d).renderers[0].data_source.data
+    colour = {lab.split(": ", 1)[1]: (c, st) for lab, c, st in zip(data["label"], data["color"], data["status"])}
+    assert colour["a"] == (SAME, "same") and colour["b"] == (SLOWER, "changed")
+    assert all(c != FASTER for c, st in colour.values() if st == "same")
+    shown = format_table(pd.DataFrame({"pct": [-0.01, 0.04, -0.06]}))["pct"].tolist()
+    assert shown == ["0.0 %", "0.0 %", "-0.1 %"]

@@ -17,6 +17,7 @@ from jupyterlab_server import TOKEN, isolated_env, jupyterlab_server, needs_jupy
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 CELL = "import time, nvtx\nwith nvtx.annotate('lab-range'):\n    time.sleep(0.05)\nprint('the cell ran')"
 SLOW = "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\nprint('not reached')"
+BROKEN = "def broken(:\n    pass"  # a syntax error: the run leaves a folder with its cell, but no report
 
 pytestmark = [*needs_jupyterlab, pytest.mark.timeout(420)]
 
@@ -46,15 +47,32 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
 
     ARTIFACTS.mkdir(exist_ok=True)
     with jupyterlab_server(tmp_path) as (base, root):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(CELL), nbformat.v4.new_code_cell(SLOW)])
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (CELL, SLOW, BROKEN)])
         nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
         nbformat.write(nb, root / "lab.ipynb")
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
             page = b.new_page(viewport={"width": 1500, "height": 1000})
-            errors = []
+            errors, missing = [], []
             page.on("pageerror", lambda e: errors.append(str(e)))
+            # the sidebar asks for the profiles folder before it exists: quietly, no 404 in the browser's log
+            page.on("response", lambda r: missing.append(r.url) if r.status == 404 and "nsight-profiles" in r.url
+                    else None)
             _open_notebook(page, base, "lab.ipynb")
+            # the palette, searched for "nsys", offers profiling the cell first
+            page.locator(".jp-Notebook .jp-CodeCell .jp-InputPrompt").first.click()  # keys go to the Lab
+            palette = page.locator(".lm-CommandPalette-input")
+            for _ in range(5):
+                page.keyboard.press("Control+Shift+C")
+                try:
+                    palette.wait_for(state="visible", timeout=5_000)
+                    break
+                except Exception:  # noqa: BLE001 - the shortcut can come before the Lab listens: again
+                    pass
+            palette.fill("nsys")
+            item = page.locator(".lm-CommandPalette-item").first
+            assert "Profile cell with Nsight Systems" in item.inner_text(), item.inner_text()
+            page.keyboard.press("Escape")
             cells = page.locator(".jp-Notebook .jp-CodeCell")
             first = cells.nth(0)
             first.locator(".jp-InputPrompt").click()  # make it the active cell
@@ -80,7 +98,10 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             page.locator(".jp-SideBar [data-id='nsight-magic-profiles']").click()
             entry = page.locator(".nm-profile").first
             entry.wait_for(timeout=30_000)
-            assert entry.locator(".nm-profile-name").inner_text().startswith("cell")
+            # named after the prompt the user sees ([1]), not one higher
+            assert first.locator(".jp-InputPrompt").inner_text().strip() == "[1]:"
+            assert entry.locator(".nm-profile-name").inner_text().startswith("cell1-")
+            assert entry.locator(".nm-profile-meta").inner_text().startswith("nsys · ")
             assert "top NVTX range: lab-range" in entry.inner_text()
             page.screenshot(path=str(ARTIFACTS / "labextension_sidebar.png"))
             entry.click()
@@ -112,8 +133,29 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             assert "not reached" not in second.locator(".jp-OutputArea").inner_text()
             assert _cell_text(second) == SLOW
             page.screenshot(path=str(ARTIFACTS / "labextension_interrupted.png"))
+
+            # a run that failed before nsys started: the sidebar says which tool and that it left no report
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+            third = cells.nth(2)
+            third.locator(".jp-InputPrompt").click()
+            button.click()
+            third.locator(".jp-OutputArea").get_by_text("syntax error in the cell", exact=False).first.wait_for(timeout=120_000)
+            failed = page.locator(".nm-profile", has_text="no report (failed run)").first
+            failed.wait_for(timeout=30_000)
+            assert failed.locator(".nm-profile-meta").inner_text().startswith("nsys · ")
+
+            # "Insert %nsys_load cell" from the sidebar's menu leaves the focus in the notebook: Shift+Enter runs it
+            page.locator(".nm-profile", has_text="top NVTX range: lab-range").first.click(button="right")
+            page.locator(".lm-Menu-item", has_text="Insert %nsys_load cell").click()
+            inserted = cells.nth(3)
+            inserted.wait_for(timeout=10_000)
+            assert _cell_text(inserted).startswith("%nsys_load ")
+            page.keyboard.press("Shift+Enter")
+            inserted.locator(".jp-OutputArea").get_by_text("Timeline").first.wait_for(timeout=120_000)
+            page.screenshot(path=str(ARTIFACTS / "labextension_inserted_load.png"))
             b.close()
         assert errors == [], errors
+        assert missing == [], missing
         profiles = sorted((root / "nsight-profiles").iterdir())
-        assert len(profiles) == 2
+        assert len(profiles) == 3
         assert json.loads((profiles[0] / "summary.json").read_text())["top_range"] == "lab-range"

@@ -73,7 +73,13 @@ export async function listProfiles(contents: Contents.IManager, dir: string): Pr
         p.tool = ncu ? 'ncu' : nsys ? 'nsys' : undefined;
         if (!nsys && !ncu) {
           p.failed = true;
-          if (names.has('command.txt')) {
+          if (names.has('run.json')) {
+            // written first when the run began (nsight-magic 0.1+), so even a syntax error says its tool
+            const r = await contents.get(joinPath(folder.path, 'run.json'), { content: true, format: 'text' });
+            const tool = JSON.parse(String(r.content)).tool;
+            p.tool = tool === 'ncu' || tool === 'nsys' ? tool : undefined;
+          }
+          if (!p.tool && names.has('command.txt')) {
             const c = await contents.get(joinPath(folder.path, 'command.txt'), { content: true, format: 'text' });
             p.tool = /(^|\/)ncu(\s|$)/.test(String(c.content).split('\n')[0].split(' --')[0]) ? 'ncu' : 'nsys';
           }

@@ -28,7 +28,7 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     t0 = time.monotonic()
     # --module NAME selects a module's NVTX range: give the models their ranges unless the user chose otherwise
     prep, ncu, version = _prepare_with_tool(
-        cell, opts, ncu_tool.find_ncu, ncu_tool.ncu_version, capture="cell", setup_sources=setup_sources,
+        cell, opts, "ncu", ncu_tool.find_ncu, ncu_tool.ncu_version, capture="cell", setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared,
         annotations=_annotations(opts, modules=0 if ncu_opts.module else None))
     folder = prep.folder

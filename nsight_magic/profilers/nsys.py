@@ -148,7 +148,7 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     validate_passthrough(shlex.join(opts.nsys_args), NSYS_OWNED_FLAGS, "nsys")
     _check_nproc(opts, script)
     prep, nsys, version = _prepare_with_tool(
-        cell, opts, tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
+        cell, opts, "nsys", tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,
         cell_first_line=cell_first_line)
     folder = prep.folder

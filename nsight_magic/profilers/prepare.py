@@ -37,7 +37,8 @@ def _check_syntax(cell: str, folder: ProfileFolder) -> None:
 def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None, send_vars=None,
             no_vars=False, capture="cell", returns=(), script: str | None = None, script_args=(),
             cwd: Path | None = None, annotations: dict | None = None, nproc: int | None = None,
-            return_all: bool = False, per_rank_reports: bool = False, cell_first_line: int = 1) -> _Prepared:
+            return_all: bool = False, per_rank_reports: bool = False, cell_first_line: int = 1,
+            tool: str = "nsys") -> _Prepared:
     """Create the profile folder and write everything the child needs (cell, setup, variables, run.json)."""
     root = profiles_root(directory)
     try:
@@ -45,6 +46,8 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     except OSError as e:
         raise OptionError(f"cannot create a profile folder under {root} ({e.strerror or e}); "
                           f"choose another place with --dir") from None
+    # which profiler the folder is for, first: a run that stops here (a syntax error) still says it
+    folder.write_json(folder.run_config, {"tool": tool})
     folder.cell.write_text(cell)
     setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
     folder.setup.write_text(setup_text + ("\n" if setup_text else ""))
@@ -63,6 +66,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     folder.write_json(folder.vars_manifest, [v.__dict__ for v in manifest])
     cwd = Path(cwd or Path.cwd())
     folder.write_json(folder.run_config, {
+        "tool": tool,
         "capture": capture,
         "range_name": folder.path.name,
         "returns": list(returns),
@@ -106,9 +110,9 @@ def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> di
     }
 
 
-def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture: str, setup_sources, namespace,
-                       on_prepared, script: str | None = None, script_args=(), annotations: dict | None = None,
-                       cell_first_line: int = 1):
+def _prepare_with_tool(cell: str, opts: RunOptions, tool: str, find, version_of, *, capture: str, setup_sources,
+                       namespace, on_prepared, script: str | None = None, script_args=(),
+                       annotations: dict | None = None, cell_first_line: int = 1):
     """The profile folder with everything the child needs, then the profiler and its version.
 
     The folder comes first so that even "nsys not found" says where the cell is kept."""
@@ -117,7 +121,8 @@ def _prepare_with_tool(cell: str, opts: RunOptions, find, version_of, *, capture
                    returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
                    annotations=annotations if annotations is not None else _annotations(opts),
                    nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False),
-                   per_rank_reports=getattr(opts, "per_rank_reports", False), cell_first_line=cell_first_line)
+                   per_rank_reports=getattr(opts, "per_rank_reports", False), cell_first_line=cell_first_line,
+                   tool=tool)
     if on_prepared:
         on_prepared(prep.manifest)
     try:
