@@ -299,7 +299,8 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         from .line_ranges import helpers, instrument
 
         ns.update(helpers())
-        code = instrument(code_path.read_text(), str(code_path))
+        # ranges named in the editor's numbers, as the Lines tab shows them (a script: its own)
+        code = instrument(code_path.read_text(), str(code_path), 1 if script else cfg.get("cell_first_line", 1))
     else:
         code = compile(code_path.read_text(), str(code_path), "exec")
     status = 0

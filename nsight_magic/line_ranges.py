@@ -2,7 +2,7 @@
 
 `instrument(source, filename)` compiles the cell with every top-level statement, and every statement in the body of
 a top-level for / while / with (async too), wrapped in an NVTX range "L<n>: <the line, cut>" of the domain
-LINE_DOMAIN.  The wrapping is an AST transform that keeps every node's original position, so tracebacks name the
+LINE_DOMAIN, n in the editor's numbers (`first_line`: the number of the cell's first line, 2 under %%nsys).  The wrapping is an AST transform that keeps every node's original position, so tracebacks name the
 user's own line numbers; `break` and `continue` inside a wrapped body leave its range as any `with` does.
 """
 from __future__ import annotations
@@ -21,12 +21,13 @@ def label(lineno: int, text: str) -> str:
 
 
 class _Wrap(ast.NodeTransformer):
-    def __init__(self, source: str):
+    def __init__(self, source: str, first_line: int = 1):
         self.source = source
+        self.offset = first_line - 1
 
     def _wrap(self, stmt: ast.stmt) -> ast.stmt:
         text = ast.get_source_segment(self.source, stmt) or ""
-        call = ast.Call(func=ast.Name(HELPER, ast.Load()), args=[ast.Constant(label(stmt.lineno, text))], keywords=[])
+        call = ast.Call(func=ast.Name(HELPER, ast.Load()), args=[ast.Constant(label(stmt.lineno + self.offset, text))], keywords=[])
         node = ast.With(items=[ast.withitem(context_expr=call)], body=[stmt])
         for n in (node, call, call.func, call.args[0], node.items[0]):
             ast.copy_location(n, stmt)
@@ -47,15 +48,15 @@ class _Wrap(ast.NodeTransformer):
         return out
 
 
-def transform(source: str) -> ast.Module:
+def transform(source: str, first_line: int = 1) -> ast.Module:
     tree = ast.parse(source)
-    tree.body = _Wrap(source).body(tree.body, nested=False)
+    tree.body = _Wrap(source, first_line).body(tree.body, nested=False)
     return ast.fix_missing_locations(tree)
 
 
-def instrument(source: str, filename: str):
+def instrument(source: str, filename: str, first_line: int = 1):
     """The cell compiled with its lines in NVTX ranges; run it in a namespace that holds helpers()."""
-    return compile(transform(source), filename, "exec")
+    return compile(transform(source, first_line), filename, "exec")
 
 
 def helpers() -> dict:

@@ -70,10 +70,14 @@ def test_the_lines_tab_numbers_lines_as_the_editor_does(kernel, tmp_path):
     from nsight_magic.views.report_view import _lines_and_modules
 
     (folder,) = (tmp_path / "nsight-profiles").iterdir()
-    lines, _ = _lines_and_modules(open_report(folder), folder)  # what the Lines tab shows
+    report = open_report(folder)
+    lines, _ = _lines_and_modules(report, folder)  # what the Lines tab shows
     by_line = lines.set_index("line")
     # the editor numbers the %%nsys line 1: the cell's first line is 2, the 0.15 s sleep is line 4
     assert int(by_line["cpu_ns"].idxmax()) == 4 and 2 in by_line.index and 1 not in by_line.index
+    assert by_line.loc[4, "source"] == "time.sleep(0.15)"
+    # and the timeline's ranges say the same numbers
+    assert "L4: time.sleep(0.15)" in set(report.nvtx["name"].astype(str))
 
 
 @requires_nsys

@@ -80,7 +80,8 @@ def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.Da
         return pd.DataFrame(columns=LINE_COLUMNS)
     r = _ranges_with_gpu(report, mask)
     r = r[r["end_ns"].notna()]
-    r["line"] = r["name"].astype(str).str.extract(_LINE_RX, expand=False).astype(int)
+    # the ranges carry the editor's numbers; the cell's own (1 = its first line) index its source
+    r["line"] = r["name"].astype(str).str.extract(_LINE_RX, expand=False).astype(int) - (int(first_line) - 1)
     agg = r.groupby("line").agg(hits=("line", "size"), cpu_ns=("duration_ns", "sum"),
                                 gpu_ns=("proj_duration_ns", "sum"), gpu_ops=("gpu_ops", "sum"),
                                 text=("name", "first"))
