@@ -253,3 +253,43 @@ def test_ncu_findings_rank_the_guided_analysis_rules():
     assert abs(top.time_at_stake_ns - expected) <= 1
     assert top.evidence["nvtx_range"].astype(str).str.startswith("step 3").all()
     assert np.isfinite(top.evidence["speedup_pct"]).all()
+
+
+def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
+    """With %%nsys --ops, the evidence and the explanation name the PyTorch operator whose call made the copy or the
+    sync.  Our H100 report (findings_bad) with operator ranges laid, as --ops lays them, around the CUDA calls of
+    its pageable copies (aten::copy_) and its synchronisations (aten::_local_scalar_dense, as `.item()` makes)."""
+    import shutil
+    import sqlite3
+
+    from nsight_magic.analysis.rules.copies import pageable_async_copies
+    from nsight_magic.ops import OPS_DOMAIN
+
+    with open_nsys_report(BAD) as plain:
+        corr = sorted(int(c) for c in pageable_async_copies(plain)["correlation_id"])
+        before = {f.rule: f for f in plain.findings(rules=["cuda_memcpy_async", "cuda_api_sync"])}
+    p = tmp_path / "with_ops.sqlite"
+    shutil.copyfile(BAD, p)
+    con = sqlite3.connect(p)
+    with con:
+        gtid = con.execute("SELECT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId = ?",
+                           (corr[0],)).fetchone()[0]
+        con.execute("INSERT INTO NVTX_EVENTS (start, eventType, text, globalTid, domainId) VALUES (0, 75, ?, ?, 7)",
+                    (OPS_DOMAIN, gtid))
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                    "SELECT start - 50, end + 50, 59, 'aten::copy_', globalTid, 7 FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+                    f"WHERE correlationId IN ({', '.join(map(str, corr))})")
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                    "SELECT r.start - 50, r.end + 50, 59, 'aten::_local_scalar_dense', r.globalTid, 7 "
+                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+                    "WHERE s.value LIKE 'cudaStreamSynchronize%' OR s.value LIKE 'cudaDeviceSynchronize%'")
+    con.close()
+    with open_nsys_report(p) as rep:
+        after = {f.rule: f for f in rep.findings(rules=["cuda_memcpy_async", "cuda_api_sync"])}
+    copy, sync = after["cuda_memcpy_async"], after["cuda_api_sync"]
+    assert set(copy.evidence["op"]) == {"aten::copy_"} and "from PyTorch operator aten::copy_" in copy.explanation
+    assert set(sync.evidence["op"]) == {"aten::_local_scalar_dense"}
+    assert "from PyTorch operator aten::_local_scalar_dense" in sync.explanation
+    # the user's own NVTX ranges are still the ones named (operator ranges are not "where")
+    assert copy.evidence["nvtx_range"].tolist() == before["cuda_memcpy_async"].evidence["nvtx_range"].tolist()
+    assert "op" not in before["cuda_memcpy_async"].evidence

@@ -168,21 +168,37 @@ def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
     top = top.sort_values("start_ns", kind="stable")
     ranges = [r for r in dict.fromkeys(top.get("nvtx_range", pd.Series(dtype=object)).dropna())][:6]
     where = f", in NVTX range{'s' if len(ranges) > 1 else ''} {', '.join(map(str, ranges))}" if ranges else ""
+    ops = [o for o in dict.fromkeys(top.get("op", pd.Series(dtype=object)).dropna())][:4]
+    if ops:  # %%nsys --ops: the PyTorch operators that made these calls
+        where += f"{',' if where else ''} from PyTorch operator{'s' if len(ops) > 1 else ''} {', '.join(map(str, ops))}"
     if len(top) == len(d):
         return f" All {len(d)} take their time{where}." if where else ""
     return f" {len(top)} of them take {pct:.0f}% of that time{where}."
 
 
+def with_operator(report, extra: dict, pid, tid, t) -> dict:
+    """`extra` plus an "op" column where the report has %%nsys --ops ranges: the PyTorch operator open on each
+    call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
+    from ...ops import OPS_DOMAIN
+
+    nv = report.nvtx
+    if nv.empty or not (nv["domain"].astype(str) == OPS_DOMAIN).any():
+        return extra
+    return {**extra, "op": Enclosing(report, only=(OPS_DOMAIN,))(pid, tid, t)}
+
+
 class Enclosing:
     """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
-    time, for many events."""
+    time, for many events; only=(domain, ...): the innermost range of those domains instead."""
 
-    def __init__(self, report, exclude_domains=()):
+    def __init__(self, report, exclude_domains=(), only=()):
         from ...ops import OPS_DOMAIN
 
         nv = report.nvtx
         nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
-        if len(nv):
+        if len(nv) and only:
+            nv = nv[nv["domain"].astype(str).isin(only).to_numpy()]
+        elif len(nv):
             nv = nv[~nv["domain"].astype(str).isin((CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)).to_numpy()]
         self.threads = {}
         for (pid, tid), g in nv.groupby(["pid", "tid"], sort=False):
@@ -196,7 +212,9 @@ class Enclosing:
                     stack.pop()
                 parent[i] = stack[-1] if stack else -1
                 stack.append(i)
-            self.threads[(int(pid), int(tid))] = (s, e, parent, g["label"].astype(str).to_numpy(object))
+            # a range's label ("Domain:name"); the name alone where one domain was asked for
+            self.threads[(int(pid), int(tid))] = (s, e, parent, g["name" if only else "label"].astype(str)
+                                                  .to_numpy(object))
 
     def __call__(self, pid, tid, t) -> np.ndarray:
         out = np.full(len(t), None, dtype=object)

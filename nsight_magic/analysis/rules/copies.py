@@ -11,7 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .common import Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, where_words
+from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, where_words,
+                     with_operator)
 
 
 def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
@@ -57,9 +58,11 @@ def serialized_copies(report) -> pd.DataFrame:
 
 def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
     return evidence(m.assign(tid=m["api_tid"]), "memcpy " + m["kind"].astype(str),
-                    {"bytes": m["bytes"], "src_kind": m["src_kind"].astype(str), "dst_kind": m["dst_kind"].astype(str),
-                     "api_name": m["api_name"],
-                     "nvtx_range": Enclosing(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))})
+                    with_operator(report, {
+                        "bytes": m["bytes"], "src_kind": m["src_kind"].astype(str),
+                        "dst_kind": m["dst_kind"].astype(str), "api_name": m["api_name"],
+                        "nvtx_range": Enclosing(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))},
+                        m["pid"], m["api_tid"], m["api_start_ns"].fillna(0)))
 
 
 def _exposed(ctx: Context, ev: pd.DataFrame) -> int:

@@ -12,7 +12,8 @@ import pandas as pd
 
 from ...child import CAPTURE_DOMAIN
 from .. import intervals as I
-from .common import Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words
+from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words,
+                     with_operator)
 
 
 def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
@@ -25,8 +26,9 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
     sel = a[like(a["name"], "cudaDeviceSynchronize%") | like(a["name"], "cudaStreamSynchronize%")]
     if sel.empty:
         return []
-    ev = evidence(sel, sel["name"].astype(str),
-                  {"nvtx_range": Enclosing(report)(sel["pid"], sel["tid"], sel["start_ns"])})
+    ev = evidence(sel, sel["name"].astype(str), with_operator(
+        report, {"nvtx_range": Enclosing(report)(sel["pid"], sel["tid"], sel["start_ns"])},
+        sel["pid"], sel["tid"], sel["start_ns"]))
     at_stake = _sync_idle(ctx, r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
     names = ", ".join(sorted(set(ev["name"].str.replace(r"_v\d+$", "", regex=True))))
     waited = int(ev["duration_ns"].sum())

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import intervals as I
-from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of
+from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
 
@@ -102,7 +102,9 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
     t = k[hit]
     if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
         return []
-    ev = evidence(t, t["name"].astype(str))
+    a = api_of(t, report.cuda_api)  # with --ops, the operator whose call launched each transpose
+    ev = evidence(t, t["name"].astype(str), with_operator(report, {}, t["pid"], a["api_tid"],
+                                                          pd.to_numeric(a["api_start_ns"]).fillna(0)))
     own = int(ev["duration_ns"].sum())
     at_stake = gpu_side_saving(ctx, t)
     return [Finding(
@@ -110,6 +112,7 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
         f"{len(ev)} layout transposes take {own * 100 / total_gpu:.1f}% of kernel time",
         "Kernels converting tensors between NCHW and NHWC ran around the convolutions: the model's tensors are in "
         "one layout and the fastest convolution kernels (Tensor Cores) want the other."
+        + (where_words(ev) if "op" in ev else "")
         + ("" if at_stake else " The host sets this loop's pace, so removing them would not shorten it yet."),
         "Keep the whole network in channels_last: `model = model.to(memory_format=torch.channels_last)` and "
         "`x = x.to(memory_format=torch.channels_last)` (with AMP for fp16/bf16 Tensor Core kernels).",
