@@ -47,6 +47,32 @@ def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: 
     return nb
 
 
+def kernel_runner(cwd):
+    """A real kernel (jupyter_client) started in `cwd`: (km, kc, run); run(code) executes one cell and returns
+    (the text it showed: streams, results, tracebacks; the pager's text (`%%nsys?`); its execution count)."""
+    from jupyter_client.manager import start_new_kernel
+
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+
+    def run(code: str):
+        out = []
+
+        def hook(msg):
+            c = msg["content"]
+            if msg["msg_type"] == "stream":
+                out.append(c["text"])
+            elif msg["msg_type"] == "error":
+                out.append("\n".join(c["traceback"]))
+            elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
+                out.append(c["data"].get("text/plain", ""))
+
+        reply = kc.execute_interactive(code, output_hook=hook, timeout=240)["content"]
+        pages = [p["data"].get("text/plain", "") for p in reply.get("payload", []) if p.get("source") == "page"]
+        return "".join(out), "".join(pages), reply.get("execution_count")
+
+    return km, kc, run
+
+
 def cell_text(cell, name: str | None = None) -> str:
     """What a cell showed as text: its streams (only stream `name` when given), text/plain results (without
     `name`) and tracebacks."""

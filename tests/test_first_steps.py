@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import requires_nsys
+from conftest import kernel_runner, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import run_nsys
 
@@ -14,26 +14,7 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.fixture
 def kernel(tmp_path):
     """A real kernel in tmp_path; run(code) -> (shown text, pager text, execution count)."""
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
-
-    def run(code: str):
-        out = []
-
-        def hook(msg):
-            c = msg["content"]
-            if msg["msg_type"] == "stream":
-                out.append(c["text"])
-            elif msg["msg_type"] == "error":
-                out.append("\n".join(c["traceback"]))
-            elif msg["msg_type"] in ("display_data", "execute_result"):
-                out.append(c["data"].get("text/plain", ""))
-
-        reply = kc.execute_interactive(code, output_hook=hook, timeout=240)["content"]
-        pages = [p["data"].get("text/plain", "") for p in reply.get("payload", []) if p.get("source") == "page"]
-        return "".join(out), "".join(pages), reply.get("execution_count")
-
+    km, kc, run = kernel_runner(tmp_path)
     yield run
     kc.stop_channels()
     km.shutdown_kernel(now=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nvtx_ranges, requires_nsys
+from conftest import kernel_runner, nvtx_ranges, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
 from nsight_magic.run import run_nsys
@@ -195,26 +195,8 @@ def test_no_secret_reaches_the_warm_report(tmp_path, sessions, monkeypatch):
 
 # ---- a real kernel: the magic, %nsys_session, and the kernel's end --------------------------------------------
 def _kernel_cells(tmp_path):
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(tmp_path))
-
-    def run(code: str) -> str:
-        out = []
-
-        def hook(msg):
-            c = msg["content"]
-            if msg["msg_type"] == "stream":
-                out.append(c["text"])
-            elif msg["msg_type"] == "error":
-                out.append("\n".join(c["traceback"]))
-            elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
-                out.append(c["data"].get("text/plain", ""))
-
-        kc.execute_interactive(code, output_hook=hook, timeout=240)
-        return "".join(out)
-
-    return km, kc, run
+    km, kc, run = kernel_runner(tmp_path)
+    return km, kc, lambda code: run(code)[0]
 
 
 def _session_dirs() -> set[Path]:
