@@ -46,9 +46,9 @@ def main() -> None:
                 twin = opened(name, "fixed")
                 alarms = ",".join(x.rule for x in twin.findings() if x.severity in ("high", "medium")) or "none"
                 twin.close()
-            rows.append((name, f"{kind} ({e['expect_kind']})", f"{first.rule if first else '-'}"
-                         f"{'/' + first.severity if first else ''} ({e['expect_rule'] or '-'})", f"{est:.3f}", f"{gain:.3f}" if gain else "-",
-                         f"{est / gain:.2f}" if gain else "-", alarms))
+            found = f"{first.rule}/{first.severity}" if first else "-"
+            rows.append((name, f"{kind} ({e['expect_kind']})", f"{found} ({e['expect_rule'] or '-'})", f"{est:.3f}",
+                         f"{gain:.3f}" if gain else "-", f"{est / gain:.2f}" if gain else "-", alarms))
             rep.close()
     head = ("workload", "verdict (planted)", "first finding (planted)", "est s", "gain s", "ratio",
             "fixed twin: medium/high")

@@ -2,8 +2,9 @@
 
 `instrument(source, filename)` compiles the cell with every top-level statement, and every statement in the body of
 a top-level for / while / with (async too), wrapped in an NVTX range "L<n>: <the line, cut>" of the domain
-LINE_DOMAIN, n in the editor's numbers (`first_line`: the number of the cell's first line, 2 under %%nsys).  The wrapping is an AST transform that keeps every node's original position, so tracebacks name the
-user's own line numbers; `break` and `continue` inside a wrapped body leave its range as any `with` does.
+LINE_DOMAIN, n in the editor's numbers (`first_line`: the number of the cell's first line, 2 under %%nsys).  The
+wrapping is an AST transform that keeps every node's original position, so tracebacks name the user's own line
+numbers; `break` and `continue` inside a wrapped body leave its range as any `with` does.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ class _Wrap(ast.NodeTransformer):
 
     def _wrap(self, stmt: ast.stmt) -> ast.stmt:
         text = ast.get_source_segment(self.source, stmt) or ""
-        call = ast.Call(func=ast.Name(HELPER, ast.Load()), args=[ast.Constant(label(stmt.lineno + self.offset, text))], keywords=[])
+        name = ast.Constant(label(stmt.lineno + self.offset, text))
+        call = ast.Call(func=ast.Name(HELPER, ast.Load()), args=[name], keywords=[])
         node = ast.With(items=[ast.withitem(context_expr=call)], body=[stmt])
         for n in (node, call, call.func, call.args[0], node.items[0]):
             ast.copy_location(n, stmt)

@@ -138,7 +138,8 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             third = cells.nth(2)
             third.locator(".jp-InputPrompt").click()
             button.click()
-            third.locator(".jp-OutputArea").get_by_text("syntax error in the cell", exact=False).first.wait_for(timeout=120_000)
+            said = third.locator(".jp-OutputArea").get_by_text("syntax error in the cell", exact=False)
+            said.first.wait_for(timeout=120_000)
             failed = page.locator(".nm-profile", has_text="no report (failed run)").first
             failed.wait_for(timeout=30_000)
             assert failed.locator(".nm-profile-meta").inner_text().startswith("nsys · ")

@@ -191,9 +191,11 @@ TABLE_JS = r"""
       st.querySelector('.nm-pos').textContent = `${i + 1}/${spans.length}`;
       st.style.display = spans.length > 1 ? '' : 'none';
     }
-    root.querySelectorAll('td.nm-zoom').forEach(c => { if (c.childNodes[0] && c.childNodes[0].textContent === label) {
-      c.dataset.i = String(i); const pos = c.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
-    } });
+    root.querySelectorAll('td.nm-zoom').forEach(c => {  // the name's cell keeps the same position
+      if (!c.childNodes[0] || c.childNodes[0].textContent !== label) return;
+      c.dataset.i = String(i);
+      const pos = c.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
+    });
     const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click();
   }
   document.addEventListener('input', function (ev) {
