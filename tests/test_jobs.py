@@ -15,6 +15,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -236,6 +237,7 @@ dist.destroy_process_group()
 @requires_nsys
 @pytest.mark.nsys
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
+@pytest.mark.timeout(480)
 def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job (and with
     %nsys_load in a real kernel)."""
@@ -244,11 +246,19 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     out = tmp_path / "prof"
     out.mkdir()
     nsys = shutil.which("nsys")
-    p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8",
-                        "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-                        "-o", str(out / "report.%q{RANK}"), sys.executable, str(script)],
-                       capture_output=True, text=True, timeout=280)
-    assert p.returncode == 0, p.stderr[-2000:]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8", "--redirects=3",
+           "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--force-overwrite=true",
+           "-o", str(out / "report.%q{RANK}"), sys.executable, str(script)]
+    # 8 ranks under nsys on 2 cores failed once in CI (every rank exit 1, their output not kept); gloo's full-mesh
+    # connect can fail with "Connection refused" (seen here on a torchrun restart, which reuses stale peer addresses).
+    # So a failed recording is run once more, from scratch, and each rank's output is kept in logs/ and shown
+    for attempt in (1, 2):
+        logs = tmp_path / f"logs{attempt}"
+        p = subprocess.run(cmd[:5] + ["--log-dir", str(logs)] + cmd[5:], capture_output=True, text=True, timeout=120)
+        if p.returncode == 0:
+            break
+        warnings.warn(f"recording attempt {attempt} of the gloo job failed:\n" + _rank_logs(logs))
+    assert p.returncode == 0, _rank_logs(logs) + p.stderr[-1500:]
     from conftest import cell_text, run_notebook
 
     from nsight_magic import open_job
@@ -268,6 +278,16 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
     text = cell_text(nb.cells[1])
     assert "Job: 8 ranks loaded" in text and "Verdict:" in text, text
+
+
+def _rank_logs(logs):
+    """The last lines each rank wrote (torchrun --log-dir --redirects)."""
+    out = []
+    for f in sorted(logs.glob("*/attempt_*/*/std*.log")):
+        tail = f.read_text(errors="replace").strip().splitlines()[-6:]
+        if tail:
+            out.append(f"rank {f.parent.name} {f.stem}:\n  " + "\n  ".join(tail))
+    return "\n".join(out) + "\n"
 
 
 def _export_of(folder, rank):
