@@ -12,6 +12,7 @@ import importlib.util
 import lzma
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -254,11 +255,11 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     # So a failed recording is run once more, from scratch, and each rank's output is kept in logs/ and shown
     for attempt in (1, 2):
         logs = tmp_path / f"logs{attempt}"
-        p = subprocess.run(cmd[:5] + ["--log-dir", str(logs)] + cmd[5:], capture_output=True, text=True, timeout=120)
-        if p.returncode == 0:
+        rc, err = _run_group(cmd[:5] + ["--log-dir", str(logs)] + cmd[5:], timeout=120)
+        if rc == 0:
             break
-        warnings.warn(f"recording attempt {attempt} of the gloo job failed:\n" + _rank_logs(logs))
-    assert p.returncode == 0, _rank_logs(logs) + p.stderr[-1500:]
+        warnings.warn(f"recording attempt {attempt} of the gloo job failed (exit {rc}):\n" + _rank_logs(logs))
+    assert rc == 0, _rank_logs(logs) + err[-1500:]
     from conftest import cell_text, run_notebook
 
     from nsight_magic import open_job
@@ -278,6 +279,19 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
     text = cell_text(nb.cells[1])
     assert "Job: 8 ranks loaded" in text and "Verdict:" in text, text
+
+
+def _run_group(cmd, timeout):
+    """(exit status, stderr) of cmd in its own process group, the whole group killed after timeout (nsys's agents
+    and the ranks outlive torchrun)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = p.communicate(timeout=timeout)
+        return p.returncode, err
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        _, err = p.communicate()
+        return f"killed after {timeout} s", err
 
 
 def _rank_logs(logs):
