@@ -108,6 +108,13 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     assert before[0] > 0 and before[1] > 1 and pg.page.evaluate(visible) == [before[0], 1], before
     label_text = pg.page.evaluate(f"() => {LABELS}.model.renderers[0].data_source.data.text")
     assert label_text[0].startswith("▸ ")  # the folded mark on the process
+    # names on the one strip do not overlap (the sleep's OS calls lie under the ranges): each starts after the last
+    placed = pg.page.evaluate(js("() => { const v = " + MAIN + "; const d = v.model.renderers.map(r => r.data_source)"
+                                 ".find(s => s.name && s.name.endsWith('-labels')).data;"
+                                 " return d.x.map((x, i) => [d.y[i], v.frame.x_scale.compute(x), d.text[i]]); }"))
+    assert len(placed) >= 2, placed
+    for (y0, x0, t0), (y1, x1, _) in zip(sorted(placed), sorted(placed)[1:]):
+        assert y0 != y1 or x1 >= x0 + 6.2 * len(t0), (t0, x0, x1)
     pg.screenshot("timeline_folded.png")
     at = pg.page.evaluate(where, [proc["key"], LABELS])  # the plot is shorter now: the name moved
     pg.page.mouse.click(at["x"], at["y"])  # and back

@@ -133,17 +133,19 @@ const x0 = plot.x_range.start, x1 = plot.x_range.end;
 const w = plot.inner_width > 0 ? plot.inner_width : plot.width;
 const px = w / Math.max(x1 - x0, 1e-12);
 const X = [], Y = [], T = [], C = [];
+const taken = new Map();  // row y -> where its last label ends: bars that overlap in a row (streams drawn together)
 for (let i = 0; i < n && X.length < max_labels; i++) {
   if (!isFinite(d.y[i]) || d.right[i] < x0 || d.left[i] > x1) continue;
   const l = Math.max(d.left[i], x0), r = Math.min(d.right[i], x1);
   const room = (r - l) * px - 6;
-  if (room < 24) continue;
+  if (room < 24 || l < (taken.get(d.y[i]) ?? -Infinity)) continue;
   const name = String(names[d.name[i]] || '');
   const fit = Math.floor(room / char_px);
   if (fit < 3) continue;
-  X.push(l + 3 / px); Y.push(d.y[i]);
-  T.push(name.length <= fit ? name : name.slice(0, fit - 1) + '…');
+  const text = name.length <= fit ? name : name.slice(0, fit - 1) + '…';
+  X.push(l + 3 / px); Y.push(d.y[i]); T.push(text);
   C.push(text_color[d.color[i]] || '#111111');
+  taken.set(d.y[i], l + (text.length * char_px + 6) / px);
 }
 labels.data = {x: X, y: Y, text: T, tcol: C};
 """
@@ -300,18 +302,21 @@ class TimelineView:
         px = self.width / max(x1 - x0, 1e-12)
         tc = text_colors(self.data.palette or ["#4c78a8"])
         X, Y, T, C = [], [], [], []
+        taken: dict[float, float] = {}  # as _LABELS_JS: a row's labels never overlap
         for left, right, y, nm, col in zip(e["left"], e["right"], e["y"], e["name"], e["color"]):
             room = (min(right, x1) - max(left, x0)) * px - 6
-            if not np.isfinite(y) or room < 24:
+            if not np.isfinite(y) or room < 24 or max(left, x0) < taken.get(y, -np.inf):
                 continue
             name = str(self.data.names[nm]) if 0 <= nm < len(self.data.names) else ""
             fit = int(room // 6.2)
             if fit < 3:
                 continue
+            text = name if len(name) <= fit else name[: fit - 1] + "…"
             X.append(max(left, x0) + 3 / px)
             Y.append(float(y))
-            T.append(name if len(name) <= fit else name[: fit - 1] + "…")
+            T.append(text)
             C.append(tc[col] if 0 <= col < len(tc) else "#111111")
+            taken[y] = max(left, x0) + (len(text) * 6.2 + 6) / px
             if len(X) >= 600:
                 break
         self.label_src.data = {"x": X, "y": Y, "text": T, "tcol": C}
