@@ -238,7 +238,7 @@ dist.destroy_process_group()
 @requires_nsys
 @pytest.mark.nsys
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
-@pytest.mark.timeout(480)
+@pytest.mark.timeout(600)
 def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job (and with
     %nsys_load in a real kernel)."""
@@ -247,15 +247,21 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     out = tmp_path / "prof"
     out.mkdir()
     nsys = shutil.which("nsys")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8", "--redirects=3",
-           "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "--force-overwrite=true",
-           "-o", str(out / "report.%q{RANK}"), sys.executable, str(script)]
-    # 8 ranks under nsys on 2 cores failed once in CI (every rank exit 1, their output not kept); gloo's full-mesh
-    # connect can fail with "Connection refused" (seen here on a torchrun restart, which reuses stale peer addresses).
-    # So a failed recording is run once more, from scratch, and each rank's output is kept in logs/ and shown
-    for attempt in (1, 2):
+    from nsight_magic.tools import isolation_prefix
+
+    # 8 nsys 2022.4 starting at once sometimes fail at start-up (sem_open, "Local Endpoint is not available"; in
+    # CI every rank exited 1, its output not kept). Here: 3 of 26 runs failed plain, 1 of 22 in the PID namespace
+    # with the private /dev/shm and /tmp/nvidia that %%nsys uses (which also ends the agents a failed run leaves).
+    # So the job runs there, a failed recording is made again from scratch (at most 3 times), each rank's output
+    # is shown.
+    cmd = [*isolation_prefix()[0], sys.executable, "-m", "torch.distributed.run", "--standalone",
+           "--nproc_per_node=8", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none",
+           "--cpuctxsw=none", "--force-overwrite=true", "-o", str(out / "report.%q{RANK}"), sys.executable,
+           str(script)]
+    at = cmd.index("--redirects=3")
+    for attempt in (1, 2, 3):
         logs = tmp_path / f"logs{attempt}"
-        rc, err = _run_group(cmd[:5] + ["--log-dir", str(logs)] + cmd[5:], timeout=120)
+        rc, err = _run_group(cmd[:at] + ["--log-dir", str(logs)] + cmd[at:], timeout=90)
         if rc == 0:
             break
         warnings.warn(f"recording attempt {attempt} of the gloo job failed (exit {rc}):\n" + _rank_logs(logs))
