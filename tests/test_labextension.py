@@ -81,7 +81,7 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             for _ in range(3):  # a request sent while the kernel connection settles can be dropped: retry
                 button.click()
                 try:
-                    out.get_by_text("nsys: ok", exact=False).wait_for(timeout=150_000)
+                    out.get_by_text("nsys: ok", exact=False).first.wait_for(timeout=150_000)
                     break
                 except Exception:  # noqa: BLE001
                     if "nsys:" in out.inner_text():
@@ -126,9 +126,9 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             second = cells.nth(1)
             second.locator(".jp-InputPrompt").click()
             button.click()
-            second.locator(".jp-OutputArea").get_by_text("sleeping").wait_for(timeout=150_000)
+            second.locator(".jp-OutputArea").get_by_text("sleeping").first.wait_for(timeout=150_000)
             page.locator(".jp-NotebookPanel-toolbar [data-command='notebook:interrupt-kernel']").first.click()
-            second.locator(".jp-OutputArea").get_by_text("interrupted", exact=False).wait_for(timeout=120_000)
+            second.locator(".jp-OutputArea").get_by_text("interrupted", exact=False).first.wait_for(timeout=120_000)
             assert "not reached" not in second.locator(".jp-OutputArea").inner_text()
             assert _cell_text(second) == SLOW
             page.screenshot(path=str(ARTIFACTS / "labextension_interrupted.png"))
