@@ -1,8 +1,11 @@
 """Shared test helpers: where the shared fixtures are, whether nsys is installed, reading NVTX names with SQL."""
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -85,6 +88,22 @@ def cell_text(cell, name: str | None = None) -> str:
         elif o.output_type == "error":
             parts.append("\n".join(o.traceback))
     return "".join(parts)
+
+
+def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedProcess:
+    """Run a process in its own group, its output as text; after `timeout` s kill the whole group (nsys's agents
+    and a job's ranks outlive their parent) and fail the test, or with fail=False return with returncode None."""
+    kw = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "stdin": subprocess.DEVNULL, **kw}
+    proc = subprocess.Popen(argv, text=True, start_new_session=True, **kw)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        if fail:
+            pytest.fail(f"{argv[:3]} did not finish within {timeout} s")
+        return subprocess.CompletedProcess(argv, None, out, err)
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def fixture_path(*parts: str) -> Path:

@@ -12,7 +12,6 @@ import importlib.util
 import lzma
 import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, requires_nsys
+from conftest import DATA, requires_nsys, run_bounded
 
 JOB = DATA / "job"
 pytestmark = pytest.mark.timeout(300)
@@ -262,11 +261,13 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     at = cmd.index("--redirects=3")
     for attempt in range(1, 6):
         logs = tmp_path / f"logs{attempt}"
-        rc, err = _run_group(cmd[:at] + ["--log-dir", str(logs)] + cmd[at:], timeout=60)
-        if rc == 0:
+        p = run_bounded(cmd[:at] + ["--log-dir", str(logs)] + cmd[at:], timeout=60, fail=False,
+                        stdout=subprocess.DEVNULL)
+        if p.returncode == 0:
             break
-        warnings.warn(f"recording attempt {attempt} of the gloo job failed (exit {rc}):\n" + _rank_logs(logs))
-    assert rc == 0, _rank_logs(logs) + err[-1500:]
+        what = "killed after 60 s" if p.returncode is None else f"exit {p.returncode}"
+        warnings.warn(f"recording attempt {attempt} of the gloo job failed ({what}):\n" + _rank_logs(logs))
+    assert p.returncode == 0, _rank_logs(logs) + p.stderr[-1500:]
     from conftest import cell_text, run_notebook
 
     from nsight_magic import open_job
@@ -286,19 +287,6 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
     text = cell_text(nb.cells[1])
     assert "Job: 8 ranks loaded" in text and "Verdict:" in text, text
-
-
-def _run_group(cmd, timeout):
-    """(exit status, stderr) of cmd in its own process group, the whole group killed after timeout (nsys's agents
-    and the ranks outlive torchrun)."""
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        _, err = p.communicate(timeout=timeout)
-        return p.returncode, err
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        _, err = p.communicate()
-        return f"killed after {timeout} s", err
 
 
 def _rank_logs(logs):

@@ -13,9 +13,7 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import signal
 import sqlite3
-import subprocess
 import sys
 from pathlib import Path
 
@@ -23,6 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import run_bounded
 from nsight_magic import open_report
 from nsight_magic.errors import ReportError
 from nsight_magic.readers.nsys import NsysReport, ReportMeta, open_nsys_report
@@ -50,19 +49,6 @@ def _readable():
 def _need_fixtures():
     if not FIXTURES.is_dir():
         pytest.skip(f"{FIXTURES} is absent")
-
-
-def run_bounded(argv, timeout=120, **kw) -> subprocess.CompletedProcess:
-    """Run a process in its own group; on timeout kill the whole group (nsys leaves agents behind)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, stdin=subprocess.DEVNULL, **kw)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"{argv[:3]} did not finish within {timeout} s")
-    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def nsys_stats(report: str, sqlite: Path, fmt: str = "csv") -> pd.DataFrame | None:

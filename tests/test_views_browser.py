@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import json
 
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -19,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path, requires_chromium
+from conftest import fixture_path, requires_chromium, run_bounded
 from nsight_magic.views.bokehjs import LOADER_MARKER
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
@@ -217,15 +215,8 @@ def _record_nvtx_profile(tmp_path: Path, range_name: str) -> Path:
     out = tmp_path / "xss"
 
     def run(argv, timeout):
-        proc = subprocess.Popen(argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        try:
-            text, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # the nsys agent outlives its parent: kill the group
-            proc.communicate()
-            pytest.fail(f"{argv[:2]} did not finish in {timeout} s")
-        return proc.returncode, text.decode(errors="replace")
+        r = run_bounded(argv, timeout, cwd=tmp_path, stderr=subprocess.STDOUT, errors="replace")
+        return r.returncode, r.stdout
 
     rc, text = run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", str(out),
                     sys.executable, str(script)], 120)
