@@ -133,5 +133,5 @@ def _enclosing(report, ranges: pd.DataFrame) -> np.ndarray:
     thread; '' where there is none."""
     from .rules.common import Enclosing
 
-    names = Enclosing(report)(ranges["pid"], ranges["tid"], ranges["start_ns"])
+    names = Enclosing.of(report)(ranges["pid"], ranges["tid"], ranges["start_ns"])
     return np.array(["" if n is None else n for n in names], dtype=object)

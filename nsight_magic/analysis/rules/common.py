@@ -184,7 +184,7 @@ def with_operator(report, extra: dict, pid, tid, t) -> dict:
     nv = report.nvtx
     if nv.empty or not (nv["domain"].astype(str) == OPS_DOMAIN).any():
         return extra
-    return {**extra, "op": Enclosing(report, only=(OPS_DOMAIN,))(pid, tid, t)}
+    return {**extra, "op": Enclosing.of(report, only=(OPS_DOMAIN,))(pid, tid, t)}
 
 
 class Enclosing:
@@ -215,6 +215,15 @@ class Enclosing:
             # a range's label ("Domain:name"); the name alone where one domain was asked for
             self.threads[(int(pid), int(tid))] = (s, e, parent, g["name" if only else "label"].astype(str)
                                                   .to_numpy(object))
+
+    @classmethod
+    def of(cls, report, only=()) -> "Enclosing":
+        """The report's Enclosing, built once per report and `only`: several rules ask, and with --ops the
+        operator ranges number hundreds of thousands."""
+        cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
+        if tuple(only) not in cache:
+            cache[tuple(only)] = cls(report, only=only)
+        return cache[tuple(only)]
 
     def __call__(self, pid, tid, t) -> np.ndarray:
         out = np.full(len(t), None, dtype=object)

@@ -61,7 +61,7 @@ def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
                     with_operator(report, {
                         "bytes": m["bytes"], "src_kind": m["src_kind"].astype(str),
                         "dst_kind": m["dst_kind"].astype(str), "api_name": m["api_name"],
-                        "nvtx_range": Enclosing(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))},
+                        "nvtx_range": Enclosing.of(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))},
                         m["pid"], m["api_tid"], m["api_start_ns"].fillna(0)))
 
 
@@ -151,7 +151,7 @@ def rule_cuda_memset_sync(ctx: Context) -> list[Finding]:
         return []
     ev = evidence(sel.assign(tid=sel["api_tid"]), "memset", {
         "bytes": sel["bytes"], "mem_kind": sel["mem_kind"].astype(str), "api_name": sel["api_name"],
-        "nvtx_range": Enclosing(report)(sel["pid"], sel["api_tid"], sel["api_start_ns"].fillna(0))})
+        "nvtx_range": Enclosing.of(report)(sel["pid"], sel["api_tid"], sel["api_start_ns"].fillna(0))})
     at_stake = _exposed(ctx, ev)
     return [Finding(
         "cuda_memset_sync", ctx.severity(at_stake), f"{len(ev)} synchronous memsets on host-visible memory",

@@ -27,7 +27,7 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
     if sel.empty:
         return []
     ev = evidence(sel, sel["name"].astype(str), with_operator(
-        report, {"nvtx_range": Enclosing(report)(sel["pid"], sel["tid"], sel["start_ns"])},
+        report, {"nvtx_range": Enclosing.of(report)(sel["pid"], sel["tid"], sel["start_ns"])},
         sel["pid"], sel["tid"], sel["start_ns"]))
     at_stake = _sync_idle(ctx, r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
     names = ", ".join(sorted(set(ev["name"].str.replace(r"_v\d+$", "", regex=True))))
