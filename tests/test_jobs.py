@@ -249,9 +249,9 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     from nsight_magic.tools import isolation_prefix
 
     # nsys 2022.4 under torchrun sometimes fails at start-up (sem_open, "Local Endpoint is not available"; in CI
-    # every rank exited 1, its output not kept) or hangs. Here: 3 of 26 runs failed plain, 1 of 22 in the PID
-    # namespace with the private /dev/shm and /tmp/nvidia that %%nsys uses (which also ends the agents a failed run
-    # leaves); in the whole suite the first attempt failed in two fresh-clone runs (a hang, then sem_open).
+    # every rank exited 1, its output not kept) or hangs. Here: 3 of 26 runs failed plain; 5 of 54 failed and 1
+    # hung in the PID namespace with the private /dev/shm and /tmp/nvidia that %%nsys uses (which also ends the
+    # agents a failed run leaves); in the whole suite the first attempt failed in two fresh-clone runs.
     # So the job runs there, a failed recording is made again from scratch (at most 5 attempts of at most 60 s;
     # a good one takes 15-25 s), and each rank's output is shown.
     cmd = [*isolation_prefix()[0], sys.executable, "-m", "torch.distributed.run", "--standalone",
