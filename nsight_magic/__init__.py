@@ -5,7 +5,7 @@ Pipeline: cell -> run (subprocess under the tool) -> report files -> readers (Da
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["open_report", "open_job", "readable", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
 
@@ -43,16 +43,16 @@ def diff(before, after, **kw):
 
 
 def annotate_modules(model, depth=None, include=None, **kw):
-    """Give each submodule of a PyTorch model a forward and a backward NVTX range (see nsight_magic.annotate);
+    """Give each submodule of a PyTorch model a forward and a backward NVTX range (see nsight_magic.inside.annotate);
     returns a handle whose .remove() takes the hooks away."""
-    from .annotate import annotate_modules as _annotate
+    from .inside.annotate import annotate_modules as _annotate
 
     return _annotate(model, depth=depth, include=include, **kw)
 
 
 def annotate_functions(paths):
-    """Wrap functions/methods (dotted paths) in NVTX ranges named after them (see nsight_magic.annotate)."""
-    from .annotate import annotate_functions as _annotate
+    """Wrap functions/methods (dotted paths) in NVTX ranges named after them (see nsight_magic.inside.annotate)."""
+    from .inside.annotate import annotate_functions as _annotate
 
     return _annotate(paths)
 

@@ -112,7 +112,7 @@ def _profile(args) -> int:
 
 
 def _view(args) -> int:
-    from . import open_report
+    from .readers import open_report
 
     src = Path(args.report)
     out = Path(args.output) if args.output else (src if src.is_dir() else src.parent) / "view.html"
@@ -155,7 +155,7 @@ def _doctor(args) -> int:
             say("FAIL", f"no QdstrmImporter beside {nsys}: nsys can record but not make reports; reinstall nsys")
     except NsightMagicError as e:
         say("FAIL", str(e))
-    from . import ncu_tool
+    from .tools import ncu as ncu_tool
 
     try:
         ncu = ncu_tool.find_ncu()

@@ -438,7 +438,7 @@ def _session_line(info: dict | None) -> str:
 
 
 def _print_manifest(manifest) -> None:
-    from .state import manifest_line
+    from .inside.state import manifest_line
 
     if manifest:
         print(f"nsight-magic: {manifest_line(manifest)}")
@@ -446,7 +446,7 @@ def _print_manifest(manifest) -> None:
 
 def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
     """Open and display a report; failures become one line, never a traceback into the user's cell."""
-    from . import open_report
+    from .readers import open_report
 
     try:
         report = open_report(path)

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
 from .errors import OptionError
+from .tools.argv import flag_name, validate_passthrough
+from .tools.ncu import (DEFAULT_COUNT, DEFAULT_SECTIONS, DEFAULT_SET, REPLAY_MODES, NcuOptions,
+                        validate_ncu_args)
 
 DEFAULT_TRACE = "cuda,nvtx,osrt"
 
@@ -73,7 +75,7 @@ class NsysOptions(RunOptions):
     trace: str = DEFAULT_TRACE
     capture: str = "cell"            # "cell": only the cell body; "all": the whole child process
     nsys_args: tuple[str, ...] = ()
-    advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (analysis/thresholds.py)
+    advice_thresholds: tuple[tuple[str, float], ...] = ()   # findings thresholds (thresholds.py)
     lines: bool = False              # --lines: each line of the cell in an NVTX range (the Lines tab)
     ops: str | None = None           # --ops [shapes]: every PyTorch operator in an NVTX range (the Ops tab)
     fresh: bool = False              # --fresh: a fresh process even when the notebook has a warm session
@@ -112,28 +114,6 @@ def safe_name(text: str) -> str:
     return cleaned[:60]
 
 
-def _flag_name(token: str) -> str:
-    return token.split("=", 1)[0]
-
-
-def validate_passthrough(text: str, owned: dict[str, str], tool: str) -> tuple[str, ...]:
-    """Split --nsys-args/--ncu-args with shlex and refuse the flags nsight-magic owns (one-line OptionError)."""
-    try:
-        tokens = shlex.split(text or "")
-    except ValueError as e:
-        raise OptionError(f"--{tool}-args could not be parsed ({e}); quote values like --{tool}-args \"--flag value\"")
-    for tok in tokens:
-        if not tok.startswith("-"):
-            continue
-        name = _flag_name(tok)
-        # Short flags with glued values, e.g. -onew: match on the first two characters.
-        short = name[:2] if not name.startswith("--") else name
-        for candidate in (name, short):
-            if candidate in owned:
-                raise OptionError(f"--{tool}-args may not contain {candidate}: {owned[candidate]}")
-    return tuple(tokens)
-
-
 def trace_for_machine(trace: str, gpu: bool) -> tuple[str, str | None]:
     """Drop `cuda` from the trace list when no GPU is visible; returns (trace, note)."""
     parts = [t.strip() for t in trace.split(",") if t.strip()]
@@ -148,7 +128,7 @@ def trace_for_machine(trace: str, gpu: bool) -> tuple[str, str | None]:
 
 def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
     """Our default nsys flags, minus those the user set through --nsys-args."""
-    given = {_flag_name(t) for t in user_args if t.startswith("-")}
+    given = {flag_name(t) for t in user_args if t.startswith("-")}
     out: list[str] = []
     for spellings, argv in NSYS_DEFAULTS:
         if not given.intersection(spellings):
@@ -224,7 +204,7 @@ NSYS_ARGS = (
                                   "rank 0's)")),
     (("--advice-threshold",), dict(action="append", default=None, metavar="RULE.KEY=VALUE",
                                    help="change a threshold of the Advice rules (repeatable), e.g. "
-                                        "gpu_gaps.gap_ms=100; the keys are in nsight_magic/analysis/thresholds.py")),
+                                        "gpu_gaps.gap_ms=100; the keys are in nsight_magic/thresholds.py")),
     (("--nsys-args",), dict(default="", metavar='"..."',
                             help="more `nsys profile` flags, e.g. \"--sample=process-tree --cudabacktrace=all\"; "
                                  "flags nsight-magic owns (-o, --force-overwrite, -x, --session, the capture "
@@ -241,7 +221,7 @@ def _common(args, default_name: str) -> dict:
 
 def nsys_options_from_args(args, default_name: str) -> NsysOptions:
     """NsysOptions from parsed COMMON_ARGS + NSYS_ARGS (magic or command line)."""
-    from .analysis.thresholds import parse_assignments
+    from .thresholds import parse_assignments
 
     return NsysOptions(**_common(args, default_name), trace=args.trace, capture=args.capture,
                        nsys_args=validate_passthrough(args.nsys_args, NSYS_OWNED_FLAGS, "nsys"),
@@ -253,8 +233,6 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
 
 
 def _ncu_args():
-    from .ncu_tool import DEFAULT_COUNT, DEFAULT_SECTIONS, DEFAULT_SET, REPLAY_MODES
-
     return (
         (("--set",), dict(default=DEFAULT_SET, help=f"ncu section set (default {DEFAULT_SET}; 'full' for everything, "
                                                     "slower)")),
@@ -286,8 +264,6 @@ NCU_ARGS = _ncu_args()
 
 def ncu_options_from_args(args, default_name: str):
     """(RunOptions, NcuOptions) from parsed COMMON_ARGS + NCU_ARGS."""
-    from .ncu_tool import DEFAULT_SECTIONS, NcuOptions, validate_ncu_args
-
     extra = tuple(sec for sec in (args.section or ()) if sec not in DEFAULT_SECTIONS)
     ncu = NcuOptions(set=args.set or None, sections=DEFAULT_SECTIONS + extra,
                      metrics=split_names(args.metrics), kernel=args.kernel,

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import DATA, FIXTURES, parse_nsys_csv, recorded_text, requires_nsys
 from nsight_magic.analysis.findings import NSYS_ANALYZE_NAMES, Finding
-from nsight_magic.analysis.thresholds import DEFAULTS, parse_assignments
+from nsight_magic.thresholds import DEFAULTS, parse_assignments
 from nsight_magic.errors import OptionError
 from nsight_magic.readers.nsys import open_nsys_report
 
@@ -263,7 +263,7 @@ def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
     import sqlite3
 
     from nsight_magic.analysis.rules.copies import pageable_async_copies
-    from nsight_magic.ops import OPS_DOMAIN
+    from nsight_magic.inside.ops import OPS_DOMAIN
 
     with open_nsys_report(BAD) as plain:
         corr = sorted(int(c) for c in pageable_async_copies(plain)["correlation_id"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import requires_nsys
-from nsight_magic.annotate import AnnotationError, annotate_functions, annotate_modules
+from nsight_magic.inside.annotate import AnnotationError, annotate_functions, annotate_modules
 
 torch = pytest.importorskip("torch")
 nn = torch.nn
@@ -25,7 +25,7 @@ def _model():
 @pytest.fixture
 def recorder(monkeypatch):
     """NVTX calls recorded in order (the hooks call these instead of the nvtx package)."""
-    import nsight_magic.annotate as A
+    import nsight_magic.inside.annotate as A
 
     calls = []
     ids = iter(range(1, 10**6))
@@ -235,7 +235,7 @@ def _run_setup(cell, setup, tmp_path):
 
 
 def test_nothing_when_torch_has_no_module_to_annotate():
-    from nsight_magic.annotate import annotate_namespace
+    from nsight_magic.inside.annotate import annotate_namespace
 
     assert annotate_namespace({"x": 1, "y": np.zeros(2)}).names == []
     m = _model()

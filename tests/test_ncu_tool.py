@@ -14,7 +14,7 @@ import pytest
 
 from conftest import fixture_path, requires_ncu
 from nsight_magic.errors import OptionError, ToolNotFound
-from nsight_magic.ncu_tool import (NcuOptions, build_ncu_argv, count_limit_note, explain_ncu_failure, find_ncu,
+from nsight_magic.tools.ncu import (NcuOptions, build_ncu_argv, count_limit_note, explain_ncu_failure, find_ncu,
                                    import_csvs, module_nvtx_filter, ncu_version, parse_ncu_version,
                                    validate_ncu_args)
 from nsight_magic.readers.ncu import open_ncu_report

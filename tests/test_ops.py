@@ -97,7 +97,7 @@ def test_outputs_and_gradients_are_bit_identical_with_and_without_ops():
     import torch
     import torch.nn as nn
 
-    from nsight_magic.ops import OpRanges
+    from nsight_magic.inside.ops import OpRanges
 
     def run(with_ops: bool):
         torch.manual_seed(1)
@@ -123,7 +123,7 @@ def test_outputs_and_gradients_are_bit_identical_with_and_without_ops():
 def test_a_compiled_model_is_refused_with_a_message():
     import torch
 
-    from nsight_magic.ops import OpsError, check_not_compiled
+    from nsight_magic.inside.ops import OpsError, check_not_compiled
 
     with pytest.raises(OpsError, match="torch.compile'd"):
         check_not_compiled({"model": torch.compile(torch.nn.Linear(2, 2))})
@@ -131,7 +131,7 @@ def test_a_compiled_model_is_refused_with_a_message():
 
 
 def test_backward_nodes_name_their_forward_operator():
-    from nsight_magic.ops import forward_op_of
+    from nsight_magic.inside.ops import forward_op_of
 
     assert forward_op_of("AddmmBackward0") == "aten::addmm"
     assert forward_op_of("NativeLayerNormBackward0") == "aten::native_layer_norm"

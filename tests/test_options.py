@@ -7,7 +7,7 @@ from nsight_magic.errors import OptionError
 from nsight_magic.options import (NSYS_OWNED_FLAGS, NsysOptions, is_secret_name, nsys_default_args,
                                   trace_for_machine, validate_passthrough)
 from nsight_magic.run import child_environment
-from nsight_magic.state import free_names
+from nsight_magic.inside.state import free_names
 
 
 @pytest.mark.parametrize("args", ["-o x", "--output=x", "-ox", "--force-overwrite true", "-x true",
@@ -74,7 +74,7 @@ def test_free_names_skip_setup_definitions_and_builtins():
 
 def test_ncu_magic_flags_reach_the_ncu_command_line():
     from nsight_magic.magics import NsightMagics, parse_line
-    from nsight_magic.ncu_tool import build_ncu_argv
+    from nsight_magic.tools.ncu import build_ncu_argv
     from nsight_magic.options import ncu_options_from_args
 
     args = parse_line(NsightMagics.ncu, "--set full --section SpeedOfLight --section Occupancy "
@@ -96,7 +96,7 @@ def test_ncu_magic_flags_reach_the_ncu_command_line():
 @pytest.mark.parametrize("flag", ["-c 5", "--launch-count 5", "--replay-mode application", "--section X",
                                   "--nvtx-include a/", "-k gemm", "--target-processes all"])
 def test_ncu_args_refuse_flags_our_options_set(flag):
-    from nsight_magic.ncu_tool import validate_ncu_args
+    from nsight_magic.tools.ncu import validate_ncu_args
 
     with pytest.raises(OptionError, match="may not contain"):
         validate_ncu_args(flag)

@@ -14,7 +14,7 @@ from conftest import nvtx_ranges, requires_nsys
 from nsight_magic.errors import OptionError
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import RunFailed, run_nsys
-from nsight_magic.state import UnpicklableVariable
+from nsight_magic.inside.state import UnpicklableVariable
 
 pytestmark = [pytest.mark.timeout(180)]
 
@@ -71,7 +71,7 @@ def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
     # --capture cell: the setup code's range is outside the capture
     assert "setup range" not in ranges
     argv = r.folder.command.read_text()
-    assert "--capture-range=nvtx" in argv and "nsight_magic.child" in argv
+    assert "--capture-range=nvtx" in argv and "nsight_magic.inside.child" in argv
     # nsys starts its target with umask 0: the child restores the notebook's, files are not world-writable
     assert r.folder.returns_blob.stat().st_mode & 0o002 == 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import requires_ncu
-from nsight_magic.ncu_tool import NcuOptions
+from nsight_magic.tools.ncu import NcuOptions
 from nsight_magic.options import RunOptions
 from nsight_magic.run import RunFailed, run_ncu
 from nsight_magic.tools import gpu_visible

@@ -10,7 +10,8 @@ import pytest
 from conftest import DATA
 from nsight_magic.errors import OptionError, ReportError
 from nsight_magic.readers.nsys import open_nsys_report
-from nsight_magic.store import create_profile_folder, list_profiles, pick_profile, write_summary
+from nsight_magic.readers.summary import write_summary
+from nsight_magic.store import create_profile_folder, list_profiles, pick_profile
 
 
 def _profile(root, name, when, report=True):

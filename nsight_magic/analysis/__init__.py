@@ -1,1 +1,11 @@
-"""Analysis: pure functions over reader DataFrames -> DataFrames (no I/O, no plotting)."""
+"""Analysis: pure functions over reader DataFrames -> verdicts, findings, tables (no I/O, no plotting).
+
+The functions a report object's methods call (readers/report_api.py):"""
+from __future__ import annotations
+
+from .bottleneck import bottleneck
+from .findings import findings_frame, nsys_findings
+from .ncu_findings import ncu_findings
+from .ops import ops_summary
+
+__all__ = ["bottleneck", "findings_frame", "nsys_findings", "ncu_findings", "ops_summary"]

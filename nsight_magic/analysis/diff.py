@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 
 DIFF_COLUMNS = ["name", "count_before", "count_after", "total_before_ns", "total_after_ns", "delta_ns", "ratio",
                 "status"]

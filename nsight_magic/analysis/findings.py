@@ -21,7 +21,7 @@ import dataclasses
 
 import pandas as pd
 
-from . import thresholds as T
+from .. import thresholds as T
 from .bottleneck import diagnose
 from .rules import NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding, severity
 from .rules.comm import straggler_of

@@ -13,8 +13,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..annotate import BACKWARD_SUFFIX
-from ..line_ranges import LINE_DOMAIN
+from ..inside.annotate import BACKWARD_SUFFIX
+from ..inside.line_ranges import LINE_DOMAIN
 
 LINE_COLUMNS = ["line", "source", "hits", "cpu_ns", "gpu_ns", "gpu_ops", "top_kernels"]
 MODULE_COLUMNS = ["module", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",

@@ -1,6 +1,6 @@
 """Operators (`%%nsys --ops`): which PyTorch operator launched each kernel, and the time per operator.
 
-The operator ranges (nsight_magic.ops, NVTX domain "nsight-magic ops") do not nest on a thread: each is one ATen
+The operator ranges (nsight_magic.inside.ops, NVTX domain "nsight-magic ops") do not nest on a thread: each is one ATen
 operator as it reached a kernel.  A GPU operation (kernel, copy, memset) belongs to the operator range that was
 open on the thread of the CUDA call that launched it (correlation ids), when that call was made: backward kernels
 belong to the backward operators on autograd's thread, whatever the GPU was doing meanwhile.
@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..ops import BACKWARD_OF, OPS_DOMAIN
+from ..inside.ops import BACKWARD_OF, OPS_DOMAIN
 
 _NAME = re.compile(r"^(?P<op>[^\s\[(]+)(?:" + re.escape(BACKWARD_OF) + r"(?P<fwd>[^\]]+)\])?(?: \((?P<shapes>.*)\))?$")
 OPS_COLUMNS = ["op", "calls", "cpu_ns", "gpu_ns", "kernels", "top_kernel", "backward_of"]

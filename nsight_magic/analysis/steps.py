@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 
 MIN_STEPS = 3
 # NVTX ranges nsight-magic adds itself (--lines, --ops) are no structure of the user's loop, nor are the operator

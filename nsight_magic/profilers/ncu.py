@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .. import tools
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 from ..errors import NsightMagicError
 from ..options import RunOptions
 from .nsys import child_argv
@@ -23,7 +23,7 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     Without --nvtx-include/--module only the cell's own kernels are profiled (the NVTX range the child pushes
     around the cell), so setup code does not use up --count.
     """
-    from .. import ncu_tool
+    from ..tools import ncu as ncu_tool
 
     t0 = time.monotonic()
     # --module NAME selects a module's NVTX range: give the models their ranges unless the user chose otherwise
@@ -70,7 +70,7 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
         try:
             raw, _details = ncu_tool.import_csvs(ncu, report)
             from ..readers.ncu import open_ncu_report
-            from ..store import write_summary
+            from ..readers.summary import write_summary
 
             ncu_report = open_ncu_report(raw)
             note = ncu_tool.count_limit_note(ncu_opts, len(ncu_report.kernels))

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import tools
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 from ..errors import NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
@@ -38,7 +38,7 @@ def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, 
 
 def child_argv(folder: ProfileFolder, nproc: int | None = None) -> list[str]:
     """The profiled process: child.py, or with --nproc N, torchrun starting N of them (ranks) on this machine."""
-    child = ["-m", "nsight_magic.child", str(folder.path)]
+    child = ["-m", "nsight_magic.inside.child", str(folder.path)]
     if nproc:
         return [*_torchrun(nproc), *child]
     return [sys.executable, *child]
@@ -123,7 +123,7 @@ def write_report_cache(sqlite: Path) -> None:
     """The columnar cache and summary.json beside a fresh export, so that re-opening and listing profiles are fast.
     A report the reader refuses (an empty capture) gets neither: opening it says why."""
     from ..readers.nsys import open_nsys_report
-    from ..store import write_summary
+    from ..readers.summary import write_summary
 
     try:
         with open_nsys_report(sqlite) as report:
@@ -281,7 +281,7 @@ def _keep_session_log(folder: ProfileFolder, session) -> None:
 
 def _launch_words(session) -> list[str]:
     return [str(session.nsys), "launch", f"--session-new={session.name}", f"--trace={session.trace}",
-            sys.executable, "-m", "nsight_magic.worker", str(session.dir)]
+            sys.executable, "-m", "nsight_magic.inside.worker", str(session.dir)]
 
 
 def _age(seconds: float) -> str:

@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
-from .. import __version__, state, tools
+from .. import tools
+from ..version import __version__
+from ..inside import state
 from ..errors import OptionError, ToolNotFound
 from ..options import RunOptions
 from ..store import ProfileFolder, create_profile_folder, notebook_dir, profiles_root

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..child import EXIT_CELL_ERROR, rank_suffix
+from ..inside.child import EXIT_CELL_ERROR, rank_suffix
 from ..errors import NsightMagicError
 from ..options import is_secret_name
 from ..store import ProfileFolder

@@ -3,7 +3,7 @@
 The cold path pays `import torch`, CUDA context creation, the model's construction and the profiler's own start for
 every cell.  A session pays them once:
 
-    kernel --(host.fifo)--> session_host: nsys launch --session-new=S ... python -m nsight_magic.worker DIR
+    kernel --(host.fifo)--> session_host: nsys launch --session-new=S ... python -m nsight_magic.inside.worker DIR
                                           nsys start --session=S --output=FOLDER/report / nsys stop --session=S
     kernel --(worker.fifo)-> worker: load FOLDER (fresh namespace + the cell's variables), run
 
@@ -33,7 +33,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import commands, tools
+from .. import tools
+from ..inside import commands
 from ..errors import NsightMagicError
 from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records
 
@@ -109,7 +110,7 @@ class NsysSession:
         commands.make(self.dir / "worker.fifo")
         prefix, _ = tools.isolation_prefix()
         read_end, self.lifeline = os.pipe()
-        argv = [*prefix, sys.executable, "-m", "nsight_magic.session_host", str(self.dir), str(read_end)]
+        argv = [*prefix, sys.executable, "-m", "nsight_magic.inside.session_host", str(self.dir), str(read_end)]
         (self.dir / "command.txt").write_text(" ".join(argv) + "\n")
         with open(self.dir / "host-output.txt", "wb") as log:
             try:
@@ -377,8 +378,8 @@ def _append(path: Path, answer: dict) -> None:
 
 
 def _worker_pids(session_id: str) -> list[int]:
-    """Host pids of this session's worker: `python -m nsight_magic.worker` with the session's id in its environment
-    (not `nsys launch ... nsight_magic.worker`, whose command line also names it)."""
+    """Host pids of this session's worker: `python -m nsight_magic.inside.worker` with the session's id in its environment
+    (not `nsys launch ... nsight_magic.inside.worker`, whose command line also names it)."""
     needle = f"{SESSION_ID_ENV}={session_id}".encode()
     out = []
     for d in Path("/proc").iterdir():
@@ -386,7 +387,7 @@ def _worker_pids(session_id: str) -> list[int]:
             continue
         try:
             argv = (d / "cmdline").read_bytes().split(b"\0")
-            if argv[1:3] == [b"-m", b"nsight_magic.worker"] and needle in (d / "environ").read_bytes().split(b"\0"):
+            if argv[1:3] == [b"-m", b"nsight_magic.inside.worker"] and needle in (d / "environ").read_bytes().split(b"\0"):
                 out.append(int(d.name))
         except OSError:
             continue

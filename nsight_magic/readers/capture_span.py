@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..child import OWN_END_MARK, OWN_START_MARK  # --capture all: the process marks its start and end
+from ..inside.child import OWN_END_MARK, OWN_START_MARK  # --capture all: the process marks its start and end
 OWN_SOURCES = ("cell range", "ranks' cell ranges", "process marks")
 
 

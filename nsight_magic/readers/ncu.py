@@ -14,18 +14,22 @@ A metric the report lacks is NaN; which ncu metric fills which column is `reader
 """
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from .report_api import NcuActions
 from .ncu_spec import INT_COLUMNS, KERNEL_COLUMNS, KERNEL_FRAME_COLUMNS, METRIC_FRAME_COLUMNS
 
 __all__ = ["NcuReport", "open_ncu_report", "build_kernels"]
 
 
-class NcuReport:
+class NcuReport(NcuActions):
     """Kernels, metrics and rules of one Nsight Compute report.  `metrics` of an .ncu-rep is read on first use."""
 
     def __init__(self, path: Path, source: str, info: pd.DataFrame, spec_metrics: pd.DataFrame,
@@ -52,26 +56,35 @@ class NcuReport:
         self._load_metrics = None
         return self
 
-    def findings(self) -> list:
-        """The guided-analysis rules as `analysis.findings.Finding`s, ranked by the time their fix can save."""
-        from ..analysis.ncu_findings import ncu_findings
-
-        return ncu_findings(self)
-
-    def findings_frame(self) -> pd.DataFrame:
-        from ..analysis.findings import findings_frame
-
-        return findings_frame(self.findings())
-
-    def show(self, folder=None):
-        """The rich view (ipywidgets tabs)."""
-        from ..views.ncu import show_ncu
-
-        return show_ncu(self, folder=folder)
-
     def __repr__(self):
         return (f"NcuReport({str(self.path)!r}, source={self.source}, kernels={len(self.kernels)}, "
                 f"rules={len(self.rules)})")
+
+
+ERROR_PREFIX = "nsight-magic-error: "
+
+
+def read_in_worker(path: Path, timeout: float = 600):
+    """The NcuReport of `path`, read by a worker process (readers/ncu_worker.py)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="nsight-magic-ncu-") as tmp:
+        out = Path(tmp) / "report.pkl"
+        try:
+            proc = subprocess.run([sys.executable, "-m", "nsight_magic.readers.ncu_worker", str(path), str(out)],
+                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise ReportError(f"{path.name}: reading took more than {timeout:.0f} s") from None
+        if proc.returncode == 0 and out.exists():
+            with open(out, "rb") as f:
+                return pickle.load(f)
+        errors = [ln[len(ERROR_PREFIX):] for ln in proc.stderr.splitlines() if ln.startswith(ERROR_PREFIX)]
+        if errors:
+            raise ReportError(errors[-1])
+        how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit status {proc.returncode}"
+        last = (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        raise ReportError(f"ncu_report failed reading {path.name} ({how}{': ' + last if last else ''}); "
+                          f"open its CSV pages instead (ncu --import {path.name} --csv --page raw)")
 
 
 def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> NcuReport:
@@ -85,8 +98,6 @@ def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> N
         raise ReportError(f"{p}: no such file; pass an .ncu-rep or a CSV from `ncu --import R --csv --page raw`")
     suffix = p.suffix.lower()
     if suffix == ".ncu-rep" and not in_process and ncu_report_module is None:
-        from .ncu_worker import read_in_worker
-
         return read_in_worker(p)
     if suffix == ".ncu-rep":
         from .ncu_rep import RepSource

@@ -32,7 +32,7 @@ INSTALL_HINT = "pip install -U ncu_report"
 
 def _extras_candidates() -> list[tuple[Path, str]]:
     """extras/python folders next to an installed ncu, with that ncu's version."""
-    from ..ncu_tool import find_ncu, ncu_install_roots, ncu_version  # lazy: ncu_tool runs nothing at import
+    from ..tools.ncu import find_ncu, ncu_install_roots, ncu_version  # lazy: ncu_tool runs nothing at import
     from ..errors import ToolNotFound
 
     try:

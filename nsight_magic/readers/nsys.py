@@ -25,9 +25,10 @@ import pandas as pd
 from ..errors import NsightMagicError, OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
+from .report_api import NsysActions
 from .capture_span import CaptureSpan, foreign_span, own_span
 from .nsys_sql import Strings, columns_of, connect, find_spec_table, find_table
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 
@@ -135,7 +136,7 @@ def _by_cols(by: str | None) -> tuple[str, ...]:
     return {None: (), "process": ("pid",), "rank": ("rank",), "device": ("device",)}.get(by, ())
 
 
-class NsysReport:
+class NsysReport(NsysActions):
     """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3)."""
 
     def __init__(self, sqlite_path, source=None):
@@ -194,11 +195,6 @@ class NsysReport:
 
     def __exit__(self, *exc):
         self.close()
-
-    def show(self, **kw):
-        from ..views import show_nsys
-
-        return show_nsys(self, **kw)
 
     def _check_has_events(self):
         """An export with tables but not one event (nothing traced, or the program ended at once) is an error."""
@@ -778,35 +774,6 @@ class NsysReport:
         a = self._nvtx_arrays
         maxts = self._nvtx_maxts or 0
         return np.where(np.isnan(a["end"]), maxts, a["end"]).astype(np.int64) - a["start"]
-
-    def findings(self, thresholds: dict | None = None, rules=None) -> list:
-        """What this profile says to change: `analysis.findings.Finding`s sorted by the time the fix can save
-        (thresholds: analysis/thresholds.py; rules: names of analysis.findings.NSYS_RULES, default all)."""
-        from ..analysis.findings import nsys_findings
-
-        return nsys_findings(self, thresholds, rules)
-
-    def ops_summary(self, by: str | None = None) -> pd.DataFrame:
-        """Per PyTorch operator (profiles made with %%nsys --ops): op, calls, cpu_ns, gpu_ns (the GPU work it
-        launched, by correlation id), kernels, top_kernel, backward_of; by='shape' (--ops shapes) or 'module' (the
-        NVTX range around each call) split the rows.  See analysis.ops."""
-        from ..analysis.ops import ops_summary
-
-        return ops_summary(self, by)
-
-    def bottleneck(self):
-        """What bounds the cell: an `analysis.bottleneck.Bottleneck` with the verdict `kind` (gpu, cpu, input, copy,
-        sync, communication), a one-line `summary`, the steady-state `breakdown` (category, time_ns, pct: interval
-        unions that add up to the `window`) and, with several processes, `per_rank`."""
-        from ..analysis.bottleneck import bottleneck
-
-        return bottleneck(self)
-
-    def findings_frame(self, thresholds: dict | None = None) -> pd.DataFrame:
-        """findings() as a DataFrame, one row per finding."""
-        from ..analysis.findings import findings_frame
-
-        return findings_frame(self.findings(thresholds))
 
     def gpu_utilization(self, bins: int = 200) -> pd.DataFrame:
         """Per GPU and time bin over the capture span: the fraction (0..1) of the bin in which at least one

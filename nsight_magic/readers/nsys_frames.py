@@ -9,7 +9,7 @@ from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PU
 from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, read_ints, read_texts,
                        to_categorical)
 
-from ..child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
+from ..inside.child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
 _MASK24 = 0xFFFFFF
 

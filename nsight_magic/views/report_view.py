@@ -211,7 +211,7 @@ class NsysView:
 
     def __init__(self, report, folder=None, *, width: int = 1100, thresholds: dict | None = None):
         if isinstance(report, (str, Path)):  # a path is welcome too: open it (errors are the reader's, one line)
-            from .. import open_report
+            from ..readers import open_report
 
             report = open_report(report)
         self.report = report
@@ -468,7 +468,7 @@ def _bundle(view: NsysView, *, include_bokehjs: bool, widget: bool) -> dict:
 def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = None) -> None:
     """Publish the report in IPython: one bundle (widget view, static text/html, text/plain), preceded by
     BokehJS inline the first time in a notebook.  save_html: also write the standalone page there.
-    thresholds: of the Advice rules (analysis/thresholds.py)."""
+    thresholds: of the Advice rules (thresholds.py)."""
     from IPython.display import publish_display_data
 
     view = NsysView(report, folder, thresholds=thresholds)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...child import CAPTURE_DOMAIN
+from ...inside.child import CAPTURE_DOMAIN
 
 
 @dataclass(frozen=True)
@@ -179,7 +179,7 @@ def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
 def with_operator(report, extra: dict, pid, tid, t) -> dict:
     """`extra` plus an "op" column where the report has %%nsys --ops ranges: the PyTorch operator open on each
     call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
-    from ...ops import OPS_DOMAIN
+    from ...inside.ops import OPS_DOMAIN
 
     nv = report.nvtx
     if nv.empty or not (nv["domain"].astype(str) == OPS_DOMAIN).any():
@@ -192,7 +192,7 @@ class Enclosing:
     time, for many events; only=(domain, ...): the innermost range of those domains instead."""
 
     def __init__(self, report, exclude_domains=(), only=()):
-        from ...ops import OPS_DOMAIN
+        from ...inside.ops import OPS_DOMAIN
 
         nv = report.nvtx
         nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv

@@ -1,4 +1,4 @@
-"""`python -m nsight_magic.isolate CMD...`: run CMD with a private /dev/shm and /tmp/nvidia.
+"""`python -m nsight_magic.inside.isolate CMD...`: run CMD with a private /dev/shm and /tmp/nvidia.
 
 Started by `unshare --pid --fork --mount-proc` (see tools.isolation_prefix).  nsys keeps shared memory and
 session files keyed by process id there; in a PID namespace those ids restart at 1 and would collide with
@@ -15,7 +15,7 @@ PRIVATE_DIRS = ("/dev/shm", "/tmp/nvidia")
 
 def main(argv: list[str]) -> None:
     if not argv:
-        sys.exit("usage: python -m nsight_magic.isolate CMD [ARGS...]")
+        sys.exit("usage: python -m nsight_magic.inside.isolate CMD [ARGS...]")
     for target in PRIVATE_DIRS:
         os.makedirs(target, exist_ok=True)
         proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", "tmpfs", target],

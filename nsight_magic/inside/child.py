@@ -1,4 +1,4 @@
-"""The profiled process: `python -m nsight_magic.child <profile folder>`, started under nsys/ncu.
+"""The profiled process: `python -m nsight_magic.inside.child <profile folder>`, started under nsys/ncu.
 
 Order: redirect output into the folder, run the remembered setup code, load the sent variables, then run the cell
 inside an NVTX range named after the profile (the capture range with `--capture cell`), then pickle `--return` values.
@@ -81,7 +81,10 @@ def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 
     end = time.monotonic() + timeout_s
 
     def missing() -> str:
-        there = {p.name.split(".", 1)[1] for p in d.glob(f"{name}.*")}
+        # a rank stopped in its cell (the same stop that reaches us) still passes here on its way out: it was not
+        # there when we started waiting for it
+        stopped = {p.name.split(".", 1)[1] for p in d.glob("stopped.*")}
+        there = {p.name.split(".", 1)[1] for p in d.glob(f"{name}.*")} - stopped
         gone = [str(r) for r in range(world) if str(r) not in there]
         return f"rank{'s' if len(gone) > 1 else ''} {', '.join(gone)}" if gone else "no rank"
 
@@ -101,7 +104,7 @@ def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 
 
 
 def _op_ranges(which: str | None, ns: dict):
-    """--ops: the dispatch mode that puts every PyTorch operator of the cell in an NVTX range (nsight_magic.ops),
+    """--ops: the dispatch mode that puts every PyTorch operator of the cell in an NVTX range (nsight_magic.inside.ops),
     or None (off, or refused with one line: the cell runs without operator ranges)."""
     if not which:
         return None
@@ -338,11 +341,13 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             print(e.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
         status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         progress("exited", status=status)
-    except BaseException:
+    except BaseException as e:
         _print_user_traceback((str(code_path),))
         status = EXIT_CELL_ERROR
         if rank is not None:  # the other ranks must not wait for this one at the end barrier
             (folder / ".ranks").mkdir(exist_ok=True)
+            if isinstance(e, KeyboardInterrupt):
+                (folder / ".ranks" / f"stopped.{rank}").touch()
             (folder / ".ranks" / f"error.{rank}").touch()
     finally:
         # the cell is over: from here a --timeout no longer applies (the runner reads this), and a stop signal

@@ -1,4 +1,4 @@
-"""The warm profiled process: `python -m nsight_magic.worker SESSION_DIR`, started once under `nsys launch`.
+"""The warm profiled process: `python -m nsight_magic.inside.worker SESSION_DIR`, started once under `nsys launch`.
 
 It runs the %%nsight_setup code once (its output goes to the profile folder of the cell that started the session),
 says "ready", then serves the notebook's cells one by one through the FIFO SESSION_DIR/worker.fifo:

@@ -20,7 +20,7 @@ import importlib
 import inspect
 import re
 
-from .errors import OptionError
+from ..errors import OptionError
 
 BACKWARD_SUFFIX = " [backward]"
 

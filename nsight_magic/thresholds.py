@@ -5,7 +5,7 @@ gpu_gaps.gap_ms=100`.  The twins of `nsys analyze` use its defaults (nsys 2022.4
 """
 from __future__ import annotations
 
-from ..errors import OptionError
+from .errors import OptionError
 
 DEFAULTS: dict[str, float] = {
     # twins of nsys analyze (same ids as nsys 2023+; 2022.4 spells them cuda-async-memcpy, ...)

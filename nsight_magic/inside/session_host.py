@@ -1,8 +1,8 @@
-"""`python -m nsight_magic.session_host SESSION_DIR LIFELINE_FD`: the nsys side of a warm session.
+"""`python -m nsight_magic.inside.session_host SESSION_DIR LIFELINE_FD`: the nsys side of a warm session.
 
 Started in the session's own PID namespace (tools.isolation_prefix), where nsys keeps a private /dev/shm and
 /tmp/nvidia, so only a process inside can reach the session: this one starts `nsys launch --session-new=NAME ...
-python -m nsight_magic.worker SESSION_DIR`, then runs the notebook's `nsys start` / `nsys stop` commands (FIFO
+python -m nsight_magic.inside.worker SESSION_DIR`, then runs the notebook's `nsys start` / `nsys stop` commands (FIFO
 SESSION_DIR/host.fifo) and answers in SESSION_DIR/host.jsonl.  It ends when the launched worker ends (nsys then
 writes the report of a recording in progress itself) and exits with the worker's status.  When LIFELINE_FD (a
 pipe only the notebook's kernel writes to) reaches end-of-file, the kernel is gone: the host kills its process
@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         threading.Thread(target=_watch_lifeline, args=(int(argv[1]), sdir), daemon=True).start()
     cfg = json.loads((sdir / "session.json").read_text())
     launch = [cfg["nsys"], "launch", f"--session-new={cfg['name']}", f"--trace={cfg['trace']}",
-              *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.worker", str(sdir)]
+              *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.inside.worker", str(sdir)]
     with open(sdir / "launch-output.txt", "ab") as log:
         log.write(f"$ {' '.join(launch)}\n".encode())
         log.flush()

@@ -17,7 +17,9 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import OptionError, ToolNotFound
+from ..errors import OptionError, ToolNotFound
+from .argv import validate_passthrough
+from .find import find_executable
 
 ENV_VAR = "NSIGHT_MAGIC_NCU"
 INSTALL_HINT = (
@@ -56,8 +58,6 @@ NCU_GLOBS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu")
 def find_ncu() -> Path:
     """The ncu executable: $NSIGHT_MAGIC_NCU, PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute/*/ (newest
     first); ToolNotFound saying how to install it and that NSIGHT_MAGIC_NCU may point at it."""
-    from .tools import find_executable
-
     return find_executable("ncu", ENV_VAR, NCU_GLOBS, INSTALL_HINT)
 
 
@@ -136,8 +136,6 @@ def module_nvtx_filter(module: str) -> str:
 
 def validate_ncu_args(text: str) -> list[str]:
     """Split `--ncu-args "..."` like a shell and refuse the flags nsight-magic owns (OptionError, one line)."""
-    from .options import validate_passthrough  # the one splitter/validator shared with --nsys-args
-
     return list(validate_passthrough(text, OWNED_FLAGS, "ncu"))
 
 

@@ -1,4 +1,4 @@
-"""Find Nsight Systems and its importer, read versions, build nsys argv lists, export reports.
+"""Nsight Systems: find nsys and its importer, read versions, import and export reports.
 
 Everything here is an argv list (never a shell string).  Finding and argv building are pure;
 `import_qdstrm` and `export_sqlite` run nsys's own programs with a timeout.
@@ -15,7 +15,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from .errors import ReportError, ToolNotFound
+from ..errors import ReportError, ToolNotFound
+from .find import find_executable, version_tuple
 
 NSYS_ENV = "NSIGHT_MAGIC_NSYS"
 
@@ -33,30 +34,6 @@ _NSYS_GLOBS = (
     # Nsight Compute ships a full Nsight Systems CLI.
     "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
 )
-
-
-def _version_key(path: str) -> tuple:
-    return tuple(int(n) for n in re.findall(r"\d+", path))
-
-
-def find_executable(name: str, env_var: str, globs, hint: str) -> Path:
-    """An NVIDIA tool: $env_var, then PATH, then the install folders in `globs` (newest version first).
-
-    ToolNotFound says how to install it and that env_var may point at it."""
-    env = os.environ.get(env_var)
-    if env:
-        p = Path(env).expanduser()
-        if p.is_file() and os.access(p, os.X_OK):
-            return p
-        raise ToolNotFound(f"{env_var}={env} is not an executable file; fix it or unset it; {hint}")
-    on_path = shutil.which(name)
-    if on_path:
-        return Path(on_path)
-    for pattern in globs:
-        for f in sorted(glob.glob(pattern), key=_version_key, reverse=True):
-            if os.access(f, os.X_OK):
-                return Path(f)
-    raise ToolNotFound(f"{name} was not found: {hint}")
 
 
 def find_nsys() -> Path:
@@ -79,10 +56,6 @@ def _version_of(exe: str) -> str:
 def nsys_version(nsys: Path | str | None = None) -> str:
     """Version of nsys as 'YYYY.M.P[.B]', e.g. '2022.4.2.1'."""
     return _version_of(str(nsys or find_nsys()))
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(n) for n in re.findall(r"\d+", version))
 
 
 def find_qdstrm_importer(nsys: Path | str | None = None) -> Path | None:
@@ -151,35 +124,6 @@ def _last_line(proc: subprocess.CompletedProcess) -> str:
     return (errors or lines or [f"exit status {proc.returncode}"])[-1][:300]
 
 
-def gpu_visible() -> bool:
-    """Whether an NVIDIA GPU is visible to processes started from here."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) in ("", "-1"):
-        return False
-    if glob.glob("/proc/driver/nvidia/gpus/*") or glob.glob("/dev/nvidia[0-9]*"):
-        return True
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
-            return out.returncode == 0 and "GPU" in out.stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-    return False
-
-
-def gpu_names() -> list[str]:
-    """Names of the visible GPUs from nvidia-smi (empty when there is none)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
-
-
 def nvtx_pitfall(nsys_version: str | None) -> str | None:
     """nsys older than 2023 silently drops ranges from nvtx>=0.2.11 (measured with 2022.4 and 0.2.17)."""
     try:
@@ -190,35 +134,3 @@ def nvtx_pitfall(nsys_version: str | None) -> str | None:
         return (f"nsys {nsys_version} does not record ranges from nvtx {nvtx_version}: "
                 f"pip install 'nvtx==0.2.10' or use a newer nsys")
     return None
-
-
-ISOLATE_ENV = "NSIGHT_MAGIC_ISOLATE"
-
-
-@functools.lru_cache(maxsize=1)
-def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
-    """argv prefix that runs the profiler in its own PID namespace, and a note when that is impossible.
-
-    nsys records the process list of the machine with every readable process's environment (the notebook
-    kernel's and the user's shells' included) into the report.  In a fresh PID namespace with its own /proc it
-    sees only itself and the profiled process; `--kill-child` also ends everything left inside when we stop it.
-    `nsight_magic.isolate` then gives nsys a private /dev/shm and /tmp/nvidia (ids restart inside the namespace).
-    """
-    if os.environ.get(ISOLATE_ENV, "1") == "0":
-        return (), f"{ISOLATE_ENV}=0: nsys may record other processes' environment variables in the report"
-    unshare = shutil.which("unshare")
-    if not unshare:
-        return (), "unshare (util-linux) not found: nsys may record other processes' environment variables"
-    isolate = [sys.executable, "-m", "nsight_magic.isolate"]
-    ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
-    attempts = [[unshare, *ns, *isolate]] if os.geteuid() == 0 else []
-    attempts.append([unshare, "--user", "--map-root-user", *ns, *isolate])
-    for prefix in attempts:
-        try:
-            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=20).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            ok = False
-        if ok:
-            return tuple(prefix), None
-    return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold "
-                "other processes' environment variables; set NSIGHT_MAGIC_ISOLATE=0 to silence this note")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import cloudpickle
 
-from .errors import OptionError
+from ..errors import OptionError
 
 # IPython's own names; they mean nothing in the child.
 _IPYTHON_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "_", "__", "___", "_ih", "_oh", "_dh", "_i", "_ii",

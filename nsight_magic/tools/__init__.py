@@ -1,0 +1,19 @@
+"""NVIDIA's tools as nsight-magic runs them: where nsys and ncu are, their versions, their command lines, and the
+machine they run on (visible GPUs, the PID namespace nsys is isolated in).  Argv lists only, never shell strings.
+
+    find.py    an environment variable, PATH, then the usual install folders
+    nsys.py    Nsight Systems: nsys, QdstrmImporter, import and export, the NVTX version pitfall
+    ncu.py     Nsight Compute: ncu, its options and argv, CSV import, failure messages
+    argv.py    pass-through flags (--nsys-args, --ncu-args): split, owned flags refused
+    system.py  visible GPUs, the PID namespace nsys runs in
+"""
+from __future__ import annotations
+
+from .find import find_executable, version_tuple
+from .nsys import (NSYS_ENV, export_sqlite, find_nsys, find_qdstrm_importer, import_qdstrm, nsys_version,
+                   nvtx_pitfall)
+from .system import ISOLATE_ENV, gpu_names, gpu_visible, isolation_prefix
+
+__all__ = ["find_executable", "version_tuple", "NSYS_ENV", "export_sqlite", "find_nsys", "find_qdstrm_importer",
+           "import_qdstrm", "nsys_version", "nvtx_pitfall", "ISOLATE_ENV", "gpu_names", "gpu_visible",
+           "isolation_prefix"]

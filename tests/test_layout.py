@@ -1,0 +1,117 @@
+"""The package's shape, read from its own imports (module level and inside functions alike): the layers of the
+pipeline, the two sides of the process boundary, no import circles."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nsight_magic"
+
+# Lowest first.  A module may import from its own layer and the ones below; an import from a lower layer up to a
+# higher one must say why on its line ("# upward: ...").
+LAYERS = (
+    ("errors", "version", "inside"),                      # shared by both sides of the process boundary
+    ("options", "thresholds", "tools", "store"),           # what the user asked for, the tools, profile folders
+    ("profilers", "readers"),                              # record and finish a run; read report files
+    ("analysis",),
+    ("views",),
+    ("jobs",),
+    ("run", "background", "magics", "cli", ""),            # the Python API and its front ends ("" = __init__)
+)
+MAX_UPWARD = 2
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in PACKAGE.rglob("*.py"):
+        rel = p.relative_to(PACKAGE).with_suffix("").parts
+        out[".".join(rel[:-1] if rel[-1] == "__init__" else rel)] = p
+    return out
+
+
+def _imports(modules: dict[str, Path]) -> list[tuple[str, str, int, str]]:
+    """(importer, imported module, line, the import's source line) for every import of our own modules."""
+    out = []
+    for name, path in modules.items():
+        text = path.read_text()
+        lines = text.splitlines()
+        is_pkg = path.name == "__init__.py"
+        here = name.split(".") if name else []
+        base = here if is_pkg else here[:-1]
+        for node in ast.walk(ast.parse(text)):
+            targets = []
+            if isinstance(node, ast.ImportFrom):
+                if node.level:
+                    pkg = base[:len(base) - node.level + 1]
+                    mod = ".".join(pkg + ([node.module] if node.module else []))
+                elif (node.module or "").startswith("nsight_magic"):
+                    mod = node.module[len("nsight_magic"):].lstrip(".")
+                else:
+                    continue
+                for a in node.names:
+                    sub = f"{mod}.{a.name}".lstrip(".")
+                    targets.append(sub if sub in modules else mod)
+            elif isinstance(node, ast.Import):
+                targets = [a.name[len("nsight_magic"):].lstrip(".") for a in node.names
+                           if a.name.startswith("nsight_magic")]
+            for t in targets:
+                if t != name:
+                    out.append((name, t, node.lineno, lines[node.lineno - 1]))
+    return out
+
+
+def _layer(module: str) -> int:
+    top = module.split(".")[0] if module else ""
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"nsight_magic.{module} is in no layer of tests/test_layout.py: add it")
+
+
+def test_every_module_has_a_layer():
+    for m in _modules():
+        _layer(m)
+
+
+def test_the_profiled_process_side_imports_nothing_from_the_notebook_side():
+    bad = [f"nsight_magic.{a}:{line} imports nsight_magic.{b}" for a, b, line, _ in _imports(_modules())
+           if a.startswith("inside") and not b.startswith("inside") and b not in ("errors", "version")]
+    assert not bad, bad
+
+
+def test_upward_imports_are_few_and_say_why():
+    up = [(a, b, line, src) for a, b, line, src in _imports(_modules()) if _layer(b) > _layer(a)]
+    unexplained = [f"nsight_magic.{a}:{line} -> nsight_magic.{b}" for a, b, line, src in up if "# upward:" not in src]
+    assert not unexplained, f"imports from a lower layer up to a higher one without '# upward: why': {unexplained}"
+    assert len(up) <= MAX_UPWARD, [f"nsight_magic.{a} -> nsight_magic.{b}" for a, b, _, _ in up]
+
+
+def test_no_import_circles():
+    """No cycle among modules, lazy imports included, once the documented upward imports are set aside."""
+    modules = _modules()
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    for a, b, _, src in _imports(modules):
+        if "# upward:" not in src:
+            edges[a].add(b)
+    # a package's __init__ that re-exports its modules is not a circle with them: count only module -> module
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(edges.get(m, ())):
+            if state.get(n) == 1:
+                return stack[stack.index(n):] + [n]
+            if n not in state:
+                found = visit(n)
+                if found:
+                    return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(modules):
+        if m not in state:
+            cycle = visit(m)
+            assert cycle is None, " -> ".join(f"nsight_magic.{c}" if c else "nsight_magic" for c in cycle)
