@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from .version import __version__
 
-__all__ = ["open_report", "open_job", "readable", "diff", "annotate_modules", "annotate_functions", "load_ipython_extension", "__version__"]
+__all__ = ["open_report", "open_job", "last", "readable", "diff", "annotate_modules", "annotate_functions",
+           "load_ipython_extension", "__version__"]
 
 
 def open_report(path):
@@ -15,6 +16,14 @@ def open_report(path):
     from .readers import open_report as _open
 
     return _open(path)
+
+
+def last(wait: bool = True):
+    """The newest profile's report (NsysReport or NcuReport) made in this kernel, waiting for it while it is still
+    loading in the background; without one, the newest finished profile in nsight-profiles beside the notebook."""
+    from .background import last as _last
+
+    return _last(wait)
 
 
 def open_job(source, client=None, **kw):

@@ -16,7 +16,7 @@ from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
 def _add(parser: argparse.ArgumentParser, *specs) -> None:
     for group in specs:
         for flags, kwargs in group:
-            if flags[0] in ("--vars", "--no-vars", "--return"):  # notebook state: meaningless for a script
+            if flags[0] in ("--vars", "--no-vars", "--return", "--wait"):  # notebook matters: not for a script
                 continue
             parser.add_argument(*flags, **kwargs)
 

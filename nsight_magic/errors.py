@@ -15,3 +15,7 @@ class ReportError(NsightMagicError):
 
 class OptionError(NsightMagicError):
     """A magic or command-line option is invalid."""
+
+
+class Interrupted(NsightMagicError):
+    """Ctrl-C stopped a step (an export, a read); what was written before is kept."""

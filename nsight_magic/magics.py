@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import shlex
+import signal
 import sys
 import time
+from html import escape
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -20,6 +23,8 @@ from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, ns
 
 PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
 MAX_STREAMED_CHARS = 200_000
+PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
+WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
 
 
 def parse_line(magic, line: str):
@@ -59,20 +64,34 @@ class _LiveStatus:
     def __call__(self, phase: str, elapsed: float) -> None:
         if self.quiet:
             return
-        label = {"importing": "loading setup and variables", "running": "running cell",
-                 "cell-done": "cell finished; the profiler is writing its report",
-                 "leftovers": "stopping processes the cell left running",
-                 "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
-        text = f"{self.tool}: {label} ({elapsed:.1f} s)"
+        self._show(f"{self.tool}: {_phase_words(phase)} ({elapsed:.1f} s)")
+
+    def _show(self, text: str) -> None:
+        if self.quiet:
+            return
         if self.handle is None:
             self.handle = display({"text/plain": text}, raw=True, display_id=True)
         else:
             self.handle.update({"text/plain": text}, raw=True)
 
-    def done(self, result) -> None:
-        if self.handle is not None:
-            self.handle.update({"text/plain": f"{self.tool}: {result.status} in {result.wall_s:.1f} s, saved in "
-                                              f"{result.folder.path}/"}, raw=True)
+    def recorded(self, rec, loading: bool) -> None:
+        """The cell's code has finished: its outcome, and that the profile loads below (or is loaded now)."""
+        more = "; the profile loads below" if loading else ""
+        self._show(f"{self.tool}: {rec.status} in {rec.record_s:.1f} s{more}, saved in {rec.folder.path}/")
+
+    def finished(self, job, script: str = "") -> None:
+        """The profile is loaded (or not); `script` (BokehJS, when this cell carries it) rides along as HTML."""
+        if job.result is None:
+            return
+        rec, r = job.recording, job.result
+        what = "profile ready" if job.report is not None else "no profile" if not job.cancel.is_set() else \
+            "profile not loaded (interrupted)"
+        text = (f"{self.tool}: {r.status} in {rec.record_s:.1f} s, {what} {job.finish_s:.1f} s later, saved in "
+                f"{r.folder.path}/")
+        if script and self.handle is not None:
+            self.handle.update({"text/plain": text, "text/html": f'<pre style="margin:0;padding:0;background:none;border:none">{escape(text)}</pre>{script}'}, raw=True)
+        else:
+            self._show(text)
 
     def output(self, stream: str, text: str) -> None:
         """Stream the cell's output, up to MAX_STREAMED_CHARS: a notebook must stay small (all of it is saved)."""
@@ -87,6 +106,62 @@ class _LiveStatus:
                       f"stdout.txt / stderr.txt in the profile folder]\n")
 
 
+def _phase_words(phase: str) -> str:
+    return {"importing": "loading setup and variables", "running": "running cell",
+            "cell-done": "cell finished; the profiler is writing its report",
+            "leftovers": "stopping processes the cell left running",
+            "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
+
+
+class _ProfileOutput:
+    """The output below the cell's own where its profile appears: "loading" while the finish stage runs in the
+    background, then the view (or one line saying why there is none), replaced in place (a display handle).
+
+    The first view of a notebook needs BokehJS in an output before it (views/bokehjs.py): the status line above
+    carries it when the view arrives, or, without a status line (--quiet), an empty output kept for it."""
+
+    MIN_UPDATE_S = 0.5  # phase lines at most this often: each update is a message to every open frontend
+
+    def __init__(self, tool: str, status: _LiveStatus, carry_bokehjs: bool):
+        self.tool, self.status, self.last = tool, status, 0.0
+        self.carry = carry_bokehjs
+        self.slot = display({"text/html": ""}, raw=True, display_id=True) \
+            if carry_bokehjs and status.handle is None else None
+        self.handle = display({"text/plain": f"{tool}: loading the profile..."}, raw=True, display_id=True)
+
+    def phase(self, phase: str, elapsed: float) -> None:
+        now = time.monotonic()
+        if now - self.last < self.MIN_UPDATE_S:
+            return
+        self.last = now
+        self.handle.update({"text/plain": f"{self.tool}: loading the profile: {_phase_words(phase)} "
+                                          f"({elapsed:.1f} s)"}, raw=True)
+
+    def done(self, job) -> None:
+        from .views import bokehjs
+        from .views.output import READY_KEY
+
+        script = ""
+        if self.carry:
+            if job.bundle is not None and "text/html" in job.bundle:
+                script = bokehjs.bokehjs_html(sync=True)
+            else:
+                bokehjs.not_sent()
+        self.status.finished(job, script if self.slot is None else "")
+        if self.slot is not None and script:
+            self.slot.update({"text/html": script, "text/plain": "(BokehJS for the views below)"}, raw=True)
+        meta = {READY_KEY: {"state": "ready" if job.bundle else "failed", "folder": str(job.folder)}}
+        if job.bundle is not None:
+            self.handle.update(job.bundle, metadata=meta, raw=True)
+            return
+        lines = job.new_messages() or ([f"nsight-magic: {job.error}"] if job.error else [])
+        if job.error and f"nsight-magic: {job.error}" not in lines:
+            lines.append(f"nsight-magic: {job.error}")
+        if not lines:
+            lines = [f"nsight-magic: no profile to show; the files are in {job.folder}/"]
+        self.handle.update({"text/plain": "\n".join(lines)}, metadata=meta, raw=True)
+
+
 @magics_class
 class NsightMagics(Magics):
     def __init__(self, shell):
@@ -94,12 +169,36 @@ class NsightMagics(Magics):
         self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
         self.last_result = None
         self.history: list[Path] = []  # profile folders made in this kernel, oldest first (for %nsys_diff)
+        self.trace: str | None = None  # what the next warm worker traces: %%nsight_setup --trace, or the last %%nsys's
         from .profilers.session import SessionManager
 
         self.sessions = SessionManager()  # the warm %%nsys process; stopped when the kernel exits
 
+    def prewarm(self) -> None:
+        """Prepare the warm worker for the next %%nsys in the background (the setup code, trace and environment as
+        they are now), while the user writes the next cell.  Nothing to see, nothing when nsys is missing or
+        NSIGHT_MAGIC_PREWARM=0; a worker that cannot start is started by the next %%nsys as before."""
+        if os.environ.get(PREWARM_ENV, "1") == "0":
+            return
+        from . import tools
+        from .options import DEFAULT_TRACE, trace_for_machine
+        from .profilers import child_environment
+        from .profilers.prepare import _current_umask
+        from .store import notebook_dir
+
+        try:
+            nsys = tools.find_nsys()
+            trace, _ = trace_for_machine(self.trace or DEFAULT_TRACE, tools.gpu_visible())
+        except NsightMagicError:
+            return
+        env = {**child_environment(), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        self.sessions.prewarm(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
+                              cwd=notebook_dir(), umask=_current_umask())
+
     # ---- %%nsight_setup -------------------------------------------------------------------------------------
     @magic_arguments()
+    @argument("-t", "--trace", default=None, help="what the warm worker prepared for the next %%%%nsys traces (default: "
+                                                  "the trace of the last %%%%nsys, else cuda,nvtx,osrt)")
     @argument("--reset", action="store_true", help="forget all remembered setup code first")
     @argument("--list", action="store_true", help="print the remembered setup code and run nothing")
     @argument("--name", default=None, help="a key for this setup code: running a cell with the same --name "
@@ -110,10 +209,13 @@ class NsightMagics(Magics):
         """Run this cell in the notebook as usual and remember it as setup code.
 
         The remembered setup code runs in the profiled process before every %%nsys / %%ncu cell, outside the
-        capture: imports, model definitions, data.  It must be plain Python (no %magics or !commands).
+        capture: imports, model definitions, data.  It must be plain Python (no %magics or !commands).  Once the
+        cell has run here, a warm worker runs it too, in the background, so the next %%nsys finds it ready.
         As a line magic, `%nsight_setup --list` / `--reset` only lists / forgets.
         """
         args = parse_line(self.nsight_setup, line)
+        if args.trace:
+            self.trace = args.trace
         if args.reset:
             self.setup_sources.clear()
         if args.list:
@@ -121,6 +223,7 @@ class NsightMagics(Magics):
         if cell is None or args.list:
             if args.reset:
                 print("nsight-magic: setup code forgotten")
+                self.prewarm()
             return
         try:
             compile(cell, "<nsight_setup>", "exec")
@@ -134,6 +237,7 @@ class NsightMagics(Magics):
         self.setup_sources[args.name or self._cell_key(cell)] = cell
         print(f"nsight-magic: remembered as setup code ({len(self.setup_sources)} setup cell"
               f"{'s' if len(self.setup_sources) != 1 else ''})")
+        self.prewarm()
 
     def _prompt_number(self) -> int:
         """The number of the cell being run as the user sees it ([2]): the shell's counter is already one ahead
@@ -165,11 +269,11 @@ class NsightMagics(Magics):
             opts = nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        from .run import run_nsys
+        from .run import record_nsys
 
         status = _LiveStatus("nsys", opts.quiet)
         try:
-            result = run_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
+            rec = record_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
                               on_output=status.output, on_status=status,
                               on_prepared=None if opts.quiet else _print_manifest, sessions=self.sessions,
                               # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab
@@ -177,8 +281,8 @@ class NsightMagics(Magics):
                               cell_first_line=args.cell_line)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        status.done(result)
-        self._finish(result, opts.render, opts.thresholds)
+        self.trace = opts.trace
+        self._after_record(rec, status, opts.render, opts.thresholds, args.wait)
 
     # ---- %nsys_session -------------------------------------------------------------------------------------
     @magic_arguments()
@@ -246,14 +350,18 @@ class NsightMagics(Magics):
         from .store import find_profile, list_profiles, profiles_root
         from .views.diff import display_diff
 
+        from . import background
+
         root = profiles_root(args.dir)
         try:
             if len(args.profiles) == 2:
+                background.wait_under(root, say=_say)  # a profile named by name may be loading
                 before, after = (find_profile(p, root) for p in args.profiles)
             elif not args.profiles:
                 before, after = self._last_two(root, list_profiles)
             else:
                 raise UsageError("give two profiles (or none: the last two of this notebook)")
+            background.wait_for((before, after), say=_say)
             d = diff(before, after, match=args.match)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
@@ -261,7 +369,11 @@ class NsightMagics(Magics):
         display_diff(d, render=not args.no_render)
 
     def _last_two(self, root: Path, list_profiles) -> tuple[Path, Path]:
-        made = [p for p in self.history if p.exists()]
+        from . import background
+        from .store import has_report
+
+        background.wait_for(self.history[-2:], say=_say)
+        made = [p for p in self.history if p.exists() and has_report(p)]
         if len(made) >= 2:
             return made[-2], made[-1]
         profiles = list_profiles(root)
@@ -287,34 +399,59 @@ class NsightMagics(Magics):
             opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self._prompt_number()}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        from .run import run_ncu
+        from .run import record_ncu
 
         status = _LiveStatus("ncu", opts.quiet)
         try:
-            result = run_ncu(cell, opts, ncu_opts, setup_sources=list(self.setup_sources.values()),
+            rec = record_ncu(cell, opts, ncu_opts, setup_sources=list(self.setup_sources.values()),
                              namespace=self.shell.user_ns, on_output=status.output, on_status=status,
                              on_prepared=None if opts.quiet else _print_manifest)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        status.done(result)
-        self._finish(result, opts.render)
+        self._after_record(rec, status, opts.render, None, args.wait)
 
-    def _finish(self, result, render: bool, thresholds: dict | None = None) -> None:
-        """Messages, returned variables, then the report view."""
-        self.last_result = result
-        self.history.append(Path(result.folder.path))
-        for m in result.notes:
+    def _after_record(self, rec, status: _LiveStatus, render: bool, thresholds: dict | None, wait: bool) -> None:
+        """The cell's code has finished: say what the record stage knows, give back the --return values, and leave
+        the rest (the report, the view) to a background job that fills the output below; the cell waits for it
+        only with --wait or when nobody would see the output change (nbclient, nbconvert, papermill)."""
+        from . import background
+
+        self.last_result = rec
+        self.history.append(Path(rec.folder.path))
+        later = not wait and _draws_later(self.shell)
+        status.recorded(rec, later)
+        for m in rec.notes:
             print(f"nsight-magic: {m}")
-        for m in result.messages:
+        for m in rec.messages:
             print(f"nsight-magic: {m}", file=sys.stderr)
-        if result.returned:
-            self.shell.user_ns.update(result.returned)
-            print(f"nsight-magic: returned {', '.join(result.returned)}")
-        if result.sqlite or result.report_file:
-            t0 = time.monotonic()
-            # the folder, not the file: it picks report.sqlite, or for ncu the CSV pages (no native ncu_report)
-            _show_report(result.folder.path, result.folder.path, render, thresholds)
-            result.timings["show_s"] = time.monotonic() - t0
+        if rec.returned:
+            self.shell.user_ns.update(rec.returned)
+            print(f"nsight-magic: returned {', '.join(rec.returned)}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        from .views.bokehjs import needs_bokehjs
+
+        out = _ProfileOutput(rec.tool, status, carry_bokehjs=render and needs_bokehjs())
+
+        def done(job) -> None:
+            out.done(job)
+            if self.sessions.session is None and rec.tool == "nsys":  # its worker was let go: prepare the next
+                self.prewarm()
+
+        job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done)
+        _catch_idle_interrupts(self.shell)
+        if later:
+            return
+        try:
+            job.wait()
+        except KeyboardInterrupt:
+            job.interrupt()
+            print("nsight-magic: interrupted: the profile is not loaded; what the profiler wrote is kept "
+                  f"(%nsys_load {rec.folder.path} shows it)", file=sys.stderr)
+            try:
+                job.wait()
+            except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job ends by itself
+                pass
 
     # ---- %nsys_load -----------------------------------------------------------------------------------------
     @magic_arguments()
@@ -334,7 +471,12 @@ class NsightMagics(Magics):
         """Show a saved profile or any Nsight report again; on a folder of profiles, list them and show one."""
         args = parse_line(self.nsys_load, line)
         path = Path(args.path).expanduser()
+        from . import background
         from .store import is_profile_folder, list_profiles, pick_profile
+
+        background.wait_for([path], say=_say)  # a profile of this kernel still loading: shown once it is
+        if path.is_dir():
+            background.wait_under(path, say=_say)
 
         if path.is_dir() and not is_profile_folder(path) and _is_job(path, args.pattern):
             _load_job(path, args)
@@ -433,8 +575,63 @@ def _session_line(info: dict | None) -> str:
     if info is None:
         return "no warm session (the next %%nsys starts one)"
     rss = f", {info['worker_rss_bytes'] / 2**20:,.0f} MiB resident" if info.get("worker_rss_bytes") else ""
-    return (f"warm session {info['session']}: worker pid {info['worker_pid']}, up {info['age_s']:.0f} s, "
+    state = {"starting": "starting (its setup code runs)", "ready": "ready", "busy": "busy (running a cell)",
+             "failed": "failed (its setup code raised: the next %%nsys starts a new one and shows why)"}.get(
+        info.get("state"), info.get("state"))
+    if info.get("state") == "finishing":
+        state = f"finishing profile {', '.join(info.get('finishing') or [])}"
+    pid = f"worker pid {info['worker_pid']}, " if info.get("worker_pid") else ""
+    return (f"warm session {info['session']}: {state}; {pid}up {info['age_s']:.0f} s, "
             f"{info['cells']} cell{'s' if info['cells'] != 1 else ''} run{rss}, tracing {info['trace']}")
+
+
+def _say(text: str) -> None:
+    print(f"nsight-magic: {text}", file=sys.stderr)
+
+
+def _draws_later(shell) -> bool:
+    """Whether the frontend shows an output that changes after the cell has returned: a kernel whose client can
+    answer input() is one a person is looking at (JupyterLab, Notebook, VS Code).  nbclient, nbconvert and
+    papermill cannot, and keep only what arrives while a cell runs: there the cell waits for its profile."""
+    if os.environ.get(WAIT_ENV, "0") == "1":
+        return False
+    kernel = getattr(shell, "kernel", None)
+    return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
+
+
+def _bokehjs_once() -> None:
+    """BokehJS inline, in an output of its own before the first view of a notebook (the static part of saved
+    notebooks needs it; the live widget brings its own)."""
+    from IPython.display import publish_display_data
+
+    from .views.bokehjs import bokehjs_html, needs_bokehjs
+
+    if needs_bokehjs():
+        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the views below)"})
+
+
+def _catch_idle_interrupts(shell) -> None:
+    """Ctrl-C (the notebook's stop button) while the kernel is idle reaches the kernel as SIGINT, which ipykernel
+    ignores between requests: while profiles finish in the background it stops them (keeping what the profiler
+    wrote).  Installed as the handler ipykernel restores after each request; with no background work it does
+    what that handler did."""
+    kernel = getattr(shell, "kernel", None)
+    previous = getattr(kernel, "saved_sigint_handler", None)
+    if kernel is None or previous is None or getattr(previous, "_nsight_magic", False):
+        return
+
+    def on_sigint(signum, frame):
+        from . import background
+
+        if background.interrupt_pending():
+            return
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+    on_sigint._nsight_magic = True
+    kernel.saved_sigint_handler = on_sigint
 
 
 def _print_manifest(manifest) -> None:
@@ -458,30 +655,26 @@ def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict
     except Exception as e:  # a view bug must not look like the user's cell failed
         print(f"nsight-magic: could not render {path.name} ({type(e).__name__}: {e}); the files are in "
               f"{folder or path.parent}/", file=sys.stderr)
+        return
+    if folder is not None:
+        from .store import clear_finishing, finishing_state
+
+        if finishing_state(Path(folder)) == "interrupted":  # its kernel ended while loading it: now it is loaded
+            clear_finishing(Path(folder))
 
 
 def display_report(report, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
-    """The one place that picks a view for a report (Nsight Systems or Nsight Compute)."""
-    from .readers.nsys import NsysReport
+    """The one place that shows a report (Nsight Systems or Nsight Compute) in the cell: its view (and view.html
+    beside an nsys report in a profile folder), or with render=False its text summary."""
+    from IPython.display import publish_display_data
 
-    if isinstance(report, NsysReport):
-        if render:
-            from .views import display_nsys
-
-            # the standalone page goes beside the report, for reading without Jupyter
-            display_nsys(report, folder=folder, save_html=Path(folder) / "view.html" if folder else None,
-                         thresholds=thresholds)
-        else:
-            from .views import nsys_text
-
-            print(nsys_text(report, thresholds))
-        return
-    from .views.ncu import display_ncu, ncu_text
+    from .views.output import profile_bundle
 
     if render:
-        display_ncu(report, folder=folder)
+        _bokehjs_once()
+        publish_display_data(profile_bundle(report, folder, render=True, thresholds=thresholds))
     else:
-        print(ncu_text(report))
+        print(profile_bundle(report, folder, render=False, thresholds=thresholds)["text/plain"])
 
 
 def _cell_magic_help(func, name: str) -> None:
@@ -506,4 +699,6 @@ for _name in ("nsys", "ncu", "nsight_setup"):
 
 
 def register(ipython) -> None:
-    ipython.register_magics(NsightMagics)
+    magics = NsightMagics(ipython)
+    ipython.register_magics(magics)
+    magics.prewarm()

@@ -167,6 +167,10 @@ COMMON_ARGS = (
     (("--no-render",), dict(action="store_true", help="print a text summary instead of the interactive view")),
     (("--quiet",), dict(action="store_true", help="no status line, no variable list, no streamed output "
                                                   "(all of it is still saved in the profile folder)")),
+    (("--wait",), dict(action="store_true",
+                       help="the cell returns once the profile is drawn, not as soon as its code has finished (the "
+                            "profile then loads below while you go on); headless runs (nbclient, nbconvert, "
+                            "papermill) always wait")),
     (("--modules",), dict(nargs="?", const=0, default=None, type=int, metavar="DEPTH",
                           help="give every torch.nn.Module of the sent variables and the setup code a forward and a "
                                "backward NVTX range per submodule (at most DEPTH levels deep; all without a number)")),

@@ -5,9 +5,9 @@ Kept as the name the README, the command line and user code import from:
 """
 from __future__ import annotations
 
-from .profilers import (RunFailed, RunResult, child_environment, finish_nsys, prepare, run_ncu, run_nsys,
-                        write_report_cache)
+from .profilers import (Recording, RunFailed, RunResult, child_environment, finish_nsys, prepare, record_ncu,
+                        record_nsys, run_ncu, run_nsys, write_report_cache)
 from .profilers.process import RUN_ID_ENV
 
-__all__ = ["run_nsys", "run_ncu", "RunResult", "RunFailed", "child_environment", "prepare", "finish_nsys",
-           "write_report_cache", "RUN_ID_ENV"]
+__all__ = ["run_nsys", "run_ncu", "record_nsys", "record_ncu", "Recording", "RunResult", "RunFailed",
+           "child_environment", "prepare", "finish_nsys", "write_report_cache", "RUN_ID_ENV"]

@@ -104,13 +104,45 @@ def _created(folder: Path) -> str:
 REPORT_FILES = ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report.qdstrm")
 
 
+FINISHING_FILE = "finishing.json"  # a profile whose finish stage (export, view) runs: which kernel runs it
+
+
+def mark_finishing(folder: Path) -> None:
+    """The profile's finish stage begins (in this process): listings do not count it as finished yet."""
+    from .tools import process_identity
+
+    (Path(folder) / FINISHING_FILE).write_text(json.dumps({**process_identity(), "since": time.time()}) + "\n")
+
+
+def clear_finishing(folder: Path) -> None:
+    try:
+        (Path(folder) / FINISHING_FILE).unlink()
+    except OSError:
+        pass
+
+
+def finishing_state(p: Path) -> str | None:
+    """None: the profile is finished (or never had a finish stage); "finishing": a live kernel is finishing it;
+    "interrupted": the kernel that was finishing it ended first (what the profiler wrote is in the folder)."""
+    from .tools import identity_alive
+
+    try:
+        owner = json.loads((Path(p) / FINISHING_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError):
+        owner = None
+    return "finishing" if identity_alive(owner) else "interrupted"
+
+
 def is_profile_folder(p: Path) -> bool:
     return p.is_dir() and any((p / f).exists() for f in (*REPORT_FILES, "cell.py", SUMMARY_FILE))
 
 
 def has_report(p: Path) -> bool:
-    """A profile folder whose run left a report (a failed run keeps its cell and output, but no report)."""
-    return any((p / f).exists() for f in REPORT_FILES[:4])
+    """A finished profile folder whose run left a report (a failed run keeps its cell and output, but no report; a
+    profile still being finished, or whose finishing was cut short, is not counted)."""
+    return any((p / f).exists() for f in REPORT_FILES) and finishing_state(p) is None
 
 
 def folder_tool(p: Path) -> str | None:
@@ -151,11 +183,12 @@ def describe_reportless(folder: Path) -> str:
 
 def list_profiles(root: Path, include_failed: bool = False):
     """The profile folders under `root` (one level), newest first, as a DataFrame with SUMMARY_KEYS + folder +
-    has_report.  A profile's name is its folder's name (a copied folder is a profile of its own).
+    has_report + state (finished, failed, finishing: being loaded by a kernel, interrupted: its loading was cut
+    short).  A profile's name is its folder's name (a copied folder is a profile of its own).
 
     summary.json gives the figures; a folder without one (made by an older version, or whose report could not be
-    read) still gets a row with what its files say.  Folders of failed runs (no report) are left out unless
-    `include_failed`."""
+    read) still gets a row with what its files say.  Folders of failed, finishing or interrupted runs are left out
+    unless `include_failed`."""
     import pandas as pd
 
     rows = []
@@ -170,8 +203,9 @@ def list_profiles(root: Path, include_failed: bool = False):
         except (OSError, ValueError):
             data = {"created": _created(d), "tool": folder_tool(d)}
         data["name"] = d.name
-        rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d), "has_report": ok})
-    df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder", "has_report"])
+        rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d), "has_report": ok,
+                     "state": "finished" if ok else (finishing_state(d) or "failed")})
+    df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder", "has_report", "state"])
     # newest first; folders made in the same second by their -n suffix (name order)
     return df.sort_values(["created", "folder"], ascending=False, kind="stable").reset_index(drop=True)
 

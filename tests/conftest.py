@@ -50,15 +50,19 @@ def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: 
     return nb
 
 
-def kernel_runner(cwd):
-    """A real kernel (jupyter_client) started in `cwd`: (km, kc, run); run(code) executes one cell and returns
-    (the text it showed: streams, results, tracebacks; the pager's text (`%%nsys?`); its execution count)."""
+READY_KEY = "application/vnd.nsight-magic+json"  # views.output: the update that drew a profile carries it
+
+
+def kernel_runner(cwd, env: dict | None = None):
+    """A real kernel (jupyter_client) started in `cwd`, driven like JupyterLab (allow_stdin): (km, kc, run);
+    run(code) executes one cell and returns (the text it showed: streams, results, tracebacks, and the final text of
+    a profile that loads after the cell returned; the pager's text (`%%nsys?`); its execution count)."""
     from jupyter_client.manager import start_new_kernel
 
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), **({"env": env} if env else {}))
 
-    def run(code: str):
-        out = []
+    def run(code: str, profile_timeout: float = 120):
+        out, loading = [], {}
 
         def hook(msg):
             c = msg["content"]
@@ -67,13 +71,40 @@ def kernel_runner(cwd):
             elif msg["msg_type"] == "error":
                 out.append("\n".join(c["traceback"]))
             elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
-                out.append(c["data"].get("text/plain", ""))
+                text = c["data"].get("text/plain", "")
+                did = c.get("transient", {}).get("display_id")
+                if did and text.startswith(("nsys: loading the profile", "ncu: loading the profile")):
+                    loading[did] = len(out)
+                out.append(text)
 
         reply = kc.execute_interactive(code, output_hook=hook, timeout=240)["content"]
+        drawn = _profiles_drawn(kc, set(loading), profile_timeout) if loading else {}
+        for did, i in loading.items():
+            out[i] = drawn.get(did, out[i])
         pages = [p["data"].get("text/plain", "") for p in reply.get("payload", []) if p.get("source") == "page"]
         return "".join(out), "".join(pages), reply.get("execution_count")
 
     return km, kc, run
+
+
+def _profiles_drawn(kc, ids: set, timeout: float) -> dict:
+    """The text of the updates that drew the profiles `ids` (display ids), read from iopub after the cell."""
+    import queue
+    import time
+
+    drawn, end = {}, time.monotonic() + timeout
+    while ids - set(drawn) and time.monotonic() < end:
+        try:
+            msg = kc.get_iopub_msg(timeout=0.5)
+        except queue.Empty:
+            continue
+        c = msg["content"]
+        did = c.get("transient", {}).get("display_id") if isinstance(c, dict) else None
+        if msg["msg_type"] == "update_display_data" and did in ids and READY_KEY in c.get("metadata", {}):
+            drawn[did] = c["data"].get("text/plain", "")
+    if ids - set(drawn):
+        pytest.fail(f"the profile was not drawn within {timeout:g} s after its cell returned")
+    return drawn
 
 
 def cell_text(cell, name: str | None = None) -> str:

@@ -86,10 +86,16 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
                 except Exception:  # noqa: BLE001
                     if "nsys:" in out.inner_text():
                         raise
+            # the cell has returned: its output says the profile is loading, then the view takes that place
+            loading = out.get_by_text("nsys: loading the profile", exact=False).first
+            loading.wait_for(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "labextension_profile_loading.png"))
             out.get_by_text("Timeline").first.wait_for(timeout=60_000)  # the view (the live widget's tabs)
+            loading.wait_for(state="detached", timeout=10_000)
             page.wait_for_timeout(1500)
             text = out.inner_text()
-            assert "the cell ran" in text and "saved in" in text, text
+            assert "the cell ran" in text and "saved in" in text and "profile ready" in text, text
+            assert "loading the profile" not in text, text
             assert _cell_text(first) == CELL  # the magic line was added for that execution only
             page.screenshot(path=str(ARTIFACTS / "labextension_profiled_cell.png"))
 
@@ -97,6 +103,8 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             page.locator(".jp-SideBar [data-id='nsight-magic-profiles']").click()
             entry = page.locator(".nm-profile").first
             entry.wait_for(timeout=30_000)
+            # refreshed when the profile was drawn (the update's metadata), not only when the cell returned
+            entry.get_by_text("top NVTX range: lab-range").wait_for(timeout=30_000)
             # named after the prompt the user sees ([1]), not one higher
             assert first.locator(".jp-InputPrompt").inner_text().strip() == "[1]:"
             assert entry.locator(".nm-profile-name").inner_text().startswith("cell1-")

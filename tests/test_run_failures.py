@@ -202,9 +202,9 @@ def test_stale_session_folders_of_a_killed_kernel_are_removed(tmp_path):
     (dead / "owner.json").write_text(json.dumps({"pid": 2**22 + 7, "start": "1"}))
     mine = tmp_path / f"{SESSION_DIR_PREFIX}mine-x"
     mine.mkdir()
-    from nsight_magic.profilers.session import _owner
+    from nsight_magic.tools import process_identity
 
-    (mine / "owner.json").write_text(json.dumps(_owner()))
+    (mine / "owner.json").write_text(json.dumps(process_identity()))
     assert remove_stale_session_dirs(tmp_path) == [dead]
     assert not dead.exists() and mine.exists()
 

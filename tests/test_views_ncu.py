@@ -108,10 +108,11 @@ def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_widget(h100)
     from IPython.utils.capture import capture_output
 
     import nsight_magic.views.ncu as view
+    import nsight_magic.views.bokehjs as bokehjs
     import nsight_magic.views.report_view as nsys_view
 
     InteractiveShell.instance()
-    nsys_view._bokehjs_cell[:] = []
+    bokehjs._bokehjs_cell[:] = []
     with capture_output() as cap:
         view.display_ncu(h100)
         view.display_ncu(h100)

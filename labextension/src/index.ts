@@ -4,7 +4,8 @@
  * added for that one execution), and browse the profiles saved beside the notebook in a sidebar.
  *
  * The profiling itself is the IPython extension's (%%nsys / %%ncu): its live status line shows the phase and the
- * elapsed time in the cell's output, and the notebook's Stop button interrupts it cleanly.
+ * elapsed time in the cell's output, the cell returns when its code has finished and the profile fills its output
+ * in place once loaded, and the notebook's Stop button interrupts either stage cleanly.
  */
 import {
   ILabShell,
@@ -51,6 +52,8 @@ const CMD = {
 };
 
 const MAGIC_FIRST_LINE = /^\s*%%(nsys|ncu)\b/;
+/** Display metadata of the update that draws a profile loaded in the background (nsight_magic/views/output.py). */
+const READY_KEY = 'application/vnd.nsight-magic+json';
 
 /** The code sent for one profiled execution: the cell's text under %%nsys / %%ncu (kept if already there). */
 export function profiledCode(source: string, magic: 'nsys' | 'ncu'): string {
@@ -181,11 +184,20 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const follow = () => sidebar.setDirectory(panelDir());
     tracker.currentChanged.connect(follow);
     follow();
-    // refreshed when a profile may have finished: after any cell of a notebook ran
+    // refreshed when a profile may have been made (after a profiled cell ran) and when one finished loading in
+    // the background: the kernel's update that draws it carries READY_KEY in its metadata (views/output.py)
     NotebookActions.executed.connect((_, args) => {
       if (/^\s*%%(nsys|ncu)\b|%nsys_load/.test(args.cell.model.sharedModel.getSource())) {
         void sidebar.refresh();
       }
+    });
+    tracker.widgetAdded.connect((_, panel) => {
+      panel.sessionContext.iopubMessage.connect((__, msg) => {
+        const content = msg.content as { metadata?: Record<string, unknown> };
+        if (msg.header.msg_type === 'update_display_data' && content.metadata && READY_KEY in content.metadata) {
+          void sidebar.refresh();
+        }
+      });
     });
     if (labShell) {
       labShell.currentChanged.connect(follow);

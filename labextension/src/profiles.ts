@@ -22,6 +22,7 @@ export interface IProfile {
   top_range_pct?: number;
   hasView: boolean;
   failed?: boolean; // the run left no report (its cell and output are kept)
+  loading?: boolean; // its report is being exported and drawn in the background (finishing.json, store.py)
 }
 
 export function joinPath(...parts: string[]): string {
@@ -67,11 +68,13 @@ export async function listProfiles(contents: Contents.IManager, dir: string): Pr
         const inner = await contents.get(folder.path, { content: true });
         const names = new Set(((inner.content as Contents.IModel[]) || []).map(m => m.name));
         p.hasView = names.has('view.html');
+        // a kernel is still finishing it (or was, and ended first): not a finished profile yet
+        p.loading = names.has('finishing.json');
         // which profiler made it, also for a run that left no report (and so no summary.json)
         const nsys = names.has('report.sqlite') || names.has('report.nsys-rep');
         const ncu = names.has('report.ncu-rep') || names.has('report_raw.csv');
         p.tool = ncu ? 'ncu' : nsys ? 'nsys' : undefined;
-        if (!nsys && !ncu) {
+        if (!nsys && !ncu && !p.loading) {
           p.failed = true;
           if (names.has('run.json')) {
             // written first when the run began (nsight-magic 0.1+), so even a syntax error says its tool
@@ -168,7 +171,14 @@ export class ProfilesPanel extends Widget {
       const li = document.createElement('li');
       li.className = 'nm-profile';
       li.dataset.path = p.path;
-      li.title = p.hasView ? 'Open this profile' : 'No view.html in this folder';
+      li.title = p.loading
+        ? 'Being loaded by its kernel (or its kernel stopped first: %nsys_load it)'
+        : p.hasView
+          ? 'Open this profile'
+          : 'No view.html in this folder';
+      if (p.loading) {
+        li.classList.add('nm-profile-loading');
+      }
       const name = document.createElement('div');
       name.className = 'nm-profile-name';
       name.textContent = p.name;
@@ -176,7 +186,7 @@ export class ProfilesPanel extends Widget {
       meta.className = 'nm-profile-meta';
       const kernels = p.kernels ? ` · ${p.kernels.toLocaleString()} kernels` : '';
       meta.textContent =
-        [p.tool, p.created, formatMs(p.capture_ns), p.failed ? 'no report (failed run)' : '']
+        [p.tool, p.created, formatMs(p.capture_ns), p.loading ? 'loading…' : p.failed ? 'no report (failed run)' : '']
           .filter(Boolean)
           .join(' · ') + kernels;
       const top = document.createElement('div');

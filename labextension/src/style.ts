@@ -67,6 +67,11 @@ const CSS = `
   text-overflow: ellipsis;
 }
 
+.nm-profile-loading {
+  opacity: 0.6;
+  font-style: italic;
+}
+
 .nm-profiles-empty {
   padding: 12px 8px;
   color: var(--jp-ui-font-color2);

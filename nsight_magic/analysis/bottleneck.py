@@ -23,7 +23,6 @@ take their time at stake from these figures, so that they count each nanosecond 
 """
 from __future__ import annotations
 
-import functools
 import re
 from dataclasses import dataclass, field
 

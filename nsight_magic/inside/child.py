@@ -366,8 +366,6 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             pass
         sys.stdout.flush()
         sys.stderr.flush()
-    progress("finished", status=status)
-
     returns = cfg.get("returns") or []
     if returns and (not rank or cfg.get("return_all")):  # rank 0's, or every rank's with --return-all
         from .state import dumps_returns
@@ -377,6 +375,10 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         (folder / name).write_bytes(data)
         for w in warnings:
             print(f"nsight-magic: {w}", file=sys.stderr)
+        sys.stderr.flush()
+    # everything the notebook needs from the cell is written: its record stage ends here (the profiler's writing,
+    # the export and the view follow in the background)
+    progress("finished", status=status)
     return status
 
 

@@ -12,13 +12,16 @@ from ..errors import NsightMagicError
 from ..options import RunOptions
 from .nsys import child_argv
 from .prepare import _annotations, _load_returns, _prepare_with_tool, _versions
-from .process import OutputCallback, RunResult, StatusCallback, child_environment, describe_outcome, run_child
+from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
+                      child_environment, describe_outcome)
 
 
-def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespace: dict | None = None,
-            on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
-            on_prepared: Callable[[list], None] | None = None, stop_grace_s: float = 30.0) -> RunResult:
-    """Profile the kernels of `cell` with Nsight Compute; same folder, state transfer and failure handling as nsys.
+def record_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespace: dict | None = None,
+               on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
+               on_prepared: Callable[[list], None] | None = None, stop_grace_s: float = 30.0) -> Recording:
+    """The record stage of a %%ncu run: the cell under ncu (kernels replayed as they run) until its code has
+    finished and its --return values are back; `Recording.finish()` waits for ncu and imports its CSV pages.
+    Same folder, state transfer and failure handling as nsys.
 
     Without --nvtx-include/--module only the cell's own kernels are profiled (the NVTX range the child pushes
     around the cell), so setup code does not use up --count.
@@ -33,7 +36,6 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
         annotations=_annotations(opts, modules=0 if ncu_opts.module else None))
     folder = prep.folder
     messages: list[str] = []
-    notes: list[str] = []
     user_opts = ncu_opts  # the filters the user chose, for messages
     if not ncu_opts.nvtx_include and not ncu_opts.module:
         ncu_opts = replace(ncu_opts, nvtx_include=(f"{CAPTURE_DOMAIN}@{folder.path.name}/",))
@@ -44,7 +46,35 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
     folder.command.write_text(shlex.join(argv) + "\n")
     folder.write_json(folder.versions, _versions(ncu, "ncu", version))
 
-    outcome = run_child(argv, prep, child_environment(), opts.timeout, on_output, on_status, stop_grace_s)
+    run = ChildRun(argv, prep, child_environment(), on_output, on_status)
+    run.record(opts.timeout, stop_grace_s)
+    returned = _load_returns(folder, messages)
+    status = run.status_so_far
+    if status not in ("ok", "failed"):  # the cell's own failure is known now; ncu's are explained at the end
+        said = describe_outcome(_ChildOutcome(None, status, 0.0, list(run.phases), details=dict(run.extras)), "ncu",
+                                opts.timeout, folder)
+        if said:
+            messages.append(said)
+    record_s = time.monotonic() - t0
+
+    def finish(status_cb, cancel) -> RunResult:
+        return _finish_ncu(run, ncu, ncu_opts, user_opts, opts, folder, list(messages), returned, prep.manifest,
+                           t0, record_s, status_cb or on_status, cancel, stop_grace_s)
+
+    return Recording(folder, "ncu", status, record_s, returned, prep.manifest, messages, [], finish)
+
+
+def run_ncu(cell: str, opts: RunOptions, ncu_opts, **kw) -> RunResult:
+    """Profile the kernels of `cell` with Nsight Compute and wait for the report: record_ncu(...).finish()."""
+    return record_ncu(cell, opts, ncu_opts, **kw).finish()
+
+
+def _finish_ncu(run, ncu, ncu_opts, user_opts, opts: RunOptions, folder, messages: list[str], returned: dict,
+                manifest: list, t0: float, record_s: float, on_status, cancel, stop_grace_s: float) -> RunResult:
+    from ..tools import ncu as ncu_tool
+
+    notes: list[str] = []
+    outcome = run.finish(on_status, cancel, stop_grace_s)
     if on_status:
         on_status("importing report", outcome.wall_s)
     tool_text = folder.tool_log.read_text(errors="replace") if folder.tool_log.exists() else ""
@@ -57,7 +87,8 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
             # the first thing to know: without a GPU no filter could have matched anything
             explained = ("no GPU is visible on this machine, so the cell launched no CUDA kernel for ncu to "
                          "profile: run %%ncu where an NVIDIA GPU and its driver are")
-    if message and outcome.status != "ok" and not (explained and outcome.status == "failed"):
+    if message and outcome.status != "ok" and not (explained and outcome.status == "failed") \
+            and message not in messages:
         messages.append(message)
     if explained:
         messages.append(f"{explained}; everything is kept in {folder.path}/")
@@ -66,6 +97,9 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
         if not explained and outcome.status in ("ok", "failed"):
             messages.append(f"ncu wrote no report; its output is in {folder.tool_log}")
         report = None
+    elif cancel is not None and cancel.is_set():
+        messages.append(f"interrupted before the profile was loaded: report.ncu-rep is kept in {folder.path}/ "
+                        f"(%nsys_load {folder.path / 'report.ncu-rep'} shows it)")
     else:
         try:
             raw, _details = ncu_tool.import_csvs(ncu, report)
@@ -79,6 +113,5 @@ def run_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), namespac
             write_summary(folder.path, ncu_report)
         except (RuntimeError, NsightMagicError) as e:
             messages.append(f"{e}; report.ncu-rep is kept in {folder.path}/")
-    returned = _load_returns(folder, messages)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, report, None, messages,
-                     returned, prep.manifest, {"run_s": outcome.wall_s}, notes)
+                     returned, manifest, {"run_s": outcome.wall_s, "record_s": round(record_s, 3)}, notes)

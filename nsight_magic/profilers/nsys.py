@@ -16,13 +16,13 @@ from typing import Callable
 
 from .. import tools
 from ..inside.child import CAPTURE_DOMAIN
-from ..errors import NsightMagicError, OptionError, ReportError, ToolNotFound
+from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
 from ..store import ProfileFolder
 from .prepare import _current_umask, _load_returns, _prepare_with_tool, _versions
-from .process import (OutputCallback, RunResult, StatusCallback, _ChildOutcome, child_environment,
-                      describe_outcome, outcome_notes, rank_outcome, run_child)
+from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
+                      child_environment, describe_outcome, outcome_notes, rank_outcome)
 
 
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str],
@@ -32,7 +32,7 @@ def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, 
             f"--output={output or folder.report_base}"]
     if opts.capture == "cell":
         argv += ["--capture-range=nvtx", f"--nvtx-capture={folder.path.name}@{CAPTURE_DOMAIN}",
-                 "--capture-range-end=stop"]
+                 "--capture-range-end=none"]
     return argv + list(opts.nsys_args) + child
 
 
@@ -68,42 +68,51 @@ def _check_nproc(opts: NsysOptions, script: str | None) -> None:
 
 
 def finish_nsys(folder: ProfileFolder, nsys: Path, messages: list[str],
-                ranks: int | None = None) -> tuple[Path | None, Path | None]:
+                ranks: int | None = None, cancel=None) -> tuple[Path | None, Path | None]:
     """Import a left-over .qdstrm, export SQLite; problems become messages, files are kept.
-    With `ranks` (--per-rank-reports): each rank's report.rankR, then report.sqlite merging them on one clock."""
+    With `ranks` (--per-rank-reports): each rank's report.rankR, then report.sqlite merging them on one clock.
+    `cancel` (Ctrl-C) stops an import or export: what nsys wrote stays, `%nsys_load` exports it later."""
     if ranks:
-        return _finish_ranks(folder, nsys, messages, ranks)
-    rep, sqlite = _import_export(folder.report_base, nsys, messages)
+        return _finish_ranks(folder, nsys, messages, ranks, cancel)
+    rep, sqlite = _import_export(folder.report_base, nsys, messages, cancel)
     if sqlite is not None:
         write_report_cache(sqlite)
     return rep, sqlite
 
 
-def _import_export(base: Path, nsys: Path, messages: list[str]) -> tuple[Path | None, Path | None]:
+def _import_export(base: Path, nsys: Path, messages: list[str], cancel=None) -> tuple[Path | None, Path | None]:
     """BASE.nsys-rep (imported from BASE.qdstrm when nsys left only that) -> BASE.sqlite."""
     rep, qdstrm = base.with_name(base.name + ".nsys-rep"), base.with_name(base.name + ".qdstrm")
     if not rep.exists() and qdstrm.exists():
         try:
-            rep = tools.import_qdstrm(qdstrm, nsys)
+            rep = tools.import_qdstrm(qdstrm, nsys, cancel=cancel)
             qdstrm.unlink()  # imported; the raw stream can be GBs
+        except Interrupted:
+            messages.append(f"interrupted while importing: the raw {qdstrm.name} is kept in {base.parent}/ "
+                            f"(%nsys_load {base.parent} imports it)")
+            return None, None
         except (ReportError, ToolNotFound) as e:
             messages.append(f"{e}; the raw {qdstrm.name} is kept in {base.parent}/")
             return None, None
     if not rep.exists():
         return None, None
     try:
-        return rep, tools.export_sqlite(rep, nsys, base.with_name(base.name + ".sqlite"))
+        return rep, tools.export_sqlite(rep, nsys, base.with_name(base.name + ".sqlite"), cancel=cancel)
+    except Interrupted:
+        messages.append(f"interrupted while exporting: {rep.name} is kept in {base.parent}/ (%nsys_load "
+                        f"{base.parent} exports and shows it)")
+        return rep, None
     except (ReportError, ToolNotFound) as e:
         messages.append(f"{e}; {rep.name} is kept in {base.parent}/ (open it in Nsight Systems)")
         return rep, None
 
 
-def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks: int):
+def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks: int, cancel=None):
     from ..readers.nsys_merge import merge_exports
 
     reps, exports = [], []
     for r in range(ranks):
-        rep, sqlite = _import_export(folder.path / f"report.rank{r}", nsys, messages)
+        rep, sqlite = _import_export(folder.path / f"report.rank{r}", nsys, messages, cancel)
         if rep is None and sqlite is None:
             messages.append(f"rank {r} left no report (report.rank{r}.*); the view shows the other ranks")
         reps += [rep] if rep else []
@@ -133,14 +142,16 @@ def write_report_cache(sqlite: Path) -> None:
         pass
 
 
-def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), namespace: dict | None = None,
-             on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
-             script: str | None = None, script_args=(), stop_grace_s: float = 30.0,
-             on_prepared: Callable[[list], None] | None = None, sessions=None, cell_first_line: int = 1) -> RunResult:
-    """Profile `cell` (or `script`) under Nsight Systems; see the module docstring.
+def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), namespace: dict | None = None,
+                on_output: OutputCallback | None = None, on_status: StatusCallback | None = None,
+                script: str | None = None, script_args=(), stop_grace_s: float = 30.0,
+                on_prepared: Callable[[list], None] | None = None, sessions=None, cell_first_line: int = 1
+                ) -> Recording:
+    """The record stage of a %%nsys run: the profile folder, then the cell under nsys until its code has finished
+    and its --return values are back; `Recording.finish()` waits for the report and exports it.
 
     With `sessions` (a profilers.session.SessionManager) the cell runs in its warm session when it can (started
-    or replaced as needed); without, or with --fresh, in a fresh process.
+    or replaced as needed, or prepared ahead by sessions.prewarm); without, or with --fresh, in a fresh process.
     `on_prepared(manifest)` is called once the variables are packed, before nsys starts.  `cell_first_line`: the
     number an editor gives the cell's first line (2 under a %%nsys line: the Lines tab uses the editor's numbers).
     """
@@ -152,6 +163,7 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,
         cell_first_line=cell_first_line)
     folder = prep.folder
+    prepare_s = time.monotonic() - t0
     messages: list[str] = []
     notes: list[str] = []
     trace, note = trace_for_machine(opts.trace, tools.gpu_visible())
@@ -162,27 +174,66 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
     # Our capture range is not a registered NVTX string; without this nsys would never start collecting.
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
 
-    outcome = None
+    capture = None
     refusal = _cold_reason(opts, script) if sessions is not None else ""
     if refusal is None:
-        outcome, how = _capture_warm(sessions, prep, nsys, trace, env, setup_sources, opts, on_output, on_status)
+        capture, how = _record_warm(sessions, prep, nsys, trace, env, setup_sources, opts, on_output, on_status)
         notes.append(how)
-    if outcome is None:
+    if capture is None:
         if refusal:
             notes.append(f"fresh process ({refusal})")
-        outcome = _capture_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s)
-    if on_status:
-        on_status("exporting", outcome.wall_s)
-    if opts.nproc:
-        outcome = rank_outcome(outcome, folder, opts.nproc)
-    message = describe_outcome(outcome, "nsys", opts.timeout, folder, ranks=opts.nproc or 1)
-    if message:
+        capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s)
+    returned = _load_returns(folder, messages, opts.nproc, opts.return_all)
+    so_far = _judged(capture.provisional(), opts, folder)
+    said = _outcome_message(so_far, opts, folder)
+    if said:
+        messages.append(said)
+    record_s = time.monotonic() - t0
+
+    def finish(status_cb, cancel) -> RunResult:
+        result = _finish_run(capture, folder, nsys, version, opts, list(messages), list(notes), returned,
+                             prep.manifest, t0, record_s, status_cb or on_status, cancel)
+        result.timings["prepare_s"] = round(prepare_s, 3)
+        return result
+
+    return Recording(folder, "nsys", so_far.status, record_s, returned, prep.manifest, messages, notes, finish)
+
+
+def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), **kw) -> RunResult:
+    """Profile `cell` (or `script`) under Nsight Systems and wait for its report: record_nsys(...).finish().
+    Works without IPython: the command line and the tests call it; the magic runs the finish in the background."""
+    return record_nsys(cell, opts, **kw).finish()
+
+
+def _judged(outcome: _ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> _ChildOutcome:
+    """With --nproc a failed rank decides the outcome (process.rank_outcome)."""
+    return rank_outcome(outcome, folder, opts.nproc) if opts.nproc else outcome
+
+
+def _outcome_message(outcome: _ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> str | None:
+    return describe_outcome(outcome, "nsys", opts.timeout, folder, ranks=opts.nproc or 1)
+
+
+def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: NsysOptions, messages: list[str],
+                notes: list[str], returned: dict, manifest: list, t0: float, record_s: float, on_status,
+                cancel) -> RunResult:
+    """The finish stage: the profiler's report written (cold: nsys exits; warm: `nsys stop`), imported and
+    exported; every message about the run."""
+    outcome = _judged(capture.finish(on_status, cancel), opts, folder)
+    message = _outcome_message(outcome, opts, folder)
+    if message and message not in messages:
         messages.append(message)
     notes += outcome_notes(outcome)
     t_report = time.monotonic()
-    rep, sqlite = finish_nsys(folder, nsys, messages, opts.nproc if opts.per_rank_reports else None)
-    timings = {"run_s": outcome.wall_s, **outcome.timings, "report_s": time.monotonic() - t_report}
-    if rep is None and not any(folder.path.glob("report*.qdstrm")):  # a kept raw .qdstrm was already explained
+    if cancel is not None and cancel.is_set():
+        rep, sqlite = _kept_after_interrupt(folder, messages)
+    else:
+        if on_status:
+            on_status("exporting", time.monotonic() - t0)
+        rep, sqlite = finish_nsys(folder, nsys, messages, opts.nproc if opts.per_rank_reports else None, cancel)
+    timings = {"run_s": outcome.wall_s, "record_s": round(record_s, 3), **outcome.timings,
+               "report_s": time.monotonic() - t_report}
+    if rep is None and not any(folder.path.glob("report*.qdstrm")) and not (cancel and cancel.is_set()):
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
             pitfall = tools.nvtx_pitfall(version)
@@ -190,9 +241,66 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(), 
         own = f" nsys's own output is in {folder.tool_log}" if folder.tool_log.exists() and \
             folder.tool_log.stat().st_size else " nsys printed nothing"
         messages.append(f"nsys wrote no report:{hint}{own}")
-    returned = _load_returns(folder, messages, opts.nproc, opts.return_all)
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
-                     returned, prep.manifest, timings, notes)
+                     returned, manifest, timings, notes)
+
+
+def _kept_after_interrupt(folder: ProfileFolder, messages: list[str]) -> tuple[Path | None, None]:
+    """Ctrl-C in the finish stage: no import or export; what nsys wrote is named."""
+    kept = sorted(p.name for p in folder.path.glob("report*") if p.suffix in (".nsys-rep", ".qdstrm"))
+    what = f"{', '.join(kept)} {'is' if len(kept) == 1 else 'are'} kept" if kept else "nsys wrote no report file"
+    messages.append(f"interrupted before the profile was loaded: {what} in {folder.path}/"
+                    + (f" (%nsys_load {folder.path} shows it)" if kept else ""))
+    rep = folder.nsys_rep if folder.nsys_rep.exists() else None
+    return rep, None
+
+
+class _Over:
+    """A capture that ended in its record stage (a warm setup that failed or was interrupted)."""
+
+    def __init__(self, outcome: _ChildOutcome):
+        self.outcome = outcome
+
+    def provisional(self) -> _ChildOutcome:
+        return self.outcome
+
+    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+        return self.outcome
+
+
+class _Cold:
+    """A fresh process under `nsys profile` (process.ChildRun)."""
+
+    def __init__(self, run):
+        self.run = run
+
+    def provisional(self) -> _ChildOutcome:
+        r = self.run
+        return _ChildOutcome(r.proc.returncode, r.status_so_far, r.record_s or 0.0, list(r.phases),
+                             details=dict(r.extras))
+
+    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+        return self.run.finish(on_status, cancel)
+
+
+class _Warm:
+    """A cell recorded in a warm session: its `nsys stop` answered in the finish stage."""
+
+    def __init__(self, session, cell, setup_s: float | None):
+        self.session, self.cell, self.setup_s = session, cell, setup_s
+
+    def provisional(self) -> _ChildOutcome:
+        recs = self.cell.records
+        exited = [r for r in recs.items if r.get("phase") == "exited"]
+        details = {"exit_status": exited[-1].get("status")} if exited else {}
+        return _ChildOutcome(None, self.cell.status_so_far, time.monotonic() - self.cell.t0, recs.phases,
+                             details=details)
+
+    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+        out = self.session.finish_cell(self.cell, on_status)
+        if self.setup_s is not None:
+            out.timings["session_start_s"] = round(self.setup_s, 3)
+        return out
 
 
 def _cold_reason(opts: NsysOptions, script: str | None) -> str | None:
@@ -210,67 +318,79 @@ def _cold_reason(opts: NsysOptions, script: str | None) -> str | None:
     return None
 
 
-def _capture_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, messages: list[str], on_output,
-                  on_status, stop_grace_s: float):
-    """A fresh process under `nsys profile`, in its own PID namespace."""
+def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, messages: list[str], on_output,
+                 on_status, stop_grace_s: float) -> _Cold:
+    """A fresh process under `nsys profile`, in its own PID namespace, until the cell's part is over."""
     folder = prep.folder
     prefix, isolation_note = tools.isolation_prefix()
     if isolation_note:
         messages.append(isolation_note)
     argv = [*prefix, *profile_argv(nsys, opts, trace, folder)]
     folder.command.write_text(shlex.join(argv) + "\n")
-    return run_child(argv, prep, env, opts.timeout, on_output, on_status, stop_grace_s, ranks=opts.nproc or 1)
+    run = ChildRun(argv, prep, env, on_output, on_status, ranks=opts.nproc or 1)
+    run.record(opts.timeout, stop_grace_s)
+    return _Cold(run)
 
 
-def _capture_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sources, opts: NsysOptions,
-                  on_output, on_status):
-    """The cell in the notebook's warm session (started or replaced as needed): (outcome, note), or (None, note)
-    when nsys could not give a session and the cell must run cold."""
+def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sources, opts: NsysOptions,
+                 on_output, on_status):
+    """The cell in the notebook's warm session (prepared ahead, started or replaced as needed): (capture, note), or
+    (None, note) when nsys could not give a session and the cell must run cold."""
     from .session import SessionUnavailable
 
     folder = prep.folder
     t0 = time.monotonic()
+    had = sessions.session is not None
     session = sessions.current(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd)
     records = None
+    setup_s = None
     try:
         if session is None:
-            replaced = sessions.session is not None
+            replaced = had or sessions.session is not None
             session = sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd,
                                    umask=_current_umask())
             folder.command.write_text(f"warm session {session.name}: {shlex.join(_launch_words(session))}\n")
-            try:
-                records = session.start(folder, opts.timeout, on_output, on_status, t0)
-                setup_s = time.monotonic() - t0
-            except KeyboardInterrupt:
-                _keep_session_log(folder, session)
-                sessions.stop()
-                return _ChildOutcome(None, "interrupted", time.monotonic() - t0, []), "warm session interrupted " \
-                    "while starting"
-            if "ready" not in records.phases:  # the setup raised or hung (its output is in the cell's)
-                _keep_session_log(folder, session)
-                sessions.stop()
-                wall = time.monotonic() - t0
-                status = ("setup-error" if "setup-error" in records.phases else
-                          "timeout" if opts.timeout is not None and wall >= opts.timeout else "failed")
-                return (_ChildOutcome(None, status, wall, records.phases),
-                        "warm session not kept: its setup code did not finish")
+            session.launch(folder)
             how = ("restarted ({}): the setup, trace or environment changed" if replaced else
                    "started ({}): later %%nsys cells with the same setup reuse it, --fresh for a fresh process")
         else:
             folder.command.write_text(f"warm session {session.name}\n")
-            how, setup_s = None, None
-        outcome = session.run_cell(folder, opts.timeout, on_output, on_status, t0=t0, records=records)
-        if setup_s is not None:
-            outcome.timings["session_start_s"] = round(setup_s, 3)
+            how = None
+        if session.state() == "starting":  # its setup runs (started here, or prepared in the background)
+            waiting = (lambda phase, t: on_status(f"{phase} (warm worker's setup)", t)) if on_status and \
+                how is None else on_status
+            try:
+                setup = session.wait_ready(folder, opts.timeout, on_output, waiting, t0)
+            except KeyboardInterrupt:
+                _keep_session_log(folder, session)
+                sessions.stop()
+                return (_Over(_ChildOutcome(None, "interrupted", time.monotonic() - t0, [])),
+                        "warm session interrupted while starting")
+            setup_s = time.monotonic() - t0
+            if "ready" not in setup.phases:  # the setup raised or hung (its output is in the cell's)
+                _keep_session_log(folder, session)
+                sessions.stop()
+                wall = time.monotonic() - t0
+                status = ("setup-error" if "setup-error" in setup.phases else
+                          "timeout" if opts.timeout is not None and wall >= opts.timeout else "failed")
+                return (_Over(_ChildOutcome(None, status, wall, setup.phases)),
+                        "warm session not kept: its setup code did not finish")
+            if session.setup_folder == folder.path:
+                records = setup  # the setup's progress is the cell's own: one record of phases
+            elif how is None:
+                how = f"prepared in the background ({{}}; the cell waited {setup_s:.1f} s for the end of its setup)"
+        elif session.cells == 0:
+            session._copy_setup_output(folder.path)
+        cell = session.record_cell(folder, opts.timeout, on_output, on_status, t0=t0, records=records)
     except SessionUnavailable as e:
         sessions.stop()
         return None, f"fresh process (warm session unavailable: {e})"
-    cell = f"cell {session.cells} in this process"
+    where = f"cell {session.cells} in this process"
     if how:
-        how = f"warm session {how.format(cell)}"
+        how = f"warm session {how.format(where)}"
     else:
-        how = f"warm session ({cell}, started {_age(time.time() - (session.worker_started or time.time()))} ago)"
-    return outcome, how
+        how = f"warm session ({where}, started {_age(time.time() - (session.worker_started or time.time()))} ago)"
+    return _Warm(session, cell, setup_s), how
 
 
 def _keep_session_log(folder: ProfileFolder, session) -> None:

@@ -22,6 +22,7 @@ from ..inside.child import EXIT_CELL_ERROR, rank_suffix
 from ..errors import NsightMagicError
 from ..options import is_secret_name
 from ..store import ProfileFolder
+from ..tools import orphan_guard
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
 StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)
@@ -62,6 +63,35 @@ class RunResult:
 
         target = self.sqlite or self.report_file
         return open_report(target) if target else None
+
+
+@dataclass
+class Recording:
+    """What the record stage leaves: the cell has run, its output was streamed and its --return values are back;
+    the profiler may still be writing its report.  finish() does the rest (waits for the report, imports and
+    exports it) and returns the RunResult; the notebook runs it in the background (nsight_magic.background)."""
+
+    folder: ProfileFolder
+    tool: str                        # nsys | ncu
+    status: str                      # the cell's outcome as the record stage knows it (RunResult.status is final)
+    record_s: float                  # how long the record stage took: what the notebook's cell waited
+    returned: dict
+    manifest: list
+    messages: list[str]              # problems known when the cell ended (already said to the user)
+    notes: list[str]
+    _finish: Callable = field(default=None, repr=False)
+    _result: RunResult | None = field(default=None, repr=False)
+
+    def finish(self, on_status: StatusCallback | None = None, cancel=None) -> RunResult:
+        """Wait for the report and export it (once; later calls return the same RunResult).  `cancel`, a
+        threading.Event that Ctrl-C sets, stops what can be stopped and keeps what the profiler wrote."""
+        if self._result is None:
+            self._result = self._finish(on_status, cancel)
+        return self._result
+
+    @property
+    def finished(self) -> bool:
+        return self._result is not None
 
 
 def child_environment(base: dict | None = None) -> dict:
@@ -165,106 +195,177 @@ class _ChildOutcome:
 
 
 FINALIZE_WARN_S = 20.0  # a profiler still writing its report this long after the cell ended gets a word
+FINISHED_PHASES = ("finished", "setup-error", "state-error")  # a rank whose part is over (values written)
+CELL_OVER_PHASES = ("cell-done", *FINISHED_PHASES)               # a rank whose cell is over
+
+
+class ChildRun:
+    """The profiler over a fresh profiled process (or torchrun and its ranks), seen from the notebook, in two stages:
+
+    record()  streams the cell's output and progress until every rank has finished its cell and written its
+              --return values (or the process ended, the --timeout, Ctrl-C): what the notebook's cell waits for;
+    finish()  waits for the profiler to write its report and exit (in the background); `cancel` stops that writing
+              the way Ctrl-C does (SIGINT: the profiler writes what it has, then SIGTERM, SIGKILL).
+
+    The --timeout is the cell's: once every rank has finished its cell it no longer applies, and Ctrl-C from then on
+    stops only the profiler's writing (the cell's outcome stands).  ranks > 1 (--nproc): every rank's output is
+    streamed, lines of rank R > 0 prefixed with "[rank R] "; the phases reported are rank 0's."""
+
+    def __init__(self, argv: list[str], prep, env: dict, on_output: OutputCallback | None = None,
+                 on_status: StatusCallback | None = None, ranks: int = 1):
+        folder = prep.folder
+        self.folder, self.ranks = folder, ranks
+        self.run_id = uuid.uuid4().hex
+        self.t0 = time.monotonic()
+        self.status_cb = on_status or (lambda phase, t: None)
+        self.output_cb = on_output or (lambda stream, text: None)
+        self.status_cb("starting", 0.0)
+        tool_log = open(folder.tool_log, "wb")
+        try:
+            # orphan_guard: if the notebook's kernel dies, the profiler and everything it started die with it
+            self.proc = subprocess.Popen([*orphan_guard(), *argv], cwd=prep.cwd, env={**env, RUN_ID_ENV: self.run_id},
+                                         stdin=subprocess.DEVNULL, stdout=tool_log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+        except OSError as e:
+            raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
+        finally:
+            tool_log.close()
+        self.tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r))
+                      for r in range(ranks) for stream in ("stdout", "stderr")]
+        self.progress = [_Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
+        self.phases: list[str] = []                # rank 0's
+        self.cell_over = [False] * ranks           # each rank finished its cell
+        self.finished = [False] * ranks            # ... and wrote what the notebook needs
+        self.extras: dict = {}
+        self.outcome: str | None = None            # decided by us: timeout, interrupted
+        self.cell_ended: float | None = None       # when every rank had finished its cell (seconds since t0)
+        self.record_s: float | None = None
+
+    def _pump(self, stream_output: bool = True) -> None:
+        for stream, tail, prefix in self.tails:
+            text = tail.read()
+            if text and stream_output:
+                self.output_cb(stream, prefix(text))
+        for r, tail in enumerate(self.progress):
+            for rec in json_records(tail.read()):
+                phase = rec.get("phase")
+                if phase in CELL_OVER_PHASES:
+                    self.cell_over[r] = True
+                if phase in FINISHED_PHASES:
+                    self.finished[r] = True
+                if phase == "leftovers":
+                    self.extras.setdefault("leftovers", []).extend(rec.get("processes", []))
+                if r:
+                    continue
+                self.phases.append(phase)
+                if phase == "exited":
+                    self.extras["exit_status"] = rec.get("status")
+                if phase == "cell-done":
+                    self.extras["cell_status"] = rec.get("status")
+                self.status_cb(phase, time.monotonic() - self.t0)
+        if self.cell_ended is None and all(self.cell_over):
+            self.cell_ended = time.monotonic() - self.t0
+
+    def _exited(self) -> bool:
+        try:
+            self.proc.wait(timeout=POLL_S)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def record(self, timeout: float | None, stop_grace_s: float = 30.0) -> None:
+        """Until every rank has finished (its --return values written), the process ended, the --timeout or Ctrl-C
+        (which stops the whole run, as before the cell ended)."""
+        last_tick = 0.0
+        try:
+            while not self._exited():
+                self._pump()
+                if all(self.finished):
+                    break
+                now = time.monotonic() - self.t0
+                if now - last_tick >= 1.0:  # lets a status line show the elapsed time
+                    last_tick = now
+                    self.status_cb(self.phases[-1] if self.phases else "starting", now)
+                if timeout is not None and self.cell_ended is None and now > timeout:
+                    self.extras["ranks_done"] = [r for r, d in enumerate(self.cell_over) if d]  # before the stop
+                    self.status_cb("stopping (timeout)", now)
+                    _stop(self.proc, self.run_id, stop_grace_s)
+                    self.outcome = "timeout"
+                    break
+        except KeyboardInterrupt:
+            self._pump()
+            self.status_cb("stopping (interrupted)", time.monotonic() - self.t0)
+            _stop(self.proc, self.run_id, stop_grace_s)
+            if all(self.cell_over):
+                self.extras["interrupted_writing"] = True
+            else:
+                self.outcome = "interrupted"
+        self._pump()
+        self.record_s = time.monotonic() - self.t0
+
+    @property
+    def status_so_far(self) -> str:
+        """The cell's outcome as the record stage knows it (finish() decides it for good, with the exit status)."""
+        if self.outcome or self.proc.returncode is not None:
+            return self._status()
+        for bad in ("setup-error", "state-error"):
+            if bad in self.phases:
+                return bad
+        if "exited" in self.phases:
+            return "ok" if not self.extras.get("exit_status") else "exited"
+        cs = self.extras.get("cell_status", 0)
+        return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
+
+    def finish(self, on_status: StatusCallback | None = None, cancel=None, stop_grace_s: float = 30.0
+               ) -> _ChildOutcome:
+        """Until the profiler has written its report and exited.  `cancel` (a threading.Event, set by Ctrl-C) stops
+        its writing: SIGINT (it writes what it has), then SIGTERM, then SIGKILL.  Output is no longer streamed."""
+        status_cb = on_status or self.status_cb
+        last_tick = 0.0
+        try:
+            while self.proc.returncode is None and not self._exited():
+                self._pump(stream_output=False)
+                now = time.monotonic() - self.t0
+                if cancel is not None and cancel.is_set():
+                    status_cb("stopping the profiler's writing (interrupted)", now)
+                    _stop(self.proc, self.run_id, stop_grace_s)
+                    self.extras["interrupted_writing"] = True
+                    break
+                if now - last_tick >= 1.0:
+                    last_tick = now
+                    since = now - (self.cell_ended if self.cell_ended is not None else now)
+                    if since >= FINALIZE_WARN_S:
+                        status_cb(f"the cell ended {since:.0f} s ago; the profiler is still writing its report "
+                                  "(Ctrl-C stops it and keeps what it wrote)", now)
+                    else:
+                        status_cb("the profiler is writing its report", now)
+        except KeyboardInterrupt:  # finish() in the notebook's own thread (--wait, the command line)
+            _stop(self.proc, self.run_id, stop_grace_s)
+            self.extras["interrupted_writing"] = True
+        # The profiler has exited; helpers it started must not outlive the run.
+        _kill_strays(self.run_id)
+        self._pump(stream_output=False)
+        return _ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
+                             details=self.extras)
+
+    def _status(self) -> str:
+        rc = self.proc.returncode
+        if self.outcome:
+            return self.outcome
+        if self.extras.get("interrupted_writing") and "cell_status" in self.extras:
+            cs = self.extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
+            return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
+        return _status_from(rc, self.phases)
 
 
 def run_child(argv: list[str], prep, env: dict, timeout: float | None,
               on_output: OutputCallback | None, on_status: StatusCallback | None,
               stop_grace_s: float = 30.0, ranks: int = 1) -> _ChildOutcome:
-    """Start the profiler (argv), stream the child's output and progress until it ends, a timeout, or Ctrl-C.
-
-    The --timeout is the cell's: once every rank has finished its cell ("cell-done") it no longer applies, and
-    Ctrl-C from then on stops only the profiler's writing (the cell's outcome stands).  When the cell's process
-    has exited and the profiler is still busy after FINALIZE_WARN_S, the status line says so.
-    ranks > 1 (--nproc): every rank's output is streamed, lines of rank R > 0 prefixed with "[rank R] "; the
-    phases reported are rank 0's."""
-    folder = prep.folder
-    run_id = uuid.uuid4().hex
-    env = {**env, RUN_ID_ENV: run_id}
-    t0 = time.monotonic()
-    status_cb = on_status or (lambda phase, t: None)
-    output_cb = on_output or (lambda stream, text: None)
-    status_cb("starting", 0.0)
-    tool_log = open(folder.tool_log, "wb")
-    try:
-        proc = subprocess.Popen(argv, cwd=prep.cwd, env=env, stdin=subprocess.DEVNULL, stdout=tool_log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-    except OSError as e:
-        tool_log.close()
-        raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
-    tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r))
-             for r in range(ranks) for stream in ("stdout", "stderr")]
-    progress = [_Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
-    phases: list[str] = []                     # rank 0's
-    done = [False] * ranks                     # each rank finished its cell
-    extras: dict = {}
-    outcome = None
-
-    def pump() -> None:
-        for stream, tail, prefix in tails:
-            text = tail.read()
-            if text:
-                output_cb(stream, prefix(text))
-        for r, tail in enumerate(progress):
-            for rec in json_records(tail.read()):
-                phase = rec.get("phase")
-                if phase in ("cell-done", "finished", "setup-error", "state-error"):
-                    done[r] = True
-                if phase == "leftovers":
-                    extras.setdefault("leftovers", []).extend(rec.get("processes", []))
-                if r:
-                    continue
-                phases.append(phase)
-                if phase == "exited":
-                    extras["exit_status"] = rec.get("status")
-                if phase == "cell-done":
-                    extras["cell_status"] = rec.get("status")
-                status_cb(phase, time.monotonic() - t0)
-
-    last_tick = 0.0
-    cell_ended = None  # when every rank had finished its cell
-    try:
-        while True:
-            try:
-                proc.wait(timeout=POLL_S)
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            pump()
-            now = time.monotonic() - t0
-            if cell_ended is None and all(done):
-                cell_ended = now
-            if now - last_tick >= 1.0:  # lets a status line show the elapsed time
-                last_tick = now
-                if cell_ended is not None and now - cell_ended >= FINALIZE_WARN_S:
-                    status_cb(f"the cell ended {now - cell_ended:.0f} s ago; the profiler is still writing its "
-                              "report (Ctrl-C stops it and keeps what it wrote)", now)
-                else:
-                    status_cb(phases[-1] if phases else "starting", now)
-            if timeout is not None and cell_ended is None and now > timeout:
-                extras["ranks_done"] = [r for r, d in enumerate(done) if d]  # before the stop reaches them
-                status_cb("stopping (timeout)", now)
-                _stop(proc, run_id, stop_grace_s)
-                outcome = "timeout"
-                break
-    except KeyboardInterrupt:
-        pump()
-        status_cb("stopping (interrupted)", time.monotonic() - t0)
-        _stop(proc, run_id, stop_grace_s)
-        outcome = "interrupted" if not all(done) else None
-        if outcome is None:
-            extras["interrupted_writing"] = True
-    finally:
-        tool_log.close()
-    # The profiler has exited; helpers it started must not outlive the run.
-    _kill_strays(run_id)
-    pump()
-    rc = proc.returncode
-    if outcome is None and extras.get("interrupted_writing") and "cell_status" in extras:
-        cs = extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
-        outcome = "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
-    if outcome is None:
-        outcome = _status_from(rc, phases)
-    return _ChildOutcome(rc, outcome, time.monotonic() - t0, phases, details=extras)
+    """Both stages of ChildRun at once: start the profiler over the child, stream until the cell is over, wait for
+    the profiler's report."""
+    run = ChildRun(argv, prep, env, on_output, on_status, ranks)
+    run.record(timeout, stop_grace_s)
+    return run.finish(stop_grace_s=stop_grace_s)
 
 
 def _status_from(rc: int | None, phases: list[str]) -> str:

@@ -1,21 +1,25 @@
 """Warm Nsight Systems sessions: a worker started once under `nsys launch`, each cell recorded by start/stop.
 
 The cold path pays `import torch`, CUDA context creation, the model's construction and the profiler's own start for
-every cell.  A session pays them once:
+every cell.  A session pays them once, and can pay them before the first cell (`SessionManager.prewarm`, called when
+%%nsight_setup runs and when the extension loads):
 
     kernel --(host.fifo)--> session_host: nsys launch --session-new=S ... python -m nsight_magic.inside.worker DIR
                                           nsys start --session=S --output=FOLDER/report / nsys stop --session=S
     kernel --(worker.fifo)-> worker: load FOLDER (fresh namespace + the cell's variables), run
 
-Per cell: the notebook prepares the profile folder as always, the worker loads the variables, `nsys start` begins
-the recording, the worker runs the cell, `nsys stop` writes the report; import/export/views follow as cold.
+A cell has two stages with a seam between them:
+  record_cell  the notebook prepares the profile folder, the worker loads the variables, `nsys start`, the worker
+               runs the cell and writes its --return values; `nsys stop` is sent (the host runs its commands in
+               order, so the next cell's `nsys start` waits behind it): what the notebook's cell waits for;
+  finish_cell  the answer of that `nsys stop` (the report is written), in the background.
 
 Isolation as cold: the host runs in its own PID namespace (tools.isolation_prefix) with the secret-free
 environment; nsys keeps the session's files in that namespace's private /tmp/nvidia, which is why start/stop are
 run by the host, inside.  Lifetime: the host reads a pipe whose other end only the kernel holds, so when the kernel
 dies, for whatever reason, the host sees end-of-file and everything in the namespace is killed; stop() ends it
 in order (worker exit, then the process group, then anything carrying the session's id).  A crash, a timeout or a
-failed setup ends the session; the next cell starts a new one.
+failed setup retires the session (stopped once its last recording is written); the next cell starts a new one.
 """
 from __future__ import annotations
 
@@ -28,18 +32,20 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import tools
-from ..inside import commands
 from ..errors import NsightMagicError
+from ..inside import commands
 from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
 START_ARGS = ("--sample=none", "--cpuctxsw=none")   # refused by `nsys launch`, taken by `nsys start`
+STOP_TIMEOUT_S = 300
 
 
 class SessionUnavailable(NsightMagicError):
@@ -47,9 +53,11 @@ class SessionUnavailable(NsightMagicError):
 
 
 def session_key(nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> str:
-    """What must match for a cell to run in an existing session: tool, traced APIs, environment, setup, folder."""
+    """What must match for a cell to run in an existing session: tool, traced APIs (in any order), environment,
+    setup, folder."""
     h = hashlib.sha1()
-    for part in (str(nsys), trace, json.dumps(sorted(env.items())), str(cwd), *setup_sources):
+    traced = ",".join(sorted({t.strip() for t in trace.split(",") if t.strip()}))
+    for part in (str(nsys), traced, json.dumps(sorted(env.items())), str(cwd), *setup_sources):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -74,6 +82,24 @@ class _Records:
         return [r.get("phase") for r in self.items]
 
 
+@dataclass
+class WarmCell:
+    """One cell's recording in a session, between its record stage and its finish stage."""
+
+    folder: Path
+    records: _Records
+    t0: float
+    outcome: str | None                 # decided by us: interrupted, timeout, state-error
+    steps: dict                         # seconds: load_s, nsys_start_s, cell_s
+    stop_seq: int | None = None         # the `nsys stop` sent at the end of the record stage
+    keep: bool = True                   # the worker may run the next cell
+
+    @property
+    def status_so_far(self) -> str:
+        finished = [r for r in self.records.items if r.get("phase") == "finished"]
+        return self.outcome or _status_from(finished[-1].get("status", 0) if finished else None, self.records.phases)
+
+
 class NsysSession:
     """One warm worker under `nsys launch`; see the module docstring."""
 
@@ -90,19 +116,25 @@ class NsysSession:
         self.lifeline: int | None = None
         self.started_at: float | None = None
         self.worker_started: float | None = None
+        self.setup_folder: Path = self.dir   # where the setup's output and progress go
+        self.setup_records: _Records | None = None
         self.cells = 0
         self.seq = 0
-        self.busy = False  # the worker is running the setup or a cell (it reads no command then)
+        self.busy = False       # the worker is running the setup or a cell (it reads no command then)
+        self.retired = False    # takes no more cells; stopped once its last recording is written
+        self.pending: dict[int, str] = {}   # `nsys stop`s sent and not yet answered: seq -> profile folder name
+        self._lock = threading.RLock()
+        self._answers: dict[int, dict] = {}
         self.host_answers = _Records(self.dir / "host.jsonl")
-        (self.dir / OWNER_FILE).write_text(json.dumps(_owner()))
+        (self.dir / OWNER_FILE).write_text(json.dumps(tools.process_identity()))
 
     # ---- lifetime ---------------------------------------------------------------------------------------------
-    def start(self, folder=None, timeout: float | None = None, on_output=None, on_status=None,
-              t0: float | None = None):
-        """Start the host and the worker, whose setup output goes to `folder` (the first cell's profile folder, or
-        the session's own), and wait for it to be ready.  Returns the progress records; SessionUnavailable when nsys itself failed."""
-        t0 = time.monotonic() if t0 is None else t0
+    def launch(self, folder=None) -> None:
+        """Start the host and the worker, which runs the setup code; its output goes to `folder` (the profile folder
+        of a cell that waits for it) or, prepared in the background, to the session's own folder."""
         path = Path(folder.path) if folder is not None else self.dir
+        self.setup_folder = path
+        self.setup_records = _Records(path / "progress.jsonl")
         (self.dir / "session.json").write_text(json.dumps({
             "nsys": str(self.nsys), "name": self.name, "trace": self.trace, "cwd": str(self.cwd),
             "umask": self.umask, "folder": str(path)}))
@@ -121,36 +153,94 @@ class NsysSession:
             finally:
                 os.close(read_end)
         self.started_at = time.time()
-        records = _Records(path / "progress.jsonl")
         self.busy = True
-        self._pump(path, records, ("ready", "setup-error"), timeout, on_output, on_status, t0)
+
+    def wait_ready(self, folder=None, timeout: float | None = None, on_output=None, on_status=None,
+                   t0: float | None = None) -> _Records:
+        """Wait for the worker's setup to end, streaming its output (a cell that waits shows it).  Returns the
+        setup's progress records ("ready" among them when it worked); SessionUnavailable when nsys itself failed
+        before the worker started."""
+        t0 = time.monotonic() if t0 is None else t0
+        records = self.setup_records
+        self._pump(self.setup_folder, records, ("ready", "setup-error"), timeout, on_output, on_status, t0)
         if "ready" in records.phases:
-            self.busy = False
-            try:
-                self.worker_started = json.loads((self.dir / "worker.json").read_text())["started"]
-            except (OSError, ValueError, KeyError):
-                pass
+            self._ready()
+            if folder is not None and Path(folder.path) != self.setup_folder:
+                self._copy_setup_output(Path(folder.path))
             return records
         launched = "importing" in records.phases
         log = self.log_tail()
+        if folder is not None and Path(folder.path) != self.setup_folder:
+            self._copy_setup_output(Path(folder.path))
         self.stop()
         if not launched:
             raise SessionUnavailable(f"nsys launch did not start the worker ({log or 'no output'})")
         return records
 
+    def _ready(self) -> None:
+        """The setup has run: the worker reads commands."""
+        if self.worker_started is None:
+            self.busy = False
+            try:
+                self.worker_started = json.loads((self.dir / "worker.json").read_text())["started"]
+            except (OSError, ValueError, KeyError):
+                self.worker_started = time.time()
+
+    def start(self, folder=None, timeout: float | None = None, on_output=None, on_status=None,
+              t0: float | None = None) -> _Records:
+        """launch() and wait_ready(): the setup's output goes to `folder` (the first cell's profile folder)."""
+        self.launch(folder)
+        return self.wait_ready(folder, timeout, on_output, on_status, t0)
+
+    def _copy_setup_output(self, dest: Path) -> None:
+        """A worker prepared in the background printed its setup's output into the session's folder: the first cell
+        that uses it keeps a copy (setup-stdout.txt, setup-stderr.txt), since that folder goes with the session."""
+        for stream in ("stdout", "stderr"):
+            src = self.setup_folder / f"{stream}.txt"
+            try:
+                if src.stat().st_size:
+                    shutil.copyfile(src, dest / f"setup-{stream}.txt")
+            except OSError:
+                pass
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def state(self) -> str:
+        """starting | ready | busy | finishing | failed | ended."""
+        if not self.alive():
+            return "failed" if self.setup_records and "setup-error" in self.setup_records.phases else "ended"
+        if self.setup_records is not None and self.worker_started is None:
+            self.setup_records.read()
+            if "setup-error" in self.setup_records.phases:
+                return "failed"
+            if "ready" not in self.setup_records.phases:
+                return "starting"
+            self._ready()
+        if self.busy:
+            return "busy"
+        return "finishing" if self.pending else "ready"
+
+    def retire(self) -> None:
+        """No more cells: stopped (in the background: nobody waits for it) now, or when the recordings still being
+        written are done."""
+        with self._lock:
+            self.retired = True
+            if not self.pending:
+                threading.Thread(target=self.stop, name=f"nsight-magic stop {self.name}", daemon=True).start()
 
     def stop(self, polite: bool = True) -> None:
         """End the worker (politely: asked to exit, when it is between cells and reads commands; a worker busy
         with its setup or a cell is stopped at once), the namespace and anything carrying the session's id;
         remove the session folder."""
+        self.retired = True
         if self.proc is not None and self.alive() and polite and not self.busy:
             commands.send(self.dir / "worker.fifo", {"cmd": "exit"})
             try:
                 self.proc.wait(timeout=3)  # the worker stops what its cells left running, exits; the host follows
             except subprocess.TimeoutExpired:
                 pass
+        if self.proc is not None:
             for sig in (signal.SIGTERM, signal.SIGKILL):
                 if self.proc.poll() is not None:
                     break
@@ -165,10 +255,11 @@ class NsysSession:
         _kill_strays(self.id, SESSION_ID_ENV)
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    # ---- one cell ---------------------------------------------------------------------------------------------
-    def run_cell(self, folder, timeout: float | None, on_output=None, on_status=None, stop_grace_s: float = 10.0,
-                 t0: float | None = None, records: _Records | None = None) -> _ChildOutcome:
-        """Load the cell's variables, record the cell between `nsys start` and `nsys stop`; like run_child()."""
+    # ---- one cell: record ------------------------------------------------------------------------------------
+    def record_cell(self, folder, timeout: float | None, on_output=None, on_status=None, stop_grace_s: float = 10.0,
+                    t0: float | None = None, records: _Records | None = None) -> WarmCell:
+        """Load the cell's variables, `nsys start`, run the cell until its --return values are written, send
+        `nsys stop`; see the module docstring."""
         t0 = time.monotonic() if t0 is None else t0
         path = Path(folder.path)
         records = records or _Records(path / "progress.jsonl")
@@ -182,18 +273,38 @@ class NsysSession:
             steps[name] = round(now - mark, 3)
             mark = now
 
+        cell = WarmCell(path, records, t0, None, steps)
         commands.send(self.dir / "worker.fifo", {"cmd": "load", "folder": str(path)})
         self.busy = True
-        outcome = None
         try:
             self._pump(path, records, ("loaded", "state-error"), timeout, on_output, on_status, t0)
         except KeyboardInterrupt:
-            outcome = "interrupted"
+            cell.outcome = "interrupted"
         step("load_s")
         if "loaded" not in records.phases:
-            return self._end_cell(records, t0, outcome or ("state-error" if "state-error" in records.phases else
-                                                           "timeout" if self.alive() else None), keep=False)
-        answer = self._host("start", *START_ARGS, f"--output={path / 'report'}", timeout=120)
+            cell.outcome = cell.outcome or ("state-error" if "state-error" in records.phases else
+                                            "timeout" if self.alive() else None)
+            cell.keep = False
+            self.retired = True  # its worker may still be loading: not used again
+            return cell
+        if self.pending and on_status:
+            on_status("waiting for the previous profile's recording to be written", time.monotonic() - t0)
+        seq = self._send("start", *START_ARGS, f"--output={path / 'report'}", timeout=120)
+        try:
+            answer = self._answer(seq, timeout=STOP_TIMEOUT_S + 120)  # behind the previous cell's `nsys stop`
+        except KeyboardInterrupt:
+            # the cell has not run; the host starts the recording anyway (its commands run in order): let it, and
+            # stop it at once, so that the session stays usable
+            cell.outcome = "interrupted"
+            answer = self._answer(seq, timeout=STOP_TIMEOUT_S + 120)
+            _append(tool_log, answer)
+            if answer.get("rc") == 0:
+                cell.stop_seq = self._send("stop", timeout=STOP_TIMEOUT_S)
+                if cell.stop_seq is not None:
+                    with self._lock:
+                        self.pending[cell.stop_seq] = path.name
+            self.busy = False
+            return cell
         step("nsys_start_s")
         _append(tool_log, answer)
         if answer.get("rc") != 0:
@@ -204,9 +315,9 @@ class NsysSession:
         try:
             self._pump(path, records, ("idle",), timeout, on_output, on_status, t0)
             if "idle" not in records.phases and self.alive():
-                outcome = "timeout"
+                cell.outcome = "timeout"
         except KeyboardInterrupt:
-            outcome = "interrupted"
+            cell.outcome = "interrupted"
             if on_status:
                 on_status("stopping (interrupted)", time.monotonic() - t0)
             self._interrupt_worker()
@@ -215,38 +326,61 @@ class NsysSession:
             except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
                 pass
         step("cell_s")
+        cell.keep = "idle" in records.phases and self.alive() and cell.outcome in (None, "interrupted")
         if self.alive():
+            cell.stop_seq = self._send("stop", timeout=STOP_TIMEOUT_S)
+            if cell.stop_seq is not None:
+                with self._lock:
+                    self.pending[cell.stop_seq] = path.name
+        if cell.keep:
+            self.busy = False
+        else:
+            self.retired = True  # a timed-out, stuck or dead worker takes no more cells
+        return cell
+
+    # ---- one cell: finish ------------------------------------------------------------------------------------
+    def finish_cell(self, cell: WarmCell, on_status=None) -> _ChildOutcome:
+        """The answer of the cell's `nsys stop` (the report is written then), or, when the worker died, the end of
+        `nsys launch` (which writes the report of the recording in progress itself).  The stop is always waited
+        for: it is what keeps the report, and the session's next recording starts after it."""
+        tool_log = cell.folder / "tool-output.txt"
+        t_stop = time.monotonic()
+        if cell.stop_seq is not None:
             if on_status:
-                on_status("stopping the recording", time.monotonic() - t0)
-            _append(tool_log, self._host("stop", timeout=300))
-        else:  # the worker died: nsys launch wrote the report of the recording as it ended
+                on_status("stopping the recording", time.monotonic() - cell.t0)
+            _append(tool_log, self._answer(cell.stop_seq, timeout=STOP_TIMEOUT_S))
+            with self._lock:
+                self.pending.pop(cell.stop_seq, None)
+        elif not self.alive() and self.proc is not None:
             self._wait_ended()
             _append(tool_log, {"output": self.log_tail()})
-        step("nsys_stop_s")
-        if "idle" in records.phases:
-            self.busy = False
-        out = self._end_cell(records, t0, outcome, keep="idle" in records.phases)
-        out.timings.update(steps)
+        cell.steps["nsys_stop_s"] = round(time.monotonic() - t_stop, 3)
+        out = self._end_cell(cell)
+        out.timings.update(cell.steps)
+        with self._lock:
+            if self.retired and not self.pending:
+                self.stop(polite=cell.keep)
         return out
 
-    def _end_cell(self, records: _Records, t0: float, outcome: str | None, keep: bool) -> _ChildOutcome:
+    def _end_cell(self, cell: WarmCell) -> _ChildOutcome:
+        records = cell.records
         records.read()
         rc = None
-        if not self.alive():
+        if not self.alive() and self.proc is not None:
+            with self._lock:
+                self.host_answers.read()
             ended = [a for a in self.host_answers.items if a.get("event") == "ended"]
-            rc = ended[-1].get("rc") if ended else (self.proc.returncode if self.proc else None)
+            rc = ended[-1].get("rc") if ended else self.proc.returncode
         finished = [r for r in records.items if r.get("phase") == "finished"]
-        status = outcome or _status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
-                                         records.phases)
+        status = cell.outcome or _status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
+                                              records.phases)
         details = {}
         exited = [r for r in records.items if r.get("phase") == "exited"]
         if exited:
             details["exit_status"] = exited[-1].get("status")  # the worker lives on: its own status says nothing
         if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
             rc = -(rc - 128)  # nsys launch exits with 128 + the signal that killed the worker
-        if not keep or not self.alive():
-            self.stop(polite=False)  # a timed-out, stuck or dead worker is not used again
-        return _ChildOutcome(rc, status, time.monotonic() - t0, records.phases, details=details)
+        return _ChildOutcome(rc, status, time.monotonic() - cell.t0, records.phases, details=details)
 
     def _interrupt_worker(self) -> None:
         """SIGINT to the worker: a KeyboardInterrupt in the cell, as in a notebook."""
@@ -257,29 +391,46 @@ class NsysSession:
                 pass
 
     # ---- plumbing ---------------------------------------------------------------------------------------------
-    def _host(self, verb: str, *args: str, timeout: float) -> dict:
-        """Run `nsys VERB --session=S ARGS` inside the namespace; the host's answer."""
-        self.seq += 1
-        seq = self.seq
+    def _send(self, verb: str, *args: str, timeout: float) -> int | None:
+        """Ask the host to run `nsys VERB --session=S ARGS` (in order, one at a time); the command's sequence
+        number, None when the host is gone."""
+        with self._lock:
+            self.seq += 1
+            seq = self.seq
         if not commands.send(self.dir / "host.fifo", {"seq": seq, "verb": verb, "args": list(args),
                                                       "timeout": timeout}):
+            return None
+        return seq
+
+    def _answer(self, seq: int | None, timeout: float) -> dict:
+        """The host's answer to command `seq` (the record stage and the finish stages of earlier cells ask in
+        different threads: answers are kept by number)."""
+        if seq is None:
             return {"rc": None, "output": "the session host is gone"}
         end = time.monotonic() + timeout + 10
         while time.monotonic() < end:
-            for a in self.host_answers.read():
-                if a.get("seq") == seq:
-                    return a
+            with self._lock:
+                for a in self.host_answers.read():
+                    if "seq" in a:
+                        self._answers[a["seq"]] = a
+                if seq in self._answers:
+                    return self._answers.pop(seq)
             if not self.alive():
                 return {"rc": None, "output": "the session ended"}
             time.sleep(POLL_S)
-        return {"rc": None, "output": f"no answer from nsys {verb} within {timeout:g} s"}
+        return {"rc": None, "output": f"no answer from nsys within {timeout:g} s"}
+
+    def _host(self, verb: str, *args: str, timeout: float) -> dict:
+        """Run `nsys VERB --session=S ARGS` inside the namespace; the host's answer."""
+        return self._answer(self._send(verb, *args, timeout=timeout), timeout)
 
     def _wait_ended(self, timeout: float = 60) -> None:
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             pass
-        self.host_answers.read()
+        with self._lock:
+            self.host_answers.read()
 
     def _pump(self, folder: Path, records: _Records, until, timeout, on_output, on_status, t0) -> None:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
@@ -321,7 +472,7 @@ class NsysSession:
         return "\n".join(x for x in out if x)
 
     def describe(self) -> dict:
-        """pid, age, cells run and memory of the worker (for %nsys_session)."""
+        """state, pid, age, cells run and memory of the worker (for %nsys_session)."""
         pids = _worker_pids(self.id)
         rss = None
         for pid in pids:
@@ -331,25 +482,14 @@ class NsysSession:
                         rss = int(line.split()[1]) * 1024
             except OSError:
                 pass
-        return {"session": self.name, "alive": self.alive(), "worker_pid": pids[0] if pids else None,
+        return {"session": self.name, "alive": self.alive(), "state": self.state(),
+                "finishing": sorted(self.pending.values()), "worker_pid": pids[0] if pids else None,
                 "age_s": round(time.time() - self.started_at, 1) if self.started_at else None,
                 "cells": self.cells, "worker_rss_bytes": rss, "trace": self.trace}
 
 
 OWNER_FILE = "owner.json"
 SESSION_DIR_PREFIX = "nsight-magic-session-"
-
-
-def _owner() -> dict:
-    """The kernel that owns a session folder: its pid and start time (a pid alone can be reused)."""
-    return {"pid": os.getpid(), "start": _start_time(os.getpid())}
-
-
-def _start_time(pid: int) -> str | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def remove_stale_session_dirs(root: Path | None = None) -> list[Path]:
@@ -361,7 +501,7 @@ def remove_stale_session_dirs(root: Path | None = None) -> list[Path]:
             owner = json.loads((d / OWNER_FILE).read_text())
         except (OSError, ValueError):
             owner = None
-        if owner is not None and _start_time(int(owner.get("pid", -1))) == owner.get("start"):
+        if owner is not None and tools.identity_alive(owner):
             continue  # its kernel is alive
         if owner is None and time.time() - d.stat().st_mtime < 3600:
             continue  # no owner file: being created right now, or an older version's; leave it an hour
@@ -378,8 +518,8 @@ def _append(path: Path, answer: dict) -> None:
 
 
 def _worker_pids(session_id: str) -> list[int]:
-    """Host pids of this session's worker: `python -m nsight_magic.inside.worker` with the session's id in its environment
-    (not `nsys launch ... nsight_magic.inside.worker`, whose command line also names it)."""
+    """Host pids of this session's worker: `python -m nsight_magic.inside.worker` with the session's id in its
+    environment (not `nsys launch ... nsight_magic.inside.worker`, whose command line also names it)."""
     needle = f"{SESSION_ID_ENV}={session_id}".encode()
     out = []
     for d in Path("/proc").iterdir():
@@ -387,7 +527,8 @@ def _worker_pids(session_id: str) -> list[int]:
             continue
         try:
             argv = (d / "cmdline").read_bytes().split(b"\0")
-            if argv[1:3] == [b"-m", b"nsight_magic.inside.worker"] and needle in (d / "environ").read_bytes().split(b"\0"):
+            if argv[1:3] == [b"-m", b"nsight_magic.inside.worker"] and \
+                    needle in (d / "environ").read_bytes().split(b"\0"):
                 out.append(int(d.name))
         except OSError:
             continue
@@ -395,36 +536,102 @@ def _worker_pids(session_id: str) -> list[int]:
 
 
 class SessionManager:
-    """The notebook's warm session: at most one, replaced when a cell needs another; stopped when Python exits."""
+    """The notebook's warm session: at most one that takes cells, replaced when a cell needs another (the replaced
+    one is stopped once its recordings are written), prepared ahead with prewarm(); all stopped when Python exits."""
 
     def __init__(self):
         self.session: NsysSession | None = None
-        atexit.register(self.stop)
+        self.retiring: list[NsysSession] = []
+        self._lock = threading.RLock()
+        self._preparing: threading.Thread | None = None
+        self.prepare_error: str | None = None   # why the last background preparation did not start a worker
+        atexit.register(self.shutdown)
         remove_stale_session_dirs()
 
     def current(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> NsysSession | None:
-        """The running session if the cell can use it; otherwise None (and a session that died is cleared)."""
-        s = self.session
-        if s is not None and not s.alive():
-            self.stop()
+        """The session if the cell can use it (started, starting or prepared in the background); otherwise None
+        (and a session that died, failed its setup or was retired is let go)."""
+        self._wait_preparing()
+        with self._lock:
+            s = self.session
+            if s is None:
+                return None
+            state = s.state()
+            if s.retired or state in ("ended", "failed"):
+                self._let_go(s)
+                return None
+            if s.key == session_key(Path(nsys), trace, env, setup_sources, Path(cwd)):
+                return s
             return None
-        if s is not None and s.key == session_key(Path(nsys), trace, env, setup_sources, Path(cwd)):
-            return s
-        return None
 
     def new(self, **kw) -> NsysSession:
-        self.stop()
-        self.session = NsysSession(**kw)
-        return self.session
+        with self._lock:
+            if self.session is not None:
+                self._let_go(self.session)
+            self.session = NsysSession(**kw)
+            return self.session
+
+    def prewarm(self, **kw) -> None:
+        """Prepare a session for these settings in the background (the setup code runs in the worker while the
+        user writes the next cell), unless the current one already matches.  Silent: a failure is remembered for
+        %nsys_session and the next cell starts a session as usual."""
+        def work():
+            try:
+                key = session_key(Path(kw["nsys"]), kw["trace"], kw["env"], kw["setup_sources"], Path(kw["cwd"]))
+                with self._lock:
+                    s = self.session
+                    if s is not None and s.key == key and not s.retired and s.state() not in ("ended", "failed"):
+                        return
+                    s = self.new(**kw)
+                    s.launch(None)
+                self.prepare_error = None
+                tools.nsys_version(kw["nsys"])  # asked by the first cell otherwise (half a second)
+            except Exception as e:  # noqa: BLE001 - background preparation never disturbs the notebook
+                self.prepare_error = f"{type(e).__name__}: {e}"
+
+        self._wait_preparing()
+        self._preparing = threading.Thread(target=work, name="nsight-magic prewarm", daemon=True)
+        self._preparing.start()
+
+    def _wait_preparing(self) -> None:
+        t = self._preparing
+        if t is not None and t is not threading.current_thread():
+            t.join()
+
+    def _let_go(self, s: NsysSession) -> None:
+        """Retire a session: stopped now, or by the finish stage of its last recording."""
+        if self.session is s:
+            self.session = None
+        s.retire()
+        if s.alive():
+            self.retiring.append(s)
+        self.retiring = [r for r in self.retiring if r.alive()]
 
     def stop(self) -> bool:
-        s, self.session = self.session, None
+        """End the session now (%nsys_session --stop): its recordings still being written are waited for."""
+        self._wait_preparing()
+        with self._lock:
+            s, self.session = self.session, None
         if s is None:
             return False
+        end = time.monotonic() + STOP_TIMEOUT_S
+        while s.pending and s.alive() and time.monotonic() < end:
+            time.sleep(POLL_S)
         s.stop()
         return True
 
+    def shutdown(self) -> None:
+        """The kernel exits: every session ends at once (a recording still being written is lost with it)."""
+        t = self._preparing
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+        for s in [self.session, *self.retiring]:
+            if s is not None:
+                s.stop(polite=not s.pending)
+        self.session, self.retiring = None, []
+
     def describe(self) -> dict | None:
-        if self.session is None or not self.session.alive():
+        self._wait_preparing()
+        if self.session is None or self.session.state() == "ended":
             return None
         return self.session.describe()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from ..errors import ReportError
 
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
 
 
@@ -39,10 +39,11 @@ def _open_folder(folder: Path):
         from .ncu import open_ncu_pages
 
         return open_ncu_pages(raw, details)
-    for name in ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report_details.csv"):
+    for name in ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report_details.csv",
+                 "report.qdstrm"):
         if (folder / name).exists():
             return open_report(folder / name)
-    for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep", "*.ncu-rep"):
+    for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep", "*.ncu-rep", "*.qdstrm"):
         found = sorted(folder.glob(pattern))
         if found:
             return open_report(found[0])

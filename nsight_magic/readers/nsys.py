@@ -14,6 +14,7 @@ import hashlib
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import re
+import stat
 import sqlite3
 import tempfile
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 
 REP_SUFFIXES = (".nsys-rep", ".qdrep")
+RAW_SUFFIX = ".qdstrm"  # nsys's raw recording, before its import into a .nsys-rep
 
 
 @dataclass(frozen=True)
@@ -58,38 +60,72 @@ def open_nsys_report(path) -> "NsysReport":
         raise ReportError(f"{p}: no such file")
     if p.is_dir():
         raise ReportError(f"{p}: is a folder; pass the .sqlite/.nsys-rep inside it or use open_report()")
+    if p.suffix.lower() == RAW_SUFFIX:
+        return NsysReport(export_report(import_raw(p)), source=p)
     if p.suffix.lower() in REP_SUFFIXES:
         return NsysReport(export_report(p), source=p)
     return NsysReport(p)
 
 
+def import_raw(qdstrm: Path, timeout: float = 600) -> Path:
+    """The .nsys-rep of a raw .qdstrm (what nsys leaves when it is stopped while writing, or when it cannot find
+    its importer): `X.nsys-rep` beside it when newer, else imported with QdstrmImporter there (or into the
+    private cache when that folder is not writable)."""
+    from .. import tools
+
+    beside = qdstrm.with_suffix(".nsys-rep")
+    if beside.exists() and beside.stat().st_mtime >= qdstrm.stat().st_mtime:
+        return beside
+    out = beside if os.access(qdstrm.parent, os.W_OK) else _private_path(qdstrm, ".nsys-rep")
+    if out.exists() and out.stat().st_mtime >= qdstrm.stat().st_mtime:
+        return out
+    try:
+        return tools.import_qdstrm(qdstrm, tools.find_nsys(), timeout=timeout, out=out)
+    except ReportError as e:
+        raise ReportError(f"{e} (a .qdstrm is nsys's raw recording; one cut short while it was written cannot be "
+                          f"imported)") from None
+
+
 def export_report(rep: Path, timeout: float = 600) -> Path:
-    """The .sqlite of a .nsys-rep/.qdrep: `X.sqlite` beside it when newer, else exported there (or to a temp
-    folder when that is not writable).  A failed export leaves no file behind."""
+    """The .sqlite of a .nsys-rep/.qdrep: `X.sqlite` beside it when newer, else exported there (or into the
+    private cache when that folder is not writable).  A failed export leaves no file behind."""
     from .. import tools
 
     beside = rep.with_suffix(".sqlite")
     if beside.exists() and beside.stat().st_mtime >= rep.stat().st_mtime and _is_complete(beside):
         return beside
-    out = beside if os.access(rep.parent, os.W_OK) else _temp_export_path(rep)
+    out = beside if os.access(rep.parent, os.W_OK) else _private_path(rep, ".sqlite")
     if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime and _is_complete(out):
         return out
-    part = out.with_name(out.stem + ".part.sqlite")
     nsys = tools.find_nsys()
     try:
-        tools.export_sqlite(rep, nsys=nsys, out=part, timeout=timeout)
+        tools.export_sqlite(rep, nsys=nsys, out=out, timeout=timeout)
     except ReportError as e:
-        part.unlink(missing_ok=True)
         raise ReportError(_explain_export_failure(rep, str(e), tools.nsys_version(nsys))) from None
-    part.replace(out)
     return out
 
 
-def _temp_export_path(rep: Path) -> Path:
-    h = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:12]
-    d = Path(tempfile.gettempdir()) / "nsight-magic-exports"
-    d.mkdir(exist_ok=True)
-    return d / f"{rep.stem}-{h}.sqlite"
+def _private_path(rep: Path, suffix: str) -> Path:
+    """Where the export of a report in a folder we may not write goes: a cache only this user can write
+    ($XDG_CACHE_HOME/nsight-magic/exports, mode 0700, checked to be ours), named after the report's path."""
+    h = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:16]
+    return private_cache() / f"{rep.stem}-{h}{suffix}"
+
+
+@functools.lru_cache(maxsize=1)
+def private_cache() -> Path:
+    """This user's export cache: a folder no other user can write to or plant files in.  Where the home folder's
+    cache cannot be used (not ours, a link, open to others, unwritable), a fresh private temporary folder."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsight-magic" / "exports"
+    try:
+        base.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = os.lstat(base)
+        if not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077 and \
+                os.access(base, os.W_OK):
+            return base
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="nsight-magic-exports-"))
 
 
 def _is_complete(sqlite_path: Path) -> bool:

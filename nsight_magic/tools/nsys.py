@@ -5,20 +5,23 @@ Everything here is an argv list (never a shell string).  Finding and argv buildi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
-import glob
 import os
 import re
-import shutil
+import secrets
+import signal
 import subprocess
-import sys
+import time
 from importlib import metadata
 from pathlib import Path
 
-from ..errors import ReportError, ToolNotFound
+from ..errors import Interrupted, ReportError, ToolNotFound
 from .find import find_executable, version_tuple
+from .system import orphan_guard
 
 NSYS_ENV = "NSIGHT_MAGIC_NSYS"
+TOOL_ENV = "NSIGHT_MAGIC_TOOL_OF"  # in the environment of the tools' programs we run: the pid that ran them
 
 NSYS_INSTALL_HINT = (
     "install Nsight Systems (https://developer.nvidia.com/nsight-systems; on Debian 12: "
@@ -81,38 +84,79 @@ def find_qdstrm_importer(nsys: Path | str | None = None) -> Path | None:
     return None
 
 
-def import_qdstrm(qdstrm: Path, nsys: Path | str | None = None, timeout: float = 600) -> Path:
-    """Turn a raw `.qdstrm` (left when nsys's own import failed) into a `.nsys-rep` with QdstrmImporter."""
+def import_qdstrm(qdstrm: Path, nsys: Path | str | None = None, timeout: float = 600, cancel=None,
+                  out: Path | None = None) -> Path:
+    """Turn a raw `.qdstrm` (left when nsys's own import failed) into a `.nsys-rep` (default: beside it) with
+    QdstrmImporter.  The report appears complete or not at all (written under another name, then renamed)."""
     importer = find_qdstrm_importer(nsys)
     if importer is None:
         raise ReportError(f"nsys left {qdstrm.name} but no QdstrmImporter was found beside {nsys or find_nsys()}")
-    out = qdstrm.with_suffix(".nsys-rep")
-    proc = _run([str(importer), "-i", str(qdstrm), "-o", str(out), "-f"], timeout, what="QdstrmImporter")
-    if not out.exists():
-        raise ReportError(f"QdstrmImporter could not import {qdstrm.name}: {_last_line(proc)}")
+    out = Path(out) if out is not None else qdstrm.with_suffix(".nsys-rep")
+    with _partial(out) as tmp:
+        proc = run_tool([str(importer), "-i", str(qdstrm), "-o", str(tmp), "-f"], timeout, "QdstrmImporter", cancel)
+        if not tmp.exists():
+            raise ReportError(f"QdstrmImporter could not import {qdstrm.name}: {_last_line(proc)}")
+        os.replace(tmp, out)
     return out
 
 
 def export_sqlite(report: Path | str, nsys: Path | str | None = None, out: Path | str | None = None,
-                  timeout: float = 600) -> Path:
-    """`nsys export --type sqlite` of a .nsys-rep/.qdrep; returns the .sqlite path (raises ReportError)."""
+                  timeout: float = 600, cancel=None) -> Path:
+    """`nsys export --type sqlite` of a .nsys-rep/.qdrep; returns the .sqlite path (raises ReportError).  The
+    export appears complete or not at all (written beside under another name, then renamed)."""
     report = Path(report)
     out = Path(out) if out else report.with_suffix(".sqlite")
     nsys = str(nsys or find_nsys())
-    argv = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(out), str(report)]
-    proc = _run(argv, timeout, what="nsys export")
-    if proc.returncode != 0 or not out.exists():
-        raise ReportError(f"nsys {nsys_version(nsys)} could not export {report.name}: {_last_line(proc)}")
+    with _partial(out) as tmp:
+        argv = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--output", str(tmp), str(report)]
+        proc = run_tool(argv, timeout, "nsys export", cancel)
+        if proc.returncode != 0 or not tmp.exists():
+            raise ReportError(f"nsys {nsys_version(nsys)} could not export {report.name}: {_last_line(proc)}")
+        os.replace(tmp, out)
     return out
 
 
-def _run(argv: list[str], timeout: float, what: str) -> subprocess.CompletedProcess:
+@contextlib.contextmanager
+def _partial(final: Path):
+    """A name beside `final` to write to (hidden, random); removed unless it was renamed into place."""
+    tmp = final.with_name(f".{final.stem}-{secrets.token_hex(6)}.partial{final.suffix}")
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ReportError(f"{what} did not finish within {timeout:.0f} s") from None
+        yield tmp
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
+def run_tool(argv: list[str], timeout: float, what: str, cancel=None) -> subprocess.CompletedProcess:
+    """Run one of the tools' programs to its end, its output captured; ReportError after `timeout` s, Interrupted
+    when `cancel` (a threading.Event) is set meanwhile.  It dies with the notebook's kernel (orphan_guard)."""
+    try:
+        proc = subprocess.Popen([*orphan_guard(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                stdin=subprocess.DEVNULL, start_new_session=True,
+                                env={**os.environ, TOOL_ENV: str(os.getpid())})
     except OSError as e:
         raise ToolNotFound(f"{what} could not start: {e}") from None
+    end = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                out, err = proc.communicate(timeout=0.05)
+                return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                pass
+            if cancel is not None and cancel.is_set():
+                raise Interrupted(f"{what} was stopped (interrupted)")
+            if time.monotonic() > end:
+                raise ReportError(f"{what} did not finish within {timeout:.0f} s")
+    except BaseException:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        raise
 
 
 def _last_line(proc: subprocess.CompletedProcess) -> str:

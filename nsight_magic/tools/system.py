@@ -29,16 +29,22 @@ def gpu_visible() -> bool:
 
 
 def gpu_names() -> list[str]:
-    """Names of the visible GPUs from nvidia-smi (empty when there is none)."""
+    """Names of the visible GPUs from nvidia-smi (empty when there is none); asked once per process (nvidia-smi takes
+    a tenth of a second or more, and a profiled cell's time counts)."""
+    return list(_gpu_names())
+
+
+@functools.lru_cache(maxsize=1)
+def _gpu_names() -> tuple[str, ...]:
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return []
+        return ()
     try:
         out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
                              timeout=20)
     except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [ln.strip() for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+        return ()
+    return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip()) if out.returncode == 0 else ()
 
 
 ISOLATE_ENV = "NSIGHT_MAGIC_ISOLATE"
@@ -71,3 +77,43 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
             return tuple(prefix), None
     return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold "
                 "other processes' environment variables; set NSIGHT_MAGIC_ISOLATE=0 to silence this note")
+
+
+@functools.lru_cache(maxsize=1)
+def orphan_guard() -> tuple[str, ...]:
+    """argv prefix that kills a process when the thread that started it dies (the notebook's kernel, killed with
+    SIGKILL or crashed): util-linux's `setpriv --pdeathsig KILL`.  Before `unshare --kill-child` it takes the whole
+    PID namespace with it.  Empty where setpriv is missing or refuses."""
+    setpriv = shutil.which("setpriv")
+    if not setpriv or os.environ.get("NSIGHT_MAGIC_ORPHAN_GUARD", "1") == "0":
+        return ()
+    try:
+        ok = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True,
+                            timeout=20).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        ok = False
+    return (setpriv, "--pdeathsig", "KILL", "--") if ok else ()
+
+
+def process_identity(pid: int | None = None) -> dict:
+    """A process as it can be recognised later: its pid and start time (a pid alone can be reused)."""
+    pid = os.getpid() if pid is None else pid
+    return {"pid": pid, "start": _start_time(pid)}
+
+
+def identity_alive(ident: dict | None) -> bool:
+    """Whether the process a process_identity() names still runs."""
+    if not ident or ident.get("start") is None:
+        return False
+    try:
+        return _start_time(int(ident["pid"])) == ident["start"]
+    except (TypeError, ValueError, KeyError):
+        return False
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None

@@ -4,10 +4,21 @@ Public API, used by the magics and the command line:
 show_nsys(report, folder=None) -> widget; display_nsys(report, folder=None) -> None;
 nsys_html(report, folder=None) -> str; write_view_html(report, path, folder=None) -> Path; nsys_text(report) -> str;
 show_ncu(report, folder=None) -> widget.
+
+Imported on first use (PEP 562): a module of this package that needs no Bokeh (bokehjs, output) loads without it.
 """
 from __future__ import annotations
 
-from .ncu import show_ncu
-from .report_view import display_nsys, nsys_html, nsys_text, show_nsys, write_view_html
-
 __all__ = ["show_nsys", "display_nsys", "nsys_html", "write_view_html", "nsys_text", "show_ncu"]
+
+
+def __getattr__(name: str):
+    if name == "show_ncu":
+        from .ncu import show_ncu
+
+        return show_ncu
+    if name in __all__:
+        from . import report_view
+
+        return getattr(report_view, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

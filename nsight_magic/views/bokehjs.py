@@ -75,3 +75,34 @@ def embed_script(script: str) -> str:
         return script
     return ('<script type="text/javascript">(window.nmBokehReady || Promise.resolve()).then(function() {'
             f"{m.group(1)}}});</script>")
+
+
+# Where BokehJS went inline in this kernel: the cell id of that output (None: not yet sent).  It goes into
+# an output of its own, text/html only, so it runs both live (JupyterLab renders the widget view of the
+# report bundle, never its text/html) and in saved/nbconvert'd notebooks.
+_bokehjs_cell: list = []
+
+
+def _current_cell_id():
+    try:
+        from IPython import get_ipython
+
+        kernel = getattr(get_ipython(), "kernel", None)
+        return (kernel.get_parent() or {}).get("metadata", {}).get("cellId") if kernel else None
+    except Exception:  # no kernel (terminal IPython): no cell ids, once per process is all we can do
+        return None
+
+
+def needs_bokehjs() -> bool:
+    """Once per notebook: the first time, and again when the cell that carried it is run again (its old
+    output, BokehJS included, is being replaced)."""
+    cell = _current_cell_id()
+    if not _bokehjs_cell or (cell is not None and cell == _bokehjs_cell[0]):
+        _bokehjs_cell[:] = [cell]
+        return True
+    return False
+
+
+def not_sent() -> None:
+    """The output that was to carry BokehJS did not (its profile had nothing to show): the next view sends it."""
+    _bokehjs_cell[:] = []

@@ -168,12 +168,12 @@ def display_diff(d, render: bool = True) -> None:
     """Publish the diff in IPython: static HTML (BokehJS inline the first time) and plain text."""
     from IPython.display import publish_display_data
 
-    from .report_view import _needs_bokehjs
+    from .bokehjs import needs_bokehjs
 
     text = diff_text(d)
     if not render:
         print(text)
         return
-    if _needs_bokehjs():
+    if needs_bokehjs():
         publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the charts below)"})
     publish_display_data({"text/html": diff_fragment(d, include_bokehjs=False), "text/plain": text})

@@ -154,9 +154,9 @@ def display_job(job, render: bool = True) -> None:
         return
     from IPython.display import publish_display_data
 
-    from .report_view import _needs_bokehjs
+    from .bokehjs import needs_bokehjs
 
-    if _needs_bokehjs():  # an output of its own before the live view (see views.bokehjs)
+    if needs_bokehjs():  # an output of its own before the live view (see views.bokehjs)
         publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
     widget = show_job(job)
     display({"application/vnd.jupyter.widget-view+json": {"model_id": widget.model_id, "version_major": 2,

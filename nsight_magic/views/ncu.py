@@ -257,9 +257,9 @@ def display_ncu(report, folder=None) -> None:
     from IPython.display import publish_display_data
 
     from .bokehjs import bokehjs_html
-    from .report_view import _needs_bokehjs
+    from .bokehjs import needs_bokehjs
 
     bundle = ncu_bundle(report, folder, include_bokehjs=False)
-    if _needs_bokehjs():
+    if needs_bokehjs():
         publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
     publish_display_data(bundle)

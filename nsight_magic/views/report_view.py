@@ -19,7 +19,7 @@ import pandas as pd
 
 from ..errors import ReportError
 from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms, verdict_text
-from .bokehjs import bokehjs_html, embed_script
+from .bokehjs import bokehjs_html, embed_script, needs_bokehjs
 from .lines import lines_html, modules_html
 from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
 from .timeline import build_timeline, legend_html
@@ -389,32 +389,6 @@ def _text(report, t: ReportTables) -> str:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-# Where BokehJS went inline in this kernel: the cell id of that output (None: not yet sent).  It goes into
-# an output of its own, text/html only, so it runs both live (JupyterLab renders the widget view of the
-# report bundle, never its text/html) and in saved/nbconvert'd notebooks.
-_bokehjs_cell: list = []
-
-
-def _current_cell_id():
-    try:
-        from IPython import get_ipython
-
-        kernel = getattr(get_ipython(), "kernel", None)
-        return (kernel.get_parent() or {}).get("metadata", {}).get("cellId") if kernel else None
-    except Exception:  # no kernel (terminal IPython): no cell ids, once per process is all we can do
-        return None
-
-
-def _needs_bokehjs() -> bool:
-    """Once per notebook: the first time, and again when the cell that carried it is run again (its old
-    output, BokehJS included, is being replaced)."""
-    cell = _current_cell_id()
-    if not _bokehjs_cell or (cell is not None and cell == _bokehjs_cell[0]):
-        _bokehjs_cell[:] = [cell]
-        return True
-    return False
-
-
 def show_nsys(report, folder=None):
     """The live ipywidgets Tab for a report."""
     return NsysView(report, folder).widget()
@@ -473,7 +447,7 @@ def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = 
 
     view = NsysView(report, folder, thresholds=thresholds)
     bundle = _bundle(view, include_bokehjs=False, widget=True)
-    if _needs_bokehjs():
+    if needs_bokehjs():
         publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the timelines below)"})
     publish_display_data(bundle)
     if save_html is not None:

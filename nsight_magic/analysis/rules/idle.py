@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from .. import intervals as I
-from .common import Context, Finding, api_of, cpu_context, estimate_words, evidence, gpu_ops_with_overhead, ranges_of
+from .common import Context, Finding, api_of, cpu_context, evidence, gpu_ops_with_overhead, ranges_of
 
 # idle categories of analysis.bottleneck and the rules that explain them
 EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "host wait": "host_wait", "launch": "launch_bound"}

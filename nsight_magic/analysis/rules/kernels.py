@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import intervals as I
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence

@@ -1,0 +1,237 @@
+"""The finish stage of the notebook's profiles, in the background.
+
+A %%nsys / %%ncu cell returns as soon as its code has finished in the profiled process and its output and --return
+values are back (the record stage, profilers/).  What is left runs here, in a thread, while the user goes on:
+
+    Recording.finish()   the profiler's report written (warm: `nsys stop`; cold: nsys exits), imported, exported
+    read                 the report opened, its columnar cache and summary.json written
+    draw                 the view built (views/output.py), view.html saved, the cell's output filled in place
+
+Each profile is one ProfileJob.  Its folder holds finishing.json while it runs, so listings (store.list_profiles,
+the Lab sidebar) do not take it for a finished profile; a job that ends for any reason removes it, so a folder that
+keeps it was cut short by the kernel's end.  `wait_for()` / `last()` wait for a job; Ctrl-C (interrupt()) stops
+what can be stopped and keeps what the profiler wrote; the kernel's exit stops every job (shutdown()).
+The thread runs in the context of the cell that started it, so what it publishes belongs to that cell.
+"""
+from __future__ import annotations
+
+import atexit
+import contextvars
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from .errors import NsightMagicError, ReportError
+from .store import clear_finishing, mark_finishing
+
+_JOBS: list["ProfileJob"] = []
+_LOCK = threading.Lock()
+
+
+class ProfileJob:
+    """One profile's finish stage (see the module docstring)."""
+
+    def __init__(self, recording, *, render: bool = True, thresholds: dict | None = None,
+                 on_phase: Callable[[str, float], None] | None = None,
+                 on_done: Callable[["ProfileJob"], None] | None = None):
+        self.recording = recording
+        self.folder = Path(recording.folder.path)
+        self.tool = recording.tool
+        self.render, self.thresholds = render, thresholds
+        self.on_phase = on_phase or (lambda phase, t: None)
+        self.on_done = on_done or (lambda job: None)
+        self.done = threading.Event()
+        self.cancel = threading.Event()
+        self.result = None          # the RunResult
+        self.report = None          # the opened report (NsysReport / NcuReport)
+        self.bundle: dict | None = None
+        self.error: str | None = None
+        self.phase = "starting"
+        self.t0 = time.monotonic()
+        self.finish_s: float | None = None
+        self.thread: threading.Thread | None = None
+
+    # ---- the stage ------------------------------------------------------------------------------------------
+    def start(self) -> "ProfileJob":
+        mark_finishing(self.folder)
+        with _LOCK:
+            _JOBS.append(self)
+        ctx = contextvars.copy_context()
+        self.thread = threading.Thread(target=ctx.run, args=(self._run,), daemon=True,
+                                       name=f"nsight-magic finish {self.folder.name}")
+        self.thread.start()
+        return self
+
+    def _status(self, phase: str, _t: float | None = None) -> None:
+        self.phase = phase
+        try:
+            self.on_phase(phase, time.monotonic() - self.t0)
+        except Exception:  # noqa: BLE001 - a display problem must not stop the finish
+            pass
+
+    def _run(self) -> None:
+        completed = False
+        try:
+            self.result = self.recording.finish(self._status, self.cancel)
+            if not self.cancel.is_set() and (self.result.sqlite or self.result.report_file):
+                self._status("reading the report")
+                from .readers import open_report
+
+                self.report = open_report(self.folder)
+                if not self.cancel.is_set():
+                    self._status("drawing the view" if self.render else "summarising")
+                    from .views.output import profile_bundle
+
+                    self.bundle = profile_bundle(self.report, self.folder, render=self.render,
+                                                 thresholds=self.thresholds, lines=self.new_messages())
+            completed = True
+        except NsightMagicError as e:
+            self.error = str(e)
+            completed = True
+        except Exception as e:  # noqa: BLE001 - a bug of ours: said in one line, the files are kept
+            self.error = f"could not show the profile ({type(e).__name__}: {e}); the files are in {self.folder}/"
+            completed = True
+        finally:
+            self.finish_s = time.monotonic() - self.t0
+            self._write_timings()
+            if completed:
+                clear_finishing(self.folder)
+            try:
+                self.on_done(self)
+            except Exception:  # noqa: BLE001
+                pass
+            self.done.set()
+
+    def _write_timings(self) -> None:
+        """timings.json: how long each step took (the cell's wait, the profiler's writing, the export, the view)."""
+        data = {"record_s": round(self.recording.record_s, 3), "finish_s": round(self.finish_s or 0.0, 3),
+                **({k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.result.timings.items()}
+                   if self.result is not None else {})}
+        try:
+            (self.folder / "timings.json").write_text(json.dumps(data, indent=1) + "\n")
+        except OSError:
+            pass
+
+    def new_messages(self) -> list[str]:
+        """What the finish stage found to say that the record stage had not said already."""
+        if self.result is None:
+            return []
+        said = set(self.recording.messages) | set(self.recording.notes)
+        return [f"nsight-magic: {m}" for m in self.result.notes + self.result.messages if m not in said]
+
+    # ---- from the notebook ----------------------------------------------------------------------------------
+    def wait(self, timeout: float | None = None) -> bool:
+        """Until the job has ended (True) or `timeout` s have passed (False); Ctrl-C interrupts the waiting."""
+        end = None if timeout is None else time.monotonic() + timeout
+        while not self.done.is_set():
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.done.wait(0.1 if left is None else min(0.1, left))
+        return True
+
+    def interrupt(self) -> None:
+        """Ctrl-C: stop what can be stopped (an export, the reading, the drawing); a warm session's `nsys stop` is
+        let finish, since it writes the report."""
+        self.cancel.set()
+
+    @property
+    def running(self) -> bool:
+        return not self.done.is_set()
+
+    def report_or_raise(self):
+        """The opened report once the job is done; ReportError saying why there is none."""
+        if self.report is not None:
+            return self.report
+        if self.error:
+            raise ReportError(self.error)
+        if self.cancel.is_set():
+            raise ReportError(f"{self.folder.name}: interrupted before its report was read; %nsys_load "
+                              f"{self.folder} shows it")
+        msgs = "; ".join(self.result.messages) if self.result is not None else ""
+        raise ReportError(f"{self.folder.name} left no report{(': ' + msgs) if msgs else ''}")
+
+
+def start(recording, **kw) -> ProfileJob:
+    """Start the finish stage of `recording` (a profilers.Recording) in the background."""
+    return ProfileJob(recording, **kw).start()
+
+
+def jobs() -> list[ProfileJob]:
+    with _LOCK:
+        return list(_JOBS)
+
+
+def pending() -> list[ProfileJob]:
+    return [j for j in jobs() if j.running]
+
+
+def job_for(path) -> ProfileJob | None:
+    """The job finishing the profile folder `path` (or holding the report file `path`), newest first."""
+    p = Path(path).expanduser().resolve()
+    for j in reversed(jobs()):
+        f = j.folder.resolve()
+        if p == f or f in p.parents:
+            return j
+    return None
+
+
+def wait_for(paths, say: Callable[[str], None] | None = None) -> None:
+    """Wait for the profiles among `paths` (folders or files in them) that are still being finished here, with a
+    line saying so."""
+    for path in paths:
+        j = job_for(path)
+        if j is not None and j.running:
+            if say:
+                say(f"waiting for profile {j.folder.name} to finish loading ({j.phase})")
+            j.wait()
+
+
+def wait_under(root, say: Callable[[str], None] | None = None) -> None:
+    """Wait for the profiles being finished here whose folders are in `root` (a folder of profiles)."""
+    r = Path(root).expanduser().resolve()
+    wait_for([j.folder for j in pending() if j.folder.resolve().parent == r], say)
+
+
+def last(wait: bool = True):
+    """The newest profile's report (NsysReport or NcuReport) made in this process, waiting for it while it is
+    still loading; without one, the newest finished profile beside the notebook."""
+    js = jobs()
+    if js:
+        j = js[-1]
+        if wait:
+            j.wait()
+        elif j.running:
+            raise ReportError(f"{j.folder.name} is still loading ({j.phase}); last() waits for it")
+        return j.report_or_raise()
+    from .readers import open_report
+    from .store import list_profiles, profiles_root
+
+    profiles = list_profiles(profiles_root(None))
+    if profiles.empty:
+        raise ReportError(f"no profile yet: {profiles_root(None)} holds none; profile a cell with %%nsys or %%ncu")
+    return open_report(profiles["folder"].iloc[0])
+
+
+def interrupt_pending() -> bool:
+    """Ctrl-C while the kernel is idle: stop the finish stages still running.  Whether there was one."""
+    running = pending()
+    for j in running:
+        j.interrupt()
+    return bool(running)
+
+
+def shutdown(timeout: float = 2.0) -> None:
+    """The kernel exits: stop every job (an export in progress is killed, its partial file removed); a job that
+    could not end leaves its folder marked unfinished."""
+    running = pending()
+    for j in running:
+        j.interrupt()
+    end = time.monotonic() + timeout
+    for j in running:
+        j.done.wait(max(0.0, end - time.monotonic()))
+
+
+atexit.register(shutdown)

@@ -1,0 +1,299 @@
+"""A profiled cell returns when its code has finished; the profile is written, exported, read and drawn in the
+background and fills the same output in place.  Real kernels (jupyter_client as JupyterLab drives them; nbclient,
+nbconvert and papermill headless), real nsys (Debian's 2022.4 on CPU)."""
+from __future__ import annotations
+
+import json
+import queue
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from conftest import READY_KEY, cell_text, nvtx_ranges, requires_nsys, run_notebook
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(400)]
+
+SETUP = "%%nsight_setup\nimport time, nvtx\nprint('setup ran')"
+CELL = "%%nsys --name {name} -t nvtx,osrt\nfor i in range(3):\n    with nvtx.annotate('{name} step'):\n        time.sleep(0.05)\n"
+
+
+def _ours() -> list[str]:
+    """Processes of nsight-magic's runs and sessions (they carry our ids in their environment)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes()
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
+            except OSError:
+                continue
+            if any(k in env for k in (b"NSIGHT_MAGIC_SESSION_ID=", b"NSIGHT_MAGIC_RUN_ID=", b"NSIGHT_MAGIC_TOOL_OF=")):
+                out.append(f"{d.name} {cmd}")
+    return out
+
+
+def _none_left(before, timeout: float = 30.0) -> list[str]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and set(_ours()) - set(before):
+        time.sleep(0.2)
+    return sorted(set(_ours()) - set(before))
+
+
+class Frontend:
+    """A kernel driven as JupyterLab drives it (allow_stdin), every iopub message kept with its arrival."""
+
+    def __init__(self, cwd: Path):
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+        self.msgs: list[dict] = []
+
+    def execute(self, code: str, timeout: float = 240) -> dict:
+        """Run a cell; returns its execute_reply (with 'arrived', a monotonic time) once the kernel is idle."""
+        msg_id = self.kc.execute(code, allow_stdin=True)
+        reply, idle, end = None, False, time.monotonic() + timeout
+        while (reply is None or not idle) and time.monotonic() < end:
+            if reply is None:
+                try:
+                    r = self.kc.get_shell_msg(timeout=0.05)
+                    if r["parent_header"].get("msg_id") == msg_id:
+                        reply = {**r, "arrived": time.monotonic()}
+                except queue.Empty:
+                    pass
+            for m in self.drain(0.05):
+                if m["parent_header"].get("msg_id") == msg_id and m["header"]["msg_type"] == "status" \
+                        and m["content"]["execution_state"] == "idle":
+                    idle = True
+        assert reply is not None and idle, f"{code[:40]!r} did not finish within {timeout} s"
+        reply["msg_id"] = msg_id
+        return reply
+
+    def drain(self, timeout: float) -> list[dict]:
+        got = []
+        try:
+            m = self.kc.get_iopub_msg(timeout=timeout)
+            while True:
+                m["arrived"] = time.monotonic()
+                got.append(m)
+                m = self.kc.get_iopub_msg(timeout=0)
+        except queue.Empty:
+            pass
+        self.msgs += got
+        return got
+
+    def of(self, msg_id: str, kinds=None) -> list[dict]:
+        return [m for m in self.msgs if m["parent_header"].get("msg_id") == msg_id and
+                (kinds is None or m["header"]["msg_type"] in kinds)]
+
+    def text(self, msg_id: str) -> str:
+        out = []
+        for m in self.of(msg_id, ("stream", "display_data", "update_display_data", "error")):
+            c = m["content"]
+            out.append(c.get("text") or "\n".join(c.get("traceback", [])) or c.get("data", {}).get("text/plain", ""))
+        return "\n".join(out)
+
+    def drawn(self, msg_id: str, timeout: float = 120) -> dict:
+        """The update that drew the profile of cell `msg_id` (its display metadata carries READY_KEY)."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            hits = [m for m in self.of(msg_id, ("update_display_data",)) if READY_KEY in m["content"]["metadata"]]
+            if hits:
+                return hits[-1]
+            self.drain(0.2)
+        pytest.fail(f"no profile drawn within {timeout} s:\n{self.text(msg_id)[-3000:]}")
+
+    def run(self, code: str) -> str:
+        return self.text(self.execute(code)["msg_id"])
+
+    def close(self, now: bool = False) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=now)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    before = _ours()
+    fe = Frontend(tmp_path)
+    fe.run("%load_ext nsight_magic")
+    fe.before = before
+    yield fe
+    fe.close()
+    assert _none_left(before) == []
+
+
+def _profiles(root: Path) -> dict[str, Path]:
+    return {p.name.rsplit("-", 2)[0]: p for p in sorted(root.iterdir()) if p.is_dir()}
+
+
+def test_the_cell_returns_before_its_profile_is_drawn_and_the_output_fills_in_place(lab, tmp_path):
+    lab.run(SETUP)
+    reply = lab.execute(CELL.format(name="first"))
+    assert reply["content"]["status"] == "ok"
+    # before the reply: the status line, the cell's own output, and the place where the profile will appear
+    early = [m for m in lab.of(reply["msg_id"]) if m["header"]["date"] <= reply["header"]["date"]]  # kernel clock
+    placeholders = [m for m in early if m["header"]["msg_type"] == "display_data" and
+                    m["content"]["data"].get("text/plain", "").startswith("nsys: loading the profile")]
+    assert len(placeholders) == 1, lab.text(reply["msg_id"])
+    display_id = placeholders[0]["content"]["transient"]["display_id"]
+    drawn = lab.drawn(reply["msg_id"])
+    # after the reply, the same output is replaced: the view (live widget, static page, text)
+    assert drawn["header"]["date"] > reply["header"]["date"]
+    assert drawn["content"]["transient"]["display_id"] == display_id
+    data = drawn["content"]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in data and "nm-report" in data["text/html"]
+    assert data["text/plain"].startswith("Verdict:"), data["text/plain"][:300]
+    assert drawn["content"]["metadata"][READY_KEY]["state"] == "ready"
+    status = [m["content"]["data"]["text/plain"] for m in lab.of(reply["msg_id"], ("update_display_data",))
+              if m["content"]["data"].get("text/plain", "").startswith("nsys: ok in")]
+    assert "the profile loads below" in status[0] and "profile ready" in status[-1], status
+    folder = Path(drawn["content"]["metadata"][READY_KEY]["folder"])
+    assert (folder / "view.html").is_file() and (folder / "report.sqlite").is_file()
+    assert not (folder / "finishing.json").exists()
+    timings = json.loads((folder / "timings.json").read_text())
+    assert timings["record_s"] < timings["record_s"] + timings["finish_s"]
+
+
+def test_two_cells_in_a_row_give_two_profiles_and_last_and_diff_wait_for_them(lab, tmp_path):
+    lab.run(SETUP)
+    a = lab.execute(CELL.format(name="alpha"))
+    b = lab.execute(CELL.format(name="beta"))   # while alpha's recording is still being written
+    # last(): the newest profile, waited for
+    shown = lab.run("r = __import__('nsight_magic').last()\nprint(type(r).__name__, sorted(set(r.nvtx_summary()['name'])))")
+    assert "NsysReport ['beta step']" in shown, shown
+    out = lab.run("%nsys_diff --no-render")
+    assert "alpha step" in out and "beta step" in out, out
+    for m in (a, b):
+        lab.drawn(m["msg_id"])
+    folders = _profiles(tmp_path / "nsight-profiles")
+    for name in ("alpha", "beta"):
+        ranges = set(nvtx_ranges(folders[name] / "report.sqlite"))
+        assert f"{name} step" in ranges and ({"alpha step", "beta step"} - {f"{name} step"}).isdisjoint(ranges)
+
+
+def test_the_first_cell_after_the_setup_is_warm_and_a_user_who_never_profiles_pays_nothing(tmp_path):
+    before = _ours()
+    fe = Frontend(tmp_path)
+    try:
+        loaded = fe.run("%load_ext nsight_magic")
+        assert loaded == "", loaded          # nothing to see
+        assert fe.run("x = 2 + 2\nprint(x)") == "4\n"
+        fe.run("%%nsight_setup\nimport time, nvtx\nSTARTED = time.time()\ntime.sleep(1)")
+        end = time.monotonic() + 60
+        while "ready" not in (state := fe.run("%nsys_session")) and time.monotonic() < end:
+            time.sleep(0.5)
+        assert "ready" in state, state
+        first = fe.run("%%nsys --no-render -t nvtx,osrt\nwith nvtx.annotate('w'):\n    time.sleep(0.05)")
+        assert "warm session (cell 1 in this process, started" in first, first
+    finally:
+        fe.close()
+    assert _none_left(before) == []
+
+
+def test_ctrl_c_while_the_profile_loads_stops_the_loading_and_keeps_the_report(lab, tmp_path):
+    lab.run(SETUP)
+    reply = lab.execute(CELL.format(name="stopped"))
+    lab.km.interrupt_kernel()  # the kernel is idle: its stop button
+    drawn = lab.drawn(reply["msg_id"])
+    text = drawn["content"]["data"]["text/plain"]
+    # what nsys wrote is kept (Debian's nsys leaves its raw .qdstrm; a full install the .nsys-rep)
+    assert "interrupted before the profile was loaded" in text and re.search(r"report\.(nsys-rep|qdstrm) is kept",
+                                                                             text), text
+    folder = _profiles(tmp_path / "nsight-profiles")["stopped"]
+    assert not (folder / "finishing.json").exists() and not (folder / "report.sqlite").exists()
+    # the kernel lives on, and the kept report opens
+    shown = lab.run(f"%nsys_load {folder} --no-render")
+    assert "Verdict:" in shown, shown
+
+
+@pytest.mark.parametrize("how", ["restart", "kill"])
+def test_the_kernels_end_while_a_profile_loads_leaves_no_process_and_no_false_profile(tmp_path, how):
+    import signal
+
+    from nsight_magic.store import list_profiles
+
+    before = _ours()
+    fe = Frontend(tmp_path)
+    try:
+        fe.run("%load_ext nsight_magic")
+        fe.run(SETUP)
+        fe.execute(CELL.format(name="cut"))
+        if how == "restart":
+            fe.km.restart_kernel(now=False)
+        else:
+            import os
+
+            os.kill(fe.km.provisioner.process.pid, signal.SIGKILL)
+    finally:
+        fe.close(now=True)
+    assert _none_left(before) == []
+    root = tmp_path / "nsight-profiles"
+    every = list_profiles(root, include_failed=True)
+    assert len(every) == 1, every
+    row = every.iloc[0]
+    folder = Path(row["folder"])
+    # either its loading finished before the end, or the folder says it was cut short: never a half profile
+    assert row["state"] in ("finished", "interrupted"), row.to_dict()
+    if row["state"] == "finished":  # the recording was written whole (perhaps only nsys's raw .qdstrm): it opens
+        from nsight_magic import open_report
+
+        assert "w step" not in set(open_report(folder).nvtx_summary()["name"])
+        assert "cut step" in set(open_report(folder).nvtx_summary()["name"])
+    else:
+        assert len(list_profiles(root)) == 0 and (folder / "finishing.json").exists()
+    assert not list(folder.glob(".*.partial*"))
+
+
+def _notebook(path: Path) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in
+                ("%load_ext nsight_magic", SETUP, CELL.format(name="headless"))]
+    nbformat.write(nb, path)
+
+
+def _final_outputs_saved(nb) -> None:
+    cell = nb.cells[-1]
+    views = [o for o in cell.outputs if o.output_type == "display_data" and READY_KEY in o.get("metadata", {})]
+    assert len(views) == 1, cell_text(cell)
+    assert views[0].metadata[READY_KEY]["state"] == "ready"
+    assert "nm-report" in views[0].data["text/html"] and views[0].data["text/plain"].startswith("Verdict:")
+    assert "loading the profile" not in cell_text(cell)
+
+
+def test_nbclient_keeps_the_final_outputs(tmp_path):
+    nb = run_notebook(["%load_ext nsight_magic", SETUP, CELL.format(name="headless")], tmp_path)
+    _final_outputs_saved(nb)
+
+
+def test_nbconvert_execute_keeps_the_final_outputs(tmp_path):
+    path = tmp_path / "run.ipynb"
+    _notebook(path)
+    subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",
+                    "--ExecutePreprocessor.timeout=240", str(path)], check=True, cwd=tmp_path, capture_output=True)
+    _final_outputs_saved(nbformat.read(path, as_version=4))
+
+
+def test_papermill_keeps_the_final_outputs(tmp_path):
+    pytest.importorskip("papermill")
+    path, out = tmp_path / "run.ipynb", tmp_path / "out.ipynb"
+    _notebook(path)
+    subprocess.run([sys.executable, "-m", "papermill", str(path), str(out), "--cwd", str(tmp_path),
+                    "--kernel", "python3"], check=True, capture_output=True)
+    _final_outputs_saved(nbformat.read(out, as_version=4))
+
+
+def test_wait_and_fresh_keep_their_meaning(lab, tmp_path):
+    """--wait: the cell returns once the profile is drawn; --fresh: a fresh process, returning at once too."""
+    lab.run(SETUP)
+    waited = lab.execute(CELL.format(name="waited").replace("-t nvtx,osrt", "-t nvtx,osrt --wait"))
+    drawn = lab.drawn(waited["msg_id"])
+    assert drawn["header"]["date"] <= waited["header"]["date"]
+    fresh = lab.execute(CELL.format(name="fresh").replace("-t nvtx,osrt", "-t nvtx,osrt --fresh"))
+    assert "fresh process (--fresh)" in lab.text(fresh["msg_id"])
+    assert lab.drawn(fresh["msg_id"])["header"]["date"] > fresh["header"]["date"]
+    assert shutil.which("nsys")
