@@ -21,6 +21,11 @@ Sections (pick with --only):
   planted   records the single-GPU planted diagnosis suite (tests/data/planted/make_planted_reports.py: each
             workload and its fixed twin timed without the profiler, then profiled): $OUT/planted_single.tar.xz
   planted_ddp  (kind nvidia-h200-x2) the same for the DDP stragglers: $OUT/planted_ddp.tar.xz
+  planted_second  the second planted set (issue 28: allocator churn, fp32 GEMMs, implicit syncs, optimizer and
+            PyTorch anti-patterns), NM_PLANTED_ONLY / NM_PLANTED_REPS / NM_PLANTED_TAG: $OUT/planted_second*.tar.xz
+  call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
+  emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
+  latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json
   job       (two GPUs) a DDP job recorded as a cluster user would, one `nsys profile` per rank under torchrun
             (report.%q{RANK}), each exported, `nsys stats` of each, and `nsys recipe nccl_gpu_time_util_map`
             timed on them: $OUT/job.tar.xz
@@ -468,13 +473,15 @@ def _planted(work: Path, suite: str) -> None:
     repo = Path(__file__).resolve().parents[1]
     out = work / f"planted_{suite}"
     only = ["--only", os.environ["NM_PLANTED_ONLY"]] if os.environ.get("NM_PLANTED_ONLY") else []
+    reps = os.environ.get("NM_PLANTED_REPS", "2" if suite == "ddp" else "3")
     p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), str(out),
-                        "--suite", suite, "--reps", "2" if suite == "ddp" else "3", *only],
+                        "--suite", suite, "--reps", reps, *only],
                        capture_output=True, text=True, timeout=1200, cwd=work)
     say(f"planted_{suite}", "rc", p.returncode)
     say(f"planted_{suite}", "output", "\n" + (p.stdout + p.stderr)[-6000:])
     if out.exists():
-        tar = OUT / f"planted_{suite}.tar.xz"
+        tag = os.environ.get("NM_PLANTED_TAG", "")
+        tar = OUT / f"planted_{suite}{tag}.tar.xz"
         subprocess.run(["tar", "-cJf", str(tar), "-C", str(out), *sorted(x.name for x in out.iterdir()
                                                                          if x.is_file())], check=True)
         say(f"planted_{suite}", "tar_bytes", tar.stat().st_size)
@@ -486,6 +493,49 @@ def check_planted(work: Path) -> None:
 
 def check_planted_ddp(work: Path) -> None:
     _planted(work, "ddp")
+
+
+def check_planted_second(work: Path) -> None:
+    """The second planted set (issue 28's causes); NM_PLANTED_ONLY picks some, NM_PLANTED_TAG names the tar."""
+    _planted(work, "second")
+
+
+def check_call_overhead(work: Path) -> None:
+    """What a traced call costs under nsys (benchmarks/call_overhead.py): the advice's estimate correction."""
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(repo / "benchmarks" / "call_overhead.py"), "--calls", "20000",
+                        "--repeat", "3", "--json", str(OUT / "call_overhead.json")],
+                       capture_output=True, text=True, timeout=500, cwd=work)
+    say("call_overhead", "output", "\n" + (p.stdout + p.stderr)[-3000:])
+
+
+def check_emit_nvtx(work: Path) -> None:
+    """Operator ranges by torch's emit_nvtx and by --ops's dispatch mode (scripts/emit_nvtx_samples.py)."""
+    repo = Path(__file__).resolve().parents[1]
+    out = work / "emit_nvtx"
+    p = subprocess.run([sys.executable, str(repo / "scripts" / "emit_nvtx_samples.py"), str(out)],
+                       capture_output=True, text=True, timeout=500, cwd=work)
+    say("emit_nvtx", "output", "\n" + (p.stdout + p.stderr)[-3000:])
+    if out.exists():
+        tar = OUT / "emit_nvtx.tar.xz"
+        subprocess.run(["tar", "-cJf", str(tar), "-C", str(out), *sorted(x.name for x in out.iterdir()
+                                                                         if x.is_file())], check=True)
+        say("emit_nvtx", "tar_bytes", tar.stat().st_size)
+
+
+def check_latency(work: Path) -> None:
+    """How long a profiled PyTorch cell blocks the notebook and when its profile is drawn (benchmarks/latency.py),
+    default trace and -t cuda,nvtx, each against the blocking behaviour of before (--today)."""
+    repo = Path(__file__).resolve().parents[1]
+    for trace in os.environ.get("NM_LATENCY_TRACES", "default;cuda,nvtx").split(";"):
+        tag = trace.replace(",", "_")
+        argv = [sys.executable, str(repo / "benchmarks" / "latency.py"), "--workload", "torch", "--today",
+                "--pause", os.environ.get("NM_LATENCY_PAUSE", "10"), "--json", str(OUT / f"latency_{tag}.json")]
+        if trace != "default":
+            argv += ["--trace", trace]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=560, cwd=work)
+        say("latency", tag, "\n" + "\n".join(x for x in (p.stdout + p.stderr).splitlines()
+                                              if "WARNING" not in x)[-4000:])
 
 
 def check_planted_ddp_timing(work: Path) -> None:
@@ -600,6 +650,8 @@ def main() -> None:
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
              "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu, "planted": check_planted,
              "planted_ddp": check_planted_ddp, "planted_ddp_timing": check_planted_ddp_timing,
+             "planted_second": check_planted_second, "call_overhead": check_call_overhead,
+             "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others

@@ -157,6 +157,16 @@ def _annotate(ann: dict, ns: dict, folder: Path) -> list:
     return handles
 
 
+def _training_ranges():
+    """The optimizer's steps and zero_grads in NVTX ranges (inside/training_ranges.py), when torch is imported."""
+    from .training_ranges import TrainingRanges
+
+    try:
+        return TrainingRanges().install()
+    except Exception:  # noqa: BLE001 - a torch we do not know: the cell runs without them
+        return TrainingRanges()
+
+
 def modules_line(h) -> str:
     """What --modules did: the models and the ranges it annotated, or why it annotated none."""
     parts = []
@@ -298,6 +308,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     code_path = Path(script) if script else folder / "cell.py"
     ann = cfg.get("annotations") or {}
     handles = _annotate(ann, ns, folder)
+    handles.append(_training_ranges())
     if ann.get("lines"):
         from .line_ranges import helpers, instrument
 

@@ -44,6 +44,7 @@ class Planted:
     fixed: str | None   # None: the workload is its own clean case (GPU-bound)
     setup_fixed: str | None = None  # the fixed variant's setup, when it differs
     nproc: int | None = None
+    ops: str | None = None  # profiled with %%nsys --ops (names / shapes): the advice names the operator
 
 
 MODEL = """
@@ -251,6 +252,175 @@ dist.destroy_process_group()
 """
 
 
+# ---- the second set (issue 28): causes outside the first rules, each with its fix ------------------------------
+# TF32 on: their GEMMs use tensor cores, so that the only cause in each is the planted one (fp32_gemm has it off)
+TF32 = MODEL + "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cudnn.allow_tf32 = True\n"
+
+ALLOC_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(2048, 2048), nn.GELU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(1024, 2048, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+ALLOC_BAD = """
+for i in range(40):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.empty_cache()            # planted: the cached blocks go back to the driver, to be allocated again
+torch.cuda.synchronize()
+"""
+
+FP32_SETUP = MODEL + """
+model = nn.Sequential(nn.Linear(4096, 8192), nn.GELU(), nn.Linear(8192, 8192), nn.GELU(),
+                      nn.Linear(8192, 4096)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(4096, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+FP32_FIXED_SETUP = MODEL + "torch.backends.cuda.matmul.allow_tf32 = True\n" + FP32_SETUP[len(MODEL):]
+
+FP32_LOOP = """
+for i in range(12):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()     # fp32 matrix products without tensor cores (TF32 off, the default)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+MASK_SETUP = TF32 + """
+model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(2048, 1024, device="cuda")
+h = model(x); h[h > 0].mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+MASK_LOOP = """
+for i in range(100):
+    with nvtx.annotate("step"):
+        h = model(x)
+        LOSS
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+MASK_BAD = MASK_LOOP.replace("LOSS", "loss = h[h > 0].mean()              # planted: a boolean mask: its size is "
+                                     "read back by the host")
+MASK_FIXED = MASK_LOOP.replace("LOSS", "loss = torch.where(h > 0, h, 0.0).sum() / (h > 0).sum()")
+
+ITEM_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(8192, 2048, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+ITEM_LOOP = """
+for i in range(60):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        CHECK
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+ITEM_BAD = ITEM_LOOP.replace("CHECK", "if loss.item() > 1e6:               # planted: .item() waits for the GPU\n"
+                                      "            print('diverged')")
+ITEM_FIXED = ITEM_LOOP.replace("CHECK", "pass")
+
+FOREACH_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(24) for layer in (nn.Linear(256, 256), nn.ReLU())]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=FOREACH)
+x = torch.randn(256, 256, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+TRAIN_LOOP = """
+for i in range(STEPS):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=NONE)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+ZERO_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-5)
+x = torch.randn(512, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+EXTRA_SETUP = TF32 + """
+model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096)).cuda()
+x = torch.randn(2048, 4096, device="cuda")
+"""
+
+EXTRA_LOOP = """
+with torch.no_grad():
+    for i in range(30):
+        with nvtx.annotate("step"):
+            MAKE
+            y = model(x * scale)
+torch.cuda.synchronize()
+"""
+EXTRA_BAD = EXTRA_LOOP.replace("MAKE", "scale = torch.full((2048, 4096), 0.5).to('cuda')   # planted: made on the "
+                                       "CPU, then copied")
+EXTRA_FIXED = EXTRA_LOOP.replace("MAKE", "scale = torch.full((2048, 4096), 0.5, device='cuda')")
+
+PYLOOP_SETUP = TF32 + """
+x = torch.randn(512, 256, device="cuda")
+w = torch.randn(512, 256, device="cuda")
+torch.tanh(x * w).sum().item()
+"""
+
+PYLOOP_BAD = """
+for step in range(20):
+    with nvtx.annotate("step"):
+        out = torch.empty_like(x)
+        for i in range(x.shape[0]):         # planted: a Python loop over the rows, a few tiny kernels each
+            out[i] = torch.tanh(x[i] * w[i])
+        s = out.sum()
+torch.cuda.synchronize()
+"""
+
+PYLOOP_FIXED = """
+for step in range(20):
+    with nvtx.annotate("step"):
+        out = torch.tanh(x * w)
+        s = out.sum()
+torch.cuda.synchronize()
+"""
+
+CONV_SETUP = TF32 + """
+torch.backends.cudnn.benchmark = True
+model = nn.Sequential(*[m for _ in range(4) for m in (nn.Conv2d(64, 64, 3, padding=1, bias=BIAS), nn.BatchNorm2d(64),
+                                                       nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(64, 64, 112, 112, device="cuda")
+for _ in range(2):
+    model(x).square().mean().backward(); opt.step()
+torch.cuda.synchronize()
+"""
+
+ODD_SETUP = MODEL + """
+d = DIM
+model = nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, d)).cuda().bfloat16()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(8192, d, device="cuda", dtype=torch.bfloat16)
+model(x).float().square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -277,7 +447,43 @@ WORKLOADS = [
             _ddp(gpu="if rank == 1:\n            for _ in range(6): extra = torch.tanh(extra @ extra)"),
             _ddp(), nproc=2),
 ]
-SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc], "ddp": [w.name for w in WORKLOADS if w.nproc]}
+WORKLOADS += [
+    Planted("allocator_churn", "torch.cuda.empty_cache() every step: cudaFree waits for the GPU, cudaMalloc again",
+            "sync", "allocator_churn", ALLOC_SETUP, ALLOC_BAD, ALLOC_BAD.replace(
+                "        torch.cuda.empty_cache()            # planted: the cached blocks go back to the driver, to be "
+                "allocated again\n", "")),
+    Planted("fp32_gemm", "fp32 matrix products without tensor cores (TF32 off), GPU-bound; fixed: TF32", "gpu",
+            "fp32_gemm", FP32_SETUP, FP32_LOOP, FP32_LOOP, FP32_FIXED_SETUP),
+    Planted("mask_sync", "boolean-mask indexing in the loss (h[h > 0]): the host waits for nonzero's size each step",
+            "sync", "implicit_sync", MASK_SETUP, MASK_BAD, MASK_FIXED),
+    Planted("item_sync", "`if loss.item() > ...` every step: the host waits for the forward before launching the "
+            "backward", "sync", "implicit_sync", ITEM_SETUP, ITEM_BAD, ITEM_FIXED),
+    Planted("optimizer_single_tensor", "Adam(foreach=False) on 48 small parameters: kernels per parameter", "cpu",
+            "optimizer_single_tensor", FOREACH_SETUP.replace("FOREACH", "False"),
+            TRAIN_LOOP.replace("STEPS", "100").replace("NONE", "True"),
+            TRAIN_LOOP.replace("STEPS", "100").replace("NONE", "True"), FOREACH_SETUP.replace("FOREACH", "True")),
+    Planted("zero_grad_not_none", "opt.zero_grad(set_to_none=False): 512 MB of gradients zeroed, then accumulated",
+            "gpu", "zero_grad_not_none", ZERO_SETUP, TRAIN_LOOP.replace("STEPS", "40").replace("NONE", "False"),
+            TRAIN_LOOP.replace("STEPS", "40").replace("NONE", "True")),
+    Planted("extra_copy", "a 32 MiB tensor filled on the CPU each step, then copied to the GPU (--ops)", "copy",
+            "extra_copy", EXTRA_SETUP, EXTRA_BAD, EXTRA_FIXED, ops="names"),
+    Planted("python_loop", "a Python loop over a tensor's 512 rows, three tiny kernels each", "cpu", "python_loop",
+            PYLOOP_SETUP, PYLOOP_BAD, PYLOOP_FIXED),
+    Planted("conv_bias_bn", "Conv2d(bias=True) before BatchNorm2d: a bias added, then normalised away", "gpu",
+            "conv_bias_bn", CONV_SETUP.replace("BIAS", "True"), TRAIN_LOOP.replace("STEPS", "10").replace(
+                "NONE", "True"), TRAIN_LOOP.replace("STEPS", "10").replace("NONE", "True"),
+            CONV_SETUP.replace("BIAS", "False")),
+    Planted("gemm_dims_odd", "bf16 Linear layers of width 4100 (not a multiple of 8); fixed: 4104", "gpu",
+            "gemm_alignment", ODD_SETUP.replace("DIM", "4100"), TRAIN_LOOP.replace("STEPS", "30").replace(
+                "NONE", "True").replace("model(x).square()", "model(x).float().square()"),
+            TRAIN_LOOP.replace("STEPS", "30").replace("NONE", "True").replace("model(x).square()",
+                                                                              "model(x).float().square()"),
+            ODD_SETUP.replace("DIM", "4104")),
+]
+SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
+          "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd"]
+SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND],
+          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
@@ -328,7 +534,7 @@ def profile(w: Planted, which: str, outdir: Path) -> Path:
 
     setup, cell = variant(w, which)
     opts = NsysOptions(name=f"{w.name}-{which}", directory=str(outdir / "profiles"), fresh=True, nproc=w.nproc,
-                       render=False, quiet=True, timeout=300)
+                       render=False, quiet=True, timeout=300, ops=w.ops)
     r = run_nsys(cell, opts, setup_sources=[setup] if setup.strip() else [], namespace={})
     if r.sqlite is None:
         raise RuntimeError(f"{w.name}/{which}: no report ({r.status}; {r.messages})")
@@ -356,6 +562,7 @@ def record(outdir: Path, names: list[str], reps: int, time_only: bool = False) -
                 if got.get("loop_s") is not None:
                     loops[v].append(got["loop_s"])
         entry = {"cause": w.cause, "expect_kind": w.expect_kind, "expect_rule": w.expect_rule, "nproc": w.nproc,
+                 "ops": w.ops,
                  "cell_s": {v: round(min(t), 4) for v, t in times.items()},
                  "cell_s_all": {v: [round(x, 4) for x in t] for v, t in times.items()}}
         # the gain: the cell's, or where the cell times its loop (DDP: NCCL's start-up varies by seconds), the loop's
