@@ -264,7 +264,7 @@ model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
 ALLOC_BAD = """
-for i in range(40):
+for i in range(100):
     with nvtx.annotate("step"):
         loss = model(x).square().mean()
         opt.zero_grad(set_to_none=True)
@@ -297,7 +297,7 @@ torch.cuda.synchronize()
 MASK_SETUP = TF32 + """
 model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
-x = torch.randn(2048, 1024, device="cuda")
+x = torch.randn(16384, 1024, device="cuda")
 h = model(x); h[h > 0].mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
