@@ -7,6 +7,7 @@ A loop of N calls of one kind is timed inside the process (perf_counter around t
 costs.  The minimum of R runs is kept on each side.
 
     launch   a tiny CUDA kernel (torch's add_ on a one-element tensor): one cudaLaunchKernel, traced with -t cuda
+    launch_default   the same, traced with nsight-magic's default -t cuda,nvtx,osrt
     sync     cudaStreamSynchronize after nothing (torch.cuda.synchronize), traced with -t cuda
     nvtx     an NVTX push/pop pair (torch.cuda.nvtx on a GPU, the nvtx package on a CPU), traced with -t nvtx
     osrt     a one-byte read() of /dev/zero (an OS runtime call nsys intercepts), traced with -t osrt
@@ -25,13 +26,13 @@ from pathlib import Path
 LOOP = r'''
 import os, sys, time
 kind, n = sys.argv[1], int(sys.argv[2])
-if kind in ("launch", "sync"):
+if kind in ("launch", "launch_default", "sync"):
     import torch
     x = torch.zeros(1, device="cuda")
     for _ in range(1000):
         x.add_(1)
     torch.cuda.synchronize()
-    if kind == "launch":
+    if kind != "sync":
         t = time.perf_counter()
         for _ in range(n):
             x.add_(1)
@@ -61,7 +62,7 @@ else:
 print("LOOP_S", time.perf_counter() - t)
 '''
 
-TRACE = {"launch": "cuda", "sync": "cuda", "nvtx": "nvtx", "osrt": "osrt"}
+TRACE = {"launch": "cuda", "launch_default": "cuda,nvtx,osrt", "sync": "cuda", "nvtx": "nvtx", "osrt": "osrt"}
 
 
 def _loop_s(argv: list[str]) -> float:
@@ -91,7 +92,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--kinds", default=None, help="default: launch,sync,nvtx,osrt with a GPU, nvtx,osrt without")
+    ap.add_argument("--kinds", default=None, help="default: launch,launch_default,sync,nvtx,osrt with a GPU, nvtx,osrt "
+                                                  "without")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     nsys = shutil.which("nsys")
@@ -99,14 +101,15 @@ def main() -> None:
         sys.exit("nsys not found")
     version = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
     gpu = os.path.exists("/dev/nvidia0")
-    kinds = args.kinds.split(",") if args.kinds else (["launch", "sync", "nvtx", "osrt"] if gpu else ["nvtx", "osrt"])
+    kinds = args.kinds.split(",") if args.kinds else (["launch", "launch_default", "sync", "nvtx", "osrt"] if gpu
+                                                      else ["nvtx", "osrt"])
     work = Path(tempfile.mkdtemp(prefix="nsight-overhead-"))
     rows = []
     print(f"{version}; {args.calls} calls per loop, minimum of {args.repeat} runs")
     for kind in kinds:
         r = measure(kind, args.calls, args.repeat, nsys, work)
         rows.append(r)
-        print(f"  {kind:<7} -t {r['trace']:<5} plain {r['plain_us_per_call']:8.3f} us/call   traced "
+        print(f"  {kind:<14} -t {r['trace']:<14} plain {r['plain_us_per_call']:8.3f} us/call   traced "
               f"{r['traced_us_per_call']:8.3f} us/call   overhead {r['overhead_us_per_call']:8.3f} us/call", flush=True)
     shutil.rmtree(work, ignore_errors=True)
     if args.json:

@@ -8,15 +8,18 @@ from the GPU's first to its last operation), the GPU's time is split with interv
     copy             copies and memsets not overlapped by kernels
     input            idle before a batch's host-to-device copy: the host was preparing data
     sync             idle after a host synchronisation returned: the CPU had waited instead of queueing work
+    allocator        idle while the launching thread was in the CUDA allocator (cudaMalloc, cudaFree, ...)
+    module load      idle while it loaded GPU code (cuLibraryLoadData, cuModuleLoad*: lazy loading)
     host wait        idle while the launching thread was blocked in the OS (sleep, lock, I/O, a queue)
-    launch           idle while the launching thread ran (Python, launch overhead, the allocator)
+    launch           idle while the launching thread ran Python and launch calls (or no launching thread is known)
 
 Each idle stretch belongs to the thread that launched the operation ending it, and is split between the
 categories in that order: input first (gap beyond the typical launch gap), then sync (at most the time the
-host was blocked in the sync, which is what it could have spent queueing work), then OS-blocked time, the rest
-launch.  The categories add up to the window.  The verdict's kind is "gpu" when compute fills >= 80% of the
-window (or nothing else reaches 10%), else the largest other category: input, copy, sync, communication, or "cpu"
-for host wait and launch.
+host was blocked in the sync, which is what it could have spent queueing work), then the time the thread spent in
+the allocator and in module loading (CUDA calls of those classes overlapping the gap), then OS-blocked time outside
+them, the rest launch.  The categories add up to the window.  The verdict's kind is "gpu" when compute fills >= 80%
+of the window (or nothing else reaches 10%), else the largest other category: input, copy, sync, communication,
+or "cpu" for the host's own time (allocator, module load, host wait, launch).
 
 Everything is scaled from the steady window to the whole loop by steps / steady steps; findings (analysis.findings)
 take their time at stake from these figures, so that they count each nanosecond once.
@@ -32,9 +35,11 @@ import pandas as pd
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 
-CATEGORIES = ("compute", "communication", "copy", "input", "sync", "host wait", "launch")
+CATEGORIES = ("compute", "communication", "copy", "input", "sync", "allocator", "module load", "host wait", "launch")
+IDLE = CATEGORIES[3:]       # the idle gaps' causes
+HOST = ("allocator", "module load", "host wait", "launch")   # the host's own time: a CPU-bound verdict
 KIND_OF = {"compute": "gpu", "communication": "communication", "copy": "copy", "input": "input", "sync": "sync",
-           "host wait": "cpu", "launch": "cpu"}
+           **{c: "cpu" for c in HOST}}
 GPU_BOUND_PCT = 80.0        # compute share at which the GPU is the bottleneck
 MINOR_PCT = 10.0            # ... or when nothing else reaches this share
 INPUT_MIN_BYTES = 64_000    # a batch: host-to-device copies smaller than this are parameters, not input
@@ -44,6 +49,14 @@ HOST_BLOCKED_SHARE = 0.5    # a gap is host wait when the launching thread was b
 
 _API_SYNC = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
 _MEMCPY_SYNC = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)")
+# CUDA calls by what they do for the host, when the GPU waits while the launching thread is in them
+HOST_CALLS = {
+    "allocator": re.compile(r"^cu(?:da)?(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|HostUnregister|"
+                            r"MemAlloc|MemFree|MemCreate|MemRelease|MemMap|MemUnmap|MemSetAccess|MemAddressReserve|"
+                            r"MemAddressFree|MemHostAlloc|MemHostRegister|MemPool)(?!.*Async)"),
+    "module load": re.compile(r"^cu(?:Library|Module)(?:Load|Get|Unload)|^cudaGetFuncBySymbol|"
+                              r"^cu(?:da)?FuncGetAttribute|^cuKernelGetFunction"),
+}
 _NCCL = re.compile(r"(?i)^(?:void )?nccl")
 
 
@@ -175,7 +188,7 @@ def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, a
     frac = np.where(gaps["in_window"], inside / np.maximum(gaps["end_ns"] - gaps["start_ns"], 1), 0.0)
     totals = {"compute": I.total(I.clip(comp, a, b)), "communication": I.total(I.clip(comm, a, b)),
               "copy": I.total(I.clip(copy, a, b))}
-    for c in ("input", "sync", "host wait", "launch"):
+    for c in IDLE:
         totals[c] = int(round(float((gaps[c].to_numpy(float) * frac).sum())))
     # rounding: the categories add up to the window exactly
     totals["launch"] += (b - a) - sum(totals.values())
@@ -188,7 +201,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     """Each idle gap's causes (ns per category), vectorised: see the module docstring."""
     n = len(gs)
     out = pd.DataFrame({"start_ns": gs, "end_ns": ge})
-    for c in ("input", "sync", "host wait", "launch"):
+    for c in IDLE:
         out[c] = np.zeros(n, np.int64)
     out["tid"] = pd.array([pd.NA] * n, dtype="Int64")
     out["next_kind"] = ""
@@ -239,7 +252,25 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["sync_ns"] = sync_ns
     out["sync_name"] = sync_name
     left -= take
-    # host wait: the launching thread blocked in the OS during the rest of the gap
+    # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
+    named = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
+    if len(api):
+        names = api["name"].astype(str)
+        for cat, rx in HOST_CALLS.items():
+            c = api[names.str.contains(rx).to_numpy()]
+            got = np.zeros(n, np.int64)
+            for th, g in c.groupby("tid"):
+                m = np.flatnonzero(tid == int(th))
+                if not len(m):
+                    continue
+                iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+                got[m] = I.overlap(iv, gs[m], ge[m])
+                prev = named.get(int(th))
+                named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
+            take = np.minimum(left, got)
+            out[cat] = take
+            left -= take
+    # host wait: the launching thread blocked in the OS (outside those calls) during the rest of the gap
     if len(osrt):
         blocked = np.zeros(n, np.int64)
         for th, g in osrt.groupby("tid"):
@@ -247,8 +278,10 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
             if not len(m):
                 continue
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+            if int(th) in named:
+                iv = I.subtract(iv, named[int(th)])
             blocked[m] = I.overlap(iv, gs[m], ge[m])
-        hw = blocked >= HOST_BLOCKED_SHARE * np.maximum(dur, 1)
+        hw = blocked >= HOST_BLOCKED_SHARE * np.maximum(left, 1)
         take = np.where(hw, np.minimum(left, blocked), 0)
         out["host wait"] = take
         left -= take
@@ -368,8 +401,7 @@ def _kind(pct: dict) -> str:
 _WHAT = {
     "gpu": "GPU-bound: kernels keep the GPU busy {compute:.0f}% of the steady state; look at the kernels "
            "(%%ncu) rather than the host",
-    "cpu": "CPU-bound: the GPU waits for the host {cpu:.0f}% of the steady state (launch overhead and Python "
-           "{launch:.0f}%, the host blocked in the OS {host wait:.0f}%)",
+    "cpu": "CPU-bound: the GPU waits for the host {cpu:.0f}% of the steady state ({host_parts})",
     "input": "input-bound: the GPU waits for the next batch {input:.0f}% of the steady state",
     "copy": "copy-bound: copies the kernels do not hide take {copy:.0f}% of the steady state",
     "sync": "sync-bound: after host synchronisations the GPU idles {sync:.0f}% of the steady state",
@@ -378,8 +410,19 @@ _WHAT = {
 }
 
 
+HOST_WORDS = {"launch": "launch overhead and Python", "allocator": "the CUDA allocator",
+              "module load": "loading GPU code", "host wait": "the host blocked in the OS"}
+
+
 def _summary(kind: str, pct: dict) -> str:
-    return _WHAT[kind].format(**pct, cpu=pct["host wait"] + pct["launch"])
+    parts = sorted(HOST, key=lambda c: -pct[c])
+    shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
+    if "launch" not in shown:
+        shown.append("launch")
+    if "host wait" not in shown:
+        shown.append("host wait")
+    words = ", ".join(f"{HOST_WORDS[c]} {pct[c]:.0f}%" for c in shown)
+    return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words)
 
 
 def bottleneck(report) -> Bottleneck:

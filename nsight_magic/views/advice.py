@@ -100,7 +100,8 @@ VERDICT_CSS = """
 .nm-bar-legend i{display:inline-block;width:10px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
 """
 CATEGORY_COLORS = {"compute": "#2e7d32", "communication": "#6a1b9a", "copy": "#ef6c00", "input": "#c62828",
-                   "sync": "#f9a825", "host wait": "#546e7a", "launch": "#1565c0",
+                   "sync": "#f9a825", "allocator": "#00838f", "module load": "#8d6e63", "host wait": "#546e7a",
+                   "launch": "#1565c0",
                    "host running": "#1565c0", "host blocked": "#546e7a"}
 
 

@@ -20,6 +20,10 @@ _CAUSE_WORDS = {
                  "(sleep, I/O, a lock), against {others:.0f}% on the others",
     "launch": "its GPU waits {mine:.0f}% of the steady state for launches (Python, launch overhead), against "
               "{others:.0f}% on the others",
+    "allocator": "its GPU waits {mine:.0f}% of the steady state while its host is in the CUDA allocator, against "
+                 "{others:.0f}% on the others",
+    "module load": "its GPU waits {mine:.0f}% of the steady state while its host loads GPU code, against "
+                   "{others:.0f}% on the others",
     "input": "its GPU waits {mine:.0f}% of the steady state for input, against {others:.0f}% on the others",
     "sync": "its GPU idles {mine:.0f}% of the steady state after host synchronisations, against {others:.0f}% on "
             "the others",

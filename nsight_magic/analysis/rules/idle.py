@@ -14,7 +14,8 @@ from .. import intervals as I
 from .common import Context, Finding, api_of, cpu_context, evidence, gpu_ops_with_overhead, ranges_of
 
 # idle categories of analysis.bottleneck and the rules that explain them
-EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "host wait": "host_wait", "launch": "launch_bound"}
+EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "allocator": "allocator_churn",
+                "module load": "module_loading", "host wait": "host_wait", "launch": "launch_bound"}
 
 
 def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:

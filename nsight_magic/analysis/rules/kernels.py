@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..bottleneck import HOST
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
@@ -38,7 +39,7 @@ def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) ->
         inside = np.minimum(k["end_ns"].to_numpy(np.int64), b) - np.maximum(k["start_ns"].to_numpy(np.int64), a)
         saved = float((np.maximum(inside, 0) * frac[m]).sum())
         # the host or another rank set the pace meanwhile (collectives waiting count as communication)
-        paced = p.totals["launch"] + p.totals["host wait"] + p.totals["communication"]
+        paced = sum(p.totals[c] for c in HOST) + p.totals["communication"]
         if ctx.straggler is None or p.pid != ctx.straggler["pid"]:
             best = max(best, int(max(0.0, saved - paced) * p.scale))
     return best

@@ -259,12 +259,12 @@ TF32 = MODEL + "torch.backends.cuda.matmul.allow_tf32 = True\ntorch.backends.cud
 ALLOC_SETUP = TF32 + """
 model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(2048, 2048), nn.GELU())]).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(1024, 2048, device="cuda")
+x = torch.randn(4096, 2048, device="cuda")
 model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
 ALLOC_BAD = """
-for i in range(100):
+for i in range(60):
     with nvtx.annotate("step"):
         loss = model(x).square().mean()
         opt.zero_grad(set_to_none=True)
@@ -295,14 +295,14 @@ torch.cuda.synchronize()
 """
 
 MASK_SETUP = TF32 + """
-model = nn.Sequential(nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 1024)).cuda()
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 x = torch.randn(16384, 1024, device="cuda")
 h = model(x); h[h > 0].mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
 MASK_LOOP = """
-for i in range(100):
+for i in range(60):
     with nvtx.annotate("step"):
         h = model(x)
         LOSS
@@ -319,27 +319,35 @@ ITEM_SETUP = TF32 + """
 model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 x = torch.randn(8192, 2048, device="cuda")
+def bookkeeping():
+    # host work of a step that needs no GPU result (schedules, logging, the data loader's metrics ...)
+    s = 0.0
+    for k in range(25000):
+        s += k * 0.5
+    return s
 model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
 ITEM_LOOP = """
+total = torch.zeros((), device="cuda")
 for i in range(60):
     with nvtx.annotate("step"):
         loss = model(x).square().mean()
-        CHECK
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        CHECK
+        bookkeeping()                       # host work of the step that needs no GPU result
 torch.cuda.synchronize()
 """
-ITEM_BAD = ITEM_LOOP.replace("CHECK", "if loss.item() > 1e6:               # planted: .item() waits for the GPU\n"
+ITEM_BAD = ITEM_LOOP.replace("CHECK", "if loss.item() > 1e6:               # planted: .item() waits for the GPU's step\n"
                                       "            print('diverged')")
-ITEM_FIXED = ITEM_LOOP.replace("CHECK", "pass")
+ITEM_FIXED = ITEM_LOOP.replace("CHECK", "total += loss.detach()               # checked once, after the loop")
 
 FOREACH_SETUP = TF32 + """
-model = nn.Sequential(*[layer for _ in range(24) for layer in (nn.Linear(256, 256), nn.ReLU())]).cuda()
+model = nn.Sequential(*[layer for _ in range(24) for layer in (nn.Linear(1024, 1024), nn.ReLU())]).cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=FOREACH)
-x = torch.randn(256, 256, device="cuda")
+x = torch.randn(8192, 1024, device="cuda")
 model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
@@ -356,7 +364,7 @@ torch.cuda.synchronize()
 ZERO_SETUP = TF32 + """
 model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-5)
-x = torch.randn(512, 4096, device="cuda")
+x = torch.randn(2048, 4096, device="cuda")
 model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
 """
 
@@ -378,8 +386,8 @@ EXTRA_BAD = EXTRA_LOOP.replace("MAKE", "scale = torch.full((2048, 4096), 0.5).to
 EXTRA_FIXED = EXTRA_LOOP.replace("MAKE", "scale = torch.full((2048, 4096), 0.5, device='cuda')")
 
 PYLOOP_SETUP = TF32 + """
-x = torch.randn(512, 256, device="cuda")
-w = torch.randn(512, 256, device="cuda")
+x = torch.randn(512, 65536, device="cuda")
+w = torch.randn(512, 65536, device="cuda")
 torch.tanh(x * w).sum().item()
 """
 
@@ -403,10 +411,11 @@ torch.cuda.synchronize()
 
 CONV_SETUP = TF32 + """
 torch.backends.cudnn.benchmark = True
-model = nn.Sequential(*[m for _ in range(4) for m in (nn.Conv2d(64, 64, 3, padding=1, bias=BIAS), nn.BatchNorm2d(64),
-                                                       nn.ReLU())]).cuda()
+model = nn.Sequential(*[m for _ in range(4) for m in (nn.Conv2d(128, 128, 3, padding=1, bias=BIAS),
+                                                       nn.BatchNorm2d(128), nn.ReLU())]).cuda()
+model = model.to(memory_format=torch.channels_last)
 opt = torch.optim.SGD(model.parameters(), lr=1e-3)
-x = torch.randn(64, 64, 112, 112, device="cuda")
+x = torch.randn(64, 128, 56, 56, device="cuda").to(memory_format=torch.channels_last)
 for _ in range(2):
     model(x).square().mean().backward(); opt.step()
 torch.cuda.synchronize()
@@ -456,9 +465,9 @@ WORKLOADS += [
             "fp32_gemm", FP32_SETUP, FP32_LOOP, FP32_LOOP, FP32_FIXED_SETUP),
     Planted("mask_sync", "boolean-mask indexing in the loss (h[h > 0]): the host waits for nonzero's size each step",
             "sync", "implicit_sync", MASK_SETUP, MASK_BAD, MASK_FIXED),
-    Planted("item_sync", "`if loss.item() > ...` every step: the host waits for the forward before launching the "
-            "backward", "sync", "implicit_sync", ITEM_SETUP, ITEM_BAD, ITEM_FIXED),
-    Planted("optimizer_single_tensor", "Adam(foreach=False) on 48 small parameters: kernels per parameter", "cpu",
+    Planted("item_sync", "`if loss.item() > ...` every step: the host waits for the step's GPU work before its own "
+            "bookkeeping, which could have overlapped it", "sync", "implicit_sync", ITEM_SETUP, ITEM_BAD, ITEM_FIXED),
+    Planted("optimizer_single_tensor", "Adam(foreach=False) on 48 parameters: kernels per parameter", "cpu",
             "optimizer_single_tensor", FOREACH_SETUP.replace("FOREACH", "False"),
             TRAIN_LOOP.replace("STEPS", "100").replace("NONE", "True"),
             TRAIN_LOOP.replace("STEPS", "100").replace("NONE", "True"), FOREACH_SETUP.replace("FOREACH", "True")),
@@ -467,7 +476,7 @@ WORKLOADS += [
             TRAIN_LOOP.replace("STEPS", "40").replace("NONE", "True")),
     Planted("extra_copy", "a 32 MiB tensor filled on the CPU each step, then copied to the GPU (--ops)", "copy",
             "extra_copy", EXTRA_SETUP, EXTRA_BAD, EXTRA_FIXED, ops="names"),
-    Planted("python_loop", "a Python loop over a tensor's 512 rows, three tiny kernels each", "cpu", "python_loop",
+    Planted("python_loop", "a Python loop over a tensor's 512 rows, three small kernels each", "cpu", "python_loop",
             PYLOOP_SETUP, PYLOOP_BAD, PYLOOP_FIXED),
     Planted("conv_bias_bn", "Conv2d(bias=True) before BatchNorm2d: a bias added, then normalised away", "gpu",
             "conv_bias_bn", CONV_SETUP.replace("BIAS", "True"), TRAIN_LOOP.replace("STEPS", "10").replace(
