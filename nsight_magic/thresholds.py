@@ -31,6 +31,16 @@ DEFAULTS: dict[str, float] = {
     #                                               a quarter of this share of the steady state)
     "startup.min_share_pct": 10,                  # time before the first step: at least this share of the capture
     "startup.min_ms": 200,                        # ... and this long
+    "allocator_churn.min_share_pct": 2,           # the GPU idle while the host is in the allocator: this share
+    "module_loading.min_share_pct": 2,            # ... while it loads modules (lazy loading) in the steady state
+    "optimizer_single_tensor.min_share_pct": 2,   # the GPU idle during single-tensor optimizer steps
+    "zero_grad_not_none.min_share_pct": 1,        # zeroing gradients (and adding into the zeros) in the window
+    "python_loop.min_kernels": 64,                # a run of the same few small kernels at least this long
+    "python_loop.min_share_pct": 2,               # ... whose launches leave the GPU idle this share of the window
+    "conv_bias_bn.min_share_pct": 1,              # bias additions before BatchNorm and their gradients
+    "fp32_gemm.min_gpu_pct": 10,                  # fp32 matrix kernels on the CUDA cores: this share of kernel time
+    "gemm_alignment.min_gpu_pct": 5,              # tensor-core matrix kernels with operands aligned under 16 bytes
+    "elementwise_fusion.min_gpu_pct": 60,         # elementwise and normalisation kernels: this share of kernel time
 }
 
 

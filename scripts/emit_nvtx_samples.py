@@ -1,6 +1,7 @@
-"""Record a transformer's training steps with operator ranges both ways, on a GPU: PyTorch's own
-torch.autograd.profiler.emit_nvtx (C++ ranges, CUDA builds only) and --ops's TorchDispatchMode; plus each cell's
-own time under nsys.  The exports are the data the --ops reader of emit_nvtx ranges is written and tested against.
+"""Record a transformer's training steps with %%nsys --ops both ways, on a GPU: PyTorch's own emit_nvtx ranges (C++,
+CUDA builds: what --ops uses there) and nsight-magic's TorchDispatchMode (NSIGHT_MAGIC_OPS_MODE=dispatch: what CPU
+builds use); plus each cell's own time under nsys.  The exports are the data the --ops reader is tested against
+(the operator table must be the same both ways).
 
     python scripts/emit_nvtx_samples.py OUTDIR [--steps 3] [--time-steps 20]
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -20,22 +22,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 sys.path.insert(0, str(REPO / "tests" / "data"))
 
-VARIANTS = {  # name: (--ops, what wraps the loop)
+VARIANTS = {  # name: (--ops, NSIGHT_MAGIC_OPS_MODE)
     "plain": (None, None),
-    "emit_nvtx": (None, "torch.autograd.profiler.emit_nvtx(record_shapes=False)"),
-    "emit_nvtx_shapes": (None, "torch.autograd.profiler.emit_nvtx(record_shapes=True)"),
-    "dispatch": ("names", None),
-    "dispatch_shapes": ("shapes", None),
+    "emit_nvtx": ("names", "emit_nvtx"),
+    "emit_nvtx_shapes": ("shapes", "emit_nvtx"),
+    "dispatch": ("names", "dispatch"),
+    "dispatch_shapes": ("shapes", "dispatch"),
 }
-
-
-def cell(steps: int, wrap: str | None) -> str:
-    from ops import CELL
-
-    body = CELL.format(steps=steps)
-    if not wrap:
-        return body
-    return f"with {wrap}:\n" + "".join("    " + ln + "\n" for ln in body.splitlines())
 
 
 def main() -> None:
@@ -47,7 +40,7 @@ def main() -> None:
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the plumbing (emit_nvtx needs CUDA)")
     a = ap.parse_args()
     from make_findings_reports import scrub_export
-    from ops import SETUP, cell_seconds
+    from ops import CELL, SETUP, cell_seconds
 
     from nsight_magic.options import NsysOptions
     from nsight_magic.run import run_nsys
@@ -56,12 +49,15 @@ def main() -> None:
     work = a.outdir / "profiles"
     setup = SETUP.format(device=a.device, batch=a.batch)
     times = {}
-    for name, (ops, wrap) in VARIANTS.items():
+    for name, (ops, mode) in VARIANTS.items():
+        os.environ.pop("NSIGHT_MAGIC_OPS_MODE", None)
+        if mode:
+            os.environ["NSIGHT_MAGIC_OPS_MODE"] = mode
         for steps, keep in ((a.steps, True), (a.time_steps, False)):
             opts = NsysOptions(name=name, directory=str(work), trace="cuda,nvtx" if a.device == "cuda" else "nvtx",
                                fresh=True, render=False,
                                quiet=True, ops=ops)
-            r = run_nsys(cell(steps, wrap), opts, setup_sources=[setup], namespace={})
+            r = run_nsys(CELL.format(steps=steps), opts, setup_sources=[setup], namespace={})
             if r.sqlite is None:
                 print(f"{name}: no report ({r.status}: {r.messages})", flush=True)
                 continue

@@ -3,6 +3,8 @@ and PyTorch's CPU build; compared with torch.profiler on the same code."""
 from __future__ import annotations
 
 import importlib.util
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -83,14 +85,22 @@ def test_shapes_and_modules_split_the_rows(tmp_path):
 @requires_nsys
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
-def test_the_ops_tab_lists_them(tmp_path):
+def test_the_ops_tab_lists_them_and_says_how_they_were_recorded(tmp_path, monkeypatch):
+    """Asked for PyTorch's emit_nvtx on a CPU-only build (no NVTX in its profiler): one line says so and the
+    dispatch mode records the operators; the tab says which ran."""
+    from nsight_magic.analysis.ops import ops_source
     from nsight_magic.views.report_view import NsysView
 
+    monkeypatch.setenv("NSIGHT_MAGIC_OPS_MODE", "emit_nvtx")
     r = _profile(tmp_path)
-    view = NsysView(r.open(), r.folder.path)
+    err = (r.folder.path / "stderr.txt").read_text()
+    assert "emit_nvtx is not available here" in err and "using the dispatch mode" in err
+    rep = r.open()
+    assert ops_source(rep) == "dispatch"
+    view = NsysView(rep, r.folder.path)
     assert "Ops" in view.tabs
     page = view.html_page()
-    assert "aten::threshold_backward" in page and 'data-tab="5"' in page
+    assert "aten::threshold_backward" in page and 'data-tab="5"' in page and "dispatch mode" in page
 
 
 def test_outputs_and_gradients_are_bit_identical_with_and_without_ops():
@@ -162,3 +172,115 @@ def test_kernels_belong_to_the_operator_open_on_their_launching_thread():
     assert s.loc["aten::addmm", "gpu_ns"] == 50 and s.loc["aten::relu", "kernels"] == 1
     assert int(s["gpu_ns"].sum()) == 170  # the stray kernel (launched outside every operator) belongs to none
     assert np.all(s.index.to_numpy() == ["aten::mm", "aten::addmm", "aten::relu"])
+
+
+def _nvtx_rows(rows, mark=None):
+    nv = pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "tid"]).assign(
+        domain=pd.NA, kind="push_pop", pid=1)
+    if mark:
+        nv = pd.concat([nv, pd.DataFrame({"start_ns": [1], "end_ns": [pd.NA], "name": [mark], "tid": [10],
+                                          "domain": ["nsight-magic ops"], "kind": ["mark"], "pid": [1]})])
+    nv["end_ns"] = pd.array(nv["end_ns"], dtype="Int64")
+    nv["name"] = nv["name"].astype("category")
+    nv["label"] = nv["name"]
+    return nv.sort_values("start_ns", kind="stable").reset_index(drop=True)
+
+
+def test_pytorchs_emit_nvtx_ranges_make_the_same_operator_table():
+    """emit_nvtx's nested C++ ranges (synthetic, in PyTorch's words): a composite aten::linear around aten::t and
+    aten::addmm (which allocates its output inside), the backward's aten::mm inside the autograd node's range.  The
+    table shows what a dispatch mode would: addmm with its kernel, t, the mm as addmm's backward; not linear, not
+    the transpose inside t, not the empty inside addmm."""
+    from nsight_magic.analysis.ops import op_ranges, ops_source, ops_summary
+    from nsight_magic.analysis.rules.common import Enclosing, with_operator
+    from nsight_magic.inside.ops import COMPOSITE_MARK
+
+    nv = _nvtx_rows([
+        (100, 400, "aten::linear, seq = 7, op_id = 1, sizes = [[32, 64], [128, 64], [128]]", 10),
+        (110, 150, "aten::t, seq = 7, op_id = 2, sizes = [[128, 64]]", 10),
+        (120, 140, "aten::transpose, op_id = 3, sizes = [[128, 64], [], []]", 10),
+        (160, 390, "aten::addmm, seq = 7, op_id = 4, sizes = [[128], [32, 64], [64, 128], [], []]", 10),
+        (170, 180, "aten::empty, op_id = 5, sizes = [[], [], [], [], [], []]", 10),
+        (1000, 1400, "autograd::engine::evaluate_function: AddmmBackward0, op_id = 6", 11),
+        (1010, 1390, "AddmmBackward0, seq = 7, op_id = 7", 11),
+        (1020, 1300, "aten::mm, op_id = 8, sizes = [[32, 128], [128, 64]]", 11),
+        (5000, 9000, "step", 10)],
+        mark=COMPOSITE_MARK + "aten::dropout aten::linear aten::to")
+    api = pd.DataFrame({"start_ns": [200, 1100, 175], "end_ns": [210, 1110, 178], "pid": 1, "tid": [10, 11, 10],
+                        "correlation_id": pd.array([1, 2, 3], dtype="Int64"), "name": "cudaLaunchKernel"})
+    k = pd.DataFrame({"start_ns": [3000, 3100, 3200], "end_ns": [3050, 3190, 3210], "pid": 1, "device_id": 0,
+                      "correlation_id": pd.array([1, 2, 3], dtype="Int64"), "name": ["gemm", "gemm_bw", "fill"]})
+    none = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind", "bytes"])
+    rep = SimpleNamespace(nvtx=nv, cuda_api=api, kernels=k, memcpy=none, memset=none)
+    assert ops_source(rep) == "emit_nvtx"
+    r = op_ranges(rep)
+    assert r.loc[r["op"] == "aten::mm", "forward_op"].tolist() == ["aten::addmm"]
+    assert r.loc[r["op"] == "aten::addmm", "shapes"].tolist() == ["128, 32x64, 64x128"]
+    s = ops_summary(rep).set_index("op")
+    assert set(s.index) == {"aten::addmm", "aten::t", "aten::mm"}
+    # the kernel launched inside addmm's own aten::empty counts for addmm, as the dispatch mode counts it
+    assert s.loc["aten::addmm", "gpu_ns"] == 60 and s.loc["aten::addmm", "kernels"] == 2
+    assert s.loc["aten::mm", "gpu_ns"] == 90 and s.loc["aten::mm", "backward_of"] == "aten::addmm"
+    assert s.loc["aten::t", "calls"] == 1 and s.loc["aten::t", "gpu_ns"] == 0
+    # findings name the operator a call was made in; the user's own range is not an operator, nor the reverse
+    ops = with_operator(rep, {}, [1, 1], [10, 11], [200, 1100])["op"]
+    assert list(ops) == ["aten::addmm", "aten::mm"]
+    assert list(Enclosing(rep)([1, 1], [10, 10], [200, 6000])) == [None, "step"]
+
+
+def test_without_the_composite_mark_the_outermost_range_is_the_operator():
+    """Someone's own emit_nvtx (no --ops, so no mark): the operators are the outermost ranges, as written."""
+    from nsight_magic.analysis.ops import ops_summary
+
+    nv = _nvtx_rows([(100, 400, "aten::linear, seq = 7, op_id = 1", 10),
+                     (160, 390, "aten::addmm, seq = 7, op_id = 4", 10)])
+    api = pd.DataFrame({"start_ns": [200], "end_ns": [210], "pid": 1, "tid": [10],
+                        "correlation_id": pd.array([1], dtype="Int64"), "name": "cudaLaunchKernel"})
+    k = pd.DataFrame({"start_ns": [3000], "end_ns": [3050], "pid": 1, "device_id": 0,
+                      "correlation_id": pd.array([1], dtype="Int64"), "name": ["gemm"]})
+    none = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind", "bytes"])
+    s = ops_summary(SimpleNamespace(nvtx=nv, cuda_api=api, kernels=k, memcpy=none, memset=none))
+    assert s[["op", "gpu_ns"]].values.tolist() == [["aten::linear", 50]]
+
+
+@pytest.fixture(scope="module")
+def gpu_ops_reports(tmp_path_factory):
+    """The same three transformer steps recorded on the lent H100 with --ops both ways (tests/data/README.md)."""
+    import lzma
+    import shutil
+
+    from conftest import DATA
+    from nsight_magic.readers.nsys import open_nsys_report
+
+    root = tmp_path_factory.mktemp("ops")
+    out = {}
+    for name in ("emit_nvtx", "dispatch"):
+        dst = root / f"{name}.sqlite"
+        with lzma.open(DATA / "ops" / f"{name}.sqlite.xz") as f, open(dst, "wb") as o:
+            shutil.copyfileobj(f, o)
+        out[name] = open_nsys_report(dst)
+    yield out
+    for r in out.values():
+        r.close()
+
+
+def test_emit_nvtx_and_the_dispatch_mode_give_the_same_table_on_a_gpu(gpu_ops_reports):
+    """Every operator holding 1% of the GPU time or more: the same calls, kernels and GPU time (within 5%: two runs)
+    both ways; backward operators name the same forward ones.  The one difference is PyTorch's own: under a dispatch mode the
+    autograd engine adds gradients out of place (aten::add), under emit_nvtx in place (aten::add_)."""
+    from nsight_magic.analysis.ops import ops_source
+
+    e, d = gpu_ops_reports["emit_nvtx"], gpu_ops_reports["dispatch"]
+    assert (ops_source(e), ops_source(d)) == ("emit_nvtx", "dispatch")
+    te, td = e.ops_summary().set_index("op"), d.ops_summary().set_index("op")
+    assert te["kernels"].sum() == td["kernels"].sum() == len(e.kernels)
+    big = td[(td["gpu_ns"] >= 0.01 * td["gpu_ns"].sum()) & (td.index != "aten::add")]
+    assert len(big) >= 10
+    for op, row in big.iterrows():
+        assert te.loc[op, "calls"] == row["calls"] and te.loc[op, "kernels"] == row["kernels"], op
+        assert te.loc[op, "gpu_ns"] == pytest.approx(row["gpu_ns"], rel=0.05), op  # two runs: kernel times vary
+        assert set(te.loc[op, "backward_of"].split(", ")) == set(row["backward_of"].split(", ")), op
+    # emit_nvtx's composites (aten::linear, aten::dropout) are no rows: their time is their operators'
+    assert "aten::linear" not in te.index and "aten::addmm" in te.index
+    cost = json.loads((Path(__file__).parent / "data" / "ops" / "cell_seconds.json").read_text())["cell_s_under_nsys"]
+    assert cost["emit_nvtx"] < cost["dispatch"]  # why it is the default where it runs

@@ -45,6 +45,8 @@ MINOR_PCT = 10.0            # ... or when nothing else reaches this share
 INPUT_MIN_BYTES = 64_000    # a batch: host-to-device copies smaller than this are parameters, not input
 INPUT_MIN_GAP_NS = 1_000_000
 SYNC_TOLERANCE_NS = 50_000  # a sync call "ended the gap" when it returned this close to the GPU going idle
+BLOCKED_CALL_FACTOR = 10    # another CUDA call this many times its name's median (and BLOCKED_CALL_NS longer) waited
+BLOCKED_CALL_NS = 100_000   #   for the GPU: a launch on a full queue, a cudaFree or copy waiting for the kernels
 HOST_BLOCKED_SHARE = 0.5    # a gap is host wait when the launching thread was blocked for this share of it
 
 _API_SYNC = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
@@ -73,6 +75,7 @@ class Pair:
     gaps: pd.DataFrame            # every idle gap between the first and last operation: start_ns, end_ns, tid,
     #                               next_kind, sync_name, sync_ns, and each idle category's share (ns); in_window
     busy: dict = field(default_factory=dict)  # "compute" / "communication" / "copy" -> disjoint interval sets
+    slack: int | None = None      # ns the launching threads waited for the GPU in the window (None: no CUDA calls)
 
     @property
     def window_ns(self) -> int:
@@ -193,12 +196,72 @@ def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, a
     # rounding: the categories add up to the window exactly
     totals["launch"] += (b - a) - sum(totals.values())
     totals["launch"] = max(totals["launch"], 0)
+    slack = _host_slack(api, (a, b))
+    _refill(gaps, frac, totals, api, (a, b))
     return Pair(pid, dev, (a, b), steps, scale, totals, gaps,
-                {"compute": comp, "communication": comm, "copy": copy})
+                {"compute": comp, "communication": comm, "copy": copy}, slack)
+
+
+def _host_slack(api: pd.DataFrame, window) -> int | None:
+    """How long the launching threads waited for the GPU inside the window: in sync calls, and in other CUDA calls
+    far beyond their usual time (a launch on a full queue, cudaFree waiting for the kernels).  The GPU's work can
+    shrink by this much before the host sets the pace: what GPU-side fixes save at most."""
+    if not len(api):
+        return None
+    a, b = window
+    names = api["name"].astype(str)
+    launchers = set(api.loc[names.str.contains("Launch", regex=False).to_numpy(), "tid"].tolist())
+    mine = api[api["tid"].isin(launchers).to_numpy()] if launchers else api
+    names = mine["name"].astype(str)
+    dur = (mine["end_ns"] - mine["start_ns"]).to_numpy(np.int64)
+    sync = (names.str.contains(_API_SYNC) | names.str.contains(_MEMCPY_SYNC)).to_numpy()
+    typical = pd.Series(dur).groupby(names.to_numpy()).transform("median").to_numpy(float)
+    blocked = ~sync & (dur > BLOCKED_CALL_FACTOR * typical) & (dur > typical + BLOCKED_CALL_NS)
+    w = sync | blocked
+    if not w.any():
+        return 0
+    iv = I.union(mine["start_ns"].to_numpy(np.int64)[w], mine["end_ns"].to_numpy(np.int64)[w])
+    return I.total(I.clip(iv, a, b))
+
+
+def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFrame, window) -> None:
+    """When the host could have kept ahead of the GPU but for its syncs, the launch gaps after them are the syncs'.
+
+    A sync empties the GPU's queue; the GPU then runs at the host's pace until the host is ahead again.  _classify
+    charges a sync at most the time the host waited in it (the lead it gave up).  But when the host's own work in
+    the window (the window less its time in sync calls) is less than the GPU's, the loop without the syncs would
+    have been GPU-bound: what they cost is the window less the larger of the two (and less the idle time other
+    causes explain), and that much of the launch time after syncs moves to sync."""
+    a, b = window
+    if not len(api) or not gaps["after_sync"].any():
+        return
+    names = api["name"].astype(str)
+    s = api[names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()]
+    if s.empty:
+        return
+    waited = I.total(I.clip(I.union(s["start_ns"], s["end_ns"]), a, b))
+    gpu = totals["compute"] + totals["communication"] + totals["copy"]
+    host = (b - a) - waited
+    others = sum(totals[c] for c in IDLE if c not in ("sync", "launch"))
+    cost = (b - a) - max(host, gpu) - others
+    extra = cost - totals["sync"]
+    after = gaps["after_sync"].to_numpy() & (frac > 0)
+    movable = gaps["launch"].to_numpy(float) * frac * after
+    if extra <= 0 or movable.sum() <= 0:
+        return
+    share = min(1.0, extra / movable.sum())
+    moved = np.round(gaps["launch"].to_numpy(float) * after * share).astype(np.int64)
+    gaps["sync"] = gaps["sync"].to_numpy(np.int64) + moved
+    gaps["launch"] = gaps["launch"].to_numpy(np.int64) - moved
+    shift = min(int(round(movable.sum() * share)), totals["launch"])
+    totals["sync"] += shift
+    totals["launch"] -= shift
 
 
 def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, launch_tid) -> pd.DataFrame:
-    """Each idle gap's causes (ns per category), vectorised: see the module docstring."""
+    """Each idle gap's causes (ns per category), vectorised: see the module docstring.  Also per gap: the launching
+    thread (tid), what ended it (next_kind), the sync whose wait it is charged to (sync_name, sync_start_ns, sync_ns)
+    and how many CUDA calls that thread made during it (calls: each was slowed down by tracing)."""
     n = len(gs)
     out = pd.DataFrame({"start_ns": gs, "end_ns": ge})
     for c in IDLE:
@@ -206,7 +269,10 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["tid"] = pd.array([pd.NA] * n, dtype="Int64")
     out["next_kind"] = ""
     out["sync_name"] = None
+    out["sync_start_ns"] = np.full(n, -1, np.int64)
     out["sync_ns"] = np.zeros(n, np.int64)
+    out["calls"] = np.zeros(n, np.int64)
+    out["after_sync"] = np.zeros(n, bool)
     if not n:
         return out
     dur = ge - gs
@@ -227,49 +293,31 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
-    # sync: the launching thread returned from a synchronising call as the GPU went idle
-    sync_ns = np.zeros(n, np.int64)
-    sync_name = np.full(n, None, dtype=object)
-    if len(api):
-        names = api["name"].astype(str)
-        is_sync = names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()
-        s = api[is_sync]
-        for th, g in s.groupby("tid"):  # threads: a few
+    by_thread = dict(tuple(api.groupby("tid"))) if len(api) else {}
+    if len(api):  # the CUDA calls the launching thread made in each gap
+        calls = np.zeros(n, np.int64)
+        for th, g in by_thread.items():
             m = np.flatnonzero(tid == int(th))
-            if not len(m):
-                continue
-            g = g.sort_values("end_ns", kind="stable")
-            se, ss = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
-            # the first sync returning as the GPU went idle: it waited for the GPU (later ones in the same gap
-            # found nothing left to wait for)
-            j = np.searchsorted(se, gs[m] - SYNC_TOLERANCE_NS, "left")
-            jj = np.minimum(j, len(se) - 1)
-            ok = (j < len(se)) & (se[jj] <= ge[m]) & (ss[jj] < gs[m])
-            sync_ns[m[ok]] = (se[jj] - ss[jj])[ok]
-            sync_name[m[ok]] = g["name"].astype(str).to_numpy()[jj][ok]
-    take = np.minimum(left, sync_ns)
-    out["sync"] = take
-    out["sync_ns"] = sync_ns
-    out["sync_name"] = sync_name
-    left -= take
+            if len(m):
+                cs = np.sort(g["start_ns"].to_numpy(np.int64))
+                calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
+        out["calls"] = calls
     # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
     named = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
-    if len(api):
-        names = api["name"].astype(str)
-        for cat, rx in HOST_CALLS.items():
-            c = api[names.str.contains(rx).to_numpy()]
-            got = np.zeros(n, np.int64)
-            for th, g in c.groupby("tid"):
-                m = np.flatnonzero(tid == int(th))
-                if not len(m):
-                    continue
-                iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
-                got[m] = I.overlap(iv, gs[m], ge[m])
-                prev = named.get(int(th))
-                named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
-            take = np.minimum(left, got)
-            out[cat] = take
-            left -= take
+    for cat, rx in HOST_CALLS.items():
+        got = np.zeros(n, np.int64)
+        for th, g in by_thread.items():
+            g = g[g["name"].astype(str).str.contains(rx).to_numpy()]
+            m = np.flatnonzero(tid == int(th))
+            if not len(m) or g.empty:
+                continue
+            iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+            got[m] = I.overlap(iv, gs[m], ge[m])
+            prev = named.get(int(th))
+            named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
+        take = np.minimum(left, got)
+        out[cat] = take
+        left -= take
     # host wait: the launching thread blocked in the OS (outside those calls) during the rest of the gap
     if len(osrt):
         blocked = np.zeros(n, np.int64)
@@ -285,6 +333,50 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         take = np.where(hw, np.minimum(left, blocked), 0)
         out["host wait"] = take
         left -= take
+    # sync: the idle time after a synchronising call returned, until that thread's next one, up to the time the
+    # host waited in it: the lead over the GPU it gave up (the GPU drains its queue meanwhile, then idles while the
+    # host queues work again).  Charged from what would otherwise be launch overhead.
+    sync_take = np.zeros(n, np.int64)
+    sync_name = np.full(n, None, dtype=object)
+    sync_start = np.full(n, -1, np.int64)
+    sync_wait = np.zeros(n, np.int64)
+    after_sync = np.zeros(n, bool)
+    for th, g in by_thread.items():
+        names = g["name"].astype(str)
+        g = g[names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()]
+        m = np.flatnonzero(tid == int(th))
+        if g.empty or not len(m):
+            continue
+        g = g.sort_values("end_ns", kind="stable")
+        se, ss = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
+        k = np.searchsorted(se, gs[m] + SYNC_TOLERANCE_NS, "right") - 1  # the last sync returned by the gap's start
+        nxt_start = np.r_[ss[1:], np.iinfo(np.int64).max]
+        kk = np.maximum(k, 0)
+        ok = (k >= 0) & (gs[m] < nxt_start[kk])
+        if not ok.any():
+            continue
+        mm, kk = m[ok], kk[ok]
+        after_sync[mm] = True
+        budget = (se - ss)[kk]
+        avail = left[mm]
+        order = np.lexsort((gs[mm], kk))  # by sync, then in time
+        mm, kk, budget, avail = mm[order], kk[order], budget[order], avail[order]
+        cum = np.cumsum(avail)
+        first = np.r_[True, kk[1:] != kk[:-1]]
+        base = np.maximum.accumulate(np.where(first, cum - avail, 0))  # what the group's earlier gaps held
+        before = cum - avail - base
+        take = np.clip(np.minimum(before + avail, budget) - np.minimum(before, budget), 0, None)
+        sync_take[mm] = take
+        hit = take > 0
+        sync_name[mm[hit]] = g["name"].astype(str).to_numpy()[kk[hit]]
+        sync_start[mm[hit]] = ss[kk[hit]]
+        sync_wait[mm[hit]] = budget[hit]
+    out["sync"] = sync_take
+    out["sync_name"] = sync_name
+    out["sync_start_ns"] = sync_start
+    out["sync_ns"] = sync_wait
+    out["after_sync"] = after_sync
+    left -= sync_take
     out["launch"] = np.maximum(left, 0)
     return out
 
@@ -399,7 +491,7 @@ def _kind(pct: dict) -> str:
 
 
 _WHAT = {
-    "gpu": "GPU-bound: kernels keep the GPU busy {compute:.0f}% of the steady state; look at the kernels "
+    "gpu": "GPU-bound: kernels keep the GPU busy {compute:.0f}% of the steady state{matrix}; look at the kernels "
            "(%%ncu) rather than the host",
     "cpu": "CPU-bound: the GPU waits for the host {cpu:.0f}% of the steady state ({host_parts})",
     "input": "input-bound: the GPU waits for the next batch {input:.0f}% of the steady state",
@@ -414,7 +506,7 @@ HOST_WORDS = {"launch": "launch overhead and Python", "allocator": "the CUDA all
               "module load": "loading GPU code", "host wait": "the host blocked in the OS"}
 
 
-def _summary(kind: str, pct: dict) -> str:
+def _summary(kind: str, pct: dict, matrix: str = "") -> str:
     parts = sorted(HOST, key=lambda c: -pct[c])
     shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
     if "launch" not in shown:
@@ -422,7 +514,21 @@ def _summary(kind: str, pct: dict) -> str:
     if "host wait" not in shown:
         shown.append("host wait")
     words = ", ".join(f"{HOST_WORDS[c]} {pct[c]:.0f}%" for c in shown)
-    return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words)
+    return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words, matrix=matrix)
+
+
+def _matrix_words(report, window) -> str:
+    """A GPU-bound verdict's first question: do the matrix kernels hold the time, and on the tensor cores?"""
+    from .kernel_classes import MATRIX, kernel_classes
+
+    kc = kernel_classes(report, window)
+    m = kc[kc["cls"].isin(MATRIX)]
+    if m.empty or kc["time_ns"].sum() <= 0:
+        return ""
+    share = 100.0 * m["time_ns"].sum() / kc["time_ns"].sum()
+    tc = 100.0 * m["tc_ns"].sum() / max(m["time_ns"].sum(), 1)
+    return (f"; matrix kernels (GEMM, convolution, attention) take {share:.0f}% of kernel time, {tc:.0f}% of that "
+            f"on tensor cores")
 
 
 def bottleneck(report) -> Bottleneck:
@@ -456,7 +562,8 @@ def bottleneck(report) -> Bottleneck:
     st = d.steps.get(main_pid)
     breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [int(totals[c]) for c in CATEGORIES],
                               "pct": [round(pct[c], 1) for c in CATEGORIES]})
-    summary = _summary(kind, pct)
+    window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
+    summary = _summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "")
     where = d.sources[main_pid]
     startup = d.startup.get(main_pid, 0)
     tail = f" (window: {where}"
@@ -465,7 +572,6 @@ def bottleneck(report) -> Bottleneck:
     summary += tail + ")"
     if len(pids) > 1:
         summary += f"; {len(pids)} processes"
-    window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
     return Bottleneck(kind, summary, breakdown, window, where, st.count if st is not None else 0, startup, per)
 
 

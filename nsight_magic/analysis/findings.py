@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from .bottleneck import diagnose
-from .rules import NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding, severity
+from .rules import NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
 from .rules.comm import straggler_of
 
 __all__ = ["Finding", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "SEVERITY_ORDER", "nsys_findings", "findings_frame",
@@ -71,11 +71,12 @@ def _within_capture(findings: list[Finding], ctx: Context) -> list[Finding]:
     """The causes' time at stake never adds up past the capture: scaled down together when it would (a safety
     net; the breakdown's categories are disjoint, but several processes can each claim their own)."""
     cap = ctx.span
-    total = sum(f.time_at_stake_ns for f in findings)
+    total = sum(f.time_at_stake_ns for f in findings if f.severity != "info")  # info: context (start-up), no cause
     if cap <= 0 or total <= cap:
         return findings
     k = cap / total
-    return [dataclasses.replace(f, time_at_stake_ns=int(f.time_at_stake_ns * k),
-                                severity=f.severity if f.severity == "info" else severity(f.time_at_stake_ns * k, cap),
+    return [f if f.severity == "info" else
+            dataclasses.replace(f, time_at_stake_ns=int(f.time_at_stake_ns * k),
+                                severity=ctx.severity(f.time_at_stake_ns * k),
                                 estimate=f.estimate + f"; scaled by {k:.2f} so that the findings add up to the capture")
             for f in findings]

@@ -98,3 +98,48 @@ def gaps(iv, lo: int, hi: int):
     ge = np.r_[s, hi]
     keep = ge > gs
     return gs[keep], ge[keep]
+
+
+def nest(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """Ranges of one thread that nest (push/pop), sorted by start and, at equal starts, longest first: each one's
+    depth (ranges open around it) and parent (index of the innermost of them, -1 for none), without a loop per
+    range.  Empty ranges hold nothing: their parent is the range open around their start."""
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    n = len(s)
+    depth = np.zeros(n, np.int64)
+    parent = np.full(n, -1, np.int64)
+    full = np.flatnonzero(e > s)
+    if len(full):
+        fs, fe = s[full], e[full]
+        # ranges before i still open at its start: i minus those that ended by then (nested: they began before it)
+        d = np.maximum(np.arange(len(full)) - np.searchsorted(np.sort(fe), fs, "right"), 0)
+        p = np.full(len(full), -1, np.int64)
+        for level in range(1, int(d.max()) + 1):  # once per nesting level
+            outer = np.flatnonzero(d == level - 1)
+            inner = np.flatnonzero(d == level)
+            if len(outer) and len(inner):
+                k = np.searchsorted(outer, inner) - 1
+                p[inner] = np.where(k >= 0, outer[np.maximum(k, 0)], -1)
+        depth[full] = d
+        parent[full] = np.where(p >= 0, full[np.maximum(p, 0)], -1)
+        empty = np.flatnonzero(e <= s)
+        if len(empty):
+            inside = innermost(fs, fe, p, s[empty])
+            parent[empty] = np.where(inside >= 0, full[np.maximum(inside, 0)], -1)
+            depth[empty] = np.where(inside >= 0, d[np.maximum(inside, 0)] + 1, 0)
+    return depth, parent
+
+
+def innermost(starts, ends, parent, at) -> np.ndarray:
+    """For each time in `at`: the index of the innermost of nest()'s ranges open then (-1: none)."""
+    s = np.asarray(starts, np.int64)
+    e = np.asarray(ends, np.int64)
+    t = np.asarray(at, np.int64)
+    cand = np.searchsorted(s, t, "right") - 1  # the latest range begun by then ...
+    for _ in range(256):  # ... or, while it has ended, the one around it
+        ended = (cand >= 0) & (e[np.maximum(cand, 0)] <= t)
+        if not ended.any():
+            break
+        cand = np.where(ended, parent[np.maximum(cand, 0)], cand)
+    return cand

@@ -1,9 +1,18 @@
 """Operators (`%%nsys --ops`): which PyTorch operator launched each kernel, and the time per operator.
 
-The operator ranges (nsight_magic.inside.ops, NVTX domain "nsight-magic ops") do not nest on a thread: each is one ATen
-operator as it reached a kernel.  A GPU operation (kernel, copy, memset) belongs to the operator range that was
-open on the thread of the CUDA call that launched it (correlation ids), when that call was made: backward kernels
-belong to the backward operators on autograd's thread, whatever the GPU was doing meanwhile.
+Two recordings give the same table.  On CUDA builds the child turns on PyTorch's own NVTX ranges
+(torch.autograd.profiler.emit_nvtx: C++ ranges at every dispatcher call, "aten::addmm, seq = 7, op_id = 12,
+sizes = [...]", in the default domain, nested: aten::linear around aten::t and aten::addmm; backward ones inside the
+autograd node's range "AddmmBackward0, seq = 7").  Elsewhere a TorchDispatchMode (nsight_magic.inside.ops) puts each
+operator that reaches a kernel in a range of the domain "nsight-magic ops" ("aten::mm [backward of aten::addmm]").
+op_ranges() reads either into one frame; ops_source() says which ran.
+
+A GPU operation (kernel, copy, memset) belongs to the operator range open on the thread of the CUDA call that
+launched it (correlation ids), when that call was made: backward kernels belong to the backward operators on
+autograd's thread, whatever the GPU was doing meanwhile.  With nested ranges (emit_nvtx) the operator is the one a
+dispatch mode would see: the outermost range that is not a composite operator (the report's composite mark lists
+them; aten::linear gives its time to aten::addmm, aten::addmm keeps its inner aten::empty); without that mark, the
+outermost range.
 """
 from __future__ import annotations
 
@@ -12,35 +21,160 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..inside.ops import BACKWARD_OF, OPS_DOMAIN
+from ..inside.ops import BACKWARD_OF, COMPOSITE_MARK, OPS_DOMAIN, forward_op_of
+from . import intervals as I
+from .enclosing import Enclosing, emitted
 
 _NAME = re.compile(r"^(?P<op>[^\s\[(]+)(?:" + re.escape(BACKWARD_OF) + r"(?P<fwd>[^\]]+)\])?(?: \((?P<shapes>.*)\))?$")
 OPS_COLUMNS = ["op", "calls", "cpu_ns", "gpu_ns", "kernels", "top_kernel", "backward_of"]
+RANGE_COLUMNS = ["start_ns", "end_ns", "duration_ns", "pid", "tid", "op", "phase", "forward_op", "shapes", "depth",
+                 "parent", "owner", "visible"]
+# PyTorch's emit_nvtx (and nsys --pytorch) ranges: "<name>, seq = N, op_id = N, sizes = [[...]], input_op_ids = ..."
+EMITTED = re.compile(r"^(?P<name>[^,]+?)(?:, seq = (?P<seq>\d+))?(?:, op_id = \d+)?(?:, sizes = (?P<sizes>.*?))?"
+                     r"(?:, input_op_ids = .*)?$")
+# framework operator ranges, whoever emitted them: no structure of the user's loop (analysis.steps leaves them out)
+FRAMEWORK_OPS = r"^(?:aten|autograd|prim|c10d|cudnn|cublas|nccl|torch|triton)::|, seq = |, op_id = |^Autograd::"
+_OPERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::")          # a namespaced operator: aten::mm, c10d::allreduce_
+_NOT_OPERATOR = ("autograd::", "torch::autograd::", "profiler::")  # the autograd engine's and record_function's own
+_NODE = re.compile(r"^(?:torch::autograd::\w+|[A-Za-z0-9_]+Backward\d*)$")  # an autograd node: its ops are backward
+_ENGINE = "autograd::engine::evaluate_function: "
+
+
+def _by_name(names: pd.Series, fn) -> np.ndarray:
+    """fn over the distinct values of a (categorical) name column, spread back to the rows."""
+    uniq, codes = np.unique(names.astype(str).to_numpy(object), return_inverse=True)
+    return np.asarray([fn(n) for n in uniq], dtype=object)[codes] if len(uniq) else np.empty(0, object)
+
+
+
+
+def ops_source(report) -> str | None:
+    """Which recording made the operator ranges: 'dispatch' (nsight-magic's dispatch mode), 'emit_nvtx' (PyTorch's
+    C++ ranges), or None (no --ops)."""
+    nv = report.nvtx
+    if nv.empty:
+        return None
+    ours = (nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy()
+    if (ours & (nv["kind"].astype(str) != "mark").to_numpy()).any():
+        return "dispatch"
+    return "emit_nvtx" if emitted(nv).any() else None
+
+
+def composite_marked(report) -> set[str]:
+    """The composite operators the child listed in its marks (emit_nvtx runs of --ops); empty without them."""
+    nv = report.nvtx
+    if nv.empty:
+        return set()
+    m = nv[(nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy()
+           & (nv["kind"].astype(str) == "mark").to_numpy()]
+    names = m["name"].astype(str)
+    out: set[str] = set()
+    for text in names[names.str.startswith(COMPOSITE_MARK)]:
+        out.update(text[len(COMPOSITE_MARK):].split())
+    return out
 
 
 def op_ranges(report) -> pd.DataFrame:
     """The operator ranges: start_ns, end_ns, duration_ns, pid, tid, op ('aten::mm'), phase (forward/backward),
-    forward_op (for backward ones: the forward operator they belong to), shapes ('' without --ops shapes)."""
+    forward_op (for backward ones: the forward operator they belong to), shapes ('' without --ops shapes), depth and
+    parent (row of the operator range around it, -1: none), owner (row of the operator it counts for: itself when
+    visible, else the visible one around it, -1: none) and visible (an operator of the table); sorted by start."""
     nv = report.nvtx
-    cols = ["start_ns", "end_ns", "duration_ns", "pid", "tid", "op", "phase", "forward_op", "shapes"]
     if nv.empty:
-        return pd.DataFrame(columns=cols)
-    r = nv[(nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy()
-           & (nv["kind"].astype(str) != "mark").to_numpy() & nv["end_ns"].notna().to_numpy()]
-    if r.empty:
-        return pd.DataFrame(columns=cols)
-    names = r["name"].astype(str)
-    uniq, codes = np.unique(names.to_numpy(object), return_inverse=True)
-    parsed = [(_NAME.match(n) or _NAME.match("?")) for n in uniq]  # once per distinct name
-    op = np.array([m.group("op") if m else n for m, n in zip(parsed, uniq)], dtype=object)
+        return pd.DataFrame(columns=RANGE_COLUMNS)
+    closed = (nv["kind"].astype(str) != "mark").to_numpy() & nv["end_ns"].notna().to_numpy()
+    ours = (nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy() & closed
+    if ours.any():
+        out = _dispatch_ranges(nv[ours])
+    else:
+        mine = emitted(nv) & closed
+        if not mine.any():
+            return pd.DataFrame(columns=RANGE_COLUMNS)
+        out = _emitted_ranges(nv[mine], composite_marked(report))
+    return _nested(out)
+
+
+def _dispatch_ranges(r: pd.DataFrame) -> pd.DataFrame:
+    parsed = _by_name(r["name"], lambda n: _NAME.match(n))
+    op = np.array([m.group("op") if m else "?" for m in parsed], dtype=object)
     fwd = np.array([(m.group("fwd") or "") if m else "" for m in parsed], dtype=object)
     shp = np.array([(m.group("shapes") or "") if m else "" for m in parsed], dtype=object)
-    out = pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64), "end_ns": r["end_ns"].astype(np.int64).to_numpy(),
-                        "pid": r["pid"].to_numpy(np.int64), "tid": r["tid"].to_numpy(np.int64),
-                        "op": op[codes], "forward_op": fwd[codes], "shapes": shp[codes]})
+    return pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64), "end_ns": r["end_ns"].astype(np.int64).to_numpy(),
+                         "pid": r["pid"].to_numpy(np.int64), "tid": r["tid"].to_numpy(np.int64),
+                         "op": op, "forward_op": fwd, "shapes": shp, "composite": False})
+
+
+def _sizes(text: str | None) -> str:
+    """emit_nvtx's "[[4096, 64], [64, 256], [], []]" in the dispatch mode's words: "4096x64, 64x256"."""
+    if not text:
+        return ""
+    return ", ".join("x".join(x.split(", ")) for x in re.findall(r"\[([0-9][0-9, ]*)\]", text))
+
+
+def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
+    """emit_nvtx's ranges as operator ranges: the operators (namespaced names, not the autograd engine's), each
+    backward one with the forward operator of the autograd node it ran in (the node's name, else its sequence
+    number: the forward range with the same seq)."""
+    parsed = _by_name(r["name"], lambda n: EMITTED.match(n))
+    name = np.array([m.group("name") if m else "" for m in parsed], dtype=object)
+    seq = np.array([int(m.group("seq")) if m and m.group("seq") else -1 for m in parsed], np.int64)
+    sizes = np.array([_sizes(m.group("sizes")) if m else "" for m in parsed], dtype=object)
+    is_op = np.array([bool(_OPERATOR.match(n)) and not n.startswith(_NOT_OPERATOR) for n in name], bool)
+    # the autograd node each backward op runs for: its own range, or the engine's evaluate_function range around it
+    # (the engine reduces a gradient to its input's shape there, after the node's range: AddmmBackward0's bias sum)
+    node_of = np.array([n[len(_ENGINE):] if n.startswith(_ENGINE) else n if _NODE.match(n) else "" for n in name],
+                       dtype=object)
+    start = r["start_ns"].to_numpy(np.int64)
+    end = r["end_ns"].astype(np.int64).to_numpy()
+    pid, tid = r["pid"].to_numpy(np.int64), r["tid"].to_numpy(np.int64)
+    fwd = np.full(len(r), "", dtype=object)
+    ops = np.flatnonzero(is_op)
+    nodes = np.flatnonzero(node_of != "")
+    if len(nodes) and len(ops):
+        # the forward operator of each sequence number: the innermost forward range that carries it
+        first_of_seq = pd.Series(name[ops][seq[ops] >= 0], index=seq[ops][seq[ops] >= 0])
+        last_of_seq = first_of_seq[~first_of_seq.index.duplicated(keep="last")]
+        node_fwd = np.array([forward_op_of(n) or "" for n in node_of[nodes]], dtype=object)
+        by_seq = last_of_seq.reindex(seq[nodes]).to_numpy(object)
+        node_fwd = np.where(node_fwd != "", node_fwd, np.where(pd.isna(by_seq), "", by_seq))
+        node_fwd = np.where(node_fwd != "", node_fwd, node_of[nodes])  # AccumulateGrad & co: their own name
+        for (p, t), idx in pd.Series(np.arange(len(nodes))).groupby([pid[nodes], tid[nodes]]):  # threads: a few
+            k = nodes[idx.to_numpy()]
+            o = np.lexsort((start[k] - end[k], start[k]))  # by start, the longest first
+            k, nf = k[o], node_fwd[idx.to_numpy()][o]
+            m = ops[(pid[ops] == p) & (tid[ops] == t)]
+            if not len(m):
+                continue
+            _, parent = I.nest(start[k], end[k])
+            j = I.innermost(start[k], end[k], parent, start[m])
+            fwd[m[j >= 0]] = nf[j[j >= 0]]
+    return pd.DataFrame({"start_ns": start[ops], "end_ns": end[ops], "pid": pid[ops], "tid": tid[ops],
+                         "op": name[ops], "forward_op": fwd[ops], "shapes": sizes[ops],
+                         "composite": pd.Series(name[ops]).isin(composite).to_numpy()})
+
+
+def _nested(out: pd.DataFrame) -> pd.DataFrame:
+    """Sorted by start (longest first at equal starts), with duration, phase, depth, parent, owner and visible."""
+    out = out.assign(_len=out["end_ns"] - out["start_ns"]).sort_values(
+        ["start_ns", "_len"], ascending=[True, False], kind="stable").drop(columns="_len").reset_index(drop=True)
     out.insert(2, "duration_ns", out["end_ns"] - out["start_ns"])
     out.insert(6, "phase", np.where(out["forward_op"] != "", "backward", "forward"))
-    return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    n = len(out)
+    depth = np.zeros(n, np.int64)
+    parent = np.full(n, -1, np.int64)
+    for _, idx in out.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
+        d, p = I.nest(out["start_ns"].to_numpy(np.int64)[idx], out["end_ns"].to_numpy(np.int64)[idx])
+        depth[idx] = d
+        parent[idx] = np.where(p >= 0, idx[np.maximum(p, 0)], -1)
+    # the operator each range counts for: the outermost non-composite one around it (itself included)
+    composite = out["composite"].to_numpy(bool)
+    owner = np.full(n, -1, np.int64)
+    for level in range(int(depth.max()) + 1 if n else 0):  # parents first
+        i = np.flatnonzero(depth == level)
+        p = parent[i]
+        above = np.where(p >= 0, owner[np.maximum(p, 0)], -1)
+        owner[i] = np.where(above >= 0, above, np.where(composite[i], -1, i))
+    return out.assign(depth=depth, parent=parent, owner=owner, visible=owner == np.arange(n))[RANGE_COLUMNS]
 
 
 def attribute(report, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
@@ -74,14 +208,22 @@ def attribute(report, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     tid = np.where(ok, a["tid"].to_numpy(np.int64)[np.maximum(i, 0)], -1)
     at = np.where(ok, a["start_ns"].to_numpy(np.int64)[np.maximum(i, 0)], 0)
     out = np.full(len(g), -1, np.int64)
-    for (pid, th), r in ranges.groupby(["pid", "tid"], sort=False):  # threads that ran operators: a few
+    parent = ranges["parent"].to_numpy(np.int64) if "parent" in ranges else np.full(len(ranges), -1, np.int64)
+    for (pid, th), idx in ranges.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
         m = np.flatnonzero((g["pid"].to_numpy() == pid) & (tid == th))
         if not len(m):
             continue
-        s, e = r["start_ns"].to_numpy(np.int64), r["end_ns"].to_numpy(np.int64)
-        j = np.searchsorted(s, at[m], "right") - 1  # the last operator that began before the launch ...
-        inside = (j >= 0) & (e[np.maximum(j, 0)] > at[m])  # ... still open then
-        out[m[inside]] = r.index.to_numpy()[np.maximum(j, 0)][inside]
+        rows = ranges.index.to_numpy()[idx]
+        local = pd.Series(np.arange(len(idx)), index=rows)
+        p = parent[idx]
+        p = np.where(p >= 0, local.reindex(p).fillna(-1).to_numpy(np.int64), -1)
+        j = I.innermost(ranges["start_ns"].to_numpy(np.int64)[idx], ranges["end_ns"].to_numpy(np.int64)[idx], p,
+                        at[m])  # the innermost operator open at the launch ...
+        ok = j >= 0
+        out[m[ok]] = rows[j[ok]]
+    if "owner" in ranges and (out >= 0).any():  # ... counted for the operator it belongs to
+        own = ranges["owner"].to_numpy(np.int64)[out[out >= 0]]
+        out[out >= 0] = np.where(own >= 0, own, out[out >= 0])
     g["range"] = out
     return g.drop(columns="correlation_id")
 
@@ -106,6 +248,8 @@ def ops_summary(report, by: str | None = None) -> pd.DataFrame:
         ranges = ranges.assign(module=_enclosing(report, ranges))
     g = attribute(report, ranges)
     gpu = g[g["range"] >= 0]
+    # rows: the operators a dispatch mode sees (composites and what runs inside an operator count for it)
+    ranges = ranges[ranges["visible"].to_numpy(bool) | np.isin(np.arange(len(ranges)), gpu["range"].to_numpy())]
     rk = ranges.loc[gpu["range"].to_numpy(), keys].reset_index(drop=True)
     gpu = pd.concat([gpu.reset_index(drop=True), rk], axis=1)
     out = ranges.groupby(keys, sort=False, dropna=False).agg(calls=("duration_ns", "size"),
@@ -131,7 +275,5 @@ def ops_summary(report, by: str | None = None) -> pd.DataFrame:
 def _enclosing(report, ranges: pd.DataFrame) -> np.ndarray:
     """The innermost user NVTX range (a --modules range, or the user's own) open around each operator range on its
     thread; '' where there is none."""
-    from .rules.common import Enclosing
-
     names = Enclosing.of(report)(ranges["pid"], ranges["tid"], ranges["start_ns"])
     return np.array(["" if n is None else n for n in names], dtype=object)

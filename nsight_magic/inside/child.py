@@ -104,14 +104,18 @@ def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 
 
 
 def _op_ranges(which: str | None, ns: dict):
-    """--ops: the dispatch mode that puts every PyTorch operator of the cell in an NVTX range (nsight_magic.inside.ops),
-    or None (off, or refused with one line: the cell runs without operator ranges)."""
+    """--ops: what puts every PyTorch operator of the cell in an NVTX range (nsight_magic.inside.ops): PyTorch's
+    emit_nvtx on CUDA builds, else the dispatch mode (NSIGHT_MAGIC_OPS_MODE=dispatch or emit_nvtx forces one); or
+    None (off, or refused with one line: the cell runs without operator ranges)."""
     if not which:
         return None
     try:
-        from .ops import OpRanges, check_not_compiled
+        from .ops import EmitNvtx, OpRanges, check_not_compiled, emit_nvtx_available
 
         check_not_compiled(ns)
+        mode = os.environ.get("NSIGHT_MAGIC_OPS_MODE", "")
+        if mode == "emit_nvtx" or (mode != "dispatch" and emit_nvtx_available()):
+            return EmitNvtx(shapes=which == "shapes")
         return OpRanges(shapes=which == "shapes")
     except ImportError:
         print("nsight-magic: --ops needs PyTorch in the profiled process; the cell runs without operator ranges",

@@ -1,5 +1,11 @@
 """`--ops`: every PyTorch operator the cell runs, forward and backward, in an NVTX range (profiled-process side).
 
+On CUDA builds PyTorch makes the ranges itself, in C++: torch.autograd.profiler.emit_nvtx (EmitNvtx below; about
+a third of the dispatch mode's cost per operator).  It opens a range at every dispatcher call, composite operators
+included (aten::linear around aten::t and aten::addmm); one NVTX mark lists the operators that are composite
+(CompositeImplicitAutograd), so that the reader shows the operators a dispatch mode would see.  On CPU-only builds,
+without NVTX in PyTorch, a dispatch mode makes them (OpRanges):
+
 A TorchDispatchMode sees each ATen operator as it reaches a kernel (after autograd and composite decomposition:
 `aten::addmm`, not `aten::linear`), on CPU and CUDA builds alike, and wraps it in a push/pop range of the domain
 OPS_DOMAIN.  Backward operators run on autograd's thread, which inherits the mode; their range names the forward
@@ -14,6 +20,8 @@ from __future__ import annotations
 import re
 
 OPS_DOMAIN = "nsight-magic ops"
+COMPOSITE_MARK = "emit_nvtx composite operators: "  # + names, space-separated, in marks of OPS_DOMAIN
+MARK_CHARS = 2000                                   # per mark (long NVTX strings are split)
 SKIP_NAMESPACES = ("profiler::",)  # record_function's own enter/exit calls (the optimizers' step marks)
 BACKWARD_OF = " [backward of "   # "aten::mm [backward of aten::addmm]"
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
@@ -114,3 +122,72 @@ class OpRanges:
 
     def __exit__(self, *exc):
         return self._mode.__exit__(*exc)
+
+
+def composite_operators() -> list[str]:
+    """Operator names (no overload) whose every functional overload is CompositeImplicitAutograd (out= variants,
+    which a model rarely calls, aside): they decompose above the dispatcher's lower keys, so a dispatch mode never
+    sees them; emit_nvtx does."""
+    import torch
+
+    cia = torch._C._dispatch_get_registrations_for_dispatch_key("CompositeImplicitAutograd")
+    every = getattr(torch._C, "_dispatch_get_all_op_names", lambda: cia)()
+    overloads: dict = {}
+    for n in every:
+        if not re.search(r"\.(?:\w+_)?out$", n):
+            overloads.setdefault(n.split(".")[0], set()).add(n)
+    implicit = set(cia)
+    return sorted(b for b, names in overloads.items() if names and names <= implicit)
+
+
+def emit_nvtx_available() -> bool:
+    """PyTorch can make the ranges itself: a CUDA build (its NVTX profiler mode needs one)."""
+    try:
+        import torch
+
+        return bool(torch.version.cuda) and torch.cuda.is_available()
+    except Exception:  # noqa: BLE001 - no torch, or a broken one: the dispatch mode (or nothing) then
+        return False
+
+
+class EmitNvtx:
+    """Context manager: PyTorch's emit_nvtx for the cell, after one mark per MARK_CHARS of the composite operators'
+    names (see the module doc)."""
+
+    def __init__(self, shapes: bool = False):
+        import torch
+
+        self._shapes = shapes
+        self._ctx = torch.autograd.profiler.emit_nvtx(record_shapes=shapes)
+        self._names = composite_operators()
+        self._instead = None
+
+    def __enter__(self):
+        import sys
+
+        import nvtx
+
+        try:
+            self._ctx.__enter__()
+        except Exception as e:  # noqa: BLE001 - a CPU-only build (no CUDA, no NVTX in its profiler): the dispatch mode
+            print(f"nsight-magic: --ops: PyTorch's emit_nvtx is not available here ({str(e).splitlines()[0]}); "
+                  f"using the dispatch mode", file=sys.stderr)
+            self._instead = OpRanges(shapes=self._shapes)
+            self._instead.__enter__()
+            return self
+        chunk: list[str] = []
+        size = 0
+        for n in self._names + [None]:
+            if n is None or size + len(n) + 1 > MARK_CHARS:
+                if chunk:
+                    nvtx.mark(COMPOSITE_MARK + " ".join(chunk), domain=OPS_DOMAIN)
+                chunk, size = [], 0
+            if n is not None:
+                chunk.append(n)
+                size += len(n) + 1
+        return self
+
+    def __exit__(self, *exc):
+        if self._instead is not None:
+            return self._instead.__exit__(*exc)
+        return self._ctx.__exit__(*exc)

@@ -37,6 +37,12 @@ class NsysActions:
         unions that add up to the `window`) and, with several processes, `per_rank`."""
         return _analysis().bottleneck(self)
 
+    def kernel_classes(self, window: tuple[int, int] | None = None):
+        """What the GPU spends its kernel time on, classified from the kernels' names: cls (gemm, conv, attention,
+        elementwise, reduction, ...), precision of the matrix kernels, kernels, time_ns, tc_ns (on tensor cores),
+        pct of kernel time.  See analysis.kernel_classes."""
+        return _analysis().kernel_classes(self, window)
+
     def ops_summary(self, by: str | None = None):
         """Per PyTorch operator (profiles made with %%nsys --ops): op, calls, cpu_ns, gpu_ns (the GPU work it
         launched, by correlation id), kernels, top_kernel, backward_of; by='shape' (--ops shapes) or 'module' (the

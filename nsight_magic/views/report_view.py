@@ -84,19 +84,27 @@ OPS_INTRO = ("<p>One row per PyTorch operator (<code>--ops</code>): calls, time 
              "calls on the timeline.</p>")
 
 
-def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict]:
-    """--ops: the operators' summary and where each operator's calls are on the timeline ({} when none)."""
-    from ..analysis.ops import op_ranges, ops_summary
+OPS_SOURCE = {"emit_nvtx": "Recorded with PyTorch's own operator ranges (torch.autograd.profiler.emit_nvtx: C++, "
+                            "the cheaper way, on CUDA builds).",
+              "dispatch": "Recorded with nsight-magic's dispatch mode (a TorchDispatchMode: CPU-only builds, or "
+                          "NSIGHT_MAGIC_OPS_MODE=dispatch)."}
+
+
+def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
+    """--ops: the operators' summary, where each operator's calls are on the timeline ({} when none), and the
+    sentence that says how the operator ranges were recorded."""
+    from ..analysis.ops import op_ranges, ops_source, ops_summary
 
     if not hasattr(report, "nvtx"):
-        return pd.DataFrame(), {}
+        return pd.DataFrame(), {}, ""
     try:
         ranges = op_ranges(report)
         if ranges.empty:
-            return pd.DataFrame(), {}
-        return ops_summary(report), _instance_spans(ranges, origin_ns, key="op")
+            return pd.DataFrame(), {}, ""
+        source = f"<p>{escape(OPS_SOURCE.get(ops_source(report) or '', ''))}</p>"
+        return ops_summary(report), _instance_spans(ranges[ranges["visible"]], origin_ns, key="op"), source
     except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
-        return pd.DataFrame(), {}
+        return pd.DataFrame(), {}, ""
 
 
 def _verdict(report):
@@ -221,7 +229,7 @@ class NsysView:
         self.findings = _findings(report, thresholds)
         self.verdict = _verdict(report)
         self.lines, self.modules = _lines_and_modules(report, self.folder)
-        self.ops, self.ops_zoom = _ops(report, self.data.origin_ns)
+        self.ops, self.ops_zoom, self.ops_source = _ops(report, self.data.origin_ns)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.width = width
@@ -258,7 +266,8 @@ class NsysView:
                          + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
                          + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
         if not self.ops.empty:  # --ops: operators, after NVTX
-            panes.insert(5, OPS_INTRO + self._table("ops", self.ops, self.ops_zoom, tv.plot_name, zoom_col="op"))
+            panes.insert(5, OPS_INTRO + self.ops_source + self._table("ops", self.ops, self.ops_zoom, tv.plot_name,
+                                                                      zoom_col="op"))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
         return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
@@ -338,7 +347,7 @@ class NsysView:
                 w.HTML(_ranks_intro(r)), tbl(r["ranks"]), w.HTML("<h4>NCCL collectives</h4>"), tbl(r["nccl"]),
                 w.HTML("<h4>Straggler per step</h4>"), tbl(r["stragglers"])]),) + tab.children[5:]
         if not self.ops.empty:
-            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO), tbl(self.ops, self.ops_zoom, "op")]),) \
+            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO + self.ops_source), tbl(self.ops, self.ops_zoom, "op")]),) \
                 + tab.children[5:]
         if not self.lines.empty:
             tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]

@@ -1,27 +1,45 @@
-"""The rules of the findings, one family per module: copies, host (syncs, input, OS waits), idle (twins of nsys's
-GPU rules, start-up), kernels (launches, layouts, grids), comm (ranks), notes.  Each rule takes a Context
-(common.py) and returns Findings whose time at stake comes from the report's diagnosis (analysis.bottleneck)."""
+"""The rules of the findings, one family per module: copies, host (syncs, input, OS waits), host_calls (the
+allocator, module loading, implicit syncs), pytorch (PyTorch's anti-patterns), kernels (launches, layouts, grids),
+precision (fp32 and misaligned matrix kernels, fusion), idle (twins of nsys's GPU rules, start-up), comm (ranks),
+notes.  Each rule takes a Context (common.py) and returns Findings whose time at stake comes from the report's
+diagnosis (analysis.bottleneck).  Named causes run before the generic rule of the same time (launch_bound,
+cuda_api_sync, the copy twins) and claim what they explain, so that each nanosecond is counted once."""
 from __future__ import annotations
 
 from .comm import rule_collective_wait, rule_nccl_share
 from .common import Context, Finding, SEVERITY_ORDER, severity
 from .copies import rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy
 from .host import rule_cuda_api_sync, rule_host_wait, rule_input_wait
+from .host_calls import rule_allocator_churn, rule_implicit_sync, rule_module_loading
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
 from .notes import rule_nvtx_other_thread
+from .precision import rule_elementwise_fusion, rule_fp32_gemm, rule_gemm_alignment
+from .pytorch import (rule_conv_bias_bn, rule_extra_copy, rule_optimizer_single_tensor, rule_python_loop,
+                      rule_zero_grad_not_none)
 
 # In the order they run: causes first, then the twins of nsys's GPU rules (symptoms: their time at stake is what
 # the causes found before them do not explain).
 NSYS_RULES = {
     "collective_wait": rule_collective_wait,
+    "extra_copy": rule_extra_copy,
     "cuda_memcpy_async": rule_cuda_memcpy_async,
     "cuda_memcpy_sync": rule_cuda_memcpy_sync,
     "cuda_memset_sync": rule_cuda_memset_sync,
+    "implicit_sync": rule_implicit_sync,
     "cuda_api_sync": rule_cuda_api_sync,
+    "allocator_churn": rule_allocator_churn,
+    "module_loading": rule_module_loading,
     "input_wait": rule_input_wait,
     "host_wait": rule_host_wait,
+    "optimizer_single_tensor": rule_optimizer_single_tensor,
+    "zero_grad_not_none": rule_zero_grad_not_none,
+    "python_loop": rule_python_loop,
     "launch_bound": rule_launch_bound,
+    "fp32_gemm": rule_fp32_gemm,
+    "gemm_alignment": rule_gemm_alignment,
+    "conv_bias_bn": rule_conv_bias_bn,
+    "elementwise_fusion": rule_elementwise_fusion,
     "layout_transpose": rule_layout_transpose,
     "undersized_launch": rule_undersized_launch,
     "serialized_copy": rule_serialized_copy,
@@ -31,6 +49,9 @@ NSYS_RULES = {
     "gpu_time_util": rule_gpu_time_util,
     "nvtx_other_thread": rule_nvtx_other_thread,
 }
+# the rules whose fix changes the kernels themselves (the rest change what the host does)
+GPU_SIDE = frozenset({"fp32_gemm", "gemm_alignment", "conv_bias_bn", "elementwise_fusion", "layout_transpose",
+                      "undersized_launch"})
 # nsys analyze's names for its rules: 2023+ / 2022.4
 NSYS_ANALYZE_NAMES = {
     "cuda_memcpy_async": "cuda-async-memcpy", "cuda_memcpy_sync": "cuda-sync-memcpy",
@@ -38,4 +59,4 @@ NSYS_ANALYZE_NAMES = {
     "gpu_time_util": "gpu-low-util",
 }
 
-__all__ = ["NSYS_RULES", "NSYS_ANALYZE_NAMES", "Context", "Finding", "SEVERITY_ORDER", "severity"]
+__all__ = ["GPU_SIDE", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "Context", "Finding", "SEVERITY_ORDER", "severity"]

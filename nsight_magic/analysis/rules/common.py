@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
+from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,8 @@ class Context:
     th: dict
     diag: object                  # analysis.bottleneck.Diagnosis
     straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
+    claimed: dict = field(default_factory=dict)  # category -> ns a named cause took of it (the generic rule keeps
+    #                                               the rest: each nanosecond is counted once)
 
     @property
     def span(self) -> int:
@@ -58,9 +61,14 @@ class Context:
     @property
     def loop_span(self) -> int:
         """The capture without its start-up (time before the first step): what severities are shares of, so that
-        a cell that builds its model or initialises NCCL first is judged by its loop."""
+        a cell that builds its model or initialises NCCL first is judged by its loop; at most the steady state scaled
+        to the loop, so that a first step slowed by lazy loading and autotuning (the startup finding) does not."""
         start = max(self.diag.startup.values(), default=0) if self.diag.startup else 0
-        return max(self.span - int(start), 1) if self.span else 0
+        if not self.span:
+            return 0
+        loop = max(self.span - int(start), 1)
+        steady = self.diag.window_total
+        return min(loop, steady) if steady > 0 else loop
 
     def severity(self, at_stake_ns: float) -> str:
         return severity(at_stake_ns, self.loop_span)
@@ -72,6 +80,31 @@ class Context:
         by = self.diag.by_pair(category)
         s = self.straggler
         vals = [v if s is None or pid != s["pid"] else max(0, v - s["ns"]) for (pid, _), v in by.items()]
+        return int(max(vals, default=0))
+
+    def claim(self, category: str, ns: int) -> None:
+        self.claimed[category] = self.claimed.get(category, 0) + int(ns)
+
+    def left(self, category: str, ns: int) -> int:
+        """`ns` of a category less what named causes claimed of it."""
+        return max(0, int(ns) - self.claimed.get(category, 0))
+
+    def host_stake(self, category: str, gaps: pd.DataFrame | None = None) -> int:
+        """A host-paced idle category (launch, ...) on the critical path, scaled to the loop, less the time tracing
+        added to the CUDA calls the launching thread made meanwhile (analysis/overhead.py): what the plain run
+        would get back.  `gaps`: only these of the diagnosis's gaps (default: all in the steady windows)."""
+        from ..overhead import cuda_call_ns
+
+        g = self.diag.gaps() if gaps is None else gaps
+        if g.empty:
+            return 0
+        g = g[g["in_window"]]
+        per_call = cuda_call_ns(self.report)
+        val = g[category].to_numpy(float)
+        net = np.maximum(val - g["calls"].to_numpy(float) * per_call, 0) * g["scale"].to_numpy(float)
+        by = pd.Series(net).groupby([g["pid"].to_numpy(), g["device_id"].to_numpy()]).sum()
+        s = self.straggler
+        vals = [v if s is None or pid != s["pid"] else max(0.0, v - s["ns"]) for (pid, _), v in by.items()]
         return int(max(vals, default=0))
 
     def window_share(self, ns: float) -> float:
@@ -179,70 +212,18 @@ def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
 def with_operator(report, extra: dict, pid, tid, t) -> dict:
     """`extra` plus an "op" column where the report has %%nsys --ops ranges: the PyTorch operator open on each
     call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
-    from ...inside.ops import OPS_DOMAIN
+    from ..ops import op_ranges
 
-    nv = report.nvtx
-    if nv.empty or not (nv["domain"].astype(str) == OPS_DOMAIN).any():
+    cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
+    if "ops" not in cache:
+        r = op_ranges(report)
+        cache["ops"] = Enclosing.from_ranges(r, r["op"].to_numpy(object)[np.where(
+            r["owner"].to_numpy(np.int64) >= 0, r["owner"].to_numpy(np.int64), np.arange(len(r)))]) if len(r) else None
+    if cache["ops"] is None:
         return extra
-    return {**extra, "op": Enclosing.of(report, only=(OPS_DOMAIN,))(pid, tid, t)}
+    return {**extra, "op": cache["ops"](pid, tid, t)}
 
 
-class Enclosing:
-    """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
-    time, for many events; only=(domain, ...): the innermost range of those domains instead."""
-
-    def __init__(self, report, exclude_domains=(), only=()):
-        from ...inside.ops import OPS_DOMAIN
-
-        nv = report.nvtx
-        nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
-        if len(nv) and only:
-            nv = nv[nv["domain"].astype(str).isin(only).to_numpy()]
-        elif len(nv):
-            nv = nv[~nv["domain"].astype(str).isin((CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)).to_numpy()]
-        self.threads = {}
-        for (pid, tid), g in nv.groupby(["pid", "tid"], sort=False):
-            g = g.sort_values(["start_ns", "duration_ns"], ascending=[True, False], kind="stable")
-            s = g["start_ns"].to_numpy(np.int64)
-            e = pd.to_numeric(g["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
-            parent = np.full(len(s), -1, np.int64)
-            stack: list[int] = []
-            for i in range(len(s)):  # once per NVTX range of the thread
-                while stack and e[stack[-1]] <= s[i]:
-                    stack.pop()
-                parent[i] = stack[-1] if stack else -1
-                stack.append(i)
-            # a range's label ("Domain:name"); the name alone where one domain was asked for
-            self.threads[(int(pid), int(tid))] = (s, e, parent, g["name" if only else "label"].astype(str)
-                                                  .to_numpy(object))
-
-    @classmethod
-    def of(cls, report, only=()) -> "Enclosing":
-        """The report's Enclosing, built once per report and `only`: several rules ask, and with --ops the
-        operator ranges number hundreds of thousands."""
-        cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
-        if tuple(only) not in cache:
-            cache[tuple(only)] = cls(report, only=only)
-        return cache[tuple(only)]
-
-    def __call__(self, pid, tid, t) -> np.ndarray:
-        out = np.full(len(t), None, dtype=object)
-        pid = np.asarray(pid, dtype=float)
-        tid = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
-        t = np.asarray(t, np.int64)
-        for (p, th), (s, e, parent, label) in self.threads.items():
-            m = np.flatnonzero((pid == p) & (tid == th))
-            if not len(m):
-                continue
-            cand = np.searchsorted(s, t[m], "right") - 1  # the latest range started before the event
-            for _ in range(64):  # walk out to the enclosing range while the candidate has ended
-                ended = (cand >= 0) & (e[np.maximum(cand, 0)] <= t[m])
-                if not ended.any():
-                    break
-                cand = np.where(ended, parent[np.maximum(cand, 0)], cand)
-            ok = cand >= 0
-            out[m[ok]] = label[cand[ok]]
-        return out
 
 
 def gpu_ops_with_overhead(report) -> pd.DataFrame:

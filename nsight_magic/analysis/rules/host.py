@@ -29,7 +29,8 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
     ev = evidence(sel, sel["name"].astype(str), with_operator(
         report, {"nvtx_range": Enclosing.of(report)(sel["pid"], sel["tid"], sel["start_ns"])},
         sel["pid"], sel["tid"], sel["start_ns"]))
-    at_stake = _sync_idle(ctx, r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
+    # what implicit_sync charged to the syncs that read a value back is its own
+    at_stake = ctx.left("sync", _sync_idle(ctx, r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize"))
     names = ", ".join(sorted(set(ev["name"].str.replace(r"_v\d+$", "", regex=True))))
     waited = int(ev["duration_ns"].sum())
     costs = (f" They held the host {waited / 1e6:,.1f} ms; the GPU then idled {at_stake / 1e6:,.1f} ms before "
@@ -50,12 +51,7 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
 def _sync_idle(ctx: Context, pattern: str) -> int:
     g = ctx.diag.gaps("sync")
     g = g[g["in_window"] & g["sync_name"].astype(str).str.contains(pattern, regex=True)]
-    if g.empty:
-        return 0
-    per = (g["sync"] * g["scale"]).groupby([g["pid"], g["device_id"]]).sum()
-    s = ctx.straggler
-    vals = [v if s is None or pid != s["pid"] else max(0, v - s["ns"]) for (pid, _), v in per.items()]
-    return int(max(vals, default=0))
+    return ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
 
 
 def rule_input_wait(ctx: Context) -> list[Finding]:

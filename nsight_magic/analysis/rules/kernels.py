@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..bottleneck import HOST
+from ..overhead import words as overhead_words
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
@@ -27,7 +28,8 @@ def _kernels_with_launch(report) -> pd.DataFrame:
 
 def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) -> int:
     """What making these kernels (a fraction of each) vanish saves on the critical path: per process and GPU, the
-    GPU time saved in the steady window beyond the time the host paced the GPU, scaled to the loop; the largest."""
+    GPU time saved in the steady window, at most the time the launching thread waited for the GPU there (below
+    that the host sets the pace), scaled to the loop; the largest."""
     best = 0
     frac = np.ones(len(kernels)) if saved_fraction is None else np.asarray(saved_fraction, float)
     for p in ctx.diag.pairs:
@@ -38,18 +40,22 @@ def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) ->
         a, b = p.window
         inside = np.minimum(k["end_ns"].to_numpy(np.int64), b) - np.maximum(k["start_ns"].to_numpy(np.int64), a)
         saved = float((np.maximum(inside, 0) * frac[m]).sum())
-        # the host or another rank set the pace meanwhile (collectives waiting count as communication)
-        paced = sum(p.totals[c] for c in HOST) + p.totals["communication"]
+        if p.slack is not None:
+            # the loop gets shorter until the host sets the pace: by the time it waited for the GPU at most
+            got = min(saved, float(p.slack))
+        else:  # no CUDA calls traced: the time the host or another rank paced the GPU does not shrink
+            got = saved - sum(p.totals[c] for c in HOST) - p.totals["communication"]
         if ctx.straggler is None or p.pid != ctx.straggler["pid"]:
-            best = max(best, int(max(0.0, saved - paced) * p.scale))
+            best = max(best, int(max(0.0, got) * p.scale))
     return best
 
 
 def rule_launch_bound(ctx: Context) -> list[Finding]:
     """The GPU waiting for the CPU between launches: kernels shorter than their launch call, Python overhead."""
     report, th = ctx.report, ctx.th
-    at_stake = ctx.stake("launch")
-    share = ctx.window_share(at_stake) * 100
+    raw = ctx.stake("launch")
+    at_stake = ctx.left("launch", ctx.host_stake("launch"))  # what tracing added and the named causes took aside
+    share = ctx.window_share(raw) * 100
     k = _kernels_with_launch(report)
     tiny = np.zeros(len(k), bool)
     api_ns = np.zeros(len(k))
@@ -60,13 +66,16 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
     many_tiny = n >= th["launch_bound.min_kernels"] and n * 100.0 / max(len(k), 1) >= th["launch_bound.min_share_pct"]
     if share < th["launch_bound.min_idle_pct"] and not (many_tiny and at_stake > 0):
         return []
+    named = ctx.claimed.get("launch", 0)
+    explained = (f" ({min(100.0, named * 100 / max(raw, 1)):.0f}% of it explained by the findings above)"
+                 if named > 0 and raw > 0 else "")
     if many_tiny:
         t = k[tiny]
         ev = evidence(t.assign(tid=t["api_tid"]), t["name"].astype(str),
                       {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": t["api_name"]})
         top = ev["name"].value_counts().head(3)
         title = (f"{n} of {len(k)} kernels ({n * 100 / len(k):.0f}%) are shorter than their launch: the GPU waits "
-                 f"for the CPU {share:.0f}% of the steady state")
+                 f"for the CPU {share:.0f}% of the steady state{explained}")
         why = ("Each of these kernels runs for less time than the CPU takes to launch it "
                f"(median kernel {ev['duration_ns'].median() / 1e3:.1f} us, median launch "
                f"{ev['launch_ns'].median() / 1e3:.1f} us): the GPU waits for the CPU. Most frequent: "
@@ -75,7 +84,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
         gaps = ctx.diag.gaps("launch")
         gaps = gaps.sort_values("launch", ascending=False).head(MAX_EVIDENCE).sort_values("start_ns")
         ev = evidence(gaps, "GPU waits for a launch", {"wait_ns": gaps["launch"]})
-        title = f"CPU-bound: the GPU waits for the next launch {share:.0f}% of the steady state"
+        title = f"The GPU waits for the next launch {share:.0f}% of the steady state{explained}"
         why = ("Between its kernels the GPU had nothing to do while the thread that launches them was running: "
                "Python between the operations, the launch calls themselves, the allocator. The CPU, not the GPU, "
                "sets the pace; faster kernels would change nothing.")
@@ -85,7 +94,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
         "`torch.compile(mode='reduce-overhead')`), fuse operations (`torch.compile`), use larger batches, and keep "
         "Python work (logging, `.item()`, list building) out of the loop.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was running (what a CUDA graph "
-                                      "or fusion gives back)"), ev, ranges_of(ev))]
+                                      f"or fusion gives back), {overhead_words(report)}"), ev, ranges_of(ev))]
 
 
 TRANSPOSE_RX = r"(?i)(?:nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw)"

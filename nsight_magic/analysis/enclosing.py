@@ -1,0 +1,87 @@
+"""Which user NVTX range was open around an event: `Enclosing` (per thread, innermost first), and `emitted()`, the
+test that tells PyTorch's emit_nvtx operator ranges from the user's own.  Shared by the rules and analysis.ops."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..inside.child import CAPTURE_DOMAIN
+from ..inside.ops import OPS_DOMAIN
+from . import intervals as I
+
+EMITTED_TAG = r", (?:seq|op_id) = \d+"
+
+
+def emitted(nv: pd.DataFrame) -> np.ndarray:
+    """The NVTX rows that are PyTorch's emit_nvtx ranges (default domain, ', seq = N' / ', op_id = N' in the name)."""
+    if nv.empty:
+        return np.zeros(0, bool)
+    names = nv["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        cats = pd.Series(names.cat.categories.astype(str))
+        hit = cats.str.contains(EMITTED_TAG, regex=True).to_numpy()
+        codes = names.cat.codes.to_numpy()
+        tagged = np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
+    else:
+        tagged = names.astype(str).str.contains(EMITTED_TAG, regex=True).to_numpy()
+    return tagged & nv["domain"].isna().to_numpy()
+
+
+class Enclosing:
+    """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
+    time, for many events; only=(domain, ...): the innermost range of those domains instead."""
+
+    def __init__(self, report, exclude_domains=(), only=()):
+        nv = report.nvtx
+        nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
+        if len(nv) and only:
+            nv = nv[nv["domain"].astype(str).isin(only).to_numpy()]
+        elif len(nv):  # PyTorch's emit_nvtx ranges are operators too, not the user's
+            nv = nv[~nv["domain"].astype(str).isin((CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)).to_numpy()
+                    & ~emitted(nv)]
+        self.threads = {}
+        if len(nv):
+            end = pd.to_numeric(nv["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max)
+            # a range's label ("Domain:name"); the name alone where one domain was asked for
+            self._index(nv.assign(end_ns=end.astype(np.int64)), nv["name" if only else "label"].astype(str)
+                        .to_numpy(object))
+
+    @classmethod
+    def from_ranges(cls, ranges: pd.DataFrame, labels) -> "Enclosing":
+        """The innermost of the given ranges (start_ns, end_ns, pid, tid) open at a time, named by `labels`."""
+        me = cls.__new__(cls)
+        me.threads = {}
+        me._index(ranges, np.asarray(labels, dtype=object))
+        return me
+
+    def _index(self, ranges: pd.DataFrame, labels: np.ndarray) -> None:
+        s_all = ranges["start_ns"].to_numpy(np.int64)
+        e_all = ranges["end_ns"].to_numpy(np.int64)
+        for (pid, tid), idx in ranges.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
+            o = idx[np.lexsort((-(e_all[idx] - s_all[idx]), s_all[idx]))]  # by start, the longest first
+            s, e = s_all[o], e_all[o]
+            _, parent = I.nest(s, e)
+            self.threads[(int(pid), int(tid))] = (s, e, parent, labels[o])
+
+    @classmethod
+    def of(cls, report, only=()) -> "Enclosing":
+        """The report's Enclosing, built once per report and `only`: several rules ask, and with --ops the
+        operator ranges number hundreds of thousands."""
+        cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
+        if tuple(only) not in cache:
+            cache[tuple(only)] = cls(report, only=only)
+        return cache[tuple(only)]
+
+    def __call__(self, pid, tid, t) -> np.ndarray:
+        out = np.full(len(t), None, dtype=object)
+        pid = np.asarray(pid, dtype=float)
+        tid = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
+        t = np.asarray(t, np.int64)
+        for (p, th), (s, e, parent, label) in self.threads.items():
+            m = np.flatnonzero((pid == p) & (tid == th))
+            if not len(m):
+                continue
+            cand = I.innermost(s, e, parent, t[m])
+            ok = cand >= 0
+            out[m[ok]] = label[cand[ok]]
+        return out

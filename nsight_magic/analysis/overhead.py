@@ -1,0 +1,33 @@
+"""What tracing costs the profiled program, per traced call: the correction estimates of host-paced time need.
+
+Under nsys every traced CUDA call takes longer than in a plain run, so a CPU-bound loop runs slower in its profile:
+the GPU's idle time between launches is longer than the user's plain run would have.  An estimate of what a fix
+saves (fewer launches: CUDA graphs, fusion, foreach optimizers, vectorised loops) would claim that extra time too.
+The estimates take off, for each traced call made while the GPU waited, what tracing added to it.
+
+Measured with `python benchmarks/call_overhead.py` (a loop of one kind of call, timed in the process, plain and
+under `nsys profile`; the minimum of 3 runs each):
+
+    nsys 2025.3.1, H100, torch 2.11: a kernel launch (torch add_ on one element) +1.1 and +2.8 us traced with
+    -t cuda (two machines), +5.3 us with the default -t cuda,nvtx,osrt; cudaStreamSynchronize +2.1 and +2.8 us;
+    an NVTX push/pop +0.5 and +1.1 us; a traced OS call (read) +0.5 and +0.7 us.
+    nsys 2022.4.2, this CPU machine: an NVTX push/pop +0.3 and +0.4 us, a read() +0.2 us.
+"""
+from __future__ import annotations
+
+# microseconds added to one CUDA runtime/driver call, by whether OS runtime calls were traced as well (a CUDA call
+# makes OS calls of its own, each then intercepted too)
+CUDA_CALL_US = {"with_osrt": 5.3, "cuda_only": 2.0}
+NVTX_RANGE_US = 1.0
+
+
+def cuda_call_ns(report) -> float:
+    """The tracing overhead of one CUDA API call in this report's recording."""
+    traced_osrt = len(getattr(report, "osrt", ())) > 0
+    return 1000.0 * CUDA_CALL_US["with_osrt" if traced_osrt else "cuda_only"]
+
+
+def words(report) -> str:
+    us = cuda_call_ns(report) / 1000
+    return (f"less the {us:.1f} us nsys adds to each CUDA call made meanwhile "
+            f"({'with' if us > 3 else 'without'} OS runtime tracing; benchmarks/call_overhead.py)")

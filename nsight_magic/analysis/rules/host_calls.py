@@ -1,0 +1,179 @@
+"""What the host was doing while the GPU waited, named by its CUDA calls: the allocator, lazy module loading, and
+implicit synchronisations (a tiny device-to-host copy the host waits for: `.item()`, `nonzero`, boolean masks).
+
+Their time at stake comes from the breakdown (analysis.bottleneck): the GPU's idle time while the launching thread
+was in the allocator (`allocator`) or loading modules (`module load`), and the idle time charged to the syncs that
+follow a tiny copy back to the host (`sync`, which cuda_api_sync then does not count again), plus, for boolean
+masks and nonzero, the GPU time of the data-dependent kernels (select, sort, indexing) beyond what the host paced.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..bottleneck import HOST_CALLS
+from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
+                     with_operator)
+from .kernels import gpu_side_saving
+
+TINY_COPY_BYTES = 1024       # a device-to-host copy this small is a value the host wants to look at
+IMPLICIT_WINDOW_NS = 2_000_000  # ... when the thread synchronises within this long after it
+SYNC_RX = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
+DATA_DEPENDENT_RX = r"(?i)DeviceSelect|DeviceCompact|nonzero|indexing_backward|masked_(?:select|scatter)|RadixSort"
+
+
+def _calls_in_window(ctx: Context, rx) -> pd.DataFrame:
+    """The CUDA calls matching `rx` made inside the steady windows (by the processes analysed)."""
+    api = ctx.report.cuda_api
+    if api.empty:
+        return api
+    a = api[api["name"].astype(str).str.contains(rx).to_numpy()]
+    keep = np.zeros(len(a), bool)
+    for p in ctx.diag.pairs:
+        keep |= ((a["pid"] == p.pid) & (a["start_ns"] >= p.window[0]) & (a["start_ns"] < p.window[1])).to_numpy()
+    return a[keep]
+
+
+def _steps_words(ctx: Context, n: int) -> str:
+    counts = [s.count for s in ctx.diag.steps.values()]
+    if not counts:
+        return f"{n}"
+    steady = max(s.steady_count for s in ctx.diag.steps.values())
+    return f"{n} ({n / max(steady, 1):.0f} per step)"
+
+
+def rule_allocator_churn(ctx: Context) -> list[Finding]:
+    """The GPU idle while the launching thread was in cudaMalloc / cudaFree (or their host and driver forms)."""
+    at_stake = ctx.stake("allocator")
+    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["allocator_churn.min_share_pct"]:
+        return []
+    calls = _calls_in_window(ctx, HOST_CALLS["allocator"])
+    if calls.empty:
+        return []
+    report = ctx.report
+    ev = evidence(calls, calls["name"].astype(str), {
+        "nvtx_range": Enclosing.of(report)(calls["pid"], calls["tid"], calls["start_ns"])})
+    by = ev.groupby("name")["duration_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
+    names = ", ".join(f"{n} x {int(r['size'])} ({r['sum'] / 1e6:,.1f} ms)" for n, r in by.head(4).iterrows())
+    frees = int(by.loc[[n for n in by.index if "Free" in n], "size"].sum()) if len(by) else 0
+    return [Finding(
+        "allocator_churn", ctx.severity(at_stake),
+        f"The GPU waited {at_stake / 1e6:,.1f} ms while the host was in the CUDA allocator "
+        f"({_steps_words(ctx, len(ev))} calls)",
+        "PyTorch's caching allocator keeps freed GPU memory for the next tensors, so a training loop should call "
+        f"cudaMalloc and cudaFree in its first steps only. This one called them in its steady state: {names}. "
+        "cudaFree waits for every kernel queued on the GPU before it returns, and the host then allocates again "
+        "while the GPU has nothing to do. The usual causes: `torch.cuda.empty_cache()` (or gc.collect() with it) "
+        "in the loop, a per-process memory fraction that forces the cache to release, fragmentation (changing "
+        "shapes), or pinned host buffers allocated every step (cudaHostAlloc)."
+        + (f" {frees} cudaFree calls in the steady state: the cache is being emptied." if frees else ""),
+        "Remove `torch.cuda.empty_cache()` from the loop (call it once after training, if at all); let the cache "
+        "keep its memory; against fragmentation set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; allocate "
+        "buffers once outside the loop (in-place ops, `out=`), and pin host buffers once.",
+        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was in allocator calls"), ev,
+        ranges_of(ev))]
+
+
+def rule_module_loading(ctx: Context) -> list[Finding]:
+    """The GPU idle while the launching thread loaded GPU code (lazy module loading) in the steady state."""
+    at_stake = ctx.stake("module load")
+    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["module_loading.min_share_pct"]:
+        return []
+    calls = _calls_in_window(ctx, HOST_CALLS["module load"])
+    if calls.empty:
+        return []
+    ev = evidence(calls, calls["name"].astype(str), {
+        "nvtx_range": Enclosing.of(ctx.report)(calls["pid"], calls["tid"], calls["start_ns"])})
+    return [Finding(
+        "module_loading", ctx.severity(at_stake),
+        f"The GPU waited {at_stake / 1e6:,.1f} ms while the host loaded GPU code ({len(ev)} loads in the loop)",
+        "CUDA loads a kernel's module the first time the kernel is used (lazy loading): cuLibraryLoadData and "
+        "cuModuleLoad calls block the launching thread for milliseconds each. Here they happen after the warm-up "
+        "step, so new kernels keep appearing: new shapes, dtypes or code paths in later steps (a last partial "
+        "batch, evaluation every N steps, a schedule switching precision)." + where_words(ev),
+        "Warm up every code path once before the steady state (in %%nsight_setup, or the first steps), keep shapes "
+        "and dtypes fixed (drop_last=True, padding to fixed sizes), or load all modules at start with "
+        "`CUDA_MODULE_LOADING=EAGER` (slower start, no stalls later).",
+        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was loading modules"), ev,
+        ranges_of(ev))]
+
+
+def implicit_syncs(report) -> pd.DataFrame:
+    """Sync calls that follow a tiny device-to-host copy on the same thread within IMPLICIT_WINDOW_NS: the host
+    reading a value off the GPU (`.item()`, `.tolist()`, `if tensor:`, `print(tensor)`, the size of `nonzero`
+    and boolean-mask results).  Columns of cuda_api plus copy_bytes and copy_start_ns."""
+    cache = getattr(report, "__dict__", {}).setdefault("_implicit_syncs", {})
+    if "v" in cache:
+        return cache["v"]
+    api, m = report.cuda_api, report.memcpy
+    empty = api.iloc[0:0].assign(copy_bytes=pd.Series(dtype="int64"), copy_start_ns=pd.Series(dtype="int64"))
+    out = empty
+    if len(api) and len(m) and "kind" in m:
+        tiny = m[(m["kind"].astype(str) == "DtoH") & (m["bytes"] <= TINY_COPY_BYTES)]
+        if len(tiny):
+            a = api_of(tiny, api)
+            copies = pd.DataFrame({"pid": tiny["pid"].to_numpy(), "tid": a["api_tid"].to_numpy(),
+                                   "t": pd.to_numeric(a["api_start_ns"]).to_numpy(), "bytes": tiny["bytes"].to_numpy()})
+            copies = copies.dropna(subset=["tid", "t"])
+            syncs = api[api["name"].astype(str).str.contains(SYNC_RX).to_numpy()]
+            parts = []
+            for (pid, tid), s in syncs.groupby(["pid", "tid"]):  # threads: a few
+                c = copies[(copies["pid"] == pid) & (copies["tid"] == tid)].sort_values("t")
+                if c.empty:
+                    continue
+                ct = c["t"].to_numpy(np.int64)
+                st = s["start_ns"].to_numpy(np.int64)
+                j = np.searchsorted(ct, st, "right") - 1  # the last tiny copy before each sync
+                ok = (j >= 0) & (st - ct[np.maximum(j, 0)] <= IMPLICIT_WINDOW_NS)
+                if ok.any():
+                    parts.append(s[ok].assign(copy_bytes=c["bytes"].to_numpy()[j[ok]].astype(np.int64),
+                                              copy_start_ns=ct[j[ok]]))
+            if parts:
+                out = pd.concat(parts).sort_values("start_ns", kind="stable")
+    cache["v"] = out
+    return out
+
+
+def rule_implicit_sync(ctx: Context) -> list[Finding]:
+    """Synchronisations that read a value off the GPU (see implicit_syncs): the idle time charged to them, and for
+    data-dependent shapes (nonzero, boolean masks) the GPU time of their select/sort/index kernels."""
+    report = ctx.report
+    syncs = implicit_syncs(report)
+    if syncs.empty:
+        return []
+    g = ctx.diag.gaps("sync")
+    g = g[g["in_window"] & g["sync_start_ns"].isin(set(syncs["start_ns"].to_numpy(np.int64)))]
+    idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
+    ctx.claim("sync", idle)
+    k = report.kernels
+    dd = k[k["name"].astype(str).str.contains(DATA_DEPENDENT_RX, regex=True).to_numpy()] if len(k) else k
+    gpu = gpu_side_saving(ctx, dd) if len(dd) else 0
+    at_stake = idle + gpu
+    if at_stake <= 0:
+        return []
+    ev = evidence(syncs, syncs["name"].astype(str), with_operator(report, {
+        "copy_bytes": syncs["copy_bytes"], "nvtx_range": Enclosing.of(report)(syncs["pid"], syncs["tid"],
+                                                                              syncs["start_ns"])},
+        syncs["pid"], syncs["tid"], syncs["copy_start_ns"]))
+    masks = len(dd) > 0
+    what = ("boolean masks or nonzero (their result's size is read back before the indexing kernels can be "
+            "launched)" if masks else "`.item()`, `.tolist()`, `float(t)`, `if t:` or `print(t)` on a GPU tensor")
+    costs = f"the GPU idled {idle / 1e6:,.1f} ms after them while the host queued work again"
+    if gpu:
+        costs += (f", and the data-dependent kernels (select, sort, indexing: {len(dd)}) took {gpu / 1e6:,.1f} ms "
+                  f"of GPU time on the critical path")
+    return [Finding(
+        "implicit_sync", ctx.severity(at_stake),
+        f"{_steps_words(ctx, len(ev))} implicit synchronisations read values back from the GPU",
+        f"Each of these synchronisations follows a copy of at most {TINY_COPY_BYTES} bytes from the GPU to the host "
+        f"(median {int(ev['copy_bytes'].median())} bytes): the host waits for every queued kernel to read one value, "
+        f"typically {what}. Meanwhile it queues nothing, so {costs}." + where_words(ev),
+        "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). Keep "
+        "values on the GPU: accumulate losses and metrics as tensors and read them every N steps; replace boolean "
+        "masks and `nonzero` with `torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or "
+        "fixed-size ops; compare on the GPU instead of `if loss.item() > ...`.",
+        at_stake, estimate_words(ctx, "the GPU's idle time after these syncs returned (up to the time the host "
+                                      "waited in them), plus the data-dependent kernels' GPU time beyond the time "
+                                      "the host paced the GPU"), ev, ranges_of(ev))]

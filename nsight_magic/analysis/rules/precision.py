@@ -1,0 +1,129 @@
+"""The GPU's matrix kernels (GEMM, convolution) when the GPU sets the pace: fp32 on the CUDA cores instead of the
+tensor cores, operands not aligned for the tensor cores, and many small elementwise kernels (analysis.kernel_classes
+reads all of it from the kernels' names).
+
+These are GPU-side: they apply when the verdict is GPU-bound (when the host or the copies set the pace, faster
+kernels would not shorten the loop: the breakdown's own findings come first).  Their time at stake is the GPU time
+the fix saves beyond the time the host paced the GPU anyway (kernels.gpu_side_saving).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..bottleneck import bottleneck
+from ..kernel_classes import ELEM_BYTES, MATRIX, throughput, with_classes
+from .common import Context, Finding, estimate_words, evidence, ranges_of
+from .kernels import gpu_side_saving
+
+UNKNOWN_TF32_RATIO = 8.0   # A100's tf32 / fp32 throughput, for a GPU not in kernel_classes.THROUGHPUT
+MISALIGNED_SAVING = 0.5    # misaligned tensor-core GEMMs ran at about half the speed of aligned ones (H100, bf16,
+#                            width 4100 against 4104: 1.05 ms against 0.44 ms per product; tests/data/planted)
+FUSION_SAVING = 0.5        # fusing chains of elementwise kernels: about half their memory passes go
+
+
+def _gpu_bound(ctx: Context) -> bool:
+    return bottleneck(ctx.report).kind == "gpu"
+
+
+def _matrix(ctx: Context) -> pd.DataFrame:
+    cache = ctx.__dict__.setdefault("_matrix", {})
+    if "k" not in cache:
+        k = ctx.report.kernels
+        cache["k"] = with_classes(k) if len(k) else k
+    return cache["k"]
+
+
+def rule_fp32_gemm(ctx: Context) -> list[Finding]:
+    """Matrix kernels in fp32 on the CUDA cores (FFMA, SIMT) holding the time of a GPU-bound loop: TF32 or bf16
+    would run them on the tensor cores."""
+    if not _gpu_bound(ctx):
+        return []
+    k = _matrix(ctx)
+    if k.empty:
+        return []
+    m = k[k["cls"].isin(("gemm", "conv")).to_numpy() & (k["precision"] == "fp32").to_numpy()
+          & (k["tensor_cores"].fillna(True) == False).to_numpy()]  # noqa: E712 - nullable boolean
+    total = float(k["duration_ns"].sum())
+    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["fp32_gemm.min_gpu_pct"]:
+        return []
+    t = throughput(ctx.report)
+    ratio = t["tf32"] / t["fp32"] if t and t.get("tf32") else UNKNOWN_TF32_RATIO
+    at_stake = gpu_side_saving(ctx, m, np.full(len(m), 1 - 1 / ratio))
+    share = m["duration_ns"].sum() * 100 / total
+    ev = evidence(m, m["name"].astype(str), {"precision": m["precision"], "cls": m["cls"]})
+    gpu = str(ctx.report.gpus["name"].iloc[0]) if len(ctx.report.gpus) else "this GPU"
+    return [Finding(
+        "fp32_gemm", ctx.severity(at_stake),
+        f"fp32 matrix products on the CUDA cores take {share:.0f}% of kernel time (no tensor cores)",
+        f"{len(ev)} GEMM/convolution kernels ran in fp32 on the CUDA cores (their names say ffma/simt/sgemm), in a "
+        f"loop the GPU sets the pace of. {gpu} runs TF32 on its tensor cores about {ratio:.0f}x faster than fp32 "
+        "(and bf16 twice that again); PyTorch leaves TF32 off for matrix products by default.",
+        "Allow TF32 for matrix products (same fp32 storage, 10-bit mantissa inside the product): "
+        "`torch.set_float32_matmul_precision('high')` (or `torch.backends.cuda.matmul.allow_tf32 = True`; "
+        "convolutions: `torch.backends.cudnn.allow_tf32 = True`), or train in bf16: `with torch.autocast('cuda', "
+        "dtype=torch.bfloat16):` around the forward pass.",
+        at_stake, estimate_words(ctx, f"these kernels' time x (1 - 1/{ratio:.1f}), the GPU's TF32 over fp32 "
+                                      "throughput, beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+
+
+def rule_gemm_alignment(ctx: Context) -> list[Finding]:
+    """Tensor-core matrix kernels whose operands are aligned to fewer than 16 bytes (cuBLAS/CUTLASS name the
+    alignment: `_align2` on bf16 is 4 bytes): a dimension that is not a multiple of 8 (fp16/bf16) or 4 (tf32)."""
+    if not _gpu_bound(ctx):
+        return []
+    k = _matrix(ctx)
+    if k.empty:
+        return []
+    elem = k["precision"].map(ELEM_BYTES).astype(float)
+    aligned_bytes = k["align_elems"].astype(float) * elem
+    m = k[(k["tensor_cores"].fillna(False) == True).to_numpy() & (aligned_bytes < 16).to_numpy()]  # noqa: E712
+    total = float(k["duration_ns"].sum())
+    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["gemm_alignment.min_gpu_pct"]:
+        return []
+    at_stake = gpu_side_saving(ctx, m, np.full(len(m), MISALIGNED_SAVING))
+    share = m["duration_ns"].sum() * 100 / total
+    ev = evidence(m, m["name"].astype(str), {"precision": m["precision"], "align_elems": m["align_elems"]})
+    first = ev.iloc[0]
+    mult = {1: 16, 2: 8, 4: 4, 8: 2}.get(int(ELEM_BYTES.get(first["precision"], 2)), 8)
+    return [Finding(
+        "gemm_alignment", ctx.severity(at_stake),
+        f"Tensor-core matrix products with misaligned operands take {share:.0f}% of kernel time",
+        f"{len(ev)} {first['precision'] or ''} GEMM kernels ran with operands aligned to "
+        f"{int(first['align_elems'])} elements ({int(first['align_elems'] * ELEM_BYTES.get(first['precision'], 2))} "
+        "bytes; their names say `align`): the fast tensor-core kernels need 16-byte aligned rows, which a matrix "
+        f"dimension that is not a multiple of {mult} breaks. cuBLAS then picks slower kernels.",
+        f"Pad the dimensions (hidden sizes, vocabulary, batch x sequence) to multiples of {mult} (64 is better "
+        "still): `nn.Linear(4100, ...)` -> 4104; pad the vocabulary to a multiple of 64; `--ops shapes` shows the "
+        "products' shapes.",
+        at_stake, estimate_words(ctx, f"these kernels' time x {MISALIGNED_SAVING:g} (aligned ones ran about twice "
+                                      "as fast), beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+
+
+def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
+    """Many small elementwise and normalisation kernels holding the time of a GPU-bound loop: fusion."""
+    if not _gpu_bound(ctx):
+        return []
+    k = _matrix(ctx)
+    if k.empty:
+        return []
+    small = k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy()
+    m = k[small]
+    total = float(k["duration_ns"].sum())
+    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["elementwise_fusion.min_gpu_pct"]:
+        return []
+    at_stake = gpu_side_saving(ctx, m, np.full(len(m), FUSION_SAVING))
+    share = m["duration_ns"].sum() * 100 / total
+    ev = evidence(m, m["name"].astype(str), {"cls": m["cls"]})
+    top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
+    mx = k[k["cls"].isin(MATRIX).to_numpy()]["duration_ns"].sum() * 100 / max(total, 1)
+    return [Finding(
+        "elementwise_fusion", ctx.severity(at_stake),
+        f"{len(ev)} elementwise and normalisation kernels take {share:.0f}% of kernel time",
+        f"Memory-bound kernels (activations, additions, normalisations, reductions) take {share:.0f}% of a GPU-bound "
+        f"loop's kernel time against {mx:.0f}% for the matrix products; each reads and writes whole tensors. Most "
+        "time: " + "; ".join(f"{n[:70]} ({v / 1e6:,.1f} ms)" for n, v in top.items()) + ".",
+        "Fuse them: `model = torch.compile(model)` (chains of elementwise ops become one kernel), fused layers "
+        "(`F.scaled_dot_product_attention`, fused optimizers `fused=True`), and bf16 autocast halves their bytes.",
+        at_stake, estimate_words(ctx, f"these kernels' time x {FUSION_SAVING:g} (the memory passes fusion removes), "
+                                      "beyond the time the host paced the GPU"), ev, ranges_of(ev))]
