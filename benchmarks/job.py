@@ -9,7 +9,8 @@ Makes one export of `--kernels` kernels from a real H100 export (benchmarks/bigt
   2. nsight_magic.open_job on a LocalCluster of `--workers` single-threaded worker processes (started and closed
      inside the timing);
 and prints both wall times, their ratio (goal <= 0.6 with 2 workers on a 2-core machine), and this process's peak
-RSS during open_job measured in a fresh process (goal <= 1.5 GB, not growing with the ranks).
+RSS during open_job measured in a fresh process (goal <= 1.5 GB, not growing with the ranks); then
+  3. a serial loop of the plain read (open_report + kernel_summary), and open_job's ratio to it (goal <= 0.8).
 """
 from __future__ import annotations
 
@@ -39,6 +40,13 @@ if __name__ == "__main__":
         from nsight_magic.jobs.rank_task import summarize_rank
         results = [summarize_rank(f.rank, str(f.path)) for f in find_rank_reports(sys.argv[1])]
         errors = [r.error for r in results if r.error]
+    elif sys.argv[2] == "summary":  # the plain read a rank's task is compared with (issue 28)
+        from nsight_magic import open_report
+        from nsight_magic.jobs.discover import find_rank_reports
+        for f in find_rank_reports(sys.argv[1]):
+            with open_report(f.path) as rep:
+                rep.kernel_summary()
+        errors = []
     else:
         from distributed import Client
         from nsight_magic.jobs.job import local_cluster
@@ -101,6 +109,9 @@ def main() -> None:
     print(f"open_job on a {a.workers}-worker LocalCluster: {dask['wall_s']:.1f} s, notebook process peak RSS "
           f"{dask['rss_mb']:.0f} MB, errors {len(dask['errors'])}")
     print(f"ratio {dask['wall_s'] / serial['wall_s']:.2f} (goal <= 0.6)")
+    plain = run(job, "summary")
+    print(f"serial loop of open_report + kernel_summary: {plain['wall_s']:.1f} s; open_job / that "
+          f"{dask['wall_s'] / plain['wall_s']:.2f} (goal <= 0.8)")
 
 
 if __name__ == "__main__":

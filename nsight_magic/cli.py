@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .errors import NsightMagicError
 from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
+from .views.pages import write_page
 
 
 def _add(parser: argparse.ArgumentParser, *specs) -> None:
@@ -49,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return 2
+    except OSError as e:  # writing a page: a full disk, a folder made read-only meanwhile (pages are written whole)
+        print(f"nsight-magic: could not write {e.filename or 'the output'} ({e.strerror or e}); nothing was left "
+              "half-written: free space or choose another -o", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("nsight-magic: stopped (Ctrl-C); files already written are kept", file=sys.stderr)
+        return 130
 
 
 def check_output_file(path: Path) -> None:
@@ -75,7 +83,7 @@ def _diff(args) -> int:
     d = diff(find_profile(args.before, root), find_profile(args.after, root), match=args.match)
     print(diff_text(d))
     if args.output:
-        Path(args.output).write_text(diff_page(d), encoding="utf-8")
+        write_page(Path(args.output), diff_page(d))
         print(f"nsight-magic: wrote {args.output}", file=sys.stderr)
     return 0
 
@@ -122,7 +130,7 @@ def _view(args) -> int:
     if type(report).__name__ == "NcuReport":
         from .views.ncu import ncu_html
 
-        out.write_text(ncu_html(report, folder=folder), encoding="utf-8")
+        write_page(out, ncu_html(report, folder=folder))
     else:
         from .views import write_view_html
 
@@ -195,7 +203,7 @@ def _doctor(args) -> int:
 
     hidden = sorted(set(os.environ) - set(child_environment()))
     if hidden:
-        say("ok", f"kept out of profiled processes (names look secret): {', '.join(hidden)}")
+        say("ok", f"kept out of profiled processes (names or values look secret): {', '.join(hidden)}")
     return 1 if failed else 0
 
 

@@ -19,3 +19,7 @@ class OptionError(NsightMagicError):
 
 class Interrupted(NsightMagicError):
     """Ctrl-C stopped a step (an export, a read); what was written before is kept."""
+
+
+class ReportWarning(UserWarning):
+    """A report was read, but part of it is damaged and was read in a stated way (one line)."""

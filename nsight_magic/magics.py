@@ -370,16 +370,18 @@ class NsightMagics(Magics):
 
     def _last_two(self, root: Path, list_profiles) -> tuple[Path, Path]:
         from . import background
-        from .store import has_report
+        from .store import folder_tool, has_report
 
         background.wait_for(self.history[-2:], say=_say)
-        made = [p for p in self.history if p.exists() and has_report(p)]
+        # Nsight Systems profiles with a report: a failed run, or an %%ncu cell in between, is skipped
+        made = [p for p in self.history if p.exists() and has_report(p) and folder_tool(p) == "nsys"]
         if len(made) >= 2:
             return made[-2], made[-1]
         profiles = list_profiles(root)
+        profiles = profiles[profiles["folder"].map(lambda f: folder_tool(Path(f)) == "nsys")]
         if len(profiles) < 2:
-            raise UsageError(f"%nsys_diff needs two profiles; {root} has {len(profiles)}: profile two cells first, "
-                             f"or name two profiles")
+            raise UsageError(f"%nsys_diff needs two Nsight Systems profiles with a report; {root} has "
+                             f"{len(profiles)}: profile two cells with %%nsys first, or name two profiles")
         return Path(profiles.iloc[1]["folder"]), Path(profiles.iloc[0]["folder"])
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------

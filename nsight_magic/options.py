@@ -1,6 +1,7 @@
 """Options shared by %%nsys, %%ncu and the command line: frozen dataclasses and their validation."""
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -39,8 +40,9 @@ NSYS_DEFAULTS = (
     (("--cpuctxsw",), ["--cpuctxsw=none"]),
 )
 
-SECRET_NAME_PATTERNS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "API_KEY", "APIKEY", "ACCESS_KEY", "PRIVATE_KEY",
-                        "CREDENTIAL", "AUTH", "SESSION_KEY", "COOKIE")
+SECRET_NAME_PATTERNS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "PASS", "API_KEY", "APIKEY", "ACCESS_KEY",
+                        "PRIVATE_KEY", "CREDENTIAL", "AUTH", "SESSION_KEY", "COOKIE", "PAT", "JWT", "BEARER", "DSN",
+                        "WEBHOOK")
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,9 @@ class RunOptions:
     def __post_init__(self):
         if self.modules is not None and self.modules < 0:
             raise OptionError("--modules DEPTH must be 1 or more (or no number: every depth)")
-        if self.timeout is not None and self.timeout <= 0:
-            raise OptionError("--timeout must be a positive number of seconds")
+        if self.timeout is not None and not (math.isfinite(self.timeout) and self.timeout > 0):
+            raise OptionError(f"--timeout {self.timeout:g}: give a positive, finite number of seconds "
+                              "(e.g. --timeout 600)")
         for n in (*self.return_vars, *(self.send_vars or ())):
             if not n.isidentifier():
                 raise OptionError(f"{n!r} is not a Python variable name")
@@ -138,6 +141,23 @@ def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
 
 SECRET_SUBSTRINGS = ("PASSWORD", "PASSWD", "SECRET")  # no word needs them except as a secret
 SECRET_NAMES = ("SSH_CONNECTION", "SSH_CLIENT")            # the address of the user's machine
+
+
+# Values that are secrets whatever their variable's name: a URL with a password (DATABASE_URL, PIP_INDEX_URL),
+# a webhook URL (the URL is the key), a JSON web token, and the fixed prefixes of common API tokens.
+SECRET_VALUE = re.compile(
+    r"[a-z][a-z0-9+.-]*://[^/\s:@]*:[^/\s@]+@"                      # scheme://user:password@host
+    r"|hooks\.slack\.com/|discord(?:app)?\.com/api/webhooks/|webhook\.office\.com/"
+    r"|\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\."                # JWT: base64url('{"') header.payload.
+    r"|\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}|\bxox[abprs]-[A-Za-z0-9-]{10,}"
+    r"|\bsk-[A-Za-z0-9_-]{20,}|\bhf_[A-Za-z0-9]{20,}|\bglpat-[A-Za-z0-9_-]{20,}|\bAKIA[0-9A-Z]{16}\b",
+    re.IGNORECASE)
+
+
+def is_secret(name: str, value: str, patterns=SECRET_NAME_PATTERNS) -> bool:
+    """Whether an environment variable must not reach the profiled process (and so the report): by its name
+    (is_secret_name) or by its value (SECRET_VALUE)."""
+    return is_secret_name(name, patterns) or SECRET_VALUE.search(str(value)) is not None
 
 
 def is_secret_name(name: str, patterns=SECRET_NAME_PATTERNS) -> bool:

@@ -180,3 +180,31 @@ def test_the_chart_draws_noise_grey_and_percentages_have_no_negative_zero(two_cp
     assert all(c != FASTER for c, st in colour.values() if st == "same")
     shown = format_table(pd.DataFrame({"pct": [-0.01, 0.04, -0.06]}))["pct"].tolist()
     assert shown == ["0.0 %", "0.0 %", "-0.1 %"]
+
+
+def test_nsys_diff_without_names_skips_failed_runs_and_ncu_profiles(tmp_path):
+    """Issue 29: the last two *Nsight Systems* profiles with a report, whatever came after them."""
+    import shutil
+    from types import SimpleNamespace
+
+    from nsight_magic.magics import NsightMagics
+    from nsight_magic.store import list_profiles
+
+    def folder(name, files):
+        d = tmp_path / name
+        d.mkdir()
+        for dst, src in files.items():
+            shutil.copyfile(src, d / dst)
+        return d
+
+    data = Path(__file__).parent / "data"
+    a = folder("cell1", {"report.sqlite": data / "nsys_h100_a_cuda_nvtx.sqlite"})
+    b = folder("cell2", {"report.sqlite": data / "nsys_h100_c_range.sqlite"})
+    failed = folder("cell3", {})
+    (failed / "cell.py").write_text("raise SystemExit(3)")
+    ncu = folder("cell4", {"report.ncu-rep": data / "ncu_h100_module0.ncu-rep"})
+    me = SimpleNamespace(history=[a, b, failed, ncu])
+    assert NsightMagics._last_two(me, tmp_path, list_profiles) == (a, b)
+    me.history = []  # a new kernel: from the folder listing, newest first
+    got = NsightMagics._last_two(me, tmp_path, list_profiles)
+    assert set(got) == {a, b}

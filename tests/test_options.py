@@ -38,8 +38,9 @@ def test_cuda_is_dropped_without_gpu_with_a_note():
 def test_bad_option_values():
     with pytest.raises(OptionError):
         NsysOptions(capture="sometimes")
-    with pytest.raises(OptionError):
-        NsysOptions(timeout=0)
+    for t in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(OptionError, match="positive, finite"):
+            NsysOptions(timeout=t)
     with pytest.raises(OptionError):
         NsysOptions(return_vars=("not a name",))
 
@@ -49,10 +50,25 @@ def test_bad_option_values():
     ("DB_PASSWORD", True), ("SSH_AUTH_SOCK", True), ("GOOGLE_APPLICATION_CREDENTIALS", True),
     ("PGPASSWORD", True), ("KAGGLE_KEY", True), ("MYSQL_PWD", True), ("SSH_CONNECTION", True),
     ("TIKTOKEN_CACHE_DIR", False), ("GIT_AUTHOR_NAME", False), ("PATH", False), ("CUDA_VISIBLE_DEVICES", False),
-    ("PWD", False),
+    ("PWD", False), ("GITHUB_PAT", True), ("MY_PASS", True), ("SENTRY_DSN", True), ("JWT", True), ("BEARER", True),
+    ("SLACK_WEBHOOK_URL", True), ("PATH_PREFIX", False), ("PASSTHROUGH_MODE", False), ("DISPLAY", False),
 ])
 def test_secret_looking_names(name, secret):
     assert is_secret_name(name) is secret
+
+
+@pytest.mark.parametrize("value,secret", [
+    ("postgres://app:s3cr3t@db.example:5432/prod", True), ("https://user:tok@pypi.example/simple", True),
+    ("https://hooks.slack.com/services/T000/B000/XXXX", True), ("https://discord.com/api/webhooks/1/abc", True),
+    ("eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", True), ("ghp_" + "a1" * 18, True),
+    ("xoxb-1234567890-abcdef", True), ("sk-" + "A" * 40, True), ("AKIAIOSFODNN7EXAMPLE", True),
+    ("https://pypi.org/simple", False), ("/usr/local/bin:/usr/bin", False), ("user@example.com", False),
+    ("en_US.UTF-8", False), ("ssh://git@github.com/x/y", False),
+])
+def test_secret_values_whatever_the_name(value, secret):
+    from nsight_magic.options import is_secret
+
+    assert is_secret("SOME_SETTING", value) is secret
 
 
 def test_child_environment_is_configurable(monkeypatch):
@@ -100,3 +116,13 @@ def test_ncu_args_refuse_flags_our_options_set(flag):
 
     with pytest.raises(OptionError, match="may not contain"):
         validate_ncu_args(flag)
+
+
+@pytest.mark.parametrize("args,full", [("--stop-on=false", "--stop-on-exit"), ("--force-over true", "--force-overwrite"),
+                                       ("--sess x", "--session"), ("--outp x", "--output"), ("--expo sqlite", "--export")])
+def test_abbreviated_owned_flags_are_refused(args, full):
+    from nsight_magic.tools.argv import validate_passthrough
+
+    with pytest.raises(OptionError, match=f"reads it as {full}"):
+        validate_passthrough(args, NSYS_OWNED_FLAGS, "nsys")
+    assert validate_passthrough("--cuda-memory-usage=true --trace-fork-before-exec=true", NSYS_OWNED_FLAGS, "nsys")

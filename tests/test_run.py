@@ -87,13 +87,18 @@ def test_capture_all_includes_setup(tmp_path):
 @requires_nsys
 @pytest.mark.nsys
 def test_secret_looking_variables_never_reach_the_report(tmp_path, monkeypatch):
-    secret, plain = uuid.uuid4().hex, uuid.uuid4().hex
-    monkeypatch.setenv("NSIGHT_TEST_API_KEY", secret)
+    plain, tok = uuid.uuid4().hex, uuid.uuid4().hex
+    # by name, and by value whatever the name (issue 29's list); each holds the token `tok`
+    secrets = {"NSIGHT_TEST_API_KEY": tok, "GITHUB_PAT": tok, "MY_PASS": tok, "SENTRY_DSN": tok, "JWT": tok,
+               "BEARER": tok, "DATABASE_URL": f"postgres://app:{tok}@db:5432/x",
+               "SLACK_HOOK": f"https://hooks.slack.com/services/T0/B0/{tok}"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
     monkeypatch.setenv("NSIGHT_TEST_PLAIN", plain)
     r = run_nsys("print('x')", _opts(tmp_path, capture="all"))
     blob = r.sqlite.read_bytes() + r.report_file.read_bytes()
     assert plain.encode() in blob  # nsys does record the environment...
-    assert secret.encode() not in blob  # ...but not what looks secret
+    assert tok.encode() not in blob  # ...but not what looks secret
 
 
 def test_two_runs_in_one_second_get_distinct_folders(tmp_path):

@@ -265,3 +265,26 @@ def test_a_rank_that_died_says_how(tmp_path):
     msg = " ".join(r.messages)
     assert "rank 1" in msg and "SIGKILL" in msg, msg
     _paths_exist(r.messages)
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MB tmpfs (where this machine allows mounts: CI runs as root in its container)."""
+    import subprocess
+
+    d = tmp_path / "full"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_a_full_disk_is_named_as_such(full_disk):
+    """Issue 29 #4: not 'the capture range was never recorded', but the full disk, with the files still named."""
+    r = run_nsys("print('hello')", _opts(full_disk))
+    said = " ".join(r.messages)
+    assert r.sqlite is None and "is full (nsys: No space left on device" in said, r.messages
+    assert "never recorded" not in said and "--dir" in said
+    assert (r.folder.path / "cell.py").exists()
+    _paths_exist(r.messages)

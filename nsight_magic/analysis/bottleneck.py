@@ -34,6 +34,7 @@ import pandas as pd
 
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
+from . import text as tx
 
 CATEGORIES = ("compute", "communication", "copy", "input", "sync", "allocator", "module load", "host wait", "launch")
 IDLE = CATEGORIES[3:]       # the idle gaps' causes
@@ -106,7 +107,7 @@ def _gpu_ops(report) -> pd.DataFrame:
     parts = []
     k = report.kernels
     if len(k):
-        nccl = k["name"].astype(str).str.contains(_NCCL).to_numpy()
+        nccl = tx.contains(k["name"], _NCCL)
         parts.append(pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64),
                                    "end_ns": k["end_ns"].to_numpy(np.int64), "pid": k["pid"].to_numpy(np.int64),
                                    "device_id": k["device_id"].to_numpy(np.int64),
@@ -123,7 +124,7 @@ def _gpu_ops(report) -> pd.DataFrame:
         if len(f):
             batch = np.zeros(len(f), bool)
             if "kind" in f:
-                batch = ((f["kind"].astype(str) == "HtoD") & (f["bytes"] >= INPUT_MIN_BYTES)).to_numpy()
+                batch = ((tx.eq(f["kind"], "HtoD")) & (f["bytes"] >= INPUT_MIN_BYTES)).to_numpy()
             parts.append(pd.DataFrame({"start_ns": f["start_ns"].to_numpy(np.int64),
                                        "end_ns": f["end_ns"].to_numpy(np.int64), "pid": f["pid"].to_numpy(np.int64),
                                        "device_id": f["device_id"].to_numpy(np.int64),
@@ -202,6 +203,11 @@ def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, a
                 {"compute": comp, "communication": comm, "copy": copy}, slack)
 
 
+def _is_sync(names) -> np.ndarray:
+    """The calls that wait for the GPU: syncs and synchronous copies."""
+    return tx.contains(names, _API_SYNC) | tx.contains(names, _MEMCPY_SYNC)
+
+
 def _host_slack(api: pd.DataFrame, window) -> int | None:
     """How long the launching threads waited for the GPU inside the window: in sync calls, and in other CUDA calls
     far beyond their usual time (a launch on a full queue, cudaFree waiting for the kernels).  The GPU's work can
@@ -209,13 +215,11 @@ def _host_slack(api: pd.DataFrame, window) -> int | None:
     if not len(api):
         return None
     a, b = window
-    names = api["name"].astype(str)
-    launchers = set(api.loc[names.str.contains("Launch", regex=False).to_numpy(), "tid"].tolist())
+    launchers = set(api.loc[tx.contains(api["name"], "Launch", regex=False), "tid"].tolist())
     mine = api[api["tid"].isin(launchers).to_numpy()] if launchers else api
-    names = mine["name"].astype(str)
     dur = (mine["end_ns"] - mine["start_ns"]).to_numpy(np.int64)
-    sync = (names.str.contains(_API_SYNC) | names.str.contains(_MEMCPY_SYNC)).to_numpy()
-    typical = pd.Series(dur).groupby(names.to_numpy()).transform("median").to_numpy(float)
+    sync = _is_sync(mine["name"])
+    typical = pd.Series(dur).groupby(pd.factorize(mine["name"], use_na_sentinel=False)[0]).transform("median").to_numpy(float)
     blocked = ~sync & (dur > BLOCKED_CALL_FACTOR * typical) & (dur > typical + BLOCKED_CALL_NS)
     w = sync | blocked
     if not w.any():
@@ -235,8 +239,7 @@ def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFram
     a, b = window
     if not len(api) or not gaps["after_sync"].any():
         return
-    names = api["name"].astype(str)
-    s = api[names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()]
+    s = api[_is_sync(api["name"])]
     if s.empty:
         return
     waited = I.total(I.clip(I.union(s["start_ns"], s["end_ns"]), a, b))
@@ -307,7 +310,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     for cat, rx in HOST_CALLS.items():
         got = np.zeros(n, np.int64)
         for th, g in by_thread.items():
-            g = g[g["name"].astype(str).str.contains(rx).to_numpy()]
+            g = g[tx.contains(g["name"], rx)]
             m = np.flatnonzero(tid == int(th))
             if not len(m) or g.empty:
                 continue
@@ -342,8 +345,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     sync_wait = np.zeros(n, np.int64)
     after_sync = np.zeros(n, bool)
     for th, g in by_thread.items():
-        names = g["name"].astype(str)
-        g = g[names.str.contains(_API_SYNC).to_numpy() | names.str.contains(_MEMCPY_SYNC).to_numpy()]
+        g = g[_is_sync(g["name"])]
         m = np.flatnonzero(tid == int(th))
         if g.empty or not len(m):
             continue

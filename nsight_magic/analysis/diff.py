@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..inside.child import CAPTURE_DOMAIN
+from . import text as tx
 
 DIFF_COLUMNS = ["name", "count_before", "count_after", "total_before_ns", "total_after_ns", "delta_ns", "ratio",
                 "status"]
@@ -116,7 +117,7 @@ def nvtx_paths(nv: pd.DataFrame) -> pd.DataFrame:
     if nv is None or nv.empty:
         return pd.DataFrame({"path": [], "duration_ns": []})
     ours = nv["domain"].astype("string").fillna("").eq(CAPTURE_DOMAIN) if "domain" in nv else False
-    r = nv[(nv["kind"].astype(str) != "mark") & ~ours & nv["end_ns"].notna()]
+    r = nv[(~tx.eq(nv["kind"], "mark")) & ~ours & nv["end_ns"].notna()]
     if r.empty:
         return pd.DataFrame({"path": [], "duration_ns": []})
     r = r.sort_values(["pid", "tid", "start_ns"], kind="stable")

@@ -8,6 +8,7 @@ import pandas as pd
 from ..inside.child import CAPTURE_DOMAIN
 from ..inside.ops import OPS_DOMAIN
 from . import intervals as I
+from . import text as tx
 
 EMITTED_TAG = r", (?:seq|op_id) = \d+"
 
@@ -23,7 +24,7 @@ def emitted(nv: pd.DataFrame) -> np.ndarray:
         codes = names.cat.codes.to_numpy()
         tagged = np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
     else:
-        tagged = names.astype(str).str.contains(EMITTED_TAG, regex=True).to_numpy()
+        tagged = tx.contains(names, EMITTED_TAG, regex=True)
     return tagged & nv["domain"].isna().to_numpy()
 
 
@@ -33,11 +34,11 @@ class Enclosing:
 
     def __init__(self, report, exclude_domains=(), only=()):
         nv = report.nvtx
-        nv = nv[(nv["kind"].astype(str) != "mark")] if len(nv) else nv
+        nv = nv[(~tx.eq(nv["kind"], "mark"))] if len(nv) else nv
         if len(nv) and only:
-            nv = nv[nv["domain"].astype(str).isin(only).to_numpy()]
+            nv = nv[tx.isin(nv["domain"], only)]
         elif len(nv):  # PyTorch's emit_nvtx ranges are operators too, not the user's
-            nv = nv[~nv["domain"].astype(str).isin((CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)).to_numpy()
+            nv = nv[~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains))
                     & ~emitted(nv)]
         self.threads = {}
         if len(nv):

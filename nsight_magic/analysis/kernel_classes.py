@@ -55,7 +55,7 @@ ELEM_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp64": 8}
 def classify(names) -> pd.DataFrame:
     """Per distinct name: cls, family ('matrix' for GEMM/conv/attention, else cls), precision (fp8 ... fp32, or
     '' when the name does not say), tensor_cores (True/False, NA unknown), align_elems (NaN when unnamed)."""
-    u = pd.Series(pd.unique(pd.Series(names, dtype=object).astype(str)), dtype=object)
+    u = pd.Series(pd.unique(_distinct(names)[1]), dtype=object)
     cls = pd.Series("other", index=u.index, dtype=object)
     free = np.ones(len(u), bool)
     for c, rx in CLASSES:
@@ -79,16 +79,27 @@ def classify(names) -> pd.DataFrame:
                          "tensor_cores": tensor, "align_elems": align.to_numpy()})
 
 
+def _distinct(names) -> tuple[np.ndarray, pd.Series]:
+    """Codes per row and the distinct names as text: factorized first (a categorical column's codes), so the text
+    work is per name, not per kernel."""
+    names = pd.Series(names)
+    if names.isna().any():  # a kernel without a name (a damaged export): '' (class 'other')
+        names = names.astype(object).fillna("")
+    codes, uniq = pd.factorize(names, sort=False)
+    return codes, pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
+
+
 def with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     """The kernels frame with cls, precision, tensor_cores and align_elems per row (classified once per name)."""
     if kernels.empty:
         return kernels.assign(cls=pd.Series(dtype=object), precision=pd.Series(dtype=object),
                               tensor_cores=pd.array([], dtype="boolean"), align_elems=pd.Series(dtype=float))
-    c = classify(kernels["name"]).set_index("name")
-    key = kernels["name"].astype(str)
-    return kernels.assign(cls=key.map(c["cls"]).to_numpy(), precision=key.map(c["precision"]).to_numpy(),
-                          tensor_cores=pd.array(key.map(c["tensor_cores"]).to_numpy(), dtype="boolean"),
-                          align_elems=key.map(c["align_elems"]).to_numpy(float))
+    codes, u = _distinct(kernels["name"])
+    c = classify(u)
+    row = pd.Index(c["name"]).get_indexer(u).take(codes)
+    return kernels.assign(cls=c["cls"].to_numpy()[row], precision=c["precision"].to_numpy()[row],
+                          tensor_cores=pd.array(c["tensor_cores"].to_numpy()[row], dtype="boolean"),
+                          align_elems=c["align_elems"].to_numpy(float)[row])
 
 
 def kernel_classes(report, window: tuple[int, int] | None = None) -> pd.DataFrame:

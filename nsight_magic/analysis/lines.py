@@ -15,6 +15,7 @@ import pandas as pd
 
 from ..inside.annotate import BACKWARD_SUFFIX
 from ..inside.line_ranges import LINE_DOMAIN
+from . import text as tx
 
 LINE_COLUMNS = ["line", "source", "hits", "cpu_ns", "gpu_ns", "gpu_ops", "top_kernels"]
 MODULE_COLUMNS = ["module", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",
@@ -75,7 +76,7 @@ def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.Da
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=LINE_COLUMNS)
-    mask = (nv["domain"].astype(str) == LINE_DOMAIN).to_numpy() & (nv["kind"].astype(str) != "mark").to_numpy()
+    mask = (tx.eq(nv["domain"], LINE_DOMAIN)) & (~tx.eq(nv["kind"], "mark"))
     if not mask.any():
         return pd.DataFrame(columns=LINE_COLUMNS)
     r = _ranges_with_gpu(report, mask)
@@ -115,7 +116,7 @@ def module_table(report, names=None) -> pd.DataFrame:
     if not names:
         return pd.DataFrame(columns=MODULE_COLUMNS)
     base = label.where(~bw, label.str.slice(0, -len(BACKWARD_SUFFIX)))
-    mask = base.isin(names).to_numpy() & (nv["kind"].astype(str) != "mark").to_numpy()
+    mask = base.isin(names).to_numpy() & (~tx.eq(nv["kind"], "mark"))
     r = _ranges_with_gpu(report, mask)
     lab = r["label"].astype(str)
     r["backward"] = lab.str.endswith(BACKWARD_SUFFIX)

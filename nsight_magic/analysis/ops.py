@@ -24,6 +24,7 @@ import pandas as pd
 from ..inside.ops import BACKWARD_OF, COMPOSITE_MARK, OPS_DOMAIN, forward_op_of
 from . import intervals as I
 from .enclosing import Enclosing, emitted
+from . import text as tx
 
 _NAME = re.compile(r"^(?P<op>[^\s\[(]+)(?:" + re.escape(BACKWARD_OF) + r"(?P<fwd>[^\]]+)\])?(?: \((?P<shapes>.*)\))?$")
 OPS_COLUMNS = ["op", "calls", "cpu_ns", "gpu_ns", "kernels", "top_kernel", "backward_of"]
@@ -55,7 +56,7 @@ def ops_source(report) -> str | None:
     if nv.empty:
         return None
     ours = (nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy()
-    if (ours & (nv["kind"].astype(str) != "mark").to_numpy()).any():
+    if (ours & (~tx.eq(nv["kind"], "mark"))).any():
         return "dispatch"
     return "emit_nvtx" if emitted(nv).any() else None
 
@@ -66,7 +67,7 @@ def composite_marked(report) -> set[str]:
     if nv.empty:
         return set()
     m = nv[(nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy()
-           & (nv["kind"].astype(str) == "mark").to_numpy()]
+           & (tx.eq(nv["kind"], "mark"))]
     names = m["name"].astype(str)
     out: set[str] = set()
     for text in names[names.str.startswith(COMPOSITE_MARK)]:
@@ -82,7 +83,7 @@ def op_ranges(report) -> pd.DataFrame:
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=RANGE_COLUMNS)
-    closed = (nv["kind"].astype(str) != "mark").to_numpy() & nv["end_ns"].notna().to_numpy()
+    closed = (~tx.eq(nv["kind"], "mark")) & nv["end_ns"].notna().to_numpy()
     ours = (nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy() & closed
     if ours.any():
         out = _dispatch_ranges(nv[ours])

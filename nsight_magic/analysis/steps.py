@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..inside.child import CAPTURE_DOMAIN
+from . import text as tx
 
 MIN_STEPS = 3
 # NVTX ranges nsight-magic adds itself (--lines, --ops) are no structure of the user's loop, nor are the operator
@@ -61,8 +62,8 @@ def user_ranges(report) -> pd.DataFrame:
     if nv.empty:
         return nv
     dom = nv["domain"].astype("string").fillna("")
-    keep = (nv["kind"].astype(str) != "mark") & nv["end_ns"].notna() & (dom != CAPTURE_DOMAIN) \
-        & ~dom.isin(ANNOTATION_DOMAINS) & ~nv["name"].astype(str).str.contains(FRAMEWORK_OPS, regex=True)
+    keep = (~tx.eq(nv["kind"], "mark")) & nv["end_ns"].notna() & (dom != CAPTURE_DOMAIN) \
+        & ~dom.isin(ANNOTATION_DOMAINS) & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True)
     return nv[keep.to_numpy()]
 
 
@@ -73,7 +74,7 @@ def cell_threads(report) -> dict[int, int]:
     nv = report.nvtx
     if not nv.empty:
         ours = nv[(nv["domain"].astype("string") == CAPTURE_DOMAIN).fillna(False).to_numpy()
-                  & (nv["kind"].astype(str) != "mark").to_numpy()]
+                  & (~tx.eq(nv["kind"], "mark"))]
         for pid, tid in zip(ours["pid"], ours["tid"]):
             out.setdefault(int(pid), int(tid))
     api = report.cuda_api

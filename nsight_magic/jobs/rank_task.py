@@ -66,8 +66,7 @@ def summarize_rank(rank: int, path: str) -> RankResult:
 
 
 def _fill(out: RankResult, rep) -> None:
-    import sqlite3
-
+    from ..readers.nsys_sql import open_ro
     from ..analysis.bottleneck import diagnose
     from ..analysis.ranks import _launch_times, nccl_kernels
     from ..analysis.steps import find_steps
@@ -77,7 +76,7 @@ def _fill(out: RankResult, rep) -> None:
     meta = rep.meta
     out.nsys_version = meta.nsys_version
     out.span = (int(meta.start_ns), int(meta.end_ns))
-    con = sqlite3.connect(rep.sqlite_path.resolve().as_uri() + "?mode=ro", uri=True)
+    con = open_ro(rep.sqlite_path)
     try:
         out.clock_offset_ns = clock_offset_ns(con)
         out.host = _host(con)

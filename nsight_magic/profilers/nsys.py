@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 import sqlite3
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -240,9 +241,26 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
             hint = f" the cell's capture range was never recorded; {pitfall or 'try --capture all'};"
         own = f" nsys's own output is in {folder.tool_log}" if folder.tool_log.exists() and \
             folder.tool_log.stat().st_size else " nsys printed nothing"
-        messages.append(f"nsys wrote no report:{hint}{own}")
+        full = disk_full(folder)
+        messages.append(f"nsys wrote no report: {full};{own}" if full else f"nsys wrote no report:{hint}{own}")
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
                      returned, manifest, timings, notes)
+
+
+def disk_full(folder: ProfileFolder) -> str | None:
+    """'the disk is full ...' when nsys said so (its report could not be written), else None."""
+    try:
+        said = "No space left on device" in folder.tool_log.read_text(errors="replace")
+    except OSError:
+        said = False
+    if not said:
+        return None
+    try:
+        free = f", {shutil.disk_usage(folder.path).free / 2**20:.0f} MB free"
+    except OSError:
+        free = ""
+    return (f"the disk holding {folder.path} is full (nsys: No space left on device{free}); free space or give "
+            "--dir a folder on another disk")
 
 
 def _kept_after_interrupt(folder: ProfileFolder, messages: list[str]) -> tuple[Path | None, None]:

@@ -20,7 +20,7 @@ from typing import Callable
 
 from ..inside.child import EXIT_CELL_ERROR, rank_suffix
 from ..errors import NsightMagicError
-from ..options import is_secret_name
+from ..options import is_secret
 from ..store import ProfileFolder
 from ..tools import orphan_guard
 
@@ -105,7 +105,7 @@ def child_environment(base: dict | None = None) -> dict:
     from ..options import SECRET_NAME_PATTERNS
 
     patterns = SECRET_NAME_PATTERNS + extra
-    env = {k: v for k, v in base.items() if k in keep or not is_secret_name(k, patterns)}
+    env = {k: v for k, v in base.items() if k in keep or not is_secret(k, v, patterns)}
     # ipykernel's inline backend means nothing outside the kernel.
     if env.get("MPLBACKEND", "").startswith("module://"):
         env["MPLBACKEND"] = "Agg"

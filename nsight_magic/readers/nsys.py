@@ -28,7 +28,7 @@ from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .report_api import NsysActions
 from .capture_span import CaptureSpan, foreign_span, own_span
-from .nsys_sql import Strings, columns_of, connect, find_spec_table, find_table
+from .nsys_sql import Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro
 from ..inside.child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
@@ -126,6 +126,12 @@ def private_cache() -> Path:
     except OSError:
         pass
     return Path(tempfile.mkdtemp(prefix="nsight-magic-exports-"))
+
+
+def _read_error(path: Path, con, e: sqlite3.DatabaseError) -> BaseException:
+    """What a failed read raises: Ctrl-C or the time limit when they stopped it, else a one-line ReportError."""
+    got = con.stopped(path, e) if hasattr(con, "stopped") else None
+    return got or ReportError(f"{path}: cannot read ({e}); re-export the report")
 
 
 def _is_complete(sqlite_path: Path) -> bool:
@@ -250,7 +256,7 @@ class NsysReport(NsysActions):
         try:
             return fn(*args)
         except sqlite3.DatabaseError as e:
-            raise ReportError(f"{self.sqlite_path}: cannot read ({e}); re-export the report") from None
+            raise _read_error(self.sqlite_path, self._con, e) from None
 
     @functools.cached_property
     def _strings(self) -> Strings:
@@ -358,7 +364,10 @@ class NsysReport(NsysActions):
                 spans = [self._query(f.result) for f in futures]
         else:
             spans = [self._query(lambda q=q: self._con.execute(q).fetchone()) for q in sql]
-        for a, b in spans:
+        for (t, c), (a, b) in zip(self._event_tables(), spans):
+            if not isinstance(a, (int, type(None))) or not isinstance(b, (int, type(None))):
+                self._query(check_ints, self._con, t, ["start", '"end"' if "end" in columns_of(self._con, t)
+                                                       else "start"], c, self.sqlite_path)
             if a is not None:
                 lo = a if lo is None else min(lo, a)
             if b is not None:
@@ -625,10 +634,10 @@ class NsysReport(NsysActions):
         """fn(connection) on a read-only connection of its own (SQLite connections are not shared by threads)."""
         con = None
         try:
-            con = sqlite3.connect(self.sqlite_path.resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False)
+            con = open_ro(self.sqlite_path)
             return fn(con)
         except sqlite3.DatabaseError as e:
-            raise ReportError(f"{self.sqlite_path}: cannot read ({e}); re-export the report") from None
+            raise _read_error(self.sqlite_path, con, e) from None
         finally:
             if con is not None:
                 con.close()

@@ -1,6 +1,8 @@
 """Build the DataFrames of an Nsight Systems export from the column specs (no per-row Python)."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pandas as pd
 
@@ -9,6 +11,7 @@ from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PU
 from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, read_ints, read_texts,
                        to_categorical)
 
+from ..errors import ReportWarning
 from ..inside.child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
 _MASK24 = 0xFFFFFF
@@ -43,6 +46,8 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
     if delta_end:
         d = arrays["end"]
         arrays["end"] = np.where(d == NULL, NULL, arrays["start"] + d)
+    if "start" in arrays and "end" in arrays:
+        _no_negative_spans(table, arrays["start"], arrays["end"])
     n = len(next(iter(arrays.values()))) if arrays else 0
     out = {}
     for c in cols:
@@ -56,6 +61,16 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
             a[null] = NULL
         out[c.name] = a
     return out
+
+
+def _no_negative_spans(table: str, start: np.ndarray, end: np.ndarray) -> None:
+    """Rows that end before they start (a damaged or altered report) are read as 0 ns long, with a warning, so
+    that no total goes negative."""
+    bad = (end != NULL) & (end < start)
+    if bad.any():
+        end[bad] = start[bad]
+        warnings.warn(f"{table}: {int(bad.sum())} row(s) end before they start; read as 0 ns long (the report "
+                      "was damaged or altered)", ReportWarning, stacklevel=2)
 
 
 def empty_frame(frame: str) -> pd.DataFrame:

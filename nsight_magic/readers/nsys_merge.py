@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ReportError
+from .nsys_sql import refuse_code
 
 _REF = re.compile(r"REFERENCES\s+(\w+)\((\w+)\)")
 _TIME_NAMES = {"start", "end", "timestamp", "startTime", "stopTime"}
@@ -94,12 +95,16 @@ def merge_exports(exports: list[Path], out: Path) -> Path:
     out = Path(out)
     tmp = out.with_name(out.name + ".part")
     shutil.copyfile(exports[0], tmp)
-    con = sqlite3.connect(tmp)
+    con = sqlite3.connect(tmp.resolve().as_uri(), uri=True)  # uri: the sources are attached read-only
     try:
+        # the rows we write must not run a report's code: no trigger, no view anywhere, the schema untrusted
+        con.execute("PRAGMA trusted_schema = OFF")
+        refuse_code(con, exports[0])
         base = _offset_of(con, "main", exports[0])
         for other in exports[1:]:
-            con.execute("ATTACH DATABASE ? AS src", (str(other),))
+            con.execute("ATTACH DATABASE ? AS src", (Path(other).resolve().as_uri() + "?mode=ro",))
             try:
+                refuse_code(con, other, "src")
                 with con:
                     _append(con, _offset_of(con, "src", other) - base)
             finally:

@@ -5,8 +5,10 @@ Python tuples, and the transient memory is one string per column and chunk inste
 """
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,70 @@ COMPLETE_MARKERS = ("META_DATA_EXPORT", "EXPORT_META_DATA", "ANALYSIS_DETAILS", 
                     "CUPTI_ACTIVITY_KIND_KERNEL", "NVTX_EVENTS", "OSRT_API", "PROFILER_OVERHEAD")
 
 
+# A report is data: no query may run longer than this (a table is bounded; only a planted view or a damaged file
+# makes a read endless), and Ctrl-C stops a query between SQLite's steps.
+QUERY_LIMIT_S = float(os.environ.get("NSIGHT_MAGIC_QUERY_LIMIT_S", "600"))
+_STEPS = 20_000  # SQLite VM steps between two checks (a few ms)
+
+
+class ReadOnly(sqlite3.Connection):
+    """A report's connection: read-only, untrusted schema, each statement bounded in time and stoppable by Ctrl-C.
+
+    SQLite calls the progress handler every few thousand steps; returning 1 aborts the statement with
+    "interrupted", and `stopped()` says why (Ctrl-C or the time limit) so the caller raises the right error."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.why: str | None = None
+        self._t0 = time.monotonic()
+        self.limit_s = QUERY_LIMIT_S
+        # a string that is not UTF-8 (a damaged or planted name) reads with U+FFFD instead of failing the report
+        self.text_factory = lambda b: b.decode("utf-8", "replace")
+        self.execute("PRAGMA query_only = ON")
+        self.execute("PRAGMA trusted_schema = OFF")
+        self.set_progress_handler(self._progress, _STEPS)
+
+    def _progress(self) -> int:
+        try:
+            if time.monotonic() - self._t0 > self.limit_s:
+                self.why = "limit"
+                return 1
+            return 0
+        except KeyboardInterrupt:  # a signal is raised in Python code: here, between SQLite's steps
+            self.why = "interrupt"
+            return 1
+
+    def execute(self, *args):
+        self._t0, self.why = time.monotonic(), None
+        return super().execute(*args)
+
+    def stopped(self, path, e: BaseException) -> BaseException | None:
+        """The error to raise for `e` when our handler stopped the statement, else None."""
+        if not (isinstance(e, sqlite3.OperationalError) and "interrupt" in str(e)):
+            return None
+        if self.why == "limit":
+            return ReportError(f"{path}: a query ran past {self.limit_s:g} s and was stopped; the report may be "
+                               "damaged or planted: re-export it (NSIGHT_MAGIC_QUERY_LIMIT_S raises the limit)")
+        return KeyboardInterrupt()  # Ctrl-C (also when it came before our handler's try)
+
+
+def open_ro(path: Path) -> ReadOnly:
+    """A read-only connection to a report file (see ReadOnly)."""
+    return sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True, check_same_thread=False,
+                           factory=ReadOnly)
+
+
+def refuse_code(con: sqlite3.Connection, path, schema: str = "main") -> None:
+    """A report holding views or triggers is refused: an export holds tables only, and SQLite would run their
+    code when we read a view or write a merge (an endless view, a trigger deleting rows)."""
+    rows = con.execute(f"SELECT type, name FROM {schema}.sqlite_master WHERE type IN ('view', 'trigger') "
+                       "ORDER BY type, name").fetchall()
+    if rows:
+        what = ", ".join(f"{t} {n!r}" for t, n in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
+        raise ReportError(f"{path}: holds {what}: an Nsight Systems export holds tables only and a report is read "
+                          "as data, never as code; re-export it from its .nsys-rep")
+
+
 def connect(path: Path) -> tuple[sqlite3.Connection, set[str]]:
     """Open read-only and check it is a complete nsys export; returns the connection and its table names."""
     try:
@@ -36,12 +102,18 @@ def connect(path: Path) -> tuple[sqlite3.Connection, set[str]]:
         raise ReportError(f"{path}: empty file (0 bytes); the export or the copy did not finish")
     if head != b"SQLite format 3\x00":
         raise ReportError(f"{path}: not an SQLite file; pass an nsys export (.sqlite) or a .nsys-rep/.qdrep")
-    uri = path.resolve().as_uri() + "?mode=ro"
+    con = None
     try:
-        con = sqlite3.connect(uri, uri=True, check_same_thread=False)
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")}
-    except sqlite3.DatabaseError as e:
-        raise ReportError(f"{path}: damaged SQLite file ({e}); re-export it with `nsys export --type sqlite`") from None
+        con = open_ro(path)
+        refuse_code(con, path)
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except (sqlite3.DatabaseError, ReportError) as e:
+        if con is not None:
+            con.close()
+        if isinstance(e, ReportError):
+            raise
+        raise (con.stopped(path, e) if con is not None and con.stopped(path, e) else ReportError(
+            f"{path}: damaged SQLite file ({e}); re-export it with `nsys export --type sqlite`")) from None
     reexport = "re-export the report with `nsys export --type sqlite --force-overwrite true REPORT.nsys-rep`"
     if "StringIds" not in tables or not any(t in tables for t in NSYS_MARKERS[1:]):
         con.close()
@@ -103,8 +175,24 @@ def read_ints(con, table: str, exprs: list[str], where: str | None = None, path:
     for a in range(lo, hi + 1, CHUNK_ROWS):  # chunks bound the transient text to a few MB per column
         for i, s in enumerate(con.execute(sql, (a, a + CHUNK_ROWS)).fetchone()):
             if s:
-                parts[i].append(np.fromstring(s, dtype=np.int64, sep=","))
+                try:
+                    parts[i].append(np.fromstring(s, dtype=np.int64, sep=","))
+                except (ValueError, TypeError):  # text, a blob or a real among the integers: say where
+                    check_ints(con, table, [exprs[i]], where, path)
+                    raise
     return [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
+
+
+def check_ints(con, table: str, exprs: list[str], where: str | None = None, path=None) -> None:
+    """A ReportError naming the first of `exprs` over `table` that holds a value other than an integer or NULL."""
+    cond = f" AND ({where})" if where else ""
+    for e in exprs:
+        row = con.execute(f'SELECT rowid, typeof({e}) FROM "{table}" WHERE typeof({e}) NOT IN (\'integer\', '
+                          f"'null'){cond} LIMIT 1").fetchone()
+        if row:
+            raise ReportError(f"{path or 'report'}: {table}.{e.strip(chr(34))} holds a {row[1]} value (row "
+                              f"{row[0]}) where nsys writes integers: the report was damaged or altered; "
+                              "re-export it from its .nsys-rep")
 
 
 def _read_ints_adbc(path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:

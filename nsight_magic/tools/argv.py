@@ -25,4 +25,10 @@ def validate_passthrough(text: str, owned: dict[str, str], tool: str) -> tuple[s
         for candidate in (name, short):
             if candidate in owned:
                 raise OptionError(f"--{tool}-args may not contain {candidate}: {owned[candidate]}")
+        # the tools take any unambiguous start of a long flag (--force-over, --sess): so do we
+        if name.startswith("--") and len(name) > 2:
+            for full in sorted(owned):
+                if full.startswith("--") and full.startswith(name):
+                    raise OptionError(f"--{tool}-args may not contain {name} ({tool} reads it as {full}): "
+                                      f"{owned[full]}")
     return tuple(tokens)

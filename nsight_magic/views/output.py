@@ -2,10 +2,10 @@
 the run has to say, as one display bundle; and its standalone page, view.html, written whole or not at all."""
 from __future__ import annotations
 
-import os
-import secrets
 from html import escape
 from pathlib import Path
+
+from .pages import write_page
 
 READY_KEY = "application/vnd.nsight-magic+json"  # display metadata: {"state": "ready" | "failed", "folder": ...}
 
@@ -25,10 +25,14 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
         from .report_view import NsysView
 
         view = NsysView(report, folder, thresholds=thresholds)
-        bundle = _bundle(view, lines)
         if folder is not None:
-            write_page(Path(folder) / "view.html", view.html_page())
-        return bundle
+            page = Path(folder) / "view.html"
+            try:
+                write_page(page, view.html_page())
+            except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
+                lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is shown "
+                             "here only")
+        return _bundle(view, lines)
     from .ncu import NcuView, ncu_text
 
     if not render:
@@ -52,20 +56,3 @@ def _bundle(view, lines: list[str]) -> dict:
     return {"text/plain": _joined(lines, view.text()), "text/html": html,
             "application/vnd.jupyter.widget-view+json": {"model_id": widget.model_id, "version_major": 2,
                                                          "version_minor": 0}}
-
-
-def write_page(path: Path, html: str) -> Path:
-    """Write an HTML page whole or not at all: into a new file beside it, then renamed over it (a symbolic link
-    at `path` is replaced, never written through)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
-    try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(html)
-        os.replace(tmp, path)
-    finally:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-    return path

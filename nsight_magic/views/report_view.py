@@ -429,9 +429,9 @@ def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:
 
 def write_view_html(report, path, folder=None, thresholds: dict | None = None) -> Path:
     """Write nsys_html to path; returns the path."""
-    p = Path(path)
-    p.write_text(nsys_html(report, folder, thresholds), encoding="utf-8")
-    return p
+    from .pages import write_page
+
+    return write_page(Path(path), nsys_html(report, folder, thresholds))
 
 
 def nsys_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
@@ -460,7 +460,9 @@ def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = 
         publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the timelines below)"})
     publish_display_data(bundle)
     if save_html is not None:
-        Path(save_html).write_text(view.html_page(), encoding="utf-8")
+        from .pages import write_page
+
+        write_page(Path(save_html), view.html_page())
 
 
 def bundle_bytes(bundle: dict) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .common import Context, Finding, estimate_words, evidence, ranges_of
+from .. import text as tx
 
 _CAUSE_WORDS = {
     "compute": "its GPU computes {mine:.0f}% of the steady state against {others:.0f}% on the others: it has more "
@@ -129,7 +130,7 @@ def rule_nccl_share(ctx: Context) -> list[Finding]:
     k = report.kernels
     if k.empty:
         return []
-    hit = k["name"].astype(str).str.contains(r"(?i)^(?:void )?nccl", regex=True).to_numpy()
+    hit = tx.contains(k["name"], r"(?i)^(?:void )?nccl", regex=True)
     total_gpu = k["duration_ns"].sum()
     t = k[hit]
     share = t["duration_ns"].sum() * 100.0 / max(total_gpu, 1)

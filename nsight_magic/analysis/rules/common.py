@@ -10,6 +10,7 @@ import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
 from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
+from .. import text as tx
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,17 @@ def like(names: pd.Series, pattern: str) -> np.ndarray:
         hit = cats.str.contains(rx, case=False, regex=True).to_numpy()
         codes = names.cat.codes.to_numpy()
         return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
-    return names.astype(str).str.contains(rx, case=False, regex=True).fillna(False).to_numpy()
+    return tx.contains(names, rx, case=False, regex=True)
+
+
+def _pair_index(pid, corr, opid, ocorr) -> np.ndarray:
+    """Where each (opid, ocorr) is among the unique pairs (pid, corr), -1 where absent: one int64 key per pair
+    when the values fit (a hash lookup of plain integers), else a MultiIndex."""
+    both = np.r_[pid, opid], np.r_[corr, ocorr]
+    if len(both[0]) and both[0].min() >= 0 and both[0].max() < 2 ** 23 and both[1].min() >= -1 \
+            and both[1].max() < 2 ** 40 - 1:
+        return pd.Index((pid << 40) + corr).get_indexer((opid << 40) + ocorr)
+    return pd.MultiIndex.from_arrays([pid, corr]).get_indexer(pd.MultiIndex.from_arrays([opid, ocorr]))
 
 
 def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
@@ -154,10 +165,8 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     if ops.empty or api.empty:
         return pd.DataFrame({c: pd.Series([pd.NA] * len(ops), dtype="object") for c in cols}, index=ops.index)
     a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    key = pd.MultiIndex.from_arrays([a["pid"].to_numpy(), a["correlation_id"].to_numpy(np.int64)])
-    okey = pd.MultiIndex.from_arrays([ops["pid"].to_numpy(),
-                                      ops["correlation_id"].fillna(-1).to_numpy(np.int64)])
-    idx = key.get_indexer(okey)
+    idx = _pair_index(a["pid"].to_numpy(np.int64), a["correlation_id"].to_numpy(np.int64),
+                      ops["pid"].to_numpy(np.int64), ops["correlation_id"].fillna(-1).to_numpy(np.int64))
     ok = idx >= 0
     take = np.maximum(idx, 0)
     out = pd.DataFrame(index=ops.index)
@@ -276,23 +285,32 @@ def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFr
             continue
         d = df
         if key == "cpu_nvtx":
-            d = d[d["kind"].astype(str) != "mark"]
-            d = d[~d["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]  # our own cell range says nothing
+            d = d[~tx.eq(d["kind"], "mark")]
+            d = d[~tx.eq(d["domain"], CAPTURE_DOMAIN)]  # our own cell range says nothing
         end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
-        label = d["label"] if key == "cpu_nvtx" else d["name"]
-        prepared[key] = (d["pid"].to_numpy(), d["tid"].to_numpy(), d["start_ns"].to_numpy(np.int64), end,
-                         label.astype(object).to_numpy())
+        start = d["start_ns"].to_numpy(np.int64)
+        o = np.argsort(start, kind="stable")
+        label = (d["label"] if key == "cpu_nvtx" else d["name"]).iloc[o]
+        # by start, with the running maximum of the ends: the rows that can overlap [a, b) are the slice from the
+        # first whose running end passes a to the last that starts before b (no scan of the whole table per gap)
+        prepared[key] = (d["pid"].to_numpy()[o], d["tid"].to_numpy()[o], start[o], end[o],
+                         np.maximum.accumulate(end[o]), label)
     for i, g in enumerate(gaps.itertuples()):  # gaps are few (>= 500 ms each by default)
         tid = launch_tid[i]
-        for key, (pid, tids, s, e, label) in prepared.items():
-            m = (pid == g.pid) & (s < g.end_ns) & (e > g.start_ns)
+        for key, (pid, tids, s, e, run_end, label) in prepared.items():
+            lo, hi = np.searchsorted(run_end, g.start_ns, "right"), np.searchsorted(s, g.end_ns, "left")
+            if hi <= lo:
+                continue
+            sl = slice(lo, hi)
+            m = (pid[sl] == g.pid) & (e[sl] > g.start_ns)
             if tid is not None and not pd.isna(tid):
-                m &= tids == tid
+                m &= tids[sl] == tid
             if not m.any():
                 continue
-            cover = np.minimum(e[m], g.end_ns) - np.maximum(s[m], g.start_ns)
+            idx = lo + np.flatnonzero(m)
+            cover = np.minimum(e[idx], g.end_ns) - np.maximum(s[idx], g.start_ns)
             j = int(np.argmax(cover))
-            out[key][i] = str(label[m][j])
+            out[key][i] = str(label.iat[idx[j]])
             shares[key + "_pct"][i] = round(100.0 * cover[j] / max(g.end_ns - g.start_ns, 1), 1)
     return pd.DataFrame({**out, **shares})
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import text as tx
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, where_words,
                      with_operator)
 
@@ -31,8 +32,8 @@ def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
 
 def pageable_async_copies(report) -> pd.DataFrame:
     """The copies nsys's cuda_memcpy_async flags: cudaMemcpy*Async from or to pageable memory."""
-    return _copies_flagged(report, "cudaMemcpy%Async%", lambda m: (m["src_kind"].astype(str) == "pageable")
-                           | (m["dst_kind"].astype(str) == "pageable"))
+    return _copies_flagged(report, "cudaMemcpy%Async%", lambda m: (tx.eq(m["src_kind"], "pageable"))
+                           | (tx.eq(m["dst_kind"], "pageable")))
 
 
 def serialized_copies(report) -> pd.DataFrame:
@@ -40,7 +41,7 @@ def serialized_copies(report) -> pd.DataFrame:
     m, k = report.memcpy, report.kernels
     if m.empty or k.empty:
         return m.iloc[0:0]
-    hd = m[m["kind"].astype(str).isin(["HtoD", "DtoH"]).to_numpy()]
+    hd = m[tx.isin(m["kind"], ["HtoD", "DtoH"])]
     rows = []
     for (dev, stream), c in hd.groupby(["device_id", "stream_id"], sort=False):
         ks = k[(k["device_id"] == dev) & (k["stream_id"] == stream)]
@@ -106,7 +107,7 @@ def rule_cuda_memcpy_sync(ctx: Context) -> list[Finding]:
     small = th["cuda_memcpy_sync.min_htod_bytes"]
 
     def keep(m):
-        htod_small = (m["bytes"] <= small) & (m["kind"].astype(str) == "HtoD")
+        htod_small = (m["bytes"] <= small) & (tx.eq(m["kind"], "HtoD"))
         same_dev = m["src_device_id"].notna() & (m["src_device_id"] == m["dst_device_id"])
         return ~(htod_small | same_dev.fillna(False)).to_numpy(bool)
 
@@ -139,7 +140,7 @@ def rule_cuda_memset_sync(ctx: Context) -> list[Finding]:
     s = report.memset
     if s.empty:
         return []
-    sel = s[s["mem_kind"].astype(str).isin(["pinned", "managed"]).to_numpy()]
+    sel = s[tx.isin(s["mem_kind"], ["pinned", "managed"])]
     a = api_of(sel, report.cuda_api)
     named = a["api_name"].notna().to_numpy()
     hit = np.zeros(len(sel), bool)
@@ -168,8 +169,8 @@ def rule_serialized_copy(ctx: Context) -> list[Finding]:
     t = serialized_copies(report)
     if t.empty or t["duration_ns"].sum() < th["serialized_copy.min_copy_ms"] * 1e6:
         return []
-    pageable = (t["src_kind"].astype(str) == "pageable") | (t["dst_kind"].astype(str) == "pageable")
-    ev = evidence(t, "memcpy " + t["kind"].astype(str), {"bytes": t["bytes"], "pageable": pageable.to_numpy()})
+    pageable = (tx.eq(t["src_kind"], "pageable")) | (tx.eq(t["dst_kind"], "pageable"))
+    ev = evidence(t, "memcpy " + t["kind"].astype(str), {"bytes": t["bytes"], "pageable": np.asarray(pageable)})
     own = ev[~ev["pageable"].astype(bool)]
     at_stake = _exposed(ctx, own) if len(own) else 0
     if not len(own):  # every one of them is pageable: cuda_memcpy_async is the cause, this is how to finish it

@@ -12,6 +12,7 @@ import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
 from .. import intervals as I
+from .. import text as tx
 from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words,
                      with_operator)
 
@@ -50,7 +51,7 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
 
 def _sync_idle(ctx: Context, pattern: str) -> int:
     g = ctx.diag.gaps("sync")
-    g = g[g["in_window"] & g["sync_name"].astype(str).str.contains(pattern, regex=True)]
+    g = g[g["in_window"] & tx.contains(g["sync_name"], pattern, regex=True)]
     return ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
 
 
@@ -120,8 +121,8 @@ def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
     nv, os_ = report.nvtx, report.osrt
     if nv.empty or os_.empty:
         return []
-    nv = nv[(nv["kind"].astype(str) != "mark") & nv["end_ns"].notna()]
-    nv = nv[~nv["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
+    nv = nv[(~tx.eq(nv["kind"], "mark")) & nv["end_ns"].notna()]
+    nv = nv[~tx.eq(nv["domain"], CAPTURE_DOMAIN)]
     if "nesting_level" in os_:
         os_ = os_[pd.to_numeric(os_["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
     counts = nv["label"].astype(str).value_counts()
@@ -132,7 +133,7 @@ def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
     o_end = pd.to_numeric(os_["end_ns"]).to_numpy(np.int64)
     o_name = os_["name"].astype(str).to_numpy()
     for label in repeated:
-        r = nv[nv["label"].astype(str) == label]
+        r = nv[tx.eq(nv["label"], label)]
         r_thread = (r["pid"].to_numpy(np.int64) << 24) | r["tid"].to_numpy(np.int64)
         rs, re_ = r["start_ns"].to_numpy(np.int64), pd.to_numeric(r["end_ns"]).to_numpy(np.int64)
         waited = np.zeros(len(r))

@@ -17,6 +17,7 @@ from ..bottleneck import HOST_CALLS
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
                      with_operator)
 from .kernels import gpu_side_saving
+from .. import text as tx
 
 TINY_COPY_BYTES = 1024       # a device-to-host copy this small is a value the host wants to look at
 IMPLICIT_WINDOW_NS = 2_000_000  # ... when the thread synchronises within this long after it
@@ -29,7 +30,7 @@ def _calls_in_window(ctx: Context, rx) -> pd.DataFrame:
     api = ctx.report.cuda_api
     if api.empty:
         return api
-    a = api[api["name"].astype(str).str.contains(rx).to_numpy()]
+    a = api[tx.contains(api["name"], rx)]
     keep = np.zeros(len(a), bool)
     for p in ctx.diag.pairs:
         keep |= ((a["pid"] == p.pid) & (a["start_ns"] >= p.window[0]) & (a["start_ns"] < p.window[1])).to_numpy()
@@ -111,13 +112,13 @@ def implicit_syncs(report) -> pd.DataFrame:
     empty = api.iloc[0:0].assign(copy_bytes=pd.Series(dtype="int64"), copy_start_ns=pd.Series(dtype="int64"))
     out = empty
     if len(api) and len(m) and "kind" in m:
-        tiny = m[(m["kind"].astype(str) == "DtoH") & (m["bytes"] <= TINY_COPY_BYTES)]
+        tiny = m[(tx.eq(m["kind"], "DtoH")) & (m["bytes"] <= TINY_COPY_BYTES)]
         if len(tiny):
             a = api_of(tiny, api)
             copies = pd.DataFrame({"pid": tiny["pid"].to_numpy(), "tid": a["api_tid"].to_numpy(),
                                    "t": pd.to_numeric(a["api_start_ns"]).to_numpy(), "bytes": tiny["bytes"].to_numpy()})
             copies = copies.dropna(subset=["tid", "t"])
-            syncs = api[api["name"].astype(str).str.contains(SYNC_RX).to_numpy()]
+            syncs = api[tx.contains(api["name"], SYNC_RX)]
             parts = []
             for (pid, tid), s in syncs.groupby(["pid", "tid"]):  # threads: a few
                 c = copies[(copies["pid"] == pid) & (copies["tid"] == tid)].sort_values("t")
@@ -148,7 +149,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
     ctx.claim("sync", idle)
     k = report.kernels
-    dd = k[k["name"].astype(str).str.contains(DATA_DEPENDENT_RX, regex=True).to_numpy()] if len(k) else k
+    dd = k[tx.contains(k["name"], DATA_DEPENDENT_RX, regex=True)] if len(k) else k
     gpu = gpu_side_saving(ctx, dd) if len(dd) else 0
     at_stake = idle + gpu
     if at_stake <= 0:

@@ -13,6 +13,7 @@ import pandas as pd
 from ..bottleneck import HOST
 from ..overhead import words as overhead_words
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
+from .. import text as tx
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
 
@@ -106,7 +107,7 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
     k = report.kernels
     if k.empty:
         return []
-    hit = k["name"].astype(str).str.contains(TRANSPOSE_RX, regex=True).to_numpy()
+    hit = tx.contains(k["name"], TRANSPOSE_RX, regex=True)
     total_gpu = k["duration_ns"].sum()
     t = k[hit]
     if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
@@ -137,7 +138,7 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     if k.empty or g.empty or g["sm_count"].isna().all():
         return []
     # NCCL's kernels use a few blocks on purpose (their time is communication: comm.py)
-    k = k[~k["name"].astype(str).str.contains(r"(?i)^(?:void )?nccl", regex=True).to_numpy()]
+    k = k[~tx.contains(k["name"], r"(?i)^(?:void )?nccl", regex=True)]
     if k.empty:
         return []
     sms = dict(zip(g["id"].to_numpy(), pd.to_numeric(g["sm_count"], errors="coerce").to_numpy()))

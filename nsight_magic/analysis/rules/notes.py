@@ -6,6 +6,7 @@ import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
 from .common import Context, Finding, evidence, ranges_of
+from .. import text as tx
 
 
 def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
@@ -16,8 +17,8 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     k = report.kernels
     if nv.empty or k.empty or "launch_tid" not in k:
         return []
-    r = nv[(nv["kind"].astype(str) == "push_pop") & nv["end_ns"].notna()]
-    r = r[~r["domain"].astype(str).eq(CAPTURE_DOMAIN).to_numpy()]
+    r = nv[(tx.eq(nv["kind"], "push_pop")) & nv["end_ns"].notna()]
+    r = r[~tx.eq(r["domain"], CAPTURE_DOMAIN)]
     ks = k["start_ns"].to_numpy(np.int64)
     order = np.argsort(ks, kind="stable")
     ks = ks[order]
@@ -44,14 +45,20 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     hit = np.flatnonzero((other >= 1) & (other >= 0.8 * ran))
     if not len(hit):
         return []
-    rows = []
-    for i in hit:
-        seg = slice(lo[i], hi[i])
-        launching = ktid[seg][(kpid[seg] == rpid[i]) & ~np.isnan(ktid[seg]) & (ktid[seg] != rtid[i])]
-        rows.append((int(r["start_ns"].iat[i]), int(r["end_ns"].iat[i]), rpid[i], int(rtid[i]),
-                     str(r["label"].iat[i]), int(other[i]), int(launching.min())))
-    df = pd.DataFrame(rows, columns=["start_ns", "end_ns", "pid", "tid", "name", "kernels_by_other_threads",
-                                     "launching_tid"])
+    # the launching thread named per range: the lowest other thread of its process among its kernels, per
+    # (process, thread) with one reduceat over the ranges' kernel slices (a sentinel closes the last slice)
+    launching = np.zeros(len(hit), np.int64)
+    for pid, tid in set(zip(rpid[hit].tolist(), rtid[hit].tolist())):
+        g = np.flatnonzero((rpid[hit] == pid) & (rtid[hit] == tid))
+        val = np.where((kpid == pid) & ~np.isnan(ktid) & (ktid != tid), ktid, np.inf)
+        val = np.r_[val, np.inf]
+        bounds = np.column_stack([lo[hit[g]], hi[hit[g]]]).ravel()
+        launching[g] = np.minimum.reduceat(val, bounds)[::2].astype(np.int64)
+    df = pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64)[hit],
+                       "end_ns": r["end_ns"].to_numpy(np.int64)[hit],
+                       "pid": rpid[hit], "tid": rtid[hit].astype(np.int64),
+                       "name": np.asarray(r["label"].astype(object).to_numpy()[hit], dtype=object).astype(str),
+                       "kernels_by_other_threads": other[hit].astype(np.int64), "launching_tid": launching})
     ev = evidence(df, df["name"], {"kernels_by_other_threads": df["kernels_by_other_threads"],
                                     "launching_tid": df["launching_tid"]})
     names = ", ".join(sorted(set(df["name"]))[:5])

@@ -20,6 +20,7 @@ from .. import intervals as I
 from ..kernel_classes import with_classes
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words
 from .kernels import gpu_side_saving
+from .. import text as tx
 
 SMALL_CLASSES = ("elementwise", "indexing", "layout", "reduction")
 LOOP_MAX_PERIOD = 8       # a Python loop body launching up to this many kernels per iteration
@@ -32,8 +33,8 @@ def _training_ranges(report, pattern: str) -> pd.DataFrame:
     nv = report.nvtx
     if nv.empty or "domain" not in nv:
         return nv.iloc[0:0]
-    r = nv[(nv["domain"].astype(str) == TRAINING_DOMAIN).to_numpy() & nv["end_ns"].notna().to_numpy()]
-    return r[r["name"].astype(str).str.contains(pattern, regex=True).to_numpy()]
+    r = nv[(tx.eq(nv["domain"], TRAINING_DOMAIN)) & nv["end_ns"].notna().to_numpy()]
+    return r[tx.contains(r["name"], pattern, regex=True)]
 
 
 def _gaps_in(ctx: Context, ranges: pd.DataFrame) -> pd.DataFrame:
@@ -148,7 +149,7 @@ def rule_extra_copy(ctx: Context) -> list[Finding]:
     copy = ops.iloc[np.flatnonzero(is_factory) + 1]
     # the copies these .to() calls made: host-to-device, their API call inside the copy operator's range
     m = report.memcpy
-    hd = m[(m["kind"].astype(str) == "HtoD").to_numpy()] if len(m) else m
+    hd = m[(tx.eq(m["kind"], "HtoD"))] if len(m) else m
     moved = _launched_in(_With(report, hd), copy.assign(end_ns=pd.to_numeric(copy["end_ns"]))) if len(hd) else hd
     if moved.empty:
         return []
@@ -185,7 +186,7 @@ class _With:
 def _loop_runs(k: pd.DataFrame, min_len: int) -> list[tuple[int, int]]:
     """Index ranges [a, b) of kernels (in launch order) whose names repeat with a period of at most LOOP_MAX_PERIOD
     for at least min_len kernels: a Python loop launching the same few small kernels per iteration."""
-    names = pd.factorize(k["name"].astype(str))[0]
+    names = pd.factorize(k["name"])[0]  # a categorical column: its codes, no text work
     n = len(names)
     periodic = np.zeros(n, bool)
     for p in range(1, LOOP_MAX_PERIOD + 1):

@@ -1,0 +1,90 @@
+"""What the advice costs next to reading: findings() + bottleneck() against a cold open (issue 28).
+
+    python benchmarks/analysis.py [--kernels 160000] [--src a_cuda_nvtx.sqlite] [--workdir DIR] [--repeat 3]
+                                  [--profile]
+
+Builds a `--kernels`-kernel trace from an H100 export (benchmarks/bigtrace.py), then, in a fresh child process each
+time (no columnar cache beside the file): open_report + kernel_summary (the cold read), then bottleneck(), then
+findings() (which reuses the diagnosis).  Prints the medians and the ratio analysis / read (goal <= 1).  --profile
+prints the 25 functions with the most cumulative time of one analysis (cProfile).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+DEFAULT_SRC = HERE.parents[1] / "shared" / "fixtures" / "nsys" / "h100-2025.3" / "a_cuda_nvtx.sqlite"
+
+CHILD = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[2])
+from nsight_magic import open_report
+import nsight_magic.analysis  # imports are not what we measure
+t0 = time.perf_counter()
+rep = open_report(sys.argv[1])
+rep.kernel_summary()
+t1 = time.perf_counter()
+if sys.argv[3] == "profile":
+    import cProfile, pstats
+    pr = cProfile.Profile(); pr.enable()
+b = rep.bottleneck()
+t2 = time.perf_counter()
+fs = rep.findings()
+t3 = time.perf_counter()
+if sys.argv[3] == "profile":
+    pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+print(json.dumps({"read_s": t1 - t0, "bottleneck_s": t2 - t1, "findings_s": t3 - t2, "kernels": len(rep.kernels),
+                  "verdict": b.kind, "findings": len(fs)}))
+"""
+
+
+def once(path: Path, mode: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, str(path), str(HERE.parent), mode], capture_output=True,
+                       text=True, timeout=3600)
+    if mode == "profile":
+        print(p.stderr[-12000:])
+    lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        sys.exit(p.stderr[-3000:])
+    return json.loads(lines[-1])
+
+
+def main() -> None:
+    from bigtrace import make_big_trace
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kernels", type=int, default=160_000)
+    ap.add_argument("--src", type=Path, default=DEFAULT_SRC)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--profile", action="store_true")
+    a = ap.parse_args()
+    root = a.workdir or Path(tempfile.gettempdir()) / "nsight-magic-analysis-bench"
+    root.mkdir(parents=True, exist_ok=True)
+    big = root / f"big{a.kernels}.sqlite"
+    if not big.exists():
+        make_big_trace(a.src, big, a.kernels)
+    shutil.rmtree(big.with_suffix(".nsight-cache"), ignore_errors=True)  # a columnar cache: not a cold read
+    runs = [once(big, "time") for _ in range(a.repeat)]
+    med = {k: statistics.median(r[k] for r in runs) for k in ("read_s", "bottleneck_s", "findings_s")}
+    analysis = med["bottleneck_s"] + med["findings_s"]
+    print(f"{runs[0]['kernels']:,} kernels, verdict {runs[0]['verdict']}, {runs[0]['findings']} findings; "
+          f"medians of {a.repeat} fresh processes:")
+    print(f"  cold open_report + kernel_summary  {med['read_s']:.2f} s")
+    print(f"  bottleneck()                       {med['bottleneck_s']:.2f} s")
+    print(f"  findings() after it                {med['findings_s']:.2f} s")
+    print(f"  analysis / read                    {analysis / med['read_s']:.2f} (goal <= 1)")
+    if a.profile:
+        once(big, "profile")
+
+
+if __name__ == "__main__":
+    main()

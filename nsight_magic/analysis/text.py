@@ -1,0 +1,33 @@
+"""Text tests on a frame's string columns (names, kinds, domains), done once per distinct value.
+
+The readers hand names as categoricals: a 1M-kernel report has a few hundred distinct kernel names, so a regex
+or a comparison over the categories and a take by code is hundreds of times cheaper than `.astype(str)` per row.
+Missing values compare as the text 'nan' (what `.astype(str)` gave).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def _per_value(col, test) -> np.ndarray:
+    codes, uniq = pd.factorize(pd.Series(col), sort=False)
+    vals = pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
+    hit = np.asarray(test(pd.concat([vals, pd.Series(["nan"], dtype=object)], ignore_index=True)), dtype=bool)
+    return hit[np.where(codes >= 0, codes, len(vals))]
+
+
+def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray:
+    """col.astype(str).str.contains(pat) as a bool array."""
+    return _per_value(col, lambda v: v.str.contains(pat, regex=regex, case=case).fillna(False))
+
+
+def eq(col, value: str) -> np.ndarray:
+    """col.astype(str) == value as a bool array."""
+    return _per_value(col, lambda v: v == value)
+
+
+def isin(col, values) -> np.ndarray:
+    """col.astype(str).isin(values) as a bool array."""
+    values = list(values)
+    return _per_value(col, lambda v: v.isin(values))

@@ -1,0 +1,159 @@
+"""Reports are data, never code (issue 29): planted views and triggers are refused, a query is bounded in time and
+stops on Ctrl-C, damaged columns are named, and nothing is written into a report we read."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+from nsight_magic import open_report
+from nsight_magic.errors import ReportError, ReportWarning
+from nsight_magic.readers.nsys_merge import merge_exports
+from nsight_magic.readers.nsys_sql import open_ro
+
+OURS = Path(__file__).parent / "data" / "nsys_h100_a_cuda_nvtx.sqlite"
+ENDLESS = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r)"
+
+
+def altered(tmp_path: Path, name: str, *sql: str) -> Path:
+    p = tmp_path / f"{name}.sqlite"
+    shutil.copyfile(OURS, p)
+    with sqlite3.connect(p) as con:
+        for s in sql:
+            con.execute(s)
+    con.close()
+    return p
+
+
+def test_an_endless_view_is_refused_at_once(tmp_path):
+    p = altered(tmp_path, "view", "ALTER TABLE NVTX_EVENTS RENAME TO NVTX_REAL",
+                f"CREATE VIEW NVTX_EVENTS AS {ENDLESS} SELECT NVTX_REAL.* FROM NVTX_REAL, r")
+    t0 = time.monotonic()
+    with pytest.raises(ReportError, match=r"holds view 'NVTX_EVENTS'.*tables only.*re-export") as e:
+        open_report(p)
+    assert time.monotonic() - t0 < 10 and "\n" not in str(e.value)
+
+
+def test_the_cli_refuses_it_in_one_line(tmp_path):
+    p = altered(tmp_path, "view", f"CREATE VIEW extra AS {ENDLESS} SELECT x FROM r")
+    r = subprocess.run([sys.executable, "-m", "nsight_magic.cli", "view", str(p), "-o", str(tmp_path / "v.html")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "holds view 'extra'" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "v.html").exists()
+
+
+def test_a_trigger_is_refused_and_a_merge_runs_none(tmp_path):
+    trig = "CREATE TRIGGER wipe AFTER INSERT ON CUPTI_ACTIVITY_KIND_KERNEL BEGIN DELETE FROM " \
+           "CUPTI_ACTIVITY_KIND_KERNEL; END"
+    bad = altered(tmp_path, "trig", trig)
+    with pytest.raises(ReportError, match="holds trigger 'wipe'"):
+        open_report(bad)
+    good = altered(tmp_path, "good")
+    for order in ([good, bad], [bad, good]):
+        out = tmp_path / "merged.sqlite"
+        with pytest.raises(ReportError, match="holds trigger 'wipe'"):
+            merge_exports(order, out)
+        assert not out.exists() and not out.with_name("merged.sqlite.part").exists()
+    # the sources were attached read-only: a clean merge leaves them byte for byte as they were
+    before = good.read_bytes()
+    merge_exports([good, altered(tmp_path, "other")], tmp_path / "ok.sqlite")
+    assert good.read_bytes() == before
+    n = sqlite3.connect(tmp_path / "ok.sqlite").execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    assert n[0] == 2 * len(open_report(good).kernels)
+
+
+def test_a_connection_cannot_write_and_each_query_has_a_time_limit():
+    con = open_ro(OURS)
+    with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+        con.execute("CREATE TABLE planted (a)")
+    con.limit_s = 0.2
+    t0 = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError) as e:
+        con.execute(f"{ENDLESS} SELECT count(*) FROM r").fetchone()
+    assert time.monotonic() - t0 < 5
+    err = con.stopped(OURS, e.value)
+    assert isinstance(err, ReportError) and "ran past 0.2 s" in str(err)
+
+
+def test_ctrl_c_stops_a_query():
+    con = open_ro(OURS)
+    threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+    t0 = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError) as e:
+        con.execute(f"{ENDLESS} SELECT count(*) FROM r").fetchone()
+    assert time.monotonic() - t0 < 5
+    assert isinstance(con.stopped(OURS, e.value), KeyboardInterrupt)
+
+
+@pytest.mark.parametrize("value,kind", [("'abc'", "text"), ("x'0102'", "blob"), ("1.5e30", "real")])
+@pytest.mark.parametrize("table,col", [("CUPTI_ACTIVITY_KIND_KERNEL", "start"), ("CUPTI_ACTIVITY_KIND_KERNEL", "end"),
+                                       ("NVTX_EVENTS", "start")])
+def test_a_value_of_the_wrong_type_is_named(tmp_path, table, col, value, kind):
+    p = altered(tmp_path, "typed", f'UPDATE {table} SET "{col}" = {value} WHERE rowid = 3')
+    with pytest.raises(ReportError) as e:
+        rep = open_report(p)
+        rep.kernel_summary(), rep.nvtx_summary(), rep.findings()
+    msg = str(e.value)
+    assert f"{table}.{col} holds a {kind} value (row 3)" in msg and "re-export" in msg and "\n" not in msg
+
+
+def test_spans_that_end_before_they_start_read_as_zero_with_a_warning(tmp_path):
+    p = altered(tmp_path, "neg", 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 5000 WHERE rowid <= 4')
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        rep = open_report(p)
+        k = rep.kernels
+        s = rep.kernel_summary()
+    assert (k["duration_ns"] >= 0).all() and (k["duration_ns"] == 0).sum() == 4
+    assert (s["total_ns"] >= 0).all() and (s["min_ns"] >= 0).all()
+    assert any(issubclass(w.category, ReportWarning) and "4 row(s) end before they start" in str(w.message)
+               for w in got)
+
+
+def test_a_name_that_is_not_utf8_reads_with_replacement(tmp_path):
+    p = altered(tmp_path, "utf8", "UPDATE StringIds SET value = CAST(x'41ff42' AS TEXT) WHERE id = "
+                "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1)")
+    rep = open_report(p)
+    assert "A\ufffdB" in set(rep.kernel_summary()["name"])
+
+
+def test_pages_are_never_written_through_a_link(tmp_path):
+    from nsight_magic.views import write_view_html
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    page = tmp_path / "view.html"
+    page.symlink_to(victim)
+    write_view_html(open_report(OURS), page)
+    assert victim.read_text() == "keep me" and not page.is_symlink() and "<html" in page.read_text()[:2000].lower()
+
+
+def test_a_full_disk_leaves_no_half_page_and_one_line(tmp_path):
+    """ENOSPC simulated with RLIMIT_FSIZE (the machine does not allow mounts): the write fails part way."""
+    out = tmp_path / "v.html"
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000)); "
+            "import signal; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "from nsight_magic.cli import main; sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "view", str(OURS), "-o", str(out)], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "could not write" in r.stderr and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists() and not list(tmp_path.glob(".v.html*"))
+
+
+def test_a_folder_where_the_page_cannot_be_saved_still_shows_the_view(tmp_path):
+    from nsight_magic.views.output import profile_bundle
+
+    (tmp_path / "view.html").mkdir()  # stands for a read-only folder (tests run as root, who may write anywhere)
+    b = profile_bundle(open_report(OURS), tmp_path)
+    assert b["text/plain"].splitlines()[0].startswith(f"view.html could not be saved in {tmp_path}")
+    assert "application/vnd.jupyter.widget-view+json" in b and "nm-messages" in b["text/html"]
