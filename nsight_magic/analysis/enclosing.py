@@ -18,14 +18,7 @@ def emitted(nv: pd.DataFrame) -> np.ndarray:
     if nv.empty:
         return np.zeros(0, bool)
     names = nv["name"]
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = pd.Series(names.cat.categories.astype(str))
-        hit = cats.str.contains(EMITTED_TAG, regex=True).to_numpy()
-        codes = names.cat.codes.to_numpy()
-        tagged = np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
-    else:
-        tagged = tx.contains(names, EMITTED_TAG, regex=True)
-    return tagged & nv["domain"].isna().to_numpy()
+    return tx.contains(names, EMITTED_TAG, regex=True) & names.notna().to_numpy() & nv["domain"].isna().to_numpy()
 
 
 class Enclosing:

@@ -5,6 +5,7 @@ Python tuples, and the transient memory is one string per column and chunk inste
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import sqlite3
@@ -45,7 +46,7 @@ class ReadOnly(sqlite3.Connection):
         self._t0 = time.monotonic()
         self.limit_s = QUERY_LIMIT_S
         # a string that is not UTF-8 (a damaged or planted name) reads with U+FFFD instead of failing the report
-        self.text_factory = lambda b: b.decode("utf-8", "replace")
+        self.text_factory = functools.partial(str, encoding="utf-8", errors="replace")  # C calls only: fast
         self.execute("PRAGMA query_only = ON")
         self.execute("PRAGMA trusted_schema = OFF")
         self.set_progress_handler(self._progress, _STEPS)
@@ -107,13 +108,15 @@ def connect(path: Path) -> tuple[sqlite3.Connection, set[str]]:
         con = open_ro(path)
         refuse_code(con, path)
         tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    except (sqlite3.DatabaseError, ReportError) as e:
+    except ReportError:
+        con.close()
+        raise
+    except sqlite3.DatabaseError as e:
+        stopped = con.stopped(path, e) if con is not None else None
         if con is not None:
             con.close()
-        if isinstance(e, ReportError):
-            raise
-        raise (con.stopped(path, e) if con is not None and con.stopped(path, e) else ReportError(
-            f"{path}: damaged SQLite file ({e}); re-export it with `nsys export --type sqlite`")) from None
+        raise stopped or ReportError(
+            f"{path}: damaged SQLite file ({e}); re-export it with `nsys export --type sqlite`") from None
     reexport = "re-export the report with `nsys export --type sqlite --force-overwrite true REPORT.nsys-rep`"
     if "StringIds" not in tables or not any(t in tables for t in NSYS_MARKERS[1:]):
         con.close()

@@ -140,12 +140,7 @@ def ranges_of(ev: pd.DataFrame, limit: int = 200) -> tuple:
 def like(names: pd.Series, pattern: str) -> np.ndarray:
     """SQL LIKE as nsys's rules use it (case-insensitive), on a categorical or text column."""
     rx = "^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$"
-    if isinstance(names.dtype, pd.CategoricalDtype):
-        cats = pd.Series(names.cat.categories.astype(str))
-        hit = cats.str.contains(rx, case=False, regex=True).to_numpy()
-        codes = names.cat.codes.to_numpy()
-        return np.where(codes >= 0, hit[np.maximum(codes, 0)] if len(hit) else False, False)
-    return tx.contains(names, rx, case=False, regex=True)
+    return tx.contains(names, rx, case=False, regex=True) & pd.notna(names).to_numpy()
 
 
 def _pair_index(pid, corr, opid, ocorr) -> np.ndarray:
