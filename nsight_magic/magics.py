@@ -507,11 +507,14 @@ class NsightMagics(Magics):
 
 
 def _is_job(path: Path, pattern: str | None) -> bool:
-    """A folder of one job's per-rank reports (at least two, named after their ranks)."""
-    from .jobs.discover import find_rank_reports
+    """A folder of one job's per-rank reports (one or more, named after their ranks).  A folder whose ranks
+    cannot be told apart (a rank twice) is a job too: loading it says which files clash."""
+    from .jobs.discover import RankClash, find_rank_reports
 
     try:
-        return len(find_rank_reports(path, pattern)) >= 2 or pattern is not None
+        return len(find_rank_reports(path, pattern)) >= 1 or pattern is not None
+    except RankClash:
+        return True
     except NsightMagicError:
         return False
 

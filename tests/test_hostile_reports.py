@@ -157,3 +157,23 @@ def test_a_folder_where_the_page_cannot_be_saved_still_shows_the_view(tmp_path):
     b = profile_bundle(open_report(OURS), tmp_path)
     assert b["text/plain"].splitlines()[0].startswith(f"view.html could not be saved in {tmp_path}")
     assert "application/vnd.jupyter.widget-view+json" in b and "nm-messages" in b["text/html"]
+
+
+def test_a_20_mb_name_is_cut_and_the_output_stays_small(tmp_path):
+    from nsight_magic.readers.nsys_sql import MAX_TEXT
+    from nsight_magic.views.output import profile_bundle
+    from nsight_magic.views.report_view import bundle_bytes
+
+    p = altered(tmp_path, "bigname", "UPDATE StringIds SET value = printf('%.*c', 20000000, 'k') WHERE id = "
+                "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1)",
+                "UPDATE NVTX_EVENTS SET text = printf('%.*c', 5000000, 'n') WHERE rowid = "
+                "(SELECT min(rowid) FROM NVTX_EVENTS WHERE text IS NOT NULL)")
+    rep = open_report(p)
+    names = rep.kernel_summary()["name"]
+    cut = [n for n in names if n.startswith("kkkk")]
+    assert len(cut) == 1 and cut[0].endswith(" ... [20000000 characters, cut]") and len(cut[0]) < MAX_TEXT + 40
+    assert any(str(n).endswith("[5000000 characters, cut]") for n in rep.nvtx["name"].astype(str))
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    b = profile_bundle(rep, folder)
+    assert bundle_bytes(b) < 4_000_000 and (folder / "view.html").stat().st_size < 6_000_000

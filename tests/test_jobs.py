@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, requires_nsys, run_bounded
+from conftest import DATA, cell_text, requires_nsys, run_bounded, run_notebook
 
 JOB = DATA / "job"
 pytestmark = pytest.mark.timeout(300)
@@ -204,9 +204,28 @@ def test_a_missing_or_broken_report_is_named_and_the_others_load(tmp_path, clien
     _unpack(tmp_path, 0)
     _unpack(tmp_path, 1)
     (tmp_path / "report.2.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # truncated
+    # issue 29: a gap in the ranks and a link to a missing file are named too, not skipped
+    (tmp_path / "report.5.sqlite").symlink_to(tmp_path / "gone.sqlite")
     job = open_job(tmp_path, client=client)
     assert [r.rank for r in job.loaded] == [0, 1]
-    assert len(job.errors) == 1 and job.errors[0].startswith("rank 2: report.2.sqlite")
+    assert len(job.errors) == 4, job.errors
+    assert job.errors[0].startswith("rank 2: report.2.sqlite")
+    assert job.errors[1] == f"rank 3: no report in {tmp_path} (ranks 0-5 expected from the highest)"
+    assert job.errors[2].startswith("rank 4: no report")
+    assert job.errors[3] == f"rank 5: report.5.sqlite: a link to {tmp_path / 'gone.sqlite'}, which does not exist"
+
+
+def test_nsys_load_takes_a_one_rank_job_and_names_a_rank_given_twice(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir()
+    two.mkdir()
+    _unpack(one, 0)
+    shutil.copyfile(_unpack(two, 0), two / "node1_rank0.sqlite")
+    nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {one} --no-render", f"%nsys_load {two} --no-render"],
+                      tmp_path, timeout=240, allow_errors=True)
+    first, second = cell_text(nb.cells[1]), cell_text(nb.cells[2])
+    assert "holds no profile" not in first and "1 rank" in first, first
+    assert "rank 0 twice: node1_rank0.sqlite and report.0.sqlite" in second, second
 
 
 def test_the_timeline_of_chosen_ranks_merges_them(h200_job, client):

@@ -16,6 +16,10 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep", ".sqlite", ".qdstrm")  # .qdstrm: nsys
 _LAST_NUMBER = re.compile(r"(\d+)(?!.*\d)")
 
 
+class RankClash(OptionError):
+    """Two files claim one rank: the folder is a job whose ranks cannot be told apart."""
+
+
 @dataclass(frozen=True)
 class RankFile:
     rank: int
@@ -41,8 +45,9 @@ def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
         if not folder.is_dir():
             raise OptionError(f"{folder}: not a folder of per-rank reports")
         files = sorted(folder.glob(pattern)) if pattern else sorted(
-            p for p in folder.iterdir() if p.is_file() and p.name.endswith(REPORT_SUFFIXES))
-        files = [p for p in files if p.is_file() and not p.name.endswith((".part.sqlite",))]
+            p for p in folder.iterdir() if p.name.endswith(REPORT_SUFFIXES))
+        # a link to a missing file is kept: its rank's task names it instead of the rank vanishing without a word
+        files = [p for p in files if (p.is_file() or p.is_symlink()) and not p.name.endswith((".part.sqlite",))]
         ranked = [(rank_of(p), p) for p in files]
         ranked = [(r, p) for r, p in ranked if r is not None]
         if not ranked:
@@ -59,13 +64,26 @@ def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
     for r, p in ranked:
         kind = {".sqlite": "sqlite", ".qdstrm": "raw"}.get(p.suffix, "rep")
         if kind in by_rank.setdefault(r, {}):
-            raise OptionError(f"rank {r} twice: {by_rank[r][kind].name} and {p.name}; choose one set with --pattern")
+            raise RankClash(f"rank {r} twice: {by_rank[r][kind].name} and {p.name}; choose one set with --pattern")
         by_rank[r][kind] = p
     out = []
     for r in sorted(by_rank):
         f = by_rank[r]
         rep, sq = f.get("rep"), f.get("sqlite")
-        use = sq if sq is not None and (rep is None or sq.stat().st_mtime >= rep.stat().st_mtime) else rep
+        use = sq if sq is not None and (rep is None or _mtime(sq) >= _mtime(rep)) else rep
         use = use or f["raw"]
         out.append(RankFile(r, use))
     return out
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:  # a dangling link
+        return -1.0
+
+
+def missing_ranks(files: list[RankFile]) -> list[int]:
+    """Ranks below the highest one found that have no report (a rank that wrote none, a file deleted)."""
+    have = {f.rank for f in files}
+    return [r for r in range(max(have, default=-1) + 1) if r not in have]

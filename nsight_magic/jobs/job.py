@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import OptionError
-from .discover import RankFile, find_rank_reports
+from .discover import RankFile, find_rank_reports, missing_ranks
 from .rank_task import RankResult, summarize_rank
 
 ProgressCallback = Callable[[int, int, RankResult], None]   # (done, total, the result that just came)
@@ -54,6 +54,11 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
                 cluster.close()
         _restore_environ(env)
     root = Path(source) if isinstance(source, (str, Path)) else None
+    if root is not None:  # a gap in a folder's ranks is named like an unreadable report
+        top = max(f.rank for f in files)
+        results += [RankResult(r, str(root), error=f"no report in {root} (ranks 0-{top} expected from the highest)")
+                    for r in missing_ranks(files)]
+        results.sort(key=lambda r: r.rank)
     return Job(results, root)
 
 

@@ -6,6 +6,7 @@ a RankResult whose `error` says so, and the job loads the others.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ def summarize_rank(rank: int, path: str) -> RankResult:
 
         p = Path(path)
         if not p.exists():
-            out.error = f"{p}: no such file"
+            out.error = (f"{p.name}: a link to {os.readlink(p)}, which does not exist" if p.is_symlink() else
+                         f"{p}: no such file")
             return out
         if p.suffix == ".qdstrm":  # nsys left its raw stream: import it with the worker's nsys
             from ..tools import import_qdstrm

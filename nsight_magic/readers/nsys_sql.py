@@ -222,15 +222,27 @@ def _read_ints_adbc(path: Path, table: str, exprs: list[str], where: str | None)
 _US, _NUL = "\x1f", "\x1e"  # ASCII unit separator between values, record separator standing for NULL
 
 
+# The longest text we keep per value: real names (C++ templates) stay whole, a planted 20 MB name does not reach
+# every table, tooltip and page (it is cut, saying its length).
+MAX_TEXT = 1 << 16
+
+
+def capped(expr: str) -> str:
+    """SQL for `expr` cut to MAX_TEXT characters, with its length said where it was cut."""
+    return (f"CASE WHEN length({expr}) > {MAX_TEXT} THEN substr({expr}, 1, {MAX_TEXT}) || ' ... [' || "
+            f"length({expr}) || ' characters, cut]' ELSE {expr} END")
+
+
 def read_texts(con, table: str, expr: str, where: str | None = None) -> np.ndarray:
     """A text column in rowid order as an object array (None for NULL).
 
     Fetched as one string joined in SQLite and split in C; when a value itself holds the separator (the
     count does not match) it falls back to fetching rows."""
     cond = f" WHERE {where}" if where else ""
+    expr = capped(expr)
     n, joined = con.execute(
-        f"SELECT count(*), group_concat(ifnull({expr}, char(30)), char(31)) "
-        f'FROM (SELECT {expr} FROM "{table}"{cond} ORDER BY rowid)').fetchone()
+        f"SELECT count(*), group_concat(ifnull(v, char(30)), char(31)) "
+        f'FROM (SELECT {expr} AS v FROM "{table}"{cond} ORDER BY rowid)').fetchone()
     if n == 0:
         return np.empty(0, dtype=object)
     parts = joined.split(_US)
@@ -247,7 +259,7 @@ class Strings:
 
     def __init__(self, con, tables: set[str]):
         if "StringIds" in tables:
-            rows = con.execute("SELECT id, value FROM StringIds").fetchall()
+            rows = con.execute(f"SELECT id, {capped('value')} FROM StringIds").fetchall()
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             self._s = pd.Series(np.array([r[1] for r in rows], dtype=object), index=ids, dtype=object)
         else:
