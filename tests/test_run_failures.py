@@ -282,9 +282,29 @@ def full_disk(tmp_path):
 
 def test_a_full_disk_is_named_as_such(full_disk):
     """Issue 29 #4: not 'the capture range was never recorded', but the full disk, with the files still named."""
-    r = run_nsys("print('hello')", _opts(full_disk))
+    before = set(Path("/tmp").glob("nsys-report-*")) | set(Path("/tmp").glob("nsight-magic-nsys-*"))
+    r = run_nsys("print('hello')", _opts(full_disk, fresh=True))
+    # nsys's raw stream went to a private TMPDIR that is gone after the run: nothing left in /tmp
+    after = set(Path("/tmp").glob("nsys-report-*")) | set(Path("/tmp").glob("nsight-magic-nsys-*"))
+    assert after <= before, after - before
     said = " ".join(r.messages)
     assert r.sqlite is None and "is full (nsys: No space left on device" in said, r.messages
     assert "never recorded" not in said and "--dir" in said
     assert (r.folder.path / "cell.py").exists()
     _paths_exist(r.messages)
+
+
+def test_the_cell_sees_the_users_tmpdir_not_nsys_private_one(tmp_path, monkeypatch):
+    mine = tmp_path / "mytmp"
+    mine.mkdir()
+    monkeypatch.setenv("TMPDIR", str(mine))
+    cell = "import os, tempfile\nprint('TMP', os.environ.get('TMPDIR'), tempfile.gettempdir(), " \
+           "'NSIGHT_MAGIC_USER_TMPDIR' in os.environ)"
+    r = run_nsys(cell, _opts(tmp_path, fresh=True, capture="all"))
+    assert r.sqlite is not None, r.messages
+    out = (r.folder.path / "stdout.txt").read_text()
+    assert f"TMP {mine} {mine} False" in out, out
+    monkeypatch.delenv("TMPDIR")
+    r = run_nsys(cell, _opts(tmp_path, fresh=True, capture="all"))
+    assert "TMP None /tmp False" in (r.folder.path / "stdout.txt").read_text()
+    assert not list(Path("/tmp").glob("nsight-magic-nsys-*"))

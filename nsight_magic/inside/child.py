@@ -20,6 +20,9 @@ import traceback
 from pathlib import Path
 
 CAPTURE_DOMAIN = "nsight-magic"
+# A cold run gives nsys a private TMPDIR (its raw stream goes there and is removed after the run); the user's own
+# TMPDIR travels in this variable ('' when it was unset) and is put back before any of the cell's code runs.
+USER_TMPDIR_ENV = "NSIGHT_MAGIC_USER_TMPDIR"
 OWN_START_MARK, OWN_END_MARK = "process start", "process end"  # readers.capture_span reads them
 EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4
 
@@ -397,7 +400,17 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     return status
 
 
+def _user_tmpdir() -> None:
+    if USER_TMPDIR_ENV in os.environ:
+        mine = os.environ.pop(USER_TMPDIR_ENV)
+        if mine:
+            os.environ["TMPDIR"] = mine
+        else:
+            os.environ.pop("TMPDIR", None)
+
+
 def main(argv: list[str]) -> int:
+    _user_tmpdir()
     folder = Path(argv[0]).resolve()
     cfg = json.loads((folder / "run.json").read_text())
     # nsys starts its target with umask 0; files the cell writes should get the notebook's permissions.

@@ -7,16 +7,18 @@ capture step differs between cold and warm (profilers/session.py); folder, messa
 from __future__ import annotations
 
 import importlib.util
+import os
 import shlex
 import sqlite3
 import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 from .. import tools
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.child import CAPTURE_DOMAIN, USER_TMPDIR_ENV
 from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
@@ -289,8 +291,8 @@ class _Over:
 class _Cold:
     """A fresh process under `nsys profile` (process.ChildRun)."""
 
-    def __init__(self, run):
-        self.run = run
+    def __init__(self, run, tmp: Path, folder: ProfileFolder):
+        self.run, self.tmp, self.folder = run, tmp, folder
 
     def provisional(self) -> _ChildOutcome:
         r = self.run
@@ -298,7 +300,23 @@ class _Cold:
                              details=dict(r.extras))
 
     def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
-        return self.run.finish(on_status, cancel)
+        try:
+            return self.run.finish(on_status, cancel)
+        finally:
+            _tidy_tmp(self.tmp, self.folder)
+
+
+def _tidy_tmp(tmp: Path, folder: ProfileFolder) -> None:
+    """nsys's private TMPDIR after the run: a raw stream it left there, when no report was written, becomes the
+    profile's report.qdstrm (nothing lost); the folder is removed."""
+    dst = folder.path / "report.qdstrm"
+    try:
+        left = sorted(tmp.glob("*.qdstrm"), key=lambda p: p.stat().st_size)
+        if left and not folder.nsys_rep.exists() and not any(folder.path.glob("report*.qdstrm")):
+            shutil.move(str(left[-1]), dst)
+    except OSError:  # a full disk: the raw stream cannot be kept, and no cut copy of it is left to mislead
+        dst.unlink(missing_ok=True)
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 class _Warm:
@@ -345,9 +363,17 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
         messages.append(isolation_note)
     argv = [*prefix, *profile_argv(nsys, opts, trace, folder)]
     folder.command.write_text(shlex.join(argv) + "\n")
+    # nsys writes its raw stream under TMPDIR and leaves it there when the run fails (a full disk): a private
+    # folder, tidied after the run, keeps /tmp clean; the cell gets the user's TMPDIR back (inside.child)
+    tmp = Path(tempfile.mkdtemp(prefix="nsight-magic-nsys-"))
+    env = {**env, "TMPDIR": str(tmp), USER_TMPDIR_ENV: os.environ.get("TMPDIR", "")}
     run = ChildRun(argv, prep, env, on_output, on_status, ranks=opts.nproc or 1)
-    run.record(opts.timeout, stop_grace_s)
-    return _Cold(run)
+    try:
+        run.record(opts.timeout, stop_grace_s)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return _Cold(run, tmp, folder)
 
 
 def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sources, opts: NsysOptions,
