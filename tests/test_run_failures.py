@@ -308,3 +308,35 @@ def test_the_cell_sees_the_users_tmpdir_not_nsys_private_one(tmp_path, monkeypat
     r = run_nsys(cell, _opts(tmp_path, fresh=True, capture="all"))
     assert "TMP None /tmp False" in (r.folder.path / "stdout.txt").read_text()
     assert not list(Path("/tmp").glob("nsight-magic-nsys-*"))
+
+
+def test_a_double_forked_child_of_a_fresh_cell_is_named_and_stopped(tmp_path):
+    """Issue 29 #3: a process that left the cell's tree (setsid and a double fork) is adopted by nsys's launcher;
+    it is found there, named and stopped, instead of keeping the run open for its 60 s."""
+    t0 = time.monotonic()
+    r = run_nsys("import subprocess\nsubprocess.run(\"setsid sh -c 'sleep 60 &'\", shell=True)\n",
+                 _opts(tmp_path, fresh=True), namespace={})
+    assert time.monotonic() - t0 < 30 and r.ok, r.messages
+    assert any("left 1 process running" in n and "sleep 60" in n for n in r.notes), r.notes
+
+
+def test_warm_cells_name_what_they_leave_and_a_later_os_exit_returns(tmp_path, sessions):
+    """Issue 29 #3, warm: a cell's detached process is named and stopped like a fresh cell's (the setup's own
+    processes stay), so a later cell that ends in os._exit is not held open by it.  (A worker that dies by
+    os._exit while its setup's processes live on is still held until --timeout: not handled yet.)"""
+    setup = ["import subprocess\nserver = subprocess.Popen(['sleep', '120'])\n"]
+    r = run_nsys("import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n",
+                 _opts(tmp_path), setup_sources=setup, sessions=sessions, namespace={})
+    assert r.ok and any("left 1 process running" in n and "sleep 300" in n for n in r.notes), r.notes
+    r = run_nsys("print('server alive', server.poll() is None)", _opts(tmp_path), setup_sources=setup,
+                 sessions=sessions, namespace={})
+    assert "server alive True" in (r.folder.path / "stdout.txt").read_text()
+    assert not any("left" in n for n in r.notes), r.notes
+    # the issue's sequence, in a session without the server: a detached process, then a cell ending in os._exit
+    r = run_nsys("import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n",
+                 _opts(tmp_path), sessions=sessions, namespace={})
+    assert any("sleep 300" in n for n in r.notes), r.notes
+    t0 = time.monotonic()
+    r = run_nsys("import os\nos._exit(3)\n", _opts(tmp_path, timeout=60), sessions=sessions, namespace={})
+    assert time.monotonic() - t0 < 20, r.messages
+    assert r.status == "failed" and len(r.messages) == 1 and "exit status 3" in r.messages[0], r.messages

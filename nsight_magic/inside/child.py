@@ -198,13 +198,25 @@ def mark_process(which: str) -> None:
         pass
 
 
-def stop_leftovers(progress=None) -> list[str]:
-    """Processes the cell started that still run when it ends (a detached server, a forgotten Popen): stopped
-    (SIGTERM, then SIGKILL), so that the profiler, which waits for every process of the run, can finish.
-    Returns their descriptions ("pid: command") and says so on stderr."""
+def process_snapshot() -> set[int]:
+    """The live processes now: what a cell leaves running is told from what was there before it."""
+    return set(_processes())
+
+
+def stop_leftovers(progress=None, before: set[int] | None = None) -> list[str]:
+    """Processes the cell started that still run when it ends (a detached server, a forgotten Popen, a double
+    fork): stopped (SIGTERM, then SIGKILL), so that the profiler, which waits for every process of the run, can
+    finish.  With `before` (process_snapshot() when the cell began) only processes born since are the cell's, and
+    orphans count too: nsys's launcher, our parent, is a subreaper, so a process that left our tree by a double
+    fork or setsid is its child.  Returns their descriptions ("pid: command") and says so on stderr."""
     import signal
 
-    kids = _descendants(os.getpid())
+    procs = _processes()
+    kids = _below(procs, os.getpid())
+    if before is not None:
+        if "nsys-launcher" in _command(os.getppid()):
+            kids += [p for p in _below(procs, os.getppid()) if p != os.getpid() and p not in kids]
+        kids = [p for p in kids if p not in before]
     if not kids:
         return []
     described = [f"{pid}: {_command(pid)}" for pid in kids]
@@ -229,20 +241,26 @@ def stop_leftovers(progress=None) -> list[str]:
     return described
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live process below `root` (by parent pid), deepest last."""
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, int]:
+    """pid -> parent pid of every live (not zombie) process this PID namespace shows."""
+    out = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
         try:
-            stat = (d / "stat").read_text()
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            state = stat.rsplit(")", 1)[1].split()[0]
-        except (OSError, ValueError, IndexError):
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
             continue
-        if state != "Z":
-            children.setdefault(ppid, []).append(int(d.name))
+        if len(fields) > 1 and fields[0] != "Z":
+            out[int(d.name)] = int(fields[1])
+    return out
+
+
+def _below(procs: dict[int, int], root: int) -> list[int]:
+    """Every process below `root` (by parent pid), deepest last."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in procs.items():
+        children.setdefault(ppid, []).append(pid)
     out, todo = [], [root]
     while todo:
         for c in children.get(todo.pop(), []):
@@ -420,6 +438,7 @@ def main(argv: list[str]) -> int:
     _redirect_output(folder / f"stdout{sfx}.txt", folder / f"stderr{sfx}.txt")
     progress = _Progress(folder / f"progress{sfx}.jsonl")
     progress("importing", pid=os.getpid())
+    before = process_snapshot()
     if cfg.get("capture") == "all":
         mark_process(OWN_START_MARK)
     ns = new_namespace(cfg)
@@ -432,7 +451,7 @@ def main(argv: list[str]) -> int:
 
     gc.collect()
     try:
-        stop_leftovers(progress)
+        stop_leftovers(progress, before)
     except KeyboardInterrupt:
         pass
     if cfg.get("capture") == "all":

@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, load_variables, new_namespace, run_cell, run_setup,
-                    stop_leftovers)
+from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, load_variables, new_namespace, process_snapshot,
+                    run_cell, run_setup, stop_leftovers)
 from .commands import receive
 
 STARTED = time.time()
@@ -62,8 +62,11 @@ def main(argv: list[str]) -> int:
                     if load_variables(folder, ns, cell_progress) == 0:
                         cell_progress("loaded")
                 elif cmd["cmd"] == "run" and folder is not None:
+                    before = process_snapshot()
                     run_cell(folder, cfg, ns, cell_progress)
                     ns = {}
+                    # as in a fresh process: what the cell left running is named and stopped (the setup's stay)
+                    stop_leftovers(cell_progress, before)
                     cell_progress("idle")
         except KeyboardInterrupt:  # an interrupt that comes between cells must not end the worker
             cell_progress("idle")

@@ -195,7 +195,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
 
     def finish(status_cb, cancel) -> RunResult:
         result = _finish_run(capture, folder, nsys, version, opts, list(messages), list(notes), returned,
-                             prep.manifest, t0, record_s, status_cb or on_status, cancel)
+                             prep.manifest, t0, record_s, status_cb or on_status, cancel, said)
         result.timings["prepare_s"] = round(prepare_s, 3)
         return result
 
@@ -219,12 +219,14 @@ def _outcome_message(outcome: _ChildOutcome, opts: NsysOptions, folder: ProfileF
 
 def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: NsysOptions, messages: list[str],
                 notes: list[str], returned: dict, manifest: list, t0: float, record_s: float, on_status,
-                cancel) -> RunResult:
+                cancel, provisional: str | None = None) -> RunResult:
     """The finish stage: the profiler's report written (cold: nsys exits; warm: `nsys stop`), imported and
-    exported; every message about the run."""
+    exported; every message about the run (the final word on the outcome replaces the record stage's)."""
     outcome = _judged(capture.finish(on_status, cancel), opts, folder)
     message = _outcome_message(outcome, opts, folder)
     if message and message not in messages:
+        if provisional in messages:
+            messages.remove(provisional)
         messages.append(message)
     notes += outcome_notes(outcome)
     t_report = time.monotonic()

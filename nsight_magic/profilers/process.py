@@ -504,4 +504,4 @@ def outcome_notes(outcome: _ChildOutcome) -> list[str]:
         return []
     n = len(left)
     return [f"the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(left[:3])}{'; ...' if n > 3 else ''}"
-            f"); {'they were' if n > 1 else 'it was'} stopped when the cell's process ended"]
+            f"); {'they were' if n > 1 else 'it was'} stopped when the cell ended"]

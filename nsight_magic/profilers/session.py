@@ -378,6 +378,9 @@ class NsysSession:
         exited = [r for r in records.items if r.get("phase") == "exited"]
         if exited:
             details["exit_status"] = exited[-1].get("status")  # the worker lives on: its own status says nothing
+        left = [p for r in records.items if r.get("phase") == "leftovers" for p in r.get("processes", [])]
+        if left:
+            details["leftovers"] = left
         if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
             rc = -(rc - 128)  # nsys launch exits with 128 + the signal that killed the worker
         return _ChildOutcome(rc, status, time.monotonic() - cell.t0, records.phases, details=details)
