@@ -186,3 +186,16 @@ def recorded_text(stem: str, report: str) -> str:
 def recorded_stats(stem: str, report: str):
     """recorded_text() as a DataFrame; None when nsys printed no table."""
     return parse_nsys_csv(recorded_text(stem, report))
+
+
+def processes_mentioning(text: str) -> list[int]:
+    """Live processes (other than this one) whose command line holds `text`."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            try:
+                if text.encode() in (d / "cmdline").read_bytes():
+                    pids.append(int(d.name))
+            except OSError:
+                pass
+    return pids

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nvtx_ranges, requires_nsys
+from conftest import nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.errors import OptionError
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import RunFailed, run_nsys
@@ -36,18 +36,6 @@ with nvtx.annotate("setup range"):
 
 def _opts(tmp_path: Path, **kw) -> NsysOptions:
     return NsysOptions(name=kw.pop("name", "t"), directory=str(tmp_path), **kw)
-
-
-def _processes_mentioning(text: str) -> list[int]:
-    pids = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            try:
-                if text.encode() in (d / "cmdline").read_bytes():
-                    pids.append(int(d.name))
-            except OSError:
-                pass
-    return pids
 
 
 @requires_nsys
@@ -176,7 +164,7 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
     assert r.sqlite is not None and "before" in nvtx_ranges(r.sqlite)
     assert any("--timeout of 5 s" in m and str(r.folder.path) in m for m in r.messages)
     time.sleep(0.5)
-    assert _processes_mentioning(str(r.folder.path)) == []
+    assert processes_mentioning(str(r.folder.path)) == []
 
 
 @requires_nsys
@@ -195,7 +183,7 @@ def test_keyboard_interrupt_stops_the_run_and_keeps_files(tmp_path):
     assert any(m.startswith("interrupted") and str(r.folder.path) in m for m in r.messages)
     assert r.folder.cell.exists()
     time.sleep(0.5)
-    assert _processes_mentioning(str(r.folder.path)) == []
+    assert processes_mentioning(str(r.folder.path)) == []
 
 
 def test_missing_nsys_says_how_to_install(tmp_path, monkeypatch):

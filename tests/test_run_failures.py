@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_nsys
+from conftest import processes_mentioning, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, remove_stale_session_dirs
 from nsight_magic.run import run_nsys
@@ -307,7 +307,7 @@ def test_the_cell_sees_the_users_tmpdir_not_nsys_private_one(tmp_path, monkeypat
     monkeypatch.delenv("TMPDIR")
     r = run_nsys(cell, _opts(tmp_path, fresh=True, capture="all"))
     assert "TMP None /tmp False" in (r.folder.path / "stdout.txt").read_text()
-    assert not list(Path("/tmp").glob("nsight-magic-nsys-*"))
+    assert not _private_tmp_of(r.folder.path)  # removed after the run
 
 
 def test_a_double_forked_child_of_a_fresh_cell_is_named_and_stopped(tmp_path):
@@ -340,3 +340,40 @@ def test_warm_cells_name_what_they_leave_and_a_later_os_exit_returns(tmp_path, s
     r = run_nsys("import os\nos._exit(3)\n", _opts(tmp_path, timeout=60), sessions=sessions, namespace={})
     assert time.monotonic() - t0 < 20, r.messages
     assert r.status == "failed" and len(r.messages) == 1 and "exit status 3" in r.messages[0], r.messages
+
+
+def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profile(tmp_path):
+    """Issue 29 #6: the kernel SIGKILLed during a fresh cell: nsys and the cell die with it (pdeathsig), and the
+    next fresh run moves the raw stream nsys left in its private TMPDIR into the dead run's profile folder."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("from nsight_magic.options import NsysOptions\nfrom nsight_magic.run import run_nsys\n"
+            f"run_nsys(\"import time\\nprint('sleeping', flush=True)\\ntime.sleep(120)\\n\", NsysOptions("
+            f"directory={str(tmp_path)!r}, name='killed', trace='osrt,nvtx', fresh=True), namespace={{}})\n")
+    kernel = subprocess.Popen([sys.executable, "-c", code])
+    end = time.monotonic() + 60
+    while time.monotonic() < end and not any(
+            "sleeping" in p.read_text() for p in tmp_path.glob("killed-*/stdout.txt")):
+        time.sleep(0.2)
+    folder, = tmp_path.glob("killed-*")
+    kernel.send_signal(signal.SIGKILL)
+    kernel.wait()
+    time.sleep(3)
+    assert not [p for p in processes_mentioning(folder.name)], "a process of the killed run survived"
+    run_nsys("x = 1", _opts(tmp_path, fresh=True))  # the next fresh run tidies what the dead one left
+    assert (folder / "report.qdstrm").exists() and not _private_tmp_of(folder)
+
+
+def _private_tmp_of(folder: Path) -> list[Path]:
+    """nsys's private TMPDIRs (profilers/nsys.py) that belong to the run of `folder`."""
+    out = []
+    for d in Path("/tmp").glob("nsight-magic-nsys-*"):
+        try:
+            if str(folder) in (d / "owner.json").read_text():
+                out.append(d)
+        except OSError:
+            pass
+    return out
+

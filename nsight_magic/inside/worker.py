@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, load_variables, new_namespace, process_snapshot,
-                    run_cell, run_setup, stop_leftovers)
+from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, _user_tmpdir, load_variables, new_namespace,
+                    process_snapshot, run_cell, run_setup, stop_leftovers)
 from .commands import receive
 
 STARTED = time.time()
@@ -29,6 +29,7 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    _user_tmpdir()
     sdir = Path(argv[0]).resolve()
     scfg = json.loads((sdir / "session.json").read_text())
     if "umask" in scfg:

@@ -7,6 +7,7 @@ capture step differs between cold and warm (profilers/session.py); folder, messa
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import sqlite3
@@ -308,6 +309,26 @@ class _Cold:
             _tidy_tmp(self.tmp, self.folder)
 
 
+TMP_PREFIX = "nsight-magic-nsys-"
+
+
+def remove_stale_tmp_dirs() -> None:
+    """nsys's private TMPDIRs whose kernel died during the run (SIGKILL: nothing tidied): the raw stream nsys was
+    writing goes to its profile folder as report.qdstrm when that has no report, the rest is removed."""
+    for d in Path(tempfile.gettempdir()).glob(f"{TMP_PREFIX}*"):
+        try:
+            owner = json.loads((d / "owner.json").read_text())
+        except (OSError, ValueError):
+            continue  # being made now, or not ours
+        if tools.identity_alive(owner):
+            continue
+        folder = Path(owner.get("folder", ""))
+        if folder.is_dir():
+            _tidy_tmp(d, ProfileFolder(folder))
+        else:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 def _tidy_tmp(tmp: Path, folder: ProfileFolder) -> None:
     """nsys's private TMPDIR after the run: a raw stream it left there, when no report was written, becomes the
     profile's report.qdstrm (nothing lost); the folder is removed."""
@@ -367,7 +388,9 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
     folder.command.write_text(shlex.join(argv) + "\n")
     # nsys writes its raw stream under TMPDIR and leaves it there when the run fails (a full disk): a private
     # folder, tidied after the run, keeps /tmp clean; the cell gets the user's TMPDIR back (inside.child)
-    tmp = Path(tempfile.mkdtemp(prefix="nsight-magic-nsys-"))
+    remove_stale_tmp_dirs()
+    tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
+    (tmp / "owner.json").write_text(json.dumps({**tools.process_identity(), "folder": str(folder.path)}))
     env = {**env, "TMPDIR": str(tmp), USER_TMPDIR_ENV: os.environ.get("TMPDIR", "")}
     run = ChildRun(argv, prep, env, on_output, on_status, ranks=opts.nproc or 1)
     try:

@@ -41,6 +41,7 @@ from pathlib import Path
 from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
+from ..inside.child import USER_TMPDIR_ENV
 from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
@@ -146,7 +147,10 @@ class NsysSession:
         (self.dir / "command.txt").write_text(" ".join(argv) + "\n")
         with open(self.dir / "host-output.txt", "wb") as log:
             try:
-                self.proc = subprocess.Popen(argv, cwd=self.cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=log,
+                # nsys's raw streams go to the session's folder (removed with it), not /tmp; the worker gets the
+                # user's TMPDIR back (inside.child.USER_TMPDIR_ENV)
+                env = {**self.env, "TMPDIR": str(self.dir), USER_TMPDIR_ENV: os.environ.get("TMPDIR", "")}
+                self.proc = subprocess.Popen(argv, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                              stderr=subprocess.STDOUT, start_new_session=True, pass_fds=(read_end,))
             except OSError as e:
                 raise SessionUnavailable(f"could not start the session host: {e}") from None
