@@ -652,11 +652,14 @@ def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict
 
     try:
         report = open_report(path)
+        display_report(report, folder, render, thresholds)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return
-    try:
-        display_report(report, folder, render, thresholds)
+    except KeyboardInterrupt:  # reading and drawing change no file (pages are written whole): say so, no traceback
+        print(f"nsight-magic: stopped loading {path.name} (Ctrl-C); its files are unchanged in "
+              f"{folder or path.parent}/ (%nsys_load {folder or path} shows it again)", file=sys.stderr)
+        return
     except Exception as e:  # a view bug must not look like the user's cell failed
         print(f"nsight-magic: could not render {path.name} ({type(e).__name__}: {e}); the files are in "
               f"{folder or path.parent}/", file=sys.stderr)

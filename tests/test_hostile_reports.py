@@ -106,6 +106,32 @@ def test_a_value_of_the_wrong_type_is_named(tmp_path, table, col, value, kind):
     assert f"{table}.{col} holds a {kind} value (row 3)" in msg and "re-export" in msg and "\n" not in msg
 
 
+@pytest.mark.parametrize("table,col,value", [("CUPTI_ACTIVITY_KIND_KERNEL", "end", "9223372036854775807"),
+                                             ("CUPTI_ACTIVITY_KIND_KERNEL", "start", "-9223372036854775808"),
+                                             ("NVTX_EVENTS", "end", "9223372036854775807")])
+def test_a_timestamp_beyond_any_clock_is_named(tmp_path, table, col, value):
+    # int64's ends overflow every sum, difference and float conversion: named in one line, whichever read comes first
+    p = altered(tmp_path, "far", f'UPDATE {table} SET "{col}" = {value} WHERE rowid = 3')
+    for read in (lambda r: r.kernel_summary(), lambda r: r.nvtx_summary(), lambda r: r.time_span):
+        with pytest.raises(ReportError) as e:
+            read(open_report(p)), open_report(p).findings()
+        msg = str(e.value)
+        assert f"{table}.{col} holds {value} (row 3), beyond any recording's clock" in msg and "\n" not in msg
+
+
+def test_a_string_id_given_twice_reads_its_first_text_with_a_warning(tmp_path):
+    p = altered(tmp_path, "dup", "CREATE TABLE S2 AS SELECT * FROM StringIds", "DROP TABLE StringIds",
+                "CREATE TABLE StringIds (id INTEGER, value TEXT)", "INSERT INTO StringIds SELECT * FROM S2",
+                "INSERT INTO StringIds SELECT id, 'planted' FROM S2")
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        rep = open_report(p)
+        names = set(rep.kernel_summary()["name"])
+    assert names == set(open_report(OURS).kernel_summary()["name"]) and "planted" not in names
+    assert any(issubclass(w.category, ReportWarning) and "given more than once" in str(w.message) for w in got)
+    assert len(rep.findings()) == len(open_report(OURS).findings())
+
+
 def test_spans_that_end_before_they_start_read_as_zero_with_a_warning(tmp_path):
     p = altered(tmp_path, "neg", 'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 5000 WHERE rowid <= 4')
     with warnings.catch_warnings(record=True) as got:
@@ -177,3 +203,23 @@ def test_a_20_mb_name_is_cut_and_the_output_stays_small(tmp_path):
     folder.mkdir()
     b = profile_bundle(rep, folder)
     assert bundle_bytes(b) < 4_000_000 and (folder / "view.html").stat().st_size < 6_000_000
+
+
+def test_ctrl_c_while_a_report_is_shown_is_one_line_and_changes_no_file(tmp_path, monkeypatch, capsys):
+    from nsight_magic import magics
+
+    folder = tmp_path / "profile"
+    folder.mkdir()
+    rep = shutil.copyfile(OURS, folder / "report.sqlite")
+    real = magics.display_report
+
+    def interrupted(*a, **k):  # a real SIGINT, delivered while the real view is being built
+        os.kill(os.getpid(), signal.SIGINT)
+        return real(*a, **k)
+
+    monkeypatch.setattr(magics, "display_report", interrupted)
+    before = sorted(p.name for p in folder.iterdir())
+    magics._show_report(rep, folder, render=False)
+    err = capsys.readouterr().err
+    assert "stopped loading report.sqlite (Ctrl-C)" in err and "Traceback" not in err and err.count("\n") == 1
+    assert sorted(p.name for p in folder.iterdir()) == before

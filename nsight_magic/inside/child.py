@@ -37,6 +37,16 @@ def _redirect_output(stdout: Path, stderr: Path) -> None:
     sys.stderr.reconfigure(line_buffering=True)
 
 
+# nsys hands its injection in the profiled process its settings in files under /tmp named in the environment; it
+# removes them when it ends normally, not when it is stopped or killed: the notebook side removes them after the run
+TOOL_FILE_ENV = ("QUADD_INJECTION_CONFIG", "QUADD_OS_RUNTIME_CONFIG")
+
+
+def tool_files() -> list[str]:
+    """The settings files nsys wrote for this process (reported in the first progress record)."""
+    return sorted({os.environ[k] for k in TOOL_FILE_ENV if os.environ.get(k)})
+
+
 class _Progress:
     def __init__(self, path: Path):
         self.path = path
@@ -278,9 +288,18 @@ def _alive(pid: int) -> bool:
 
 
 def _command(pid: int) -> str:
+    """A process's command line; a process caught between fork and exec shows none for a moment: asked again,
+    then its name."""
+    for _ in range(10):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            return "?"
+        if cmd:
+            return cmd[:80]
+        time.sleep(0.02)
     try:
-        return (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                or "?")[:80]
+        return f"[{Path(f'/proc/{pid}/comm').read_text().strip()}]"
     except OSError:
         return "?"
 
@@ -437,7 +456,7 @@ def main(argv: list[str]) -> int:
     sfx = rank_suffix(rank_of(cfg)[0])
     _redirect_output(folder / f"stdout{sfx}.txt", folder / f"stderr{sfx}.txt")
     progress = _Progress(folder / f"progress{sfx}.jsonl")
-    progress("importing", pid=os.getpid())
+    progress("importing", pid=os.getpid(), tool_files=tool_files())
     before = process_snapshot()
     if cfg.get("capture") == "all":
         mark_process(OWN_START_MARK)

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, _user_tmpdir, load_variables, new_namespace,
-                    process_snapshot, run_cell, run_setup, stop_leftovers)
+                    process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
 from .commands import receive
 
 STARTED = time.time()
@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     first = Path(scfg["folder"])
     _redirect_output(first / "stdout.txt", first / "stderr.txt")
     progress = _Progress(first / "progress.jsonl")
-    progress("importing")
+    progress("importing", tool_files=tool_files())
     base = new_namespace({"cwd": scfg.get("cwd")})
     if run_setup(sdir / "setup.py", base, progress):
         return EXIT_SETUP_ERROR

@@ -22,7 +22,7 @@ from ..inside.child import EXIT_CELL_ERROR, rank_suffix
 from ..errors import NsightMagicError
 from ..options import is_secret
 from ..store import ProfileFolder
-from ..tools import orphan_guard
+from ..tools import orphan_guard, remove_tool_files
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
 StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)
@@ -240,6 +240,7 @@ class ChildRun:
         self.outcome: str | None = None            # decided by us: timeout, interrupted
         self.cell_ended: float | None = None       # when every rank had finished its cell (seconds since t0)
         self.record_s: float | None = None
+        self.tool_files: set[str] = set()         # nsys's settings files for the ranks (removed when it is over)
 
     def _pump(self, stream_output: bool = True) -> None:
         for stream, tail, prefix in self.tails:
@@ -255,6 +256,8 @@ class ChildRun:
                     self.finished[r] = True
                 if phase == "leftovers":
                     self.extras.setdefault("leftovers", []).extend(rec.get("processes", []))
+                if isinstance(rec.get("tool_files"), list):
+                    self.tool_files.update(map(str, rec["tool_files"]))
                 if r:
                     continue
                 self.phases.append(phase)
@@ -342,9 +345,10 @@ class ChildRun:
         except KeyboardInterrupt:  # finish() in the notebook's own thread (--wait, the command line)
             _stop(self.proc, self.run_id, stop_grace_s)
             self.extras["interrupted_writing"] = True
-        # The profiler has exited; helpers it started must not outlive the run.
+        # The profiler has exited; helpers it started must not outlive the run, nor its files in /tmp.
         _kill_strays(self.run_id)
         self._pump(stream_output=False)
+        remove_tool_files(self.tool_files)
         return _ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
                              details=self.extras)
 

@@ -257,6 +257,10 @@ class NsysSession:
             os.close(self.lifeline)
             self.lifeline = None
         _kill_strays(self.id, SESSION_ID_ENV)
+        if self.setup_records is not None:  # nsys's settings files for the worker, left when nsys is stopped
+            self.setup_records.read()
+            tools.remove_tool_files(f for r in self.setup_records.items if isinstance(r.get("tool_files"), list)
+                                    for f in r["tool_files"])
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- one cell: record ------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .report_api import NsysActions
 from .capture_span import CaptureSpan, foreign_span, own_span
-from .nsys_sql import Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro
+from .nsys_sql import TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro
 from ..inside.child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
@@ -356,16 +356,17 @@ class NsysReport(NsysActions):
         """(first start, last end) over every timed event of the report, on its clock; (None, None) when none."""
         lo = hi = None
         # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
-        sql = [f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)) FROM "{t}" WHERE {c}'
-               for t, c in self._event_tables()]
+        sql = [f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)), min(start), '
+               f'max(start) FROM "{t}" WHERE {c}' for t, c in self._event_tables()]
         if len(sql) > 1 and (os.cpu_count() or 1) > 1:  # full scans of millions of rows: in parallel, as reads
             with ThreadPoolExecutor(max_workers=min(len(sql), os.cpu_count() or 1)) as pool:
                 futures = [pool.submit(self._in_thread, lambda con, q=q: con.execute(q).fetchone()) for q in sql]
                 spans = [self._query(f.result) for f in futures]
         else:
             spans = [self._query(lambda q=q: self._con.execute(q).fetchone()) for q in sql]
-        for (t, c), (a, b) in zip(self._event_tables(), spans):
-            if not isinstance(a, (int, type(None))) or not isinstance(b, (int, type(None))):
+        for (t, c), (a, b, *ends) in zip(self._event_tables(), spans):
+            vals = [v for v in (a, b, *ends) if v is not None]
+            if not all(isinstance(v, int) for v in vals) or any(abs(v) > TS_LIMIT for v in vals):
                 self._query(check_ints, self._con, t, ["start", '"end"' if "end" in columns_of(self._con, t)
                                                        else "start"], c, self.sqlite_path)
             if a is not None:

@@ -8,8 +8,8 @@ import pandas as pd
 
 from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Col,
                           TableSpec, frame_columns)
-from .nsys_sql import (NULL, Strings, columns_of, decode_enum, find_spec_table, read_ints, read_texts,
-                       to_categorical)
+from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_enum, find_spec_table, read_ints,
+                       read_texts, to_categorical)
 
 from ..errors import ReportWarning
 from ..inside.child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
@@ -46,6 +46,9 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
     if delta_end:
         d = arrays["end"]
         arrays["end"] = np.where(d == NULL, NULL, arrays["start"] + d)
+    stamps = [r for r in ("start", "end") if r in arrays]
+    if any(((a != NULL) & ((a > TS_LIMIT) | (a < -TS_LIMIT))).any() for a in map(arrays.get, stamps)):
+        check_range(con, table, stamps, spec.where, path)
     if "start" in arrays and "end" in arrays:
         _no_negative_spans(table, arrays["start"], arrays["end"])
     n = len(next(iter(arrays.values()))) if arrays else 0

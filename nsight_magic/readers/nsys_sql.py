@@ -10,15 +10,19 @@ import os
 import re
 import sqlite3
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..errors import ReportError
+from ..errors import ReportError, ReportWarning
 from .nsys_schema import ENUM_PREFIXES, ENUMS, TableSpec
 
 NULL = -(2**63) + 1  # stands for SQL NULL while integers travel as text
+# No recording's clock goes this far (36 years in ns) either way; a timestamp beyond it is damage, and it would
+# overflow the sums, differences and float conversions downstream
+TS_LIMIT = 1 << 60
 CHUNK_ROWS = 1 << 19
 
 # Tables whose presence says "this is an Nsight Systems export"; at least one of the event/meta tables must exist
@@ -187,15 +191,37 @@ def read_ints(con, table: str, exprs: list[str], where: str | None = None, path:
 
 
 def check_ints(con, table: str, exprs: list[str], where: str | None = None, path=None) -> None:
-    """A ReportError naming the first of `exprs` over `table` that holds a value other than an integer or NULL."""
+    """A ReportError naming the first of `exprs` over `table` (the columns it reads first) that holds a value other
+    than an integer or NULL, or a timestamp beyond any recording's clock."""
     cond = f" AND ({where})" if where else ""
-    for e in exprs:
-        row = con.execute(f'SELECT rowid, typeof({e}) FROM "{table}" WHERE typeof({e}) NOT IN (\'integer\', '
+
+    def typed(x: str) -> None:
+        row = con.execute(f'SELECT rowid, typeof({x}) FROM "{table}" WHERE typeof({x}) NOT IN (\'integer\', '
                           f"'null'){cond} LIMIT 1").fetchone()
         if row:
-            raise ReportError(f"{path or 'report'}: {table}.{e.strip(chr(34))} holds a {row[1]} value (row "
+            raise ReportError(f"{path or 'report'}: {table}.{x.strip(chr(34))} holds a {row[1]} value (row "
                               f"{row[0]}) where nsys writes integers: the report was damaged or altered; "
                               "re-export it from its .nsys-rep")
+
+    for e in exprs:
+        cols = re.findall(r'"(\w+)"', e) or ([e] if re.fullmatch(r"\w+", e) else [])
+        for c in cols:  # an expression such as `"end" - "start"` is named by its columns
+            typed(f'"{c}"')
+        check_range(con, table, [c for c in cols if c in ("start", "end")], where, path)
+        typed(e)
+
+
+def check_range(con, table: str, cols: list[str], where: str | None = None, path=None) -> None:
+    """A ReportError naming the first timestamp of `cols` over `table` beyond any recording's clock (TS_LIMIT)."""
+    cond = f" AND ({where})" if where else ""
+    for c in cols:
+        c = c if c.startswith('"') else f'"{c}"'
+        row = con.execute(f'SELECT rowid, {c} FROM "{table}" WHERE ({c} > {TS_LIMIT} OR {c} < -{TS_LIMIT}){cond} '
+                          'LIMIT 1').fetchone()
+        if row:
+            raise ReportError(f"{path or 'report'}: {table}.{c.strip(chr(34))} holds {row[1]} (row {row[0]}), "
+                              f"beyond any recording's clock (|t| > 2^60 ns, 36 years): the report was damaged or "
+                              "altered; re-export it from its .nsys-rep")
 
 
 def _read_ints_adbc(path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
@@ -259,9 +285,15 @@ class Strings:
 
     def __init__(self, con, tables: set[str]):
         if "StringIds" in tables:
-            rows = con.execute(f"SELECT id, {capped('value')} FROM StringIds").fetchall()
+            rows = con.execute(f"SELECT id, {capped('value')} FROM StringIds ORDER BY rowid").fetchall()
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             self._s = pd.Series(np.array([r[1] for r in rows], dtype=object), index=ids, dtype=object)
+            twice = self._s.index.duplicated()
+            if twice.any():  # nsys's ids are a primary key: an altered report
+                warnings.warn(f"StringIds: {int(twice.sum())} id(s) given more than once (first: id "
+                              f"{int(ids[twice][0])}); the first text of each is read (the report was damaged or "
+                              "altered)", ReportWarning, stacklevel=2)
+                self._s = self._s[~twice]
         else:
             self._s = pd.Series([], dtype=object)
 

@@ -13,8 +13,9 @@ from .find import find_executable, version_tuple
 from .nsys import (NSYS_ENV, export_sqlite, find_nsys, find_qdstrm_importer, import_qdstrm, nsys_version,
                    nvtx_pitfall)
 from .system import (ISOLATE_ENV, gpu_names, gpu_visible, identity_alive, isolation_prefix, orphan_guard,
-                     process_identity)
+                     process_identity, remove_tool_files)
 
 __all__ = ["find_executable", "version_tuple", "NSYS_ENV", "export_sqlite", "find_nsys", "find_qdstrm_importer",
            "import_qdstrm", "nsys_version", "nvtx_pitfall", "ISOLATE_ENV", "gpu_names", "gpu_visible",
-           "isolation_prefix", "orphan_guard", "process_identity", "identity_alive"]
+           "isolation_prefix", "orphan_guard", "process_identity", "identity_alive",
+           "remove_tool_files"]
