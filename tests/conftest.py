@@ -6,6 +6,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,28 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 requires_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
                                        reason="no /usr/bin/chromium (scripts/install-browser-debian.sh)")
+
+
+# pytest-xdist runs the suite in several worker processes (scripts/test.sh): each gets its own TMPDIR (warm
+# sessions' folders, nsys's private folders), and tests that look for "processes of ours" count only those started
+# by their own worker (every process a worker starts, kernels and nsys included, inherits PYTEST_XDIST_WORKER)
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def pytest_configure(config):
+    if WORKER:
+        import tempfile
+
+        d = Path(tempfile.gettempdir()) / f"nsight-magic-tests-{WORKER}-{os.getpid()}"
+        d.mkdir(mode=0o700, exist_ok=True)
+        os.environ["TMPDIR"] = str(d)
+        tempfile.tempdir = None
+
+
+def started_by_this_worker(environ: bytes) -> bool:
+    """Whether a process (its /proc/PID/environ) was started by this test process's worker (always, without
+    xdist)."""
+    return WORKER is None or f"PYTEST_XDIST_WORKER={WORKER}".encode() in environ.split(b"\0")
 
 
 @pytest.fixture(scope="module")
@@ -199,3 +222,30 @@ def processes_mentioning(text: str) -> list[int]:
             except OSError:
                 pass
     return pids
+
+
+def zombie_children() -> set[str]:
+    """This process's children that ended and were never waited for ("pid name"): an aborted run's unshare, nsys
+    or setpriv left as <defunct>."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                st = (d / "stat").read_text()
+            except OSError:
+                continue
+            state, ppid = st[st.rindex(")") + 2:].split()[:2]
+            if state == "Z" and int(ppid) == os.getpid():
+                out.add(f"{d.name} {st[st.index('(') + 1:st.rindex(')')]}")
+    return out
+
+
+@pytest.fixture
+def no_zombies():
+    """Fails a test after which a child of this process (the kernel's stand-in) is left <defunct>."""
+    before = zombie_children()
+    yield
+    end = time.monotonic() + 5
+    while zombie_children() - before and time.monotonic() < end:
+        time.sleep(0.1)
+    assert zombie_children() - before == set()

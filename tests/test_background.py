@@ -15,7 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import READY_KEY, cell_text, nvtx_ranges, requires_nsys, run_notebook
+from conftest import (READY_KEY, cell_text, nvtx_ranges, requires_nsys, run_notebook,
+                      started_by_this_worker)
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(400)]
 
@@ -33,7 +34,8 @@ def _ours() -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:160]
             except OSError:
                 continue
-            if any(k in env for k in (b"NSIGHT_MAGIC_SESSION_ID=", b"NSIGHT_MAGIC_RUN_ID=", b"NSIGHT_MAGIC_TOOL_OF=")):
+            if any(k in env for k in (b"NSIGHT_MAGIC_SESSION_ID=", b"NSIGHT_MAGIC_RUN_ID=", b"NSIGHT_MAGIC_TOOL_OF=")) \
+                    and started_by_this_worker(env):
                 out.append(f"{d.name} {cmd}")
     return out
 

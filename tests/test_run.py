@@ -18,6 +18,12 @@ from nsight_magic.inside.state import UnpicklableVariable
 
 pytestmark = [pytest.mark.timeout(180)]
 
+
+@pytest.fixture(autouse=True)
+def _no_zombies(no_zombies):
+    """Aborted, timed-out and interrupted runs leave no <defunct> process behind (issue 29)."""
+
+
 CELL = """
 import nvtx, time
 with nvtx.annotate("work A"):

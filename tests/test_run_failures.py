@@ -19,6 +19,12 @@ from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, r
 from nsight_magic.run import run_nsys
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _no_zombies(no_zombies):
+    """Aborted, timed-out and interrupted runs leave no <defunct> process behind (issue 29)."""
+
 requires_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
 
 
@@ -33,6 +39,16 @@ def _paths_exist(messages) -> None:
     for m in messages:
         for p in re.findall(r"(/[^\s;,()]+\.(?:txt|sqlite|nsys-rep|qdstrm|json))", m):
             assert Path(p).exists(), (p, m)
+
+
+def _tool_files_left(*folders) -> tuple[list[str], list[str]]:
+    """The settings files nsys wrote into /tmp for the runs of these profile folders (named by the profiled
+    process's first progress record), and those still there."""
+    import json
+
+    named = sorted({f for folder in folders for line in (Path(folder) / "progress.jsonl").read_text().splitlines()
+                    if line.strip() for f in json.loads(line).get("tool_files", [])})
+    return named, [f for f in named if os.path.lexists(f)]
 
 
 @pytest.fixture
@@ -88,6 +104,8 @@ def test_a_timed_out_cell_is_framed_by_its_open_range(tmp_path):
     work = rep.nvtx[rep.nvtx["name"].astype(str) == "work"]
     assert len(work) == 1 and rep.meta.start_ns <= int(work["start_ns"].iloc[0])
     assert rep.meta.duration_ns < 8e9
+    named, left = _tool_files_left(r.folder.path)  # nsys, stopped, leaves them; we do not
+    assert named and not left, (named, left)
 
 
 # ---- a cell's process ends, the run ends ---------------------------------------------------------------------
@@ -192,6 +210,8 @@ def test_stopping_a_session_whose_cell_left_a_process_is_quick(tmp_path, session
     t0 = time.monotonic()
     assert sessions.stop()
     assert time.monotonic() - t0 < 5
+    named, left = _tool_files_left(r.folder.path)  # the worker's: named in the first cell's folder
+    assert named and not left, (named, left)
 
 
 def test_stale_session_folders_of_a_killed_kernel_are_removed(tmp_path):
@@ -232,8 +252,12 @@ def test_a_hanging_rank_is_named_and_the_waiting_rank_shows_no_library_traceback
 
 @requires_torch
 def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
-    cell = ("import os, time\nif int(os.environ['RANK']) == 1:\n    time.sleep(0.3)\n    raise ValueError('rank 1 fails')\n"
-            "time.sleep(5)\nprint('rank 0 done')\n")
+    # rank 1 fails once rank 0's cell runs (on a loaded machine rank 0 can reach its cell later than rank 1)
+    flag = tmp_path / "rank0-running"
+    cell = (f"import os, time, pathlib\nflag = pathlib.Path({str(flag)!r})\nif int(os.environ['RANK']) == 1:\n"
+            "    end = time.monotonic() + 60\n    while not flag.exists() and time.monotonic() < end:\n"
+            "        time.sleep(0.02)\n    time.sleep(0.3)\n    raise ValueError('rank 1 fails')\n"
+            "flag.touch()\ntime.sleep(5)\nprint('rank 0 done')\n")
     r = run_nsys(cell, _opts(tmp_path, nproc=2), namespace={})
     assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
     rep = r.open()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kernel_runner, nvtx_ranges, requires_nsys
+from conftest import kernel_runner, nvtx_ranges, requires_nsys, started_by_this_worker
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
 from nsight_magic.run import run_nsys
@@ -30,7 +30,8 @@ def _session_processes(ids=None) -> list[str]:
                 cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:200]
             except OSError:
                 continue
-            mine = [v for v in env if v.startswith(f"{SESSION_ID_ENV}=".encode())]
+            mine = [v for v in env if v.startswith(f"{SESSION_ID_ENV}=".encode())] \
+                if started_by_this_worker(b"\0".join(env)) else []
             if mine and (ids is None or mine[0].split(b"=", 1)[1].decode() in ids):
                 out.append(f"{d.name} {cmd}")
     return out
