@@ -344,10 +344,21 @@ def test_a_double_forked_child_of_a_fresh_cell_is_named_and_stopped(tmp_path):
     assert any("left 1 process running" in n and "sleep 60" in n for n in r.notes), r.notes
 
 
+def test_a_fresh_cell_dying_while_its_setups_server_runs_returns_and_names_it(tmp_path):
+    """Issue 29 #3: os._exit in a fresh cell whose setup started a server: nsys would wait for the server until
+    the --timeout; the server is stopped and named once the profiled process is gone, and the report is kept."""
+    t0 = time.monotonic()
+    r = run_nsys("import os\nos._exit(3)\n", _opts(tmp_path, fresh=True, timeout=60), namespace={},
+                 setup_sources=["import subprocess\nserver = subprocess.Popen(['sleep', '120'])\n"])
+    assert time.monotonic() - t0 < 20, (time.monotonic() - t0, r.messages)
+    assert r.status == "failed" and "exit status 3" in r.messages[0] and r.sqlite is not None, r.messages
+    assert any("it had started still ran" in n and "sleep 120" in n for n in r.notes), r.notes
+
+
 def test_warm_cells_name_what_they_leave_and_a_later_os_exit_returns(tmp_path, sessions):
     """Issue 29 #3, warm: a cell's detached process is named and stopped like a fresh cell's (the setup's own
-    processes stay), so a later cell that ends in os._exit is not held open by it.  (A worker that dies by
-    os._exit while its setup's processes live on is still held until --timeout: not handled yet.)"""
+    processes stay), so a later cell that ends in os._exit is not held open by it; and a worker that dies by
+    os._exit while its setup's processes live on is not held by them either: they are stopped and named."""
     setup = ["import subprocess\nserver = subprocess.Popen(['sleep', '120'])\n"]
     r = run_nsys("import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)\n",
                  _opts(tmp_path), setup_sources=setup, sessions=sessions, namespace={})
@@ -364,6 +375,14 @@ def test_warm_cells_name_what_they_leave_and_a_later_os_exit_returns(tmp_path, s
     r = run_nsys("import os\nos._exit(3)\n", _opts(tmp_path, timeout=60), sessions=sessions, namespace={})
     assert time.monotonic() - t0 < 20, r.messages
     assert r.status == "failed" and len(r.messages) == 1 and "exit status 3" in r.messages[0], r.messages
+    # the gap: os._exit while the setup's server lives on (nsys waits for every process of its application)
+    t0 = time.monotonic()
+    r = run_nsys("import os\nos._exit(3)\n", _opts(tmp_path, timeout=60), setup_sources=setup, sessions=sessions,
+                 namespace={})
+    assert time.monotonic() - t0 < 20, (time.monotonic() - t0, r.messages)
+    assert r.status == "failed" and "exit status 3" in r.messages[0] and r.sqlite is not None, r.messages
+    assert any("it had started still ran" in n and "sleep 120" in n for n in r.notes), r.notes
+    assert not [p for p in processes_mentioning("sleep\x00120")], "the setup's server outlived its worker"
 
 
 def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profile(tmp_path):

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     first = Path(scfg["folder"])
     _redirect_output(first / "stdout.txt", first / "stderr.txt")
     progress = _Progress(first / "progress.jsonl")
-    progress("importing", tool_files=tool_files())
+    progress("importing", pid=os.getpid(), tool_files=tool_files())
     base = new_namespace({"cwd": scfg.get("cwd")})
     if run_setup(sdir / "setup.py", base, progress):
         return EXIT_SETUP_ERROR

@@ -160,6 +160,66 @@ def _kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
             continue
 
 
+def running_in_run(env_name: str, run_id: str, ns_pid: int) -> bool:
+    """Whether the process that is `ns_pid` in its own PID namespace (what the profiled process wrote about itself)
+    and carries this run's (or session's) id still runs: found by its namespace pid (the last NSpid), not by its
+    command line, which the cell may change."""
+    needle = f"{env_name}={run_id}".encode()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            status = (d / "status").read_text()
+            ns = next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), d.name)
+            if ns != str(ns_pid) or "\nState:\tZ" in status:
+                continue
+            if needle in (d / "environ").read_bytes().split(b"\0"):
+                return True
+        except (OSError, IndexError):
+            continue
+    return False
+
+
+def stop_orphans(env_name: str, run_id: str) -> list[str]:
+    """The run's processes other than the profiler's (nsys, its launcher and agent), unshare, setpriv and ours
+    (`-m nsight_magic.inside.*`): what the profiled process started and left when it died (os._exit, a crash), which
+    the profiler waits for.  Stopped: SIGTERM, then SIGKILL.  Returns their descriptions ("pid: command")."""
+    needle = f"{env_name}={run_id}".encode()
+    found: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            argv = (d / "cmdline").read_bytes().split(b"\0")
+            if not argv[0] or needle not in (d / "environ").read_bytes().split(b"\0"):
+                continue
+        except OSError:
+            continue
+        exe = os.path.basename(argv[0].decode(errors="replace"))
+        if exe.startswith(("nsys", "unshare", "setpriv")) or argv[1:2] == [b"-m"] and \
+                argv[2:3] and argv[2].startswith(b"nsight_magic.inside."):
+            continue
+        found[int(d.name)] = " ".join(x.decode(errors="replace") for x in argv if x)[:80]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in found:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end and any(map(_running, found)):
+            time.sleep(0.05)
+    return [f"{pid}: {cmd}" for pid, cmd in found.items()]
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie's command line is empty)."""
+    try:
+        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
+    except OSError:
+        return False
+
+
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
     try:
         os.killpg(proc.pid, sig)
@@ -194,6 +254,7 @@ class _ChildOutcome:
     #   after the cell ended), ranks_done (--nproc timeout: the ranks that had finished their cell)
 
 
+LOOK_S = 0.5            # how often a running cell's profiled process is looked for (a /proc scan)
 FINALIZE_WARN_S = 20.0  # a profiler still writing its report this long after the cell ended gets a word
 FINISHED_PHASES = ("finished", "setup-error", "state-error")  # a rank whose part is over (values written)
 CELL_OVER_PHASES = ("cell-done", *FINISHED_PHASES)               # a rank whose cell is over
@@ -241,6 +302,7 @@ class ChildRun:
         self.cell_ended: float | None = None       # when every rank had finished its cell (seconds since t0)
         self.record_s: float | None = None
         self.tool_files: set[str] = set()         # nsys's settings files for the ranks (removed when it is over)
+        self.child_pid: int | None = None          # rank 0's pid in its PID namespace (its first record)
 
     def _pump(self, stream_output: bool = True) -> None:
         for stream, tail, prefix in self.tails:
@@ -260,6 +322,8 @@ class ChildRun:
                     self.tool_files.update(map(str, rec["tool_files"]))
                 if r:
                     continue
+                if phase == "importing" and isinstance(rec.get("pid"), int):
+                    self.child_pid = rec["pid"]  # in its PID namespace
                 self.phases.append(phase)
                 if phase == "exited":
                     self.extras["exit_status"] = rec.get("status")
@@ -279,13 +343,25 @@ class ChildRun:
     def record(self, timeout: float | None, stop_grace_s: float = 30.0) -> None:
         """Until every rank has finished (its --return values written), the process ended, the --timeout or Ctrl-C
         (which stops the whole run, as before the cell ended)."""
-        last_tick = 0.0
+        last_tick = last_look = 0.0
+        gone_since = None
         try:
             while not self._exited():
                 self._pump()
                 if all(self.finished):
                     break
                 now = time.monotonic() - self.t0
+                if self.ranks == 1 and self.child_pid is not None and "orphans" not in self.extras and \
+                        now - last_look >= LOOK_S:
+                    # the profiled process died (os._exit, a crash) while processes it started live on: the
+                    # profiler waits for them, holding the cell; they are stopped and named
+                    last_look = now
+                    if running_in_run(RUN_ID_ENV, self.run_id, self.child_pid):
+                        gone_since = None
+                    else:
+                        gone_since = now if gone_since is None else gone_since
+                        if now - gone_since >= LOOK_S:
+                            self.extras["orphans"] = stop_orphans(RUN_ID_ENV, self.run_id)
                 if now - last_tick >= 1.0:  # lets a status line show the elapsed time
                     last_tick = now
                     self.status_cb(self.phases[-1] if self.phases else "starting", now)
@@ -503,9 +579,16 @@ def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, f
 
 def outcome_notes(outcome: _ChildOutcome) -> list[str]:
     """Informational lines about a run that went as it should (processes the cell left behind)."""
+    notes = []
     left = outcome.details.get("leftovers") or []
-    if not left:
-        return []
-    n = len(left)
-    return [f"the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(left[:3])}{'; ...' if n > 3 else ''}"
-            f"); {'they were' if n > 1 else 'it was'} stopped when the cell ended"]
+    if left:
+        n = len(left)
+        notes.append(f"the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(left[:3])}"
+                     f"{'; ...' if n > 3 else ''}); {'they were' if n > 1 else 'it was'} stopped when the cell ended")
+    orphans = outcome.details.get("orphans") or []
+    if orphans:
+        n = len(orphans)
+        notes.append(f"the profiled process died while {n} process{'es' if n > 1 else ''} it had started still ran "
+                     f"({'; '.join(orphans[:3])}{'; ...' if n > 3 else ''}); {'they were' if n > 1 else 'it was'} "
+                     "stopped so that nsys could write the report")
+    return notes

@@ -42,7 +42,8 @@ from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
 from ..inside.child import USER_TMPDIR_ENV
-from .process import POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records
+from .process import (LOOK_S, POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
+                      running_in_run, stop_orphans)
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
 START_ARGS = ("--sample=none", "--cpuctxsw=none")   # refused by `nsys launch`, taken by `nsys start`
@@ -386,9 +387,11 @@ class NsysSession:
         exited = [r for r in records.items if r.get("phase") == "exited"]
         if exited:
             details["exit_status"] = exited[-1].get("status")  # the worker lives on: its own status says nothing
-        left = [p for r in records.items if r.get("phase") == "leftovers" for p in r.get("processes", [])]
-        if left:
-            details["leftovers"] = left
+        for key, orphans in (("leftovers", False), ("orphans", True)):
+            left = [p for r in records.items if r.get("phase") == "leftovers" and bool(r.get("orphans")) == orphans
+                    for p in r.get("processes", [])]
+            if left:
+                details[key] = left
         if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
             rc = -(rc - 128)  # nsys launch exits with 128 + the signal that killed the worker
         return _ChildOutcome(rc, status, time.monotonic() - cell.t0, records.phases, details=details)
@@ -447,7 +450,8 @@ class NsysSession:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
         tails = self._tails.setdefault(str(folder), {"stdout": _Tail(folder / "stdout.txt"),
                                                      "stderr": _Tail(folder / "stderr.txt")})
-        last_tick = 0.0
+        last_tick = last_look = 0.0
+        gone_since, stopped = None, False
         while True:
             alive = self.alive()
             for stream, tail in tails.items():
@@ -460,12 +464,35 @@ class NsysSession:
             if any(p in records.phases for p in until) or not alive:
                 return
             now = time.monotonic() - t0
+            if now - last_look >= LOOK_S:
+                # a worker that died (os._exit, a crash) while processes its setup started live on: nsys launch
+                # waits for them, holding the cell; they are stopped and named, and nsys writes the report
+                last_look = now
+                pid = self._worker_ns_pid()
+                if pid is None or stopped or running_in_run(SESSION_ID_ENV, self.id, pid):
+                    gone_since = None
+                else:
+                    gone_since = now if gone_since is None else gone_since
+                    if now - gone_since >= LOOK_S:
+                        left = stop_orphans(SESSION_ID_ENV, self.id)
+                        if left:
+                            records.items.append({"phase": "leftovers", "processes": left, "orphans": True})
+                        stopped = True
             if on_status and now - last_tick >= 1.0:
                 last_tick = now
                 on_status(records.phases[-1] if records.phases else "starting", now)
             if timeout is not None and now > timeout:
                 return
             time.sleep(POLL_S)
+
+    def _worker_ns_pid(self) -> int | None:
+        """The worker's pid in the session's PID namespace, as its first record says (None before it wrote it)."""
+        if self.setup_records is None:
+            return None
+        if not any(r.get("phase") == "importing" for r in self.setup_records.items):
+            self.setup_records.read()
+        return next((r["pid"] for r in self.setup_records.items
+                     if r.get("phase") == "importing" and isinstance(r.get("pid"), int)), None)
 
     @property
     def _tails(self) -> dict:
