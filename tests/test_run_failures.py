@@ -405,8 +405,11 @@ def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profil
     kernel.wait()
     time.sleep(3)
     assert not [p for p in processes_mentioning(folder.name)], "a process of the killed run survived"
+    named, left = _tool_files_left(folder)
+    assert named and left  # nsys, killed with the kernel, could not remove its settings files
     run_nsys("x = 1", _opts(tmp_path, fresh=True))  # the next fresh run tidies what the dead one left
     assert (folder / "report.qdstrm").exists() and not _private_tmp_of(folder)
+    assert _tool_files_left(folder) == (named, [])
 
 
 def _private_tmp_of(folder: Path) -> list[Path]:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import kernel_runner, nvtx_ranges, requires_nsys, started_by_this_worker
+from nsight_magic.inside.child import session_tool_files
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
 from nsight_magic.run import run_nsys
@@ -221,6 +222,8 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
         assert "warm session (cell 1 in this process" in first or "warm session prepared" in first, first
         second = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
         assert "warm session (cell 2 in this process" in second, second
+        tool_files = [f for d in _session_dirs() - dirs_before for f in session_tool_files(d)]
+        assert tool_files and all(os.path.exists(f) for f in tool_files)  # nsys's settings files for the worker
         shown = run("%nsys_session")
         assert "worker pid" in shown and "2 cells run" in shown, shown
         assert set(_session_processes()) - set(before)
@@ -237,6 +240,7 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
     while _session_dirs() - dirs_before and time.monotonic() < end:
         time.sleep(0.1)
     assert _session_dirs() - dirs_before == set()
+    assert not [f for f in tool_files if os.path.exists(f)]  # gone with the session, killed or not
 
 
 def test_session_magic_stop_and_restart(tmp_path):

@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+from .child import remove_tool_files, session_tool_files
 from .commands import receive
 
 
@@ -45,6 +46,7 @@ def _watch_lifeline(fd: int, sdir: Path) -> None:
         pass
     # The kernel that would have removed the session folder is gone: remove it before the kill, because the kill
     # also reaches unshare (outside the namespace, in our process group), whose --kill-child then ends us at once.
+    remove_tool_files(session_tool_files(sdir))
     shutil.rmtree(sdir, ignore_errors=True)
     os.kill(0, signal.SIGKILL)  # our process group: nsys launch and the worker
     shutil.rmtree(sdir, ignore_errors=True)  # anything they wrote meanwhile (when we are still here)

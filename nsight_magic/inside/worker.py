@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from .child import (EXIT_SETUP_ERROR, _Progress, _redirect_output, _user_tmpdir, load_variables, new_namespace,
-                    process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
+from .child import (EXIT_SETUP_ERROR, TOOL_FILES_NAME, _Progress, _redirect_output, _user_tmpdir, load_variables,
+                    new_namespace, process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
 from .commands import receive
 
 STARTED = time.time()
@@ -38,6 +38,7 @@ def main(argv: list[str]) -> int:
     _redirect_output(first / "stdout.txt", first / "stderr.txt")
     progress = _Progress(first / "progress.jsonl")
     progress("importing", pid=os.getpid(), tool_files=tool_files())
+    _write_json(sdir / TOOL_FILES_NAME, tool_files())  # removed with the session, also when its kernel was killed
     base = new_namespace({"cwd": scfg.get("cwd")})
     if run_setup(sdir / "setup.py", base, progress):
         return EXIT_SETUP_ERROR

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import tools
-from ..inside.child import CAPTURE_DOMAIN, USER_TMPDIR_ENV
+from ..inside.child import CAPTURE_DOMAIN, USER_TMPDIR_ENV, remove_tool_files, tool_files_named_in
 from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
@@ -324,6 +324,7 @@ def remove_stale_tmp_dirs() -> None:
             continue
         folder = Path(owner.get("folder", ""))
         if folder.is_dir():
+            remove_tool_files(tool_files_named_in(folder))  # nsys, killed with the kernel, left them in /tmp
             _tidy_tmp(d, ProfileFolder(folder))
         else:
             shutil.rmtree(d, ignore_errors=True)

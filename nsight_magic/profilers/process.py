@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..inside.child import EXIT_CELL_ERROR, rank_suffix
+from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files
 from ..errors import NsightMagicError
 from ..options import is_secret
 from ..store import ProfileFolder
-from ..tools import orphan_guard, remove_tool_files
+from ..tools import orphan_guard
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
 StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)

@@ -41,7 +41,7 @@ from pathlib import Path
 from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
-from ..inside.child import USER_TMPDIR_ENV
+from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files
 from .process import (LOOK_S, POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
                       running_in_run, stop_orphans)
 
@@ -258,10 +258,7 @@ class NsysSession:
             os.close(self.lifeline)
             self.lifeline = None
         _kill_strays(self.id, SESSION_ID_ENV)
-        if self.setup_records is not None:  # nsys's settings files for the worker, left when nsys is stopped
-            self.setup_records.read()
-            tools.remove_tool_files(f for r in self.setup_records.items if isinstance(r.get("tool_files"), list)
-                                    for f in r["tool_files"])
+        remove_tool_files(session_tool_files(self.dir))  # nsys's settings files for the worker, left when it stops
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- one cell: record ------------------------------------------------------------------------------------
@@ -543,6 +540,7 @@ def remove_stale_session_dirs(root: Path | None = None) -> list[Path]:
             continue  # its kernel is alive
         if owner is None and time.time() - d.stat().st_mtime < 3600:
             continue  # no owner file: being created right now, or an older version's; leave it an hour
+        remove_tool_files(session_tool_files(d))
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)
     return removed

@@ -13,9 +13,8 @@ from .find import find_executable, version_tuple
 from .nsys import (NSYS_ENV, export_sqlite, find_nsys, find_qdstrm_importer, import_qdstrm, nsys_version,
                    nvtx_pitfall)
 from .system import (ISOLATE_ENV, gpu_names, gpu_visible, identity_alive, isolation_prefix, orphan_guard,
-                     process_identity, remove_tool_files)
+                     process_identity)
 
 __all__ = ["find_executable", "version_tuple", "NSYS_ENV", "export_sqlite", "find_nsys", "find_qdstrm_importer",
            "import_qdstrm", "nsys_version", "nvtx_pitfall", "ISOLATE_ENV", "gpu_names", "gpu_visible",
-           "isolation_prefix", "orphan_guard", "process_identity", "identity_alive",
-           "remove_tool_files"]
+           "isolation_prefix", "orphan_guard", "process_identity", "identity_alive"]

@@ -7,9 +7,7 @@ from __future__ import annotations
 import functools
 import glob
 import os
-import re
 import shutil
-import stat
 import subprocess
 import sys
 
@@ -120,17 +118,3 @@ def _start_time(pid: int) -> str | None:
     except (OSError, IndexError):
         return None
 
-
-def remove_tool_files(paths) -> None:
-    """Remove the settings files nsys wrote for a run's processes (`injection_config_*`, named in their progress
-    records), once the run is over: only regular files of ours with that name (a record is not trusted further)."""
-    for p in paths or ():
-        p = str(p)
-        if not re.fullmatch(r"injection_config_\w+", os.path.basename(p)):
-            continue
-        try:
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-                os.unlink(p)
-        except OSError:
-            pass
