@@ -295,7 +295,7 @@ class NsightMagics(Magics):
         args = parse_line(self.nsys_session, line)
         old = self.sessions.session
         if args.stop or args.restart:
-            stopped = self.sessions.stop()
+            stopped = self.sessions.stop(replaced=True)
             print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
         if args.restart:
             self._start_session(old.trace if old is not None else None)

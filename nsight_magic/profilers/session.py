@@ -643,18 +643,22 @@ class SessionManager:
             self.retiring.append(s)
         self.retiring = [r for r in self.retiring if r.alive()]
 
-    def stop(self) -> bool:
-        """End the session now (%nsys_session --stop): its recordings still being written are waited for."""
+    def stop(self, replaced: bool = False) -> bool:
+        """End the session now (%nsys_session --stop): its recordings still being written are waited for.  With
+        `replaced`, also the replaced sessions still ending in the background, so that nothing of them runs on (the
+        user asked for it; a failed cell does not wait for them).  Whether there was a session."""
         self._wait_preparing()
         with self._lock:
             s, self.session = self.session, None
-        if s is None:
-            return False
+            ending = [x for x in (s, *(self.retiring if replaced else ())) if x is not None]
+            if replaced:
+                self.retiring = []
         end = time.monotonic() + STOP_TIMEOUT_S
-        while s.pending and s.alive() and time.monotonic() < end:
-            time.sleep(POLL_S)
-        s.stop()
-        return True
+        for x in ending:
+            while x.pending and x.alive() and time.monotonic() < end:
+                time.sleep(POLL_S)
+            x.stop()
+        return s is not None
 
     def shutdown(self) -> None:
         """The kernel exits: every session ends at once (a recording still being written is lost with it)."""
