@@ -44,10 +44,9 @@ def _paths_exist(messages) -> None:
 def _tool_files_left(*folders) -> tuple[list[str], list[str]]:
     """The settings files nsys wrote into /tmp for the runs of these profile folders (named by the profiled
     process's first progress record), and those still there."""
-    import json
+    from nsight_magic.inside.child import tool_files_named_in
 
-    named = sorted({f for folder in folders for line in (Path(folder) / "progress.jsonl").read_text().splitlines()
-                    if line.strip() for f in json.loads(line).get("tool_files", [])})
+    named = sorted({f for folder in folders for f in tool_files_named_in(folder)})
     return named, [f for f in named if os.path.lexists(f)]
 
 

@@ -147,59 +147,61 @@ class _Tail:
         return self.decoder.decode(data)
 
 
-def _kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
-    """Kill processes carrying this run's id in their environment (nsys's agent escapes the process group)."""
+def run_processes(env_name: str, run_id: str) -> list[int]:
+    """Live processes (not this one) carrying this run's (or session's) id in their environment."""
     needle = f"{env_name}={run_id}".encode()
+    out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
             if needle in (d / "environ").read_bytes().split(b"\0"):
-                os.kill(int(d.name), signal.SIGKILL)
-        except (OSError, ValueError):
+                out.append(int(d.name))
+        except OSError:
             continue
+    return out
 
 
-def running_in_run(env_name: str, run_id: str, ns_pid: int) -> bool:
-    """Whether the process that is `ns_pid` in its own PID namespace (what the profiled process wrote about itself)
-    and carries this run's (or session's) id still runs: found by its namespace pid (the last NSpid), not by its
-    command line, which the cell may change."""
-    needle = f"{env_name}={run_id}".encode()
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+def process_argv(pid: int) -> list[bytes]:
+    """A process's command line ([b""] when it is gone or a zombie)."""
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes() or b"").split(b"\0")
+    except OSError:
+        return [b""]
+
+
+def _kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
+    """Kill processes carrying this run's id in their environment (nsys's agent escapes the process group)."""
+    for pid in run_processes(env_name, run_id):
         try:
-            status = (d / "status").read_text()
-            ns = next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), d.name)
-            if ns != str(ns_pid) or "\nState:\tZ" in status:
-                continue
-            if needle in (d / "environ").read_bytes().split(b"\0"):
-                return True
-        except (OSError, IndexError):
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
             continue
-    return False
+
+
+def _ns_pid(pid: int) -> str | None:
+    """A process's pid in its own PID namespace (the last NSpid), None when gone or a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    if "\nState:\tZ" in status:
+        return None
+    return next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), str(pid))
 
 
 def stop_orphans(env_name: str, run_id: str) -> list[str]:
     """The run's processes other than the profiler's (nsys, its launcher and agent), unshare, setpriv and ours
     (`-m nsight_magic.inside.*`): what the profiled process started and left when it died (os._exit, a crash), which
     the profiler waits for.  Stopped: SIGTERM, then SIGKILL.  Returns their descriptions ("pid: command")."""
-    needle = f"{env_name}={run_id}".encode()
     found: dict[int, str] = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-            if not argv[0] or needle not in (d / "environ").read_bytes().split(b"\0"):
-                continue
-        except OSError:
-            continue
+    for pid in run_processes(env_name, run_id):
+        argv = process_argv(pid)
         exe = os.path.basename(argv[0].decode(errors="replace"))
-        if exe.startswith(("nsys", "unshare", "setpriv")) or argv[1:2] == [b"-m"] and \
+        if not exe or exe.startswith(("nsys", "unshare", "setpriv")) or argv[1:2] == [b"-m"] and \
                 argv[2:3] and argv[2].startswith(b"nsight_magic.inside."):
             continue
-        found[int(d.name)] = " ".join(x.decode(errors="replace") for x in argv if x)[:80]
+        found[pid] = " ".join(x.decode(errors="replace") for x in argv if x)[:80]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in found:
             try:
@@ -207,17 +209,37 @@ def stop_orphans(env_name: str, run_id: str) -> list[str]:
             except OSError:
                 pass
         end = time.monotonic() + 1.0
-        while time.monotonic() < end and any(map(_running, found)):
+        while time.monotonic() < end and any(process_argv(pid)[0] for pid in found):
             time.sleep(0.05)
     return [f"{pid}: {cmd}" for pid, cmd in found.items()]
 
 
-def _running(pid: int) -> bool:
-    """Alive and not a zombie (a zombie's command line is empty)."""
-    try:
-        return bool(Path(f"/proc/{pid}/cmdline").read_bytes())
-    except OSError:
-        return False
+class OrphanWatch:
+    """Watches a running cell's profiled process (or warm worker) by the pid it wrote in its first record, as its
+    PID namespace numbers it (matched through NSpid, not its command line, which the cell may change).  When it has
+    been gone LOOK_S while the profiler still runs, what it left running is stopped (stop_orphans), once: the
+    profiler waits for those processes, which would hold the cell until its --timeout."""
+
+    def __init__(self, env_name: str, run_id: str):
+        self.env_name, self.run_id = env_name, run_id
+        self.last = self.gone_since = None
+        self.stopped: list[str] | None = None
+
+    def tick(self, now: float, ns_pid) -> list[str] | None:
+        """Called in the wait loop (`ns_pid`: a callable giving the pid, None until written); the processes it
+        stopped, the one time it does, else None."""
+        if self.stopped is not None or self.last is not None and now - self.last < LOOK_S:
+            return None
+        self.last = now
+        pid = ns_pid()
+        if pid is None or any(_ns_pid(p) == str(pid) for p in run_processes(self.env_name, self.run_id)):
+            self.gone_since = None
+            return None
+        self.gone_since = now if self.gone_since is None else self.gone_since
+        if now - self.gone_since < LOOK_S:
+            return None
+        self.stopped = stop_orphans(self.env_name, self.run_id)
+        return self.stopped
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:
@@ -343,25 +365,18 @@ class ChildRun:
     def record(self, timeout: float | None, stop_grace_s: float = 30.0) -> None:
         """Until every rank has finished (its --return values written), the process ended, the --timeout or Ctrl-C
         (which stops the whole run, as before the cell ended)."""
-        last_tick = last_look = 0.0
-        gone_since = None
+        last_tick = 0.0
+        watch = OrphanWatch(RUN_ID_ENV, self.run_id)
         try:
             while not self._exited():
                 self._pump()
                 if all(self.finished):
                     break
                 now = time.monotonic() - self.t0
-                if self.ranks == 1 and self.child_pid is not None and "orphans" not in self.extras and \
-                        now - last_look >= LOOK_S:
-                    # the profiled process died (os._exit, a crash) while processes it started live on: the
-                    # profiler waits for them, holding the cell; they are stopped and named
-                    last_look = now
-                    if running_in_run(RUN_ID_ENV, self.run_id, self.child_pid):
-                        gone_since = None
-                    else:
-                        gone_since = now if gone_since is None else gone_since
-                        if now - gone_since >= LOOK_S:
-                            self.extras["orphans"] = stop_orphans(RUN_ID_ENV, self.run_id)
+                if self.ranks == 1:  # (a rank that dies is torchrun's to handle)
+                    left = watch.tick(now, lambda: self.child_pid)
+                    if left is not None:
+                        self.extras["orphans"] = left
                 if now - last_tick >= 1.0:  # lets a status line show the elapsed time
                     last_tick = now
                     self.status_cb(self.phases[-1] if self.phases else "starting", now)

@@ -42,8 +42,8 @@ from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
 from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files
-from .process import (LOOK_S, POLL_S, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
-                      running_in_run, stop_orphans)
+from .process import (POLL_S, OrphanWatch, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
+                      process_argv, run_processes)
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
 START_ARGS = ("--sample=none", "--cpuctxsw=none")   # refused by `nsys launch`, taken by `nsys start`
@@ -447,8 +447,8 @@ class NsysSession:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
         tails = self._tails.setdefault(str(folder), {"stdout": _Tail(folder / "stdout.txt"),
                                                      "stderr": _Tail(folder / "stderr.txt")})
-        last_tick = last_look = 0.0
-        gone_since, stopped = None, False
+        last_tick = 0.0
+        watch = OrphanWatch(SESSION_ID_ENV, self.id)  # a worker that died with its setup's processes alive
         while True:
             alive = self.alive()
             for stream, tail in tails.items():
@@ -461,20 +461,9 @@ class NsysSession:
             if any(p in records.phases for p in until) or not alive:
                 return
             now = time.monotonic() - t0
-            if now - last_look >= LOOK_S:
-                # a worker that died (os._exit, a crash) while processes its setup started live on: nsys launch
-                # waits for them, holding the cell; they are stopped and named, and nsys writes the report
-                last_look = now
-                pid = self._worker_ns_pid()
-                if pid is None or stopped or running_in_run(SESSION_ID_ENV, self.id, pid):
-                    gone_since = None
-                else:
-                    gone_since = now if gone_since is None else gone_since
-                    if now - gone_since >= LOOK_S:
-                        left = stop_orphans(SESSION_ID_ENV, self.id)
-                        if left:
-                            records.items.append({"phase": "leftovers", "processes": left, "orphans": True})
-                        stopped = True
+            left = watch.tick(now, self._worker_ns_pid)
+            if left:
+                records.items.append({"phase": "leftovers", "processes": left, "orphans": True})
             if on_status and now - last_tick >= 1.0:
                 last_tick = now
                 on_status(records.phases[-1] if records.phases else "starting", now)
@@ -556,19 +545,8 @@ def _append(path: Path, answer: dict) -> None:
 def _worker_pids(session_id: str) -> list[int]:
     """Host pids of this session's worker: `python -m nsight_magic.inside.worker` with the session's id in its
     environment (not `nsys launch ... nsight_magic.inside.worker`, whose command line also names it)."""
-    needle = f"{SESSION_ID_ENV}={session_id}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            argv = (d / "cmdline").read_bytes().split(b"\0")
-            if argv[1:3] == [b"-m", b"nsight_magic.inside.worker"] and \
-                    needle in (d / "environ").read_bytes().split(b"\0"):
-                out.append(int(d.name))
-        except OSError:
-            continue
-    return out
+    return [pid for pid in run_processes(SESSION_ID_ENV, session_id)
+            if process_argv(pid)[1:3] == [b"-m", b"nsight_magic.inside.worker"]]
 
 
 class SessionManager:
