@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files
+from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files, tool_files_named_in
 from ..errors import NsightMagicError
 from ..options import is_secret
 from ..store import ProfileFolder
@@ -323,7 +323,6 @@ class ChildRun:
         self.outcome: str | None = None            # decided by us: timeout, interrupted
         self.cell_ended: float | None = None       # when every rank had finished its cell (seconds since t0)
         self.record_s: float | None = None
-        self.tool_files: set[str] = set()         # nsys's settings files for the ranks (removed when it is over)
         self.child_pid: int | None = None          # rank 0's pid in its PID namespace (its first record)
 
     def _pump(self, stream_output: bool = True) -> None:
@@ -340,8 +339,6 @@ class ChildRun:
                     self.finished[r] = True
                 if phase == "leftovers":
                     self.extras.setdefault("leftovers", []).extend(rec.get("processes", []))
-                if isinstance(rec.get("tool_files"), list):
-                    self.tool_files.update(map(str, rec["tool_files"]))
                 if r:
                     continue
                 if phase == "importing" and isinstance(rec.get("pid"), int):
@@ -439,7 +436,7 @@ class ChildRun:
         # The profiler has exited; helpers it started must not outlive the run, nor its files in /tmp.
         _kill_strays(self.run_id)
         self._pump(stream_output=False)
-        remove_tool_files(self.tool_files)
+        remove_tool_files(tool_files_named_in(self.folder.path))  # named in the ranks' first records
         return _ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
                              details=self.extras)
 
