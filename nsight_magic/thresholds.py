@@ -14,11 +14,13 @@ DEFAULTS: dict[str, float] = {
     "gpu_time_util.threshold_pct": 50,            # chunks with average utilization below this (nsys: threshold=50)
     "gpu_time_util.chunks": 30,                   # the GPU's span is cut into this many chunks (nsys: chunks=30)
     # ours
+    "alarm.min_ms": 2,                            # a finding saving less than this in the whole cell stays low
     "launch_bound.min_kernels": 100,              # at least this many kernels shorter than their launch call
     "launch_bound.min_share_pct": 50,             # ... and that many percent of all kernels
     "launch_bound.min_idle_pct": 10,              # or the GPU waiting for launches this share of the steady state
     "layout_transpose.min_gpu_pct": 2,            # NCHW<->NHWC transposes taking at least this share of GPU time
     "undersized_launch.min_idle_pct": 10,         # SMs left idle by grids smaller than the GPU: this share of kernel time
+    "undersized_launch.max_fill": 0.5,            # ... counting grids of at most this share of the SMs (one block each)
     "serialized_copy.min_copy_ms": 1,             # copies on a compute stream between its kernels, in total
     "input_wait.min_gap_ms": 1,                   # GPU idle before each step's host-to-device copy, on average
     "input_wait.min_steps": 3,                    # ... seen before at least this many copies

@@ -44,13 +44,23 @@ def planted(tmp_path_factory):
 
 CASES = sorted(MANIFEST)
 # honest misses, kept visible: each fails today and says why (strict: the day it passes, this list must shrink)
-ESTIMATE_MISSES = {
-    "item_sync": "estimate 0.069 s against a measured gain of 0.026 s; the two plain runs of the bad cell differed by "
-                 "70 ms (0.330 / 0.259 s), more than the gain: the measurement, not only the estimate, is loose",
+ESTIMATE_MISSES: dict[str, str] = {}
+# fixed twins that still raise an alarm, each for a cause other than the planted one (strict, as above)
+TWIN_ALARMS = {
+    "ddp_cpu_straggler": "recorded before the suite set TF32: the fixed twin is GPU-bound on fp32 GEMMs without "
+                         "tensor cores, a true second cause (fp32_gemm); re-recording it needs 2 GPUs "
+                         "(nvidia-h200-x2), which were not lent when the single-GPU set was re-recorded with TF32",
+    "ddp_gpu_straggler": "as ddp_cpu_straggler: fp32 GEMMs in the fixed twin, a true second cause",
+    "optimizer_single_tensor": "tracing OS runtime calls slows the autograd engine's per-parameter work in the "
+                               "profile; the twin reads CPU-bound (see test_the_foreach_optimizer_twin_...)",
 }
+# twins that keep a cause on purpose: what they show needs it
+TWIN_KEEPS = {"sync_cpu_bound": "launch_bound"}  # a CPU-bound loop: its syncs are not the cause, launches are
 WITH_RULE = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ESTIMATE_MISSES[n]))
              if n in ESTIMATE_MISSES else n for n in CASES if MANIFEST[n]["expect_rule"]]
 WITH_TWIN = [n for n in CASES if "fixed" in MANIFEST[n]["reports"]]
+TWINS = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=TWIN_ALARMS[n])) if n in TWIN_ALARMS else n
+         for n in WITH_TWIN]
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -97,6 +107,30 @@ def test_the_fixed_twin_raises_no_alarm_about_the_planted_cause(name, planted):
     assert not [f for f in fs if f.rule in planted_rules and f.severity in ALARM], [str(f) for f in fs[:4]]
     if b.kind == "gpu":  # nothing left to change on the host: only the kernels' own findings may alarm
         assert not [f for f in fs if f.severity in ALARM and f.rule not in GPU_SIDE], [str(f) for f in fs[:4]]
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_no_fixed_twin_raises_an_alarm(name, planted):
+    """With the planted cause gone, nothing is left to fix: no finding at medium or high (a twin kept CPU-bound on
+    purpose raises only its launches)."""
+    fs = planted(name, "fixed").findings()
+    alarms = sorted({f.rule for f in fs if f.severity in ALARM})
+    assert alarms == ([TWIN_KEEPS[name]] if name in TWIN_KEEPS else []), [str(f) for f in fs[:4]]
+
+
+def test_fusion_is_advised_for_chains_of_elementwise_kernels_only(planted, tmp_path):
+    """`torch.tanh(x * w).sum()` each step (the first python_loop twin, kept as elementwise_chain): three
+    memory-bound kernels in a row, which fusion makes one; `torch.tanh(x)` each step (today's twin): one kernel a
+    step, back to back with the next step's, and nothing to fuse it with."""
+    with lzma.open(PLANTED / "elementwise_chain.sqlite.xz") as f, open(tmp_path / "chain.sqlite", "wb") as out:
+        shutil.copyfileobj(f, out)
+    with open_nsys_report(tmp_path / "chain.sqlite") as rep:
+        (fu,) = [f for f in rep.findings() if f.rule == "elementwise_fusion"]
+        assert fu.count == len(rep.kernels) == 60 and fu.severity == "high"
+        assert 0 < fu.time_at_stake_ns < rep.meta.duration_ns and "torch.compile" in fu.suggestion
+    single = planted("python_loop", "fixed")
+    assert single.bottleneck().kind == "gpu" and set(single.kernels["name"].map(lambda n: "tanh" in n)) == {True}
+    assert not [f for f in single.findings() if f.rule == "elementwise_fusion"]
 
 
 def test_a_gpu_bound_cell_and_its_final_synchronize_raise_no_alarm(planted):

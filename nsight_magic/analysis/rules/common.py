@@ -36,11 +36,16 @@ class Finding:
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 HIGH_SHARE, MEDIUM_SHARE = 0.2, 0.05  # of the capture without its start-up
+MIN_ALARM_NS = 2_000_000  # less than this saved in the whole cell is low whatever its share: a 2.5 ms cell's 0.3 ms
+#                           of allocator calls or 1 ms of unfused kernels is no alarm (thresholds: alarm.min_ms)
 
 
-def severity(at_stake_ns: float, span_ns: int) -> str:
-    """From the time the fix saves, as a share of the span judged: high >= 20%, medium >= 5%, else low."""
+def severity(at_stake_ns: float, span_ns: int, min_alarm_ns: float = MIN_ALARM_NS) -> str:
+    """From the time the fix saves, as a share of the span judged: high >= 20%, medium >= 5%, else low; low
+    below `min_alarm_ns` whatever the share."""
     share = at_stake_ns / span_ns if span_ns > 0 else 0.0
+    if at_stake_ns < min_alarm_ns:
+        return "low"
     return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
 
 
@@ -72,7 +77,7 @@ class Context:
         return min(loop, steady) if steady > 0 else loop
 
     def severity(self, at_stake_ns: float) -> str:
-        return severity(at_stake_ns, self.loop_span)
+        return severity(at_stake_ns, self.loop_span, self.th.get("alarm.min_ms", MIN_ALARM_NS / 1e6) * 1e6)
 
     def stake(self, category: str) -> int:
         """A breakdown category's time on the critical path, scaled to the whole loop: the largest over processes

@@ -144,7 +144,9 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     sms = dict(zip(g["id"].to_numpy(), pd.to_numeric(g["sm_count"], errors="coerce").to_numpy()))
     dev_sms = k["device_id"].map(sms).to_numpy(float)
     blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(float)
-    small = ~np.isnan(dev_sms) & (blocks < dev_sms)
+    # a grid that fills most SMs (a library's 112-block tiling on 132 SMs) is one wave's quantisation, which its
+    # heuristics weigh against bigger tiles: what a user can change is a grid that leaves most of the GPU empty
+    small = ~np.isnan(dev_sms) & (blocks <= dev_sms * th["undersized_launch.max_fill"])
     total_gpu = k["duration_ns"].sum()
     t = k[small]
     idle_frac = 1 - blocks[small] / dev_sms[small]

@@ -100,14 +100,37 @@ def rule_gemm_alignment(ctx: Context) -> list[Finding]:
                                       "as fast), beyond the time the host paced the GPU"), ev, ranges_of(ev))]
 
 
+def _in_chains(k: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
+    """`mask` kept only for kernels next to another masked kernel of another name on their stream: a chain fusion
+    can make one kernel of.  A lone elementwise kernel between two products has nothing to fuse with, nor has a
+    loop launching one such kernel per iteration (the same name back to back: iterations, not a chain)."""
+    cols = [c for c in ("device_id", "stream_id") if c in k]
+    order = np.lexsort([k["start_ns"].to_numpy()] + [k[c].to_numpy() for c in reversed(cols)])
+    m = mask[order]
+    same = np.ones(len(k) - 1, bool) if len(k) else np.ones(0, bool)
+    for c in cols:
+        v = k[c].to_numpy()[order]
+        same &= v[1:] == v[:-1]
+    names = pd.factorize(k["name"])[0][order]
+    # kernel i and i+1: both masked, one after the other on a stream, two operations
+    pair = m[1:] & m[:-1] & same & (names[1:] != names[:-1])
+    chained = np.zeros(len(k), bool)
+    chained[:-1] |= pair
+    chained[1:] |= pair
+    out = np.zeros(len(k), bool)
+    out[order] = chained
+    return out
+
+
 def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
-    """Many small elementwise and normalisation kernels holding the time of a GPU-bound loop: fusion."""
+    """Chains of elementwise and normalisation kernels (one after the other on a stream) holding the time of a
+    GPU-bound loop: fusion."""
     if not _gpu_bound(ctx):
         return []
     k = _matrix(ctx)
     if k.empty:
         return []
-    small = k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy()
+    small = _in_chains(k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy())
     m = k[small]
     total = float(k["duration_ns"].sum())
     if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["elementwise_fusion.min_gpu_pct"]:
