@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 DEFAULT_SRC = HERE.parents[1] / "shared" / "fixtures" / "nsys" / "h100-2025.3" / "a_cuda_nvtx.sqlite"
 
 CHILD = r"""
-import json, sys, time
+import json, os, sys, time
 sys.path.insert(0, sys.argv[2])
 from nsight_magic import open_report
 import nsight_magic.analysis  # imports are not what we measure
@@ -40,7 +40,7 @@ t2 = time.perf_counter()
 fs = rep.findings()
 t3 = time.perf_counter()
 if sys.argv[3] == "profile":
-    pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+    pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats(os.environ.get("NM_SORT", "cumulative")).print_stats(int(os.environ.get("NM_TOP", "25")))
 print(json.dumps({"read_s": t1 - t0, "bottleneck_s": t2 - t1, "findings_s": t3 - t2, "kernels": len(rep.kernels),
                   "verdict": b.kind, "findings": len(fs)}))
 """

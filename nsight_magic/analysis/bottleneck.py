@@ -269,7 +269,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out = pd.DataFrame({"start_ns": gs, "end_ns": ge})
     for c in IDLE:
         out[c] = np.zeros(n, np.int64)
-    out["tid"] = pd.array([pd.NA] * n, dtype="Int64")
+    out["tid"] = pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))  # all NA
     out["next_kind"] = ""
     out["sync_name"] = None
     out["sync_start_ns"] = np.full(n, -1, np.int64)

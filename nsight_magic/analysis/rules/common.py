@@ -3,6 +3,7 @@ passes around (the report, its thresholds and its diagnosis: analysis.bottleneck
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -164,20 +165,44 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     cols = ["api_name", "api_tid", "api_start_ns", "api_end_ns"]
     if ops.empty or api.empty:
         return pd.DataFrame({c: pd.Series([pd.NA] * len(ops), dtype="object") for c in cols}, index=ops.index)
-    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    idx = _pair_index(a["pid"].to_numpy(np.int64), a["correlation_id"].to_numpy(np.int64),
-                      ops["pid"].to_numpy(np.int64), ops["correlation_id"].fillna(-1).to_numpy(np.int64))
+    a = _calls_by_correlation(api)
+    idx = _pair_index(a["pid"], a["correlation_id"], ops["pid"].to_numpy(np.int64),
+                      ops["correlation_id"].fillna(-1).to_numpy(np.int64))
     ok = idx >= 0
     take = np.maximum(idx, 0)
     out = pd.DataFrame(index=ops.index)
-    out["api_name"] = np.where(ok, a["name"].astype(object).to_numpy()[take] if len(a) else None, None)
-    out["api_tid"] = pd.array(np.where(ok, a["tid"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
-    out.loc[~ok, "api_tid"] = pd.NA
-    out["api_start_ns"] = pd.array(np.where(ok, a["start_ns"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
-    out.loc[~ok, "api_start_ns"] = pd.NA
-    out["api_end_ns"] = pd.array(np.where(ok, a["end_ns"].to_numpy()[take] if len(a) else 0, 0), dtype="Int64")
-    out.loc[~ok, "api_end_ns"] = pd.NA
+    names = a["name"].take(take).to_numpy(object) if len(a["pid"]) else np.full(len(ops), None, object)
+    out["api_name"] = np.where(ok, names, None)
+    for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
+        v = a[col][take] if len(a["pid"]) else np.zeros(len(ops), np.int64)
+        out[c] = pd.arrays.IntegerArray(np.where(ok, v, 0).astype(np.int64), ~ok)
     return out
+
+
+_CALLS_CACHE: list = []  # [(weak reference to an api frame, its calls by correlation)], newest last
+
+
+def _calls_by_correlation(api: pd.DataFrame) -> dict:
+    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as an Arrow/pandas array): computed
+    once per frame, since every rule asks about the same report's calls (held while the frame lives)."""
+    _CALLS_CACHE[:] = [(r, got) for r, got in _CALLS_CACHE if r() is not None]
+    for r, got in _CALLS_CACHE:
+        if r() is api:
+            return got
+    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
+    got = {"pid": a["pid"].to_numpy(np.int64), "correlation_id": a["correlation_id"].to_numpy(np.int64),
+           "tid": a["tid"].to_numpy(np.int64), "start_ns": a["start_ns"].to_numpy(np.int64),
+           "end_ns": pd.to_numeric(a["end_ns"]).to_numpy(np.int64), "name": a["name"].reset_index(drop=True)}
+    _CALLS_CACHE.append((weakref.ref(api), got))
+    del _CALLS_CACHE[:-4]
+    return got
+
+
+def _nullable_int(col: pd.Series):
+    """A column as Int64 (NA kept), without a round trip through Python objects where it is numeric already."""
+    if pd.api.types.is_integer_dtype(col.dtype) and not isinstance(col.dtype, pd.ArrowDtype):
+        return pd.array(col.to_numpy(), dtype="Int64") if col.dtype.kind in "iu" else col.astype("Int64").array
+    return pd.array(pd.to_numeric(col, errors="coerce"), dtype="Int64")
 
 
 def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
@@ -192,8 +217,7 @@ def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
         name = name.to_numpy()
     out["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str)
     for c in ("pid", "tid", "device_id", "stream_id"):
-        src = df[c] if c in df else None
-        out[c] = pd.array(src.to_numpy() if src is not None else [pd.NA] * n, dtype="Int64")
+        out[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():
         out[k] = v.to_numpy() if isinstance(v, pd.Series) else v
     return out.reset_index(drop=True)
@@ -276,8 +300,9 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
 def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFrame:
     """What the launching thread did during each gap: the NVTX range, CUDA API call and OS runtime call that cover
     most of it (with the share of the gap they cover)."""
-    out = {k: [None] * len(gaps) for k in ("cpu_nvtx", "cpu_cuda_api", "cpu_osrt")}
-    shares = {k: [np.nan] * len(gaps) for k in ("cpu_nvtx_pct", "cpu_cuda_api_pct", "cpu_osrt_pct")}
+    keys = ("cpu_nvtx", "cpu_cuda_api", "cpu_osrt")
+    picked = {k: np.full(len(gaps), -1, np.int64) for k in keys}  # the covering row (by start), -1: none
+    shares = {k + "_pct": np.full(len(gaps), np.nan) for k in keys}
     sources = {"cpu_nvtx": report.nvtx, "cpu_cuda_api": report.cuda_api, "cpu_osrt": report.osrt}
     prepared = {}
     for key, df in sources.items():
@@ -310,8 +335,15 @@ def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFr
             idx = lo + np.flatnonzero(m)
             cover = np.minimum(e[idx], g.end_ns) - np.maximum(s[idx], g.start_ns)
             j = int(np.argmax(cover))
-            out[key][i] = str(label.iat[idx[j]])
+            picked[key][i] = idx[j]
             shares[key + "_pct"][i] = round(100.0 * cover[j] / max(g.end_ns - g.start_ns, 1), 1)
+    out = {}
+    for key in keys:
+        at = picked[key]
+        col = np.full(len(gaps), None, object)
+        if key in prepared and (at >= 0).any():
+            col[at >= 0] = prepared[key][5].take(at[at >= 0]).astype(str).to_numpy(object)
+        out[key] = col
     return pd.DataFrame({**out, **shares})
 
 
