@@ -102,6 +102,15 @@ class Bottleneck:
 
 # ---- inputs ----------------------------------------------------------------------------------------------------
 
+OP_CATS = ["compute", "communication", "copy"]
+NEXT_KINDS = np.array([*OP_CATS, "htod batch", ""], dtype=object)  # what ends a gap: an op's cat, a batch's copy, none
+
+
+def _cats(codes, n: int) -> pd.Categorical:
+    """compute / communication / copy as a categorical (the gaps look up what ends them by the 100,000)."""
+    return pd.Categorical.from_codes(np.broadcast_to(np.asarray(codes, np.int8), (n,)), categories=OP_CATS)
+
+
 def _gpu_ops(report) -> pd.DataFrame:
     """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch."""
     parts = []
@@ -112,14 +121,14 @@ def _gpu_ops(report) -> pd.DataFrame:
                                    "end_ns": k["end_ns"].to_numpy(np.int64), "pid": k["pid"].to_numpy(np.int64),
                                    "device_id": k["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(k["correlation_id"], dtype="Int64"),
-                                   "cat": np.where(nccl, "communication", "compute"), "htod_batch": False}))
+                                   "cat": _cats(np.where(nccl, 1, 0), len(k)), "htod_batch": False}))
     g = getattr(report, "graphs", None)
     if g is not None and len(g):  # a CUDA graph's launch: its kernels, as one interval
         parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(np.int64),
                                    "end_ns": g["end_ns"].to_numpy(np.int64), "pid": g["pid"].to_numpy(np.int64),
                                    "device_id": g["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(g["correlation_id"], dtype="Int64"),
-                                   "cat": "compute", "htod_batch": False}))
+                                   "cat": _cats(0, len(g)), "htod_batch": False}))
     for f in (report.memcpy, report.memset):
         if len(f):
             batch = np.zeros(len(f), bool)
@@ -129,7 +138,7 @@ def _gpu_ops(report) -> pd.DataFrame:
                                        "end_ns": f["end_ns"].to_numpy(np.int64), "pid": f["pid"].to_numpy(np.int64),
                                        "device_id": f["device_id"].to_numpy(np.int64),
                                        "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
-                                       "cat": "copy", "htod_batch": batch}))
+                                       "cat": _cats(2, len(f)), "htod_batch": batch}))
     if not parts:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
                                      "htod_batch"])
@@ -283,8 +292,10 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     nxt = np.searchsorted(starts, ge, "left")  # the operation that ends the gap starts at its end
     has_next = nxt < len(starts)
     nxt_c = np.minimum(nxt, len(starts) - 1)
-    out["next_kind"] = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], "htod batch",
-                                                   ops["cat"].to_numpy()[nxt_c]), "")
+    code = np.asarray(ops["cat"].cat.codes)[nxt_c] if isinstance(ops["cat"].dtype, pd.CategoricalDtype) else \
+        pd.Categorical(ops["cat"], categories=OP_CATS).codes[nxt_c]
+    code = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], len(OP_CATS), code), len(OP_CATS) + 1)
+    out["next_kind"] = NEXT_KINDS[code]
     tid = launch_tid(ops["correlation_id"].to_numpy()[nxt_c])
     tid = np.where(has_next, tid, -1)
     out["tid"] = pd.array(np.where(tid >= 0, tid, 0), dtype="Int64")
@@ -292,7 +303,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     typical = int(np.median(dur)) if n else 0
     left = dur.astype(np.int64).copy()
     # input: the gap before a batch's copy, beyond a typical launch gap
-    inp = (out["next_kind"].to_numpy() == "htod batch") & (dur - typical >= INPUT_MIN_GAP_NS)
+    inp = (code == len(OP_CATS)) & (dur - typical >= INPUT_MIN_GAP_NS)
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
