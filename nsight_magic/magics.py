@@ -434,10 +434,13 @@ class NsightMagics(Magics):
         from .views.bokehjs import needs_bokehjs
 
         out = _ProfileOutput(rec.tool, status, carry_bokehjs=render and needs_bokehjs())
+        stops = self.sessions.stops
 
         def done(job) -> None:
             out.done(job)
-            if self.sessions.session is None and rec.tool == "nsys":  # its worker was let go: prepare the next
+            # its worker was let go: prepare the next, unless the user stopped the sessions meanwhile
+            # (%nsys_session --stop while this finished in the background)
+            if self.sessions.session is None and rec.tool == "nsys" and self.sessions.stops == stops:
                 self.prewarm()
 
         job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done)

@@ -261,6 +261,13 @@ def test_session_magic_stop_and_restart(tmp_path):
         assert "warm session (cell 1 in this process" in cell or "warm session restarted" in cell, cell
         assert "warm session stopped" in run("%nsys_session --stop")
         assert _no_session_left(before=before) == []
+        # --stop while a cell's finish (export, read) still runs in the background: when the finish ends it must
+        # not prepare a new worker the user has just stopped (it did, and a session ran on after --stop)
+        run("ip = get_ipython()\nip.run_cell_magic('nsys', '--no-render -t osrt,nvtx', 'time.sleep(0.01)')\n"
+            "ip.run_line_magic('nsys_session', '--stop')")
+        run("import nsight_magic\nnsight_magic.last()\ntime.sleep(1)")
+        assert "no warm session" in run("%nsys_session")
+        assert _no_session_left(before=before) == []
     finally:
         km.shutdown_kernel(now=True)
         kc.stop_channels()

@@ -556,6 +556,7 @@ class SessionManager:
     def __init__(self):
         self.session: NsysSession | None = None
         self.retiring: list[NsysSession] = []
+        self.stops = 0  # how many times stop() ended the sessions: background work must not start one after it
         self._lock = threading.RLock()
         self._preparing: threading.Thread | None = None
         self.prepare_error: str | None = None   # why the last background preparation did not start a worker
@@ -627,6 +628,7 @@ class SessionManager:
         user asked for it; a failed cell does not wait for them).  Whether there was a session."""
         self._wait_preparing()
         with self._lock:
+            self.stops += 1
             s, self.session = self.session, None
             ending = [x for x in (s, *(self.retiring if replaced else ())) if x is not None]
             if replaced:
