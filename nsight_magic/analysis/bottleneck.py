@@ -292,8 +292,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     nxt = np.searchsorted(starts, ge, "left")  # the operation that ends the gap starts at its end
     has_next = nxt < len(starts)
     nxt_c = np.minimum(nxt, len(starts) - 1)
-    code = np.asarray(ops["cat"].cat.codes)[nxt_c] if isinstance(ops["cat"].dtype, pd.CategoricalDtype) else \
-        pd.Categorical(ops["cat"], categories=OP_CATS).codes[nxt_c]
+    code = np.asarray(ops["cat"].cat.codes)[nxt_c]  # OP_CATS's (_gpu_ops)
     code = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], len(OP_CATS), code), len(OP_CATS) + 1)
     out["next_kind"] = NEXT_KINDS[code]
     tid = launch_tid(ops["correlation_id"].to_numpy()[nxt_c])

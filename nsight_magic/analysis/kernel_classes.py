@@ -13,10 +13,11 @@ first class whose pattern matches a name wins.
 from __future__ import annotations
 
 import re
-import weakref
 
 import numpy as np
 import pandas as pd
+
+from .frame_memo import per_frame
 
 # (class, regex on the demangled name): checked in this order
 CLASSES = (
@@ -90,21 +91,10 @@ def _distinct(names) -> tuple[np.ndarray, pd.Series]:
     return codes, pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
 
 
+@per_frame
 def with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
-    """The kernels frame with cls, precision, tensor_cores and align_elems per row (classified once per name; the
-    last frame's result is kept, since several rules ask about the same report's kernels)."""
-    last = _LAST.get("with_classes")
-    if last is not None and last[0]() is kernels:
-        return last[1]
-    out = _with_classes(kernels)
-    _LAST["with_classes"] = (weakref.ref(kernels), out)
-    return out
-
-
-_LAST: dict = {}  # the last frame classified (a weak reference) and its result
-
-
-def _with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
+    """The kernels frame with cls, precision, tensor_cores and align_elems per row (classified once per name, and
+    once per frame: several rules ask about the same report's kernels)."""
     if kernels.empty:
         return kernels.assign(cls=pd.Series(dtype=object), precision=pd.Series(dtype=object),
                               tensor_cores=pd.array([], dtype="boolean"), align_elems=pd.Series(dtype=float))

@@ -3,7 +3,6 @@ passes around (the report, its thresholds and its diagnosis: analysis.bottleneck
 from __future__ import annotations
 
 import re
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -11,6 +10,7 @@ import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
 from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
+from ..frame_memo import per_frame
 from .. import text as tx
 
 
@@ -179,23 +179,14 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-_CALLS_CACHE: list = []  # [(weak reference to an api frame, its calls by correlation)], newest last
-
-
+@per_frame
 def _calls_by_correlation(api: pd.DataFrame) -> dict:
-    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as an Arrow/pandas array): computed
-    once per frame, since every rule asks about the same report's calls (held while the frame lives)."""
-    _CALLS_CACHE[:] = [(r, got) for r, got in _CALLS_CACHE if r() is not None]
-    for r, got in _CALLS_CACHE:
-        if r() is api:
-            return got
+    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as a pandas Series): computed once
+    per frame, since every rule asks about the same report's calls."""
     a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    got = {"pid": a["pid"].to_numpy(np.int64), "correlation_id": a["correlation_id"].to_numpy(np.int64),
-           "tid": a["tid"].to_numpy(np.int64), "start_ns": a["start_ns"].to_numpy(np.int64),
-           "end_ns": pd.to_numeric(a["end_ns"]).to_numpy(np.int64), "name": a["name"].reset_index(drop=True)}
-    _CALLS_CACHE.append((weakref.ref(api), got))
-    del _CALLS_CACHE[:-4]
-    return got
+    return {"pid": a["pid"].to_numpy(np.int64), "correlation_id": a["correlation_id"].to_numpy(np.int64),
+            "tid": a["tid"].to_numpy(np.int64), "start_ns": a["start_ns"].to_numpy(np.int64),
+            "end_ns": pd.to_numeric(a["end_ns"]).to_numpy(np.int64), "name": a["name"].reset_index(drop=True)}
 
 
 def _nullable_int(col: pd.Series):

@@ -1,0 +1,27 @@
+"""Results computed once per DataFrame: several rules ask the same question about the same report's frame (its
+CUDA calls by correlation id, its kernels' classes).  Keyed by the frame's identity through a weak reference, so
+that a result lives no longer than its frame (and a new frame at a reused id is never mistaken for the old one)."""
+from __future__ import annotations
+
+import functools
+import weakref
+
+import pandas as pd
+
+
+def per_frame(fn, keep: int = 4):
+    """`fn(frame)` memoised for the last `keep` frames still alive."""
+    memo: list = []  # [(weak reference to a frame, fn's result)], newest last
+
+    @functools.wraps(fn)
+    def cached(frame: pd.DataFrame):
+        memo[:] = [(r, got) for r, got in memo if r() is not None]
+        for r, got in memo:
+            if r() is frame:
+                return got
+        got = fn(frame)
+        memo.append((weakref.ref(frame), got))
+        del memo[:-keep]
+        return got
+
+    return cached
