@@ -380,8 +380,12 @@ def test_warm_cells_name_what_they_leave_and_a_later_os_exit_returns(tmp_path, s
                  namespace={})
     assert time.monotonic() - t0 < 20, (time.monotonic() - t0, r.messages)
     assert r.status == "failed" and "exit status 3" in r.messages[0] and r.sqlite is not None, r.messages
-    assert any("it had started still ran" in n and "sleep 120" in n for n in r.notes), r.notes
-    assert not [p for p in processes_mentioning("sleep\x00120")], "the setup's server outlived its worker"
+    (note,) = [n for n in r.notes if "it had started still ran" in n and "sleep 120" in n]
+    # the server named is gone (the first session's server, in the background stop of that replaced session, may
+    # still be ending on a loaded machine: it is not this check's)
+    named = [int(x) for x in re.findall(r"(\d+): sleep 120", note)]
+    assert named and not set(named) & set(processes_mentioning("sleep\x00120")), ("the setup's server outlived its "
+                                                                                 "worker", note)
 
 
 def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profile(tmp_path):
