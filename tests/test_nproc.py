@@ -237,3 +237,20 @@ def test_nccl_names():
     assert list(nccl_collective(names)) == ["all-reduce", "all-gather", "reduce-scatter", "broadcast", "send/recv",
                                             "nccl (generic)", None, "nccl (other)"]
     assert np.asarray(nccl_collective([])).size == 0
+
+
+def test_ranks_printing_at_once_keep_their_lines_whole():
+    """Two ranks' output arrives in pieces (print writes its arguments one by one): with several ranks a line is
+    streamed once complete, so one rank's line never cuts the other's (seen in CI: 'rank 0 of 2 local 0[rank 1]
+    rank 1 ...'); a piece without its end still shows after a moment, and all of it when the run is over."""
+    import time
+
+    from nsight_magic.profilers.process import _Prefix
+
+    r0, r1 = _Prefix(0, whole_lines=True), _Prefix(1, whole_lines=True)
+    out = r0("rank 0 of 2 local 0") + r1("rank 1 of 2 local 1 x0 12.0\n") + r0(" x0 12.0\n")
+    assert out == "[rank 1] rank 1 of 2 local 1 x0 12.0\nrank 0 of 2 local 0 x0 12.0\n"
+    assert r1("epoch 1/3 ") == "" and r1("10%\r") == "[rank 1] epoch 1/3 10%\r"  # a progress bar's line
+    assert r0("waiting") == ""
+    time.sleep(_Prefix.HOLD_S + 0.1)
+    assert r0("") == "waiting" and r1("tail") + r1.flush() == "[rank 1] tail"

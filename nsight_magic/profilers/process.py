@@ -114,19 +114,41 @@ def child_environment(base: dict | None = None) -> dict:
 
 
 class _Prefix:
-    """Puts "[rank R] " before each line of rank R > 0 (text arrives in pieces: remembers where lines begin)."""
+    """Puts "[rank R] " before each line of rank R > 0 (text arrives in pieces: remembers where lines begin).  With
+    several ranks (`whole_lines`) a line is passed on once it is complete, so that two ranks printing at once do
+    not cut each other's lines; a piece without its end is passed on after HOLD_S (a progress bar's `\r`
+    ends a line too) or by flush() when the run is over."""
 
-    def __init__(self, rank: int):
+    HOLD_S = 0.5
+
+    def __init__(self, rank: int, whole_lines: bool = False):
         self.tag = f"[rank {rank}] " if rank else ""
         self.at_start = True
+        self.whole_lines = whole_lines
+        self.held, self.held_since = "", 0.0
 
     def __call__(self, text: str) -> str:
-        if not self.tag:
+        if self.whole_lines:
+            if text and not self.held:
+                self.held_since = time.monotonic()
+            text, self.held = self.held + text, ""
+            cut = max(text.rfind("\n"), text.rfind("\r")) + 1
+            if cut < len(text) and time.monotonic() - self.held_since < self.HOLD_S:
+                text, self.held = text[:cut], text[cut:]
+        return self._tagged(text)
+
+    def flush(self) -> str:
+        text, self.held = self.held, ""
+        return self._tagged(text)
+
+    def _tagged(self, text: str) -> str:
+        if not self.tag or not text:
             return text
-        lines = text.split("\n")
-        out = [(self.tag if (i or self.at_start) and line else "") + line for i, line in enumerate(lines)]
-        self.at_start = text.endswith("\n")
-        return "\n".join(out)
+        out = re.sub(r"([\r\n])(?=[^\r\n])", lambda m: m.group(1) + self.tag, text)  # each line's start, not empty ones
+        if self.at_start and text[0] not in "\r\n":
+            out = self.tag + out
+        self.at_start = text[-1] in "\r\n"
+        return out
 
 
 class _Tail:
@@ -313,7 +335,7 @@ class ChildRun:
             raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
         finally:
             tool_log.close()
-        self.tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r))
+        self.tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r, ranks > 1))
                       for r in range(ranks) for stream in ("stdout", "stderr")]
         self.progress = [_Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
         self.phases: list[str] = []                # rank 0's
@@ -325,11 +347,14 @@ class ChildRun:
         self.record_s: float | None = None
         self.child_pid: int | None = None          # rank 0's pid in its PID namespace (its first record)
 
-    def _pump(self, stream_output: bool = True) -> None:
+    def _pump(self, stream_output: bool = True, last: bool = False) -> None:
         for stream, tail, prefix in self.tails:
             text = tail.read()
-            if text and stream_output:
-                self.output_cb(stream, prefix(text))
+            if not stream_output:
+                continue
+            text = prefix(text) + (prefix.flush() if last else "")
+            if text:
+                self.output_cb(stream, text)
         for r, tail in enumerate(self.progress):
             for rec in json_records(tail.read()):
                 phase = rec.get("phase")
@@ -391,7 +416,7 @@ class ChildRun:
                 self.extras["interrupted_writing"] = True
             else:
                 self.outcome = "interrupted"
-        self._pump()
+        self._pump(last=True)
         self.record_s = time.monotonic() - self.t0
 
     @property
