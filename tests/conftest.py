@@ -85,7 +85,7 @@ def kernel_runner(cwd, env: dict | None = None):
     km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), **({"env": env} if env else {}))
 
     def run(code: str, profile_timeout: float = 120):
-        out, loading = [], {}
+        out, loading, drawn = [], {}, {}
 
         def hook(msg):
             c = msg["content"]
@@ -96,12 +96,16 @@ def kernel_runner(cwd, env: dict | None = None):
             elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
                 text = c["data"].get("text/plain", "")
                 did = c.get("transient", {}).get("display_id")
+                if msg["msg_type"] == "update_display_data" and did in loading and READY_KEY in c.get("metadata", {}):
+                    drawn[did] = text  # drawn while the cell still ran (a cell that goes on after its profile)
+                    return
                 if did and text.startswith(("nsys: loading the profile", "ncu: loading the profile")):
                     loading[did] = len(out)
                 out.append(text)
 
         reply = kc.execute_interactive(code, output_hook=hook, timeout=240)["content"]
-        drawn = _profiles_drawn(kc, set(loading), profile_timeout) if loading else {}
+        waiting = set(loading) - set(drawn)
+        drawn.update(_profiles_drawn(kc, waiting, profile_timeout) if waiting else {})
         for did, i in loading.items():
             out[i] = drawn.get(did, out[i])
         pages = [p["data"].get("text/plain", "") for p in reply.get("payload", []) if p.get("source") == "page"]

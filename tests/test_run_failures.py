@@ -251,11 +251,14 @@ def test_a_hanging_rank_is_named_and_the_waiting_rank_shows_no_library_traceback
 
 @requires_torch
 def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
-    # rank 1 fails once rank 0's cell runs (on a loaded machine rank 0 can reach its cell later than rank 1)
+    # rank 1 fails once rank 0's cell runs (on a loaded machine rank 0 can reach its cell later than rank 1), and
+    # not at once: torchrun then stops rank 0 with SIGTERM, and when rank 1 failed 0.3 s after rank 0's cell began,
+    # rank 0's NVTX rows were missing from the report twice on a loaded machine (likely still in nsys's buffers of
+    # the SIGTERMed process; what nsys keeps of such a rank is not ours to fix here)
     flag = tmp_path / "rank0-running"
     cell = (f"import os, time, pathlib\nflag = pathlib.Path({str(flag)!r})\nif int(os.environ['RANK']) == 1:\n"
             "    end = time.monotonic() + 60\n    while not flag.exists() and time.monotonic() < end:\n"
-            "        time.sleep(0.02)\n    time.sleep(0.3)\n    raise ValueError('rank 1 fails')\n"
+            "        time.sleep(0.02)\n    time.sleep(1.5)\n    raise ValueError('rank 1 fails')\n"
             "flag.touch()\ntime.sleep(5)\nprint('rank 0 done')\n")
     r = run_nsys(cell, _opts(tmp_path, nproc=2), namespace={})
     assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
@@ -265,7 +268,7 @@ def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
     rank0 = next(p for p, v in ranks.items() if v[0] == 0)
     (a, b), = [(s, e) for s, e in _ranges_of(rep, rank0)]
     # torchrun stopped rank 0 when rank 1 failed: the capture holds rank 0's cell up to then, not only rank 1's
-    # 0.3 s before it raised
+    # 1.5 s before it raised
     assert rep.meta.span_source == "ranks' cell ranges"
     assert rep.meta.start_ns <= a and (b == -1 or b <= rep.meta.end_ns)
     rank1 = next(p for p, v in ranks.items() if v[0] == 1)
