@@ -96,8 +96,8 @@ def kernel_runner(cwd, env: dict | None = None):
             elif msg["msg_type"] in ("display_data", "execute_result", "update_display_data"):
                 text = c["data"].get("text/plain", "")
                 did = c.get("transient", {}).get("display_id")
-                if msg["msg_type"] == "update_display_data" and did in loading and READY_KEY in c.get("metadata", {}):
-                    drawn[did] = text  # drawn while the cell still ran (a cell that goes on after its profile)
+                if _drawn_profile(msg) in loading:  # drawn while the cell still ran (it went on after its profile)
+                    drawn[did] = text
                     return
                 if did and text.startswith(("nsys: loading the profile", "ncu: loading the profile")):
                     loading[did] = len(out)
@@ -114,6 +114,14 @@ def kernel_runner(cwd, env: dict | None = None):
     return km, kc, run
 
 
+def _drawn_profile(msg) -> str | None:
+    """The display id of the profile an iopub message draws (its final update), else None."""
+    c = msg["content"]
+    if msg["msg_type"] != "update_display_data" or not isinstance(c, dict) or READY_KEY not in c.get("metadata", {}):
+        return None
+    return c.get("transient", {}).get("display_id")
+
+
 def _profiles_drawn(kc, ids: set, timeout: float) -> dict:
     """The text of the updates that drew the profiles `ids` (display ids), read from iopub after the cell."""
     import queue
@@ -125,10 +133,9 @@ def _profiles_drawn(kc, ids: set, timeout: float) -> dict:
             msg = kc.get_iopub_msg(timeout=0.5)
         except queue.Empty:
             continue
-        c = msg["content"]
-        did = c.get("transient", {}).get("display_id") if isinstance(c, dict) else None
-        if msg["msg_type"] == "update_display_data" and did in ids and READY_KEY in c.get("metadata", {}):
-            drawn[did] = c["data"].get("text/plain", "")
+        did = _drawn_profile(msg)
+        if did in ids:
+            drawn[did] = msg["content"]["data"].get("text/plain", "")
     if ids - set(drawn):
         pytest.fail(f"the profile was not drawn within {timeout:g} s after its cell returned")
     return drawn
