@@ -6,6 +6,7 @@ import shutil
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -169,6 +170,30 @@ def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedPr
             pytest.fail(f"{argv[:3]} did not finish within {timeout} s")
         return subprocess.CompletedProcess(argv, None, out, err)
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
+    """A front for the real nsys that fails its first `nsys VERB` as nsys 2022.4 sometimes does at start-up
+    (its message, exit 1, nothing started) and passes every other call to the real one: (the front, a file that
+    exists once it failed).  Set $NSIGHT_MAGIC_NSYS to the front."""
+    from nsight_magic.tools import find_qdstrm_importer
+
+    real = shutil.which("nsys")
+    marker = folder / f"nsys-{verb}-failed"
+    (folder / "bin").mkdir()
+    front = folder / "bin" / "nsys"
+    front.write_text(f"""#!{sys.executable}
+import os, sys
+if sys.argv[1:2] == [{verb!r}] and not os.path.exists({str(marker)!r}):
+    open({str(marker)!r}, "w").close()
+    print("std::exception::what: RuntimeException")
+    print("[QuadDCommon::tag_message*] = Local Endpoint is not available.")
+    sys.exit(1)
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+""")
+    front.chmod(0o755)
+    (folder / "host-linux-x64").symlink_to(find_qdstrm_importer(real).parent)  # QdstrmImporter, found beside it
+    return front, marker
 
 
 def fixture_path(*parts: str) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import processes_mentioning, requires_nsys
+from conftest import nsys_failing_once, nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, remove_stale_session_dirs
 from nsight_magic.run import run_nsys
@@ -140,6 +140,23 @@ def test_a_cell_that_finished_before_its_timeout_is_reported_as_finished(tmp_pat
     assert r.status == "ok", r.messages
     assert r.sqlite is not None
     assert "Traceback" not in (r.folder.path / "stderr.txt").read_text()
+
+
+def test_a_profiler_that_fails_before_the_cell_starts_is_started_again(tmp_path, monkeypatch):
+    """nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"; also under torchrun): nothing of
+    the cell ran, so the cold run starts it again and keeps what the failed attempt printed."""
+    front, marker = nsys_failing_once(tmp_path, "profile")
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
+    r = run_nsys("import nvtx\nwith nvtx.annotate('second attempt'):\n    print('ran')\n",
+                 _opts(tmp_path, fresh=True), namespace={})
+    assert marker.exists()
+    assert r.status == "ok", r.messages
+    assert "second attempt" in nvtx_ranges(r.sqlite)
+    assert r.folder.stdout.read_text() == "ran\n"  # once
+    kept = r.folder.path / "tool-output-attempt1.txt"
+    assert "Local Endpoint is not available" in kept.read_text()
+    assert any("before the cell started" in m and kept.name in m for m in r.messages), r.messages
+    _paths_exist(r.messages)
 
 
 def test_ctrl_c_after_the_cell_finished_is_not_an_interrupted_cell(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import kernel_runner, nvtx_ranges, requires_nsys, started_by_this_worker
+from conftest import kernel_runner, nsys_failing_once, nvtx_ranges, requires_nsys, started_by_this_worker
 from nsight_magic.inside.child import session_tool_files
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
@@ -100,6 +100,21 @@ def test_second_cell_reuses_the_worker_and_each_report_holds_its_cell_only(tmp_p
     report = b.open()
     assert report.meta.span_source
     report.close()
+
+
+def test_a_launch_that_fails_before_the_worker_starts_is_made_again(tmp_path, sessions, monkeypatch):
+    """nsys 2022.4's `nsys launch` sometimes fails at start-up ("Local Endpoint is not available") before it starts
+    anything: the session launches it again.  The real nsys does everything here; in front of it, a script fails
+    the first `launch` as nsys did in CI (its message, exit 1)."""
+    front, marker = nsys_failing_once(tmp_path, "launch")
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
+    a = _run(tmp_path, sessions, "with nvtx.annotate('after a retry'):\n    time.sleep(0.02)\n")
+    assert marker.exists()
+    assert a.ok, a.messages
+    assert "warm session started (cell 1 in this process)" in a.notes[-1], a.notes
+    assert "after a retry" in nvtx_ranges(a.sqlite)
+    b = _run(tmp_path, sessions, "time.sleep(0.01)\n")  # the session's start/stop use the name that worked
+    assert b.ok and _worker(a)["started"] == _worker(b)["started"], b.messages
 
 
 def test_state_is_fresh_each_cell_but_setup_objects_are_shared(tmp_path, sessions):

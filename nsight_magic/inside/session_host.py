@@ -20,8 +20,10 @@ import threading
 import time
 from pathlib import Path
 
-from .child import remove_tool_files, session_tool_files
+from .child import TOOL_FILES_NAME, remove_tool_files, session_tool_files
 from .commands import receive
+
+LAUNCH_ATTEMPTS = 3
 
 
 def _answer(sdir: Path, msg: dict) -> None:
@@ -29,9 +31,9 @@ def _answer(sdir: Path, msg: dict) -> None:
         f.write(json.dumps({**msg, "t": time.time()}) + "\n")
 
 
-def _serve(sdir: Path, nsys: str, name: str) -> None:
+def _serve(sdir: Path, nsys: str, session: dict) -> None:
     for cmd in receive(sdir / "host.fifo"):
-        argv = [nsys, cmd["verb"], f"--session={name}", *cmd.get("args", [])]
+        argv = [nsys, cmd["verb"], f"--session={session['name']}", *cmd.get("args", [])]
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=cmd.get("timeout", 300),
                                stdin=subprocess.DEVNULL)
@@ -58,15 +60,27 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1:
         threading.Thread(target=_watch_lifeline, args=(int(argv[1]), sdir), daemon=True).start()
     cfg = json.loads((sdir / "session.json").read_text())
-    launch = [cfg["nsys"], "launch", f"--session-new={cfg['name']}", f"--trace={cfg['trace']}",
-              *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.inside.worker", str(sdir)]
-    with open(sdir / "launch-output.txt", "ab") as log:
-        log.write(f"$ {' '.join(launch)}\n".encode())
-        log.flush()
-        proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    threading.Thread(target=_serve, args=(sdir, cfg["nsys"], cfg["name"]), daemon=True).start()
-    _answer(sdir, {"event": "launched"})
-    rc = proc.wait()
+    session = {"name": cfg["name"]}
+    threading.Thread(target=_serve, args=(sdir, cfg["nsys"], session), daemon=True).start()
+    for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+        # a new name for a new attempt: what the failed one left of its session must not stand in the way
+        session["name"] = cfg["name"] if attempt == 1 else f"{cfg['name']}-{attempt}"
+        launch = [cfg["nsys"], "launch", f"--session-new={session['name']}", f"--trace={cfg['trace']}",
+                  *cfg.get("launch_args", []), sys.executable, "-m", "nsight_magic.inside.worker", str(sdir)]
+        with open(sdir / "launch-output.txt", "ab") as log:
+            log.write(f"$ {' '.join(launch)}\n".encode())
+            log.flush()
+            proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        _answer(sdir, {"event": "launched", "attempt": attempt})
+        rc = proc.wait()
+        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available") before it starts the worker;
+        # nothing of the user's has run then, so the launch is made again (the worker's first file says it ran)
+        if rc is None or rc <= 0 or (sdir / TOOL_FILES_NAME).exists() or not sdir.exists():
+            break
+        with open(sdir / "launch-output.txt", "ab") as log:
+            log.write(f"nsight-magic: nsys launch exited {rc} before the worker started (attempt {attempt} of "
+                      f"{LAUNCH_ATTEMPTS})\n".encode())
+        time.sleep(0.2 * attempt)
     _answer(sdir, {"event": "ended", "rc": rc})
     return 0 if rc is None else (rc if rc >= 0 else 128 - rc)
 

@@ -310,6 +310,7 @@ class _Cold:
 
 
 TMP_PREFIX = "nsight-magic-nsys-"
+START_ATTEMPTS = 2  # nsys profile, when it fails before the cell starts
 
 
 def remove_stale_tmp_dirs() -> None:
@@ -393,13 +394,31 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
     tmp = Path(tempfile.mkdtemp(prefix=TMP_PREFIX))
     (tmp / "owner.json").write_text(json.dumps({**tools.process_identity(), "folder": str(folder.path)}))
     env = {**env, "TMPDIR": str(tmp), USER_TMPDIR_ENV: os.environ.get("TMPDIR", "")}
-    run = ChildRun(argv, prep, env, on_output, on_status, ranks=opts.nproc or 1)
-    try:
-        run.record(opts.timeout, stop_grace_s)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    for attempt in range(1, START_ATTEMPTS + 1):
+        run = ChildRun(argv, prep, env, on_output, on_status, ranks=opts.nproc or 1)
+        try:
+            run.record(opts.timeout, stop_grace_s)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if attempt == START_ATTEMPTS or not _failed_before_any_rank_started(run):
+            break
+        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"); nothing of the cell has run
+        # then, so it is started again, and what it printed is kept beside the second attempt's
+        run.finish(stop_grace_s=stop_grace_s)  # ends the helpers it left
+        kept = folder.path / f"tool-output-attempt{attempt}.txt"
+        os.replace(folder.tool_log, kept)
+        messages.append(f"nsys exited with status {run.proc.returncode} before the cell started (its output: "
+                        f"{kept.name}); it was started again")
     return _Cold(run, tmp, folder)
+
+
+def _failed_before_any_rank_started(run: ChildRun) -> bool:
+    """The profiler exited with an error and no rank wrote a progress record: nothing of the user's ran."""
+    rc = run.proc.returncode
+    if run.outcome is not None or rc is None or rc <= 0 or run.phases:
+        return False
+    return all(tail.path.stat().st_size == 0 if tail.path.exists() else True for tail in run.progress)
 
 
 def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sources, opts: NsysOptions,
