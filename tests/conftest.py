@@ -180,8 +180,11 @@ def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
 
     real = shutil.which("nsys")
     marker = folder / f"nsys-{verb}-failed"
-    (folder / "bin").mkdir()
-    front = folder / "bin" / "nsys"
+    # NVIDIA's layout, two levels down: another test's search for a QdstrmImporter beside its own nsys (up to three
+    # folders up, then one down) must not find this one
+    root = folder / "nsys-front"
+    (root / "target-linux-x64").mkdir(parents=True)
+    front = root / "target-linux-x64" / "nsys"
     front.write_text(f"""#!{sys.executable}
 import os, sys
 if sys.argv[1:2] == [{verb!r}] and not os.path.exists({str(marker)!r}):
@@ -192,7 +195,7 @@ if sys.argv[1:2] == [{verb!r}] and not os.path.exists({str(marker)!r}):
 os.execv({real!r}, [{real!r}, *sys.argv[1:]])
 """)
     front.chmod(0o755)
-    (folder / "host-linux-x64").symlink_to(find_qdstrm_importer(real).parent)  # QdstrmImporter, found beside it
+    (root / "host-linux-x64").symlink_to(find_qdstrm_importer(real).parent)  # QdstrmImporter, found beside it
     return front, marker
 
 
