@@ -24,9 +24,9 @@ COLLECTIVES = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScat
 def nccl_collective(names) -> np.ndarray:
     """The collective of each kernel name ('all-reduce', 'send/recv', ...), None for kernels that are not NCCL's.
     Newer NCCL names every collective kernel ncclDevKernel_Generic: 'nccl (generic)'."""
-    codes, uniq = pd.factorize(pd.Series(np.asarray(names, dtype=object)).astype(str))
-    kinds = np.empty(len(uniq), dtype=object)
-    for i, n in enumerate(uniq):  # once per distinct name
+    codes, uniq = pd.factorize(pd.Series(names))  # a categorical's codes: no text per row
+    kinds = np.full(len(uniq) + 1, None, dtype=object)  # the last for missing names (code -1)
+    for i, n in enumerate(map(str, uniq)):  # once per distinct name
         m = _NCCL.match(n)
         kinds[i] = (COLLECTIVES.get(m.group(1), m.group(1).lower()) if m else
                     "nccl (other)" if n.startswith("nccl") else None)

@@ -98,24 +98,23 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
     report, th = ctx.report, ctx.th
     thr = th["gpu_gaps.gap_ms"] * 1e6
     ops = gpu_ops_with_overhead(report)
-    rows = []
+    parts = []
     for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
-        s = np.sort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        order_s = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        s = g["start_ns"].to_numpy(np.int64)[order_s]
         order_e = np.argsort(g["end_ns"].to_numpy(np.int64), kind="stable")
         e = g["end_ns"].to_numpy(np.int64)[order_e]
         gap = s[1:] - e[:-1]
         hit = np.flatnonzero((gap > thr) & (e[:-1] < s[1:]))
         if not len(hit):
             continue
-        cids = g["context_id"].to_numpy()[order_e]
-        nxt = g.sort_values("start_ns", kind="stable")
-        for i in hit:
-            after = nxt.iloc[i + 1]
-            rows.append({"start_ns": int(e[i]), "end_ns": int(s[i + 1]), "pid": int(pid), "device_id": int(dev),
-                         "context_id": cids[i], "next_corr": after["correlation_id"]})
-    if not rows:
+        parts.append(pd.DataFrame({
+            "start_ns": e[hit], "end_ns": s[hit + 1], "pid": int(pid), "device_id": int(dev),
+            "context_id": g["context_id"].to_numpy()[order_e][hit],
+            "next_corr": g["correlation_id"].to_numpy(dtype=object)[order_s][hit + 1]}))
+    if not parts:
         return []
-    gaps = pd.DataFrame(rows).sort_values(["start_ns"]).reset_index(drop=True)
+    gaps = pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
     # the thread that launched the work after each gap: it was the one not feeding the GPU
     api = report.cuda_api
     launch = np.full(len(gaps), None, dtype=object)
