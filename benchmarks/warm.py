@@ -69,7 +69,9 @@ def magic(shell: InteractiveShell, cell: str, trace: str, folder: Path, extra: s
     t0 = time.perf_counter()
     shell.run_cell_magic("nsys", f"--trace {trace} --quiet --dir {folder} {extra}", cell)
     wall = time.perf_counter() - t0
-    result = shell.magics_manager.registry["NsightMagics"].last_result
+    # the record stage's Recording; the magic waited for its finish() (outside a notebook nobody would see the
+    # output fill in later), which holds the RunResult with every stage's timings
+    result = shell.magics_manager.registry["NsightMagics"].last_result.finish()
     info = {"status": result.status, "notes": result.notes, **{k: round(v, 2) for k, v in result.timings.items()}}
     report = result.open()  # what this cell's report holds: the same every time when it holds this cell only
     if report is not None:
@@ -111,7 +113,7 @@ def main() -> None:
             w.append(wall)
             print(f"  run {i}: bare {b[-1]:.2f} s   warm %%nsys {w[-1]:.2f} s  {info}")
         if args.keep:
-            last = shell.magics_manager.registry["NsightMagics"].last_result
+            last = shell.magics_manager.registry["NsightMagics"].last_result.finish()
             shutil.copy(last.sqlite, args.keep)
         fresh, info = magic(shell, cell, trace, tmp / "profiles", "--fresh")
         print(f"  %%nsys --fresh: {fresh:.2f} s  {info}")
