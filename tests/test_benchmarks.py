@@ -1,0 +1,51 @@
+"""Every benchmark in benchmarks/ runs to its figures on a small size: the closing notes quote them, so a benchmark
+that no longer runs (warm.py and overhead.py did not, after the record/finish split) must fail here, not on the GPU
+machine.  The figures themselves are goals measured by hand, not checked here."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import fixture_path, requires_nsys
+
+ROOT = Path(__file__).resolve().parents[1]
+H100 = ("nsys", "h100-2025.3", "a_cuda_nvtx.sqlite")  # the export the trace benchmarks replicate (their default)
+needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
+needs_shared = pytest.mark.skipif(not fixture_path(*H100).exists(), reason="needs ../shared/fixtures")
+
+# name, arguments ({w}: a folder of the test's own), the line that carries the figure, marks
+CASES = [
+    ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "analysis / read", [needs_shared]),
+    ("job", ["--ranks", "2", "--kernels", "3000", "--workers", "1", "--workdir", "{w}"], "open_job / that",
+     [needs_shared]),
+    ("read", ["--workdir", "{w}", "--repeat", "1", "--small", "3000", "--large", "6000"], "frames", [needs_shared]),
+    ("merge", ["--kernels", "3000", "--ranks", "2"], "summary = 2 x single: True", [needs_shared]),
+    ("view", ["--workdir", "{w}", "--sizes", "3000"], "static view glyphs", [needs_shared]),
+    ("diagnosis", [], "gemm_alignment", []),
+    ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),
+    ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
+    ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),
+    ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default"], "launch+setup", [requires_nsys]),
+    ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu"], "ratio",
+     [requires_nsys, needs_torch]),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name,args,figure", [pytest.param(n, a, f, marks=m, id=n) for n, a, f, m in CASES])
+def test_the_benchmark_runs_to_its_figures(name, args, figure, tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    # its temporary files (reports, profiles) in the test's folder; a benchmark that starts Jupyter-side code gets
+    # its own config folder
+    env = {**os.environ, "TMPDIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *[a.format(w=work) for a in args]],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out[-3000:]
+    assert figure in p.stdout, out[-3000:]
