@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -41,11 +43,17 @@ CASES = [
 def test_the_benchmark_runs_to_its_figures(name, args, figure, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
-    # its temporary files (reports, profiles) in the test's folder; a benchmark that starts Jupyter-side code gets
-    # its own config folder
-    env = {**os.environ, "TMPDIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"), *[a.format(w=work) for a in args]],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=280, stdin=subprocess.DEVNULL)
+    # its temporary files (reports, profiles) in a folder of its own, removed after it: a short path under the
+    # system's temporary folder, since Chromium's socket path there must stay short (view.py); a benchmark that
+    # starts Jupyter-side code gets its own config folder
+    tmp = Path(tempfile.mkdtemp(prefix="nm-bench-"))
+    env = {**os.environ, "TMPDIR": str(tmp), "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config")}
+    try:
+        p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / f"{name}.py"),
+                            *[a.format(w=work) for a in args]], cwd=ROOT, env=env, capture_output=True, text=True,
+                           timeout=280, stdin=subprocess.DEVNULL)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
     assert figure in p.stdout, out[-3000:]
