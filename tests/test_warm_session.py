@@ -113,6 +113,7 @@ def test_a_launch_that_fails_before_the_worker_starts_is_made_again(tmp_path, se
     assert a.ok, a.messages
     assert "warm session started (cell 1 in this process)" in a.notes[-1], a.notes
     assert "after a retry" in nvtx_ranges(a.sqlite)
+    assert sessions.describe()["session"].endswith("-2")  # %nsys_session names the nsys session that runs
     b = _run(tmp_path, sessions, "time.sleep(0.01)\n")  # the session's start/stop use the name that worked
     assert b.ok and _worker(a)["started"] == _worker(b)["started"], b.messages
 

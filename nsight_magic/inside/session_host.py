@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
             log.write(f"$ {' '.join(launch)}\n".encode())
             log.flush()
             proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        _answer(sdir, {"event": "launched", "attempt": attempt})
+        _answer(sdir, {"event": "launched", "attempt": attempt, "session": session["name"]})
         rc = proc.wait()
         # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available") before it starts the worker;
         # nothing of the user's has run then, so the launch is made again (the worker's first file says it ran)

@@ -506,7 +506,11 @@ class NsysSession:
                         rss = int(line.split()[1]) * 1024
             except OSError:
                 pass
-        return {"session": self.name, "alive": self.alive(), "state": self.state(),
+        with self._lock:
+            self.host_answers.read()
+        # the host names a launch made again after nsys failed at start-up anew (inside.session_host)
+        names = [a["session"] for a in self.host_answers.items if a.get("event") == "launched" and a.get("session")]
+        return {"session": names[-1] if names else self.name, "alive": self.alive(), "state": self.state(),
                 "finishing": sorted(self.pending.values()), "worker_pid": pids[0] if pids else None,
                 "age_s": round(time.time() - self.started_at, 1) if self.started_at else None,
                 "cells": self.cells, "worker_rss_bytes": rss, "trace": self.trace}
