@@ -52,7 +52,8 @@ TWIN_ALARMS = {
                          "(nvidia-h200-x2), which were not lent when the single-GPU set was re-recorded with TF32",
     "ddp_gpu_straggler": "as ddp_cpu_straggler: fp32 GEMMs in the fixed twin, a true second cause",
     "optimizer_single_tensor": "tracing OS runtime calls slows the autograd engine's per-parameter work in the "
-                               "profile; the twin reads CPU-bound (see test_the_foreach_optimizer_twin_...)",
+                               "profile; the twin reads CPU-bound, about 2 ms a step without a CUDA call (host_code) "
+                               "and launch_bound (see test_the_foreach_optimizer_twin_...)",
 }
 # twins that keep a cause on purpose: what they show needs it
 TWIN_KEEPS = {"sync_cpu_bound": "launch_bound"}  # a CPU-bound loop: its syncs are not the cause, launches are

@@ -1,9 +1,10 @@
 """The rules of the findings, one family per module: copies, host (syncs, input, OS waits), host_calls (the
-allocator, module loading, implicit syncs), pytorch (PyTorch's anti-patterns), kernels (launches, layouts, grids),
-precision (fp32 and misaligned matrix kernels, fusion), idle (twins of nsys's GPU rules, start-up), comm (ranks),
-notes.  Each rule takes a Context (common.py) and returns Findings whose time at stake comes from the report's
-diagnosis (analysis.bottleneck).  Named causes run before the generic rule of the same time (launch_bound,
-cuda_api_sync, the copy twins) and claim what they explain, so that each nanosecond is counted once."""
+allocator, module loading, implicit syncs), host_code (code that launches nothing), pytorch (PyTorch's
+anti-patterns), kernels (launches, layouts, grids), precision (fp32 and misaligned matrix kernels, fusion), idle
+(twins of nsys's GPU rules, start-up), comm (ranks), notes.  Each rule takes a Context (common.py) and returns
+Findings whose time at stake comes from the report's diagnosis (analysis.bottleneck).  Named causes run before the
+generic rule of the same time (launch_bound, cuda_api_sync, the copy twins) and claim what they explain, so that
+each nanosecond is counted once."""
 from __future__ import annotations
 
 from .comm import rule_collective_wait, rule_nccl_share
@@ -11,6 +12,7 @@ from .common import Context, Finding, SEVERITY_ORDER, severity
 from .copies import rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy
 from .host import rule_cuda_api_sync, rule_host_wait, rule_input_wait
 from .host_calls import rule_allocator_churn, rule_implicit_sync, rule_module_loading
+from .host_code import rule_host_code
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
 from .notes import rule_nvtx_other_thread
@@ -35,6 +37,7 @@ NSYS_RULES = {
     "optimizer_single_tensor": rule_optimizer_single_tensor,
     "zero_grad_not_none": rule_zero_grad_not_none,
     "python_loop": rule_python_loop,
+    "host_code": rule_host_code,
     "launch_bound": rule_launch_bound,
     "fp32_gemm": rule_fp32_gemm,
     "gemm_alignment": rule_gemm_alignment,

@@ -378,6 +378,30 @@ for i in range(STEPS):
 torch.cuda.synchronize()
 """
 
+HOSTCODE_SETUP = TF32 + """
+import math
+def lr_at(step, n=40, samples=150_000):
+    '''A cosine schedule averaged over many points, in pure Python: tens of ms of the host per call.'''
+    return 1e-4 * sum(0.5 * (1 + math.cos(math.pi * (step + i / samples) / n)) for i in range(samples)) / samples
+# about 5 ms of TF32 matrix work a step: far less than the schedule's host time, so that the GPU waits
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(4096, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+HOSTCODE_FIXED_SETUP = HOSTCODE_SETUP + "LRS = [lr_at(s) for s in range(40)]  # once, before the loop\n"
+HOSTCODE_LOOP = """
+for step in range(40):
+    with nvtx.annotate("step"):
+        for g in opt.param_groups:
+            g["lr"] = LR
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
 ZERO_SETUP = TF32 + """
 model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
 opt = torch.optim.SGD(model.parameters(), lr=1e-5)
@@ -501,6 +525,11 @@ WORKLOADS += [
             "conv_bias_bn", CONV_SETUP.replace("BIAS", "True"), TRAIN_LOOP.replace("STEPS", "10").replace(
                 "NONE", "True"), TRAIN_LOOP.replace("STEPS", "10").replace("NONE", "True"),
             CONV_SETUP.replace("BIAS", "False")),
+    Planted("host_code", "a learning-rate schedule computed in pure Python every step (about 35 ms of host code on "
+            "the H100's host that launches nothing); fixed: computed once before the loop", "cpu", "host_code",
+            HOSTCODE_SETUP,
+            HOSTCODE_LOOP.replace("LR", "lr_at(step)"), HOSTCODE_LOOP.replace("LR", "LRS[step]"),
+            HOSTCODE_FIXED_SETUP),
     Planted("gemm_dims_odd", "bf16 Linear layers of width 4100 (not a multiple of 8); fixed: 4104", "gpu",
             "gemm_alignment", ODD_SETUP.replace("DIM", "4100"), TRAIN_LOOP.replace("STEPS", "30").replace(
                 "NONE", "True").replace("model(x).square()", "model(x).float().square()"),
@@ -509,7 +538,7 @@ WORKLOADS += [
             ODD_SETUP.replace("DIM", "4104")),
 ]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
-          "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd"]
+          "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND],
           "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND}
 BY_NAME = {w.name: w for w in WORKLOADS}

@@ -1,0 +1,70 @@
+"""The GPU idle while the thread that feeds it runs its own code: stretches of a millisecond or more in which it
+makes no CUDA call (Python or CPU work: preprocessing, metrics, logging, schedules, building inputs, recompiling).
+
+Launch overhead is the other kind of launch gap: a call every few microseconds, each kernel waiting for the next
+launch, which CUDA graphs and fusion remove.  Neither removes code that launches nothing: it has to move out of the
+step (or to DataLoader workers, or onto the GPU), so it is a cause of its own, with its own advice.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
+
+CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
+
+
+def host_stretches(ctx: Context) -> pd.DataFrame:
+    """The diagnosis's launch gaps (steady windows) at least host_code.min_gap_ms long in which the launching
+    thread made at most host_code.max_calls CUDA calls."""
+    g = ctx.diag.gaps("launch")
+    if g.empty or "calls" not in g:
+        return g.iloc[0:0]
+    g = g[g["in_window"].to_numpy(bool)]
+    long = g["launch"].to_numpy(float) >= ctx.th["host_code.min_gap_ms"] * 1e6
+    quiet = g["calls"].to_numpy(float) <= ctx.th["host_code.max_calls"]
+    return g[long & quiet]
+
+
+def rule_host_code(ctx: Context) -> list[Finding]:
+    """The launching thread running code without CUDA calls while the GPU has nothing to do."""
+    th = ctx.th
+    st = host_stretches(ctx)
+    if st.empty:
+        return []
+    # what named causes before this one took of the launch time (an extra copy's filling on the CPU) is theirs
+    at_stake = min(ctx.host_stake("launch", st), ctx.left("launch", ctx.host_stake("launch")))
+    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["host_code.min_share_pct"]:
+        return []
+    ctx.claim("launch", at_stake)
+    st = st.sort_values("start_ns", kind="stable").reset_index(drop=True)
+    tids = st["tid"].to_numpy(dtype=object)
+    cpu = cpu_context(ctx.report, st, tids)
+    ev = evidence(st, "host code, no CUDA call", {"idle_ns": st["launch"].to_numpy(np.int64),
+                                                   "cuda_calls": st["calls"].to_numpy(np.int64),
+                                                   "nvtx_range": cpu["cpu_nvtx"], **{c: cpu[c] for c in cpu}})
+    ev["tid"] = pd.array(st["tid"], dtype="Int64")
+    n, min_ms = len(ev), th["host_code.min_gap_ms"]
+    med = float(np.median(ev["idle_ns"])) / 1e6
+    worst = ev.loc[ev["idle_ns"].idxmax()]
+    # what covered a good part of the longest stretch (an OS call that took a sliver of it says nothing)
+    doing = "; ".join(f"{w} {worst[k]}" for k, w in (("cpu_nvtx", "in NVTX range"), ("cpu_osrt", "in OS call"))
+                      if worst[k] and worst[f"{k}_pct"] >= CONTEXT_MIN_PCT)
+    return [Finding(
+        "host_code", ctx.severity(at_stake),
+        f"The GPU waits while the host runs code that launches nothing: {n} stretch{'es' if n > 1 else ''} of "
+        f"{min_ms:g} ms or more (median {med:.1f} ms)",
+        "In these stretches the thread that launches the GPU's work ran for a millisecond or more without a single "
+        "CUDA call, and the GPU had nothing queued: Python or CPU work inside the step (preprocessing or "
+        "augmentation on the CPU, metrics and logging, a schedule or bookkeeping computed in Python, inputs built "
+        "element by element, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
+        "it." + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
+        + where_words(ev.assign(duration_ns=ev["idle_ns"])),
+        "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
+        "calls), `--ops` names the PyTorch operators, py-spy shows the Python stack. Then take it out of the step: "
+        "compute it once before the loop or every N steps, move input work into DataLoader workers "
+        "(`num_workers`), or do it on the GPU with tensor operations; with torch.compile, check for recompiles "
+        "(`TORCH_LOGS=recompiles`).",
+        at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
+                                      "without a CUDA call"), ev, ranges_of(ev))]
