@@ -274,3 +274,16 @@ def test_a_sync_the_host_could_have_outrun_is_the_cause_not_launches(planted):
 def test_the_foreach_optimizer_twin_raises_no_launch_alarm(planted):
     fs = planted("optimizer_single_tensor", "fixed").findings()
     assert not [f for f in fs if f.rule == "launch_bound" and f.severity in ALARM], [str(f) for f in fs[:3]]
+
+
+def test_the_verdict_tells_host_code_from_launch_overhead(planted):
+    """The launch gaps of a loop whose host computes in Python between steps are code that launches nothing (no
+    CUDA graph removes them); those of a stack of tiny layers are launch overhead."""
+    code = planted("host_code", "bad").bottleneck().summary
+    assert "host code launching nothing for 1 ms or more" in code, code
+    pct = float(code.split("host code launching nothing for 1 ms or more ")[1].split("%")[0])
+    assert pct >= 50, code
+    for name in ("launch_bound", "python_loop"):
+        s = planted(name, "bad").bottleneck().summary
+        assert s.startswith("CPU-bound") and "launching nothing" not in s, (name, s)
+    assert "launching nothing" not in planted("host_code", "fixed").bottleneck().summary

@@ -514,18 +514,44 @@ _WHAT = {
 }
 
 
+QUIET_SHOWN_PCT = 5  # the verdict names host code that launches nothing from this share of the window on
 HOST_WORDS = {"launch": "launch overhead and Python", "allocator": "the CUDA allocator",
               "module load": "loading GPU code", "host wait": "the host blocked in the OS"}
 
 
-def _summary(kind: str, pct: dict, matrix: str = "") -> str:
+def quiet_gaps(gaps: pd.DataFrame, min_ns: float | None = None, max_calls: float | None = None) -> np.ndarray:
+    """Which launch gaps are host code that launches nothing: at least `min_ns` of launch time in which the
+    launching thread made at most `max_calls` CUDA calls (defaults: thresholds host_code.*)."""
+    from ..thresholds import DEFAULTS
+
+    min_ns = DEFAULTS["host_code.min_gap_ms"] * 1e6 if min_ns is None else min_ns
+    max_calls = DEFAULTS["host_code.max_calls"] if max_calls is None else max_calls
+    if gaps.empty or "calls" not in gaps:
+        return np.zeros(len(gaps), bool)
+    return (gaps["launch"].to_numpy(float) >= min_ns) & (gaps["calls"].to_numpy(float) <= max_calls)
+
+
+def _quiet_pct(pairs) -> float:
+    """The share of the steady windows in launch gaps of code that launches nothing (quiet_gaps)."""
+    quiet = sum(float(p.gaps["launch"].to_numpy(float)[quiet_gaps(p.gaps) & p.gaps["in_window"].to_numpy(bool)].sum())
+                for p in pairs if len(p.gaps))
+    return 100.0 * quiet / max(sum(p.window_ns for p in pairs), 1)
+
+
+def _summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0) -> str:
     parts = sorted(HOST, key=lambda c: -pct[c])
     shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
     if "launch" not in shown:
         shown.append("launch")
     if "host wait" not in shown:
         shown.append("host wait")
-    words = ", ".join(f"{HOST_WORDS[c]} {pct[c]:.0f}%" for c in shown)
+    said = [(HOST_WORDS[c], pct[c]) for c in shown]
+    if quiet_pct >= QUIET_SHOWN_PCT:  # launch gaps are launch overhead or code that launches nothing (host_code)
+        quiet = min(quiet_pct, pct["launch"])
+        at = shown.index("launch")
+        said[at:at + 1] = [("host code launching nothing for 1 ms or more", quiet),
+                           (HOST_WORDS["launch"], pct["launch"] - quiet)]
+    words = ", ".join(f"{w} {v:.0f}%" for w, v in said)
     return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words, matrix=matrix)
 
 
@@ -562,7 +588,8 @@ def bottleneck(report) -> Bottleneck:
             t = {c: sum(p.totals[c] for p in mine) for c in CATEGORIES}
             pp = _shares(t, sum(p.window_ns for p in mine))
             k = _kind(pp)
-            rows.append({"pid": pid, "rank": ranks.get(pid, (None, None))[0], "kind": k, "summary": _summary(k, pp),
+            rows.append({"pid": pid, "rank": ranks.get(pid, (None, None))[0], "kind": k,
+                         "summary": _summary(k, pp, quiet_pct=_quiet_pct(mine)),
                          **{f"{c.replace(' ', '_')}_pct": round(pp[c], 1) for c in CATEGORIES}})
         per = pd.DataFrame(rows)
         per["rank"] = per["rank"].astype("Int64")
@@ -575,7 +602,7 @@ def bottleneck(report) -> Bottleneck:
     breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [int(totals[c]) for c in CATEGORIES],
                               "pct": [round(pct[c], 1) for c in CATEGORIES]})
     window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
-    summary = _summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "")
+    summary = _summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "", _quiet_pct(d.pairs))
     where = d.sources[main_pid]
     startup = d.startup.get(main_pid, 0)
     tail = f" (window: {where}"

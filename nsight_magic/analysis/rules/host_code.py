@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from ..bottleneck import quiet_gaps
 from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
@@ -19,12 +20,10 @@ def host_stretches(ctx: Context) -> pd.DataFrame:
     """The diagnosis's launch gaps (steady windows) at least host_code.min_gap_ms long in which the launching
     thread made at most host_code.max_calls CUDA calls."""
     g = ctx.diag.gaps("launch")
-    if g.empty or "calls" not in g:
-        return g.iloc[0:0]
+    if g.empty:
+        return g
     g = g[g["in_window"].to_numpy(bool)]
-    long = g["launch"].to_numpy(float) >= ctx.th["host_code.min_gap_ms"] * 1e6
-    quiet = g["calls"].to_numpy(float) <= ctx.th["host_code.max_calls"]
-    return g[long & quiet]
+    return g[quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])]
 
 
 def rule_host_code(ctx: Context) -> list[Finding]:
