@@ -14,6 +14,7 @@ from ..bottleneck import quiet_gaps
 from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
+MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has tens of thousands)
 
 
 def host_stretches(ctx: Context) -> pd.DataFrame:
@@ -37,6 +38,9 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["host_code.min_share_pct"]:
         return []
     ctx.claim("launch", at_stake)
+    n, med = len(st), float(np.median(st["launch"])) / 1e6
+    if n > MAX_EVIDENCE:  # what the thread was doing is looked up per stretch: the longest are the evidence
+        st = st.nlargest(MAX_EVIDENCE, "launch", keep="first")
     st = st.sort_values("start_ns", kind="stable").reset_index(drop=True)
     tids = st["tid"].to_numpy(dtype=object)
     cpu = cpu_context(ctx.report, st, tids)
@@ -44,21 +48,21 @@ def rule_host_code(ctx: Context) -> list[Finding]:
                                                    "cuda_calls": st["calls"].to_numpy(np.int64),
                                                    "nvtx_range": cpu["cpu_nvtx"], **{c: cpu[c] for c in cpu}})
     ev["tid"] = pd.array(st["tid"], dtype="Int64")
-    n, min_ms = len(ev), th["host_code.min_gap_ms"]
-    med = float(np.median(ev["idle_ns"])) / 1e6
+    min_ms = th["host_code.min_gap_ms"]
     worst = ev.loc[ev["idle_ns"].idxmax()]
     # what covered a good part of the longest stretch (an OS call that took a sliver of it says nothing)
     doing = "; ".join(f"{w} {worst[k]}" for k, w in (("cpu_nvtx", "in NVTX range"), ("cpu_osrt", "in OS call"))
                       if worst[k] and worst[f"{k}_pct"] >= CONTEXT_MIN_PCT)
     return [Finding(
         "host_code", ctx.severity(at_stake),
-        f"The GPU waits while the host runs code that launches nothing: {n} stretch{'es' if n > 1 else ''} of "
+        f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
         f"{min_ms:g} ms or more (median {med:.1f} ms)",
         "In these stretches the thread that launches the GPU's work ran for a millisecond or more without a single "
         "CUDA call, and the GPU had nothing queued: Python or CPU work inside the step (preprocessing or "
         "augmentation on the CPU, metrics and logging, a schedule or bookkeeping computed in Python, inputs built "
         "element by element, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
         "it." + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
+        + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),
         "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
         "calls), `--ops` names the PyTorch operators, py-spy shows the Python stack. Then take it out of the step: "
