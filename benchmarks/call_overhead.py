@@ -23,6 +23,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from nsight_magic.tools import isolation_prefix  # noqa: E402 - nsys in its own namespace, as %%nsys runs it
+
 LOOP = r'''
 import os, sys, time
 kind, n = sys.argv[1], int(sys.argv[2])
@@ -79,7 +82,7 @@ def measure(kind: str, calls: int, repeat: int, nsys: str, work: Path) -> dict:
     plain, traced = [], []
     for i in range(repeat):
         plain.append(_loop_s([sys.executable, str(script), kind, str(calls)]))
-        traced.append(_loop_s([nsys, "profile", f"--trace={TRACE[kind]}", "--sample=none", "--cpuctxsw=none",
+        traced.append(_loop_s([*isolation_prefix()[0], nsys, "profile", f"--trace={TRACE[kind]}", "--sample=none", "--cpuctxsw=none",
                                "--force-overwrite=true", "-o", str(work / f"{kind}{i}"), sys.executable, str(script),
                                kind, str(calls)]))
     p, t = min(plain), min(traced)

@@ -50,8 +50,10 @@ print("steps", i)
 def bare(cell_path: Path, trace: str, out: Path) -> float:
     nsys = tools.find_nsys()
     t0 = time.perf_counter()
-    subprocess.run([str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
-                    f"--output={out}", sys.executable, str(cell_path)], check=True, capture_output=True)
+    # in its own namespace, as %%nsys runs it: nsys's files in the machine's /dev/shm are shared with no other run
+    subprocess.run([*tools.isolation_prefix()[0], str(nsys), "profile", f"--trace={trace}", "--sample=none",
+                    "--cpuctxsw=none", f"--output={out}", sys.executable, str(cell_path)], check=True,
+                   capture_output=True)
     qdstrm = out.with_suffix(".qdstrm")
     if not out.with_suffix(".nsys-rep").exists() and qdstrm.exists():
         tools.import_qdstrm(qdstrm, nsys)

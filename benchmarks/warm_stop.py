@@ -142,7 +142,25 @@ def run_variant(nsys: str, name: str, extra: list[str], trace: str, workload: st
             launch.kill()
 
 
+ISOLATED_ENV = "NM_WARM_STOP_ISOLATED"
+
+
+def _in_own_namespace() -> None:
+    """Run again inside a PID namespace with a private /dev/shm and /tmp/nvidia (tools.isolation_prefix), as %%nsys
+    runs nsys: raw nsys sessions in the machine's shared files can collide with other runs ("Agent launcher
+    failed")."""
+    if os.environ.get(ISOLATED_ENV) == "1":
+        return
+    from nsight_magic.tools import isolation_prefix
+
+    prefix = list(isolation_prefix()[0])
+    if prefix:
+        os.execve(prefix[0], [*prefix, sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]],
+                  {**os.environ, ISOLATED_ENV: "1"})
+
+
 def main() -> None:
+    _in_own_namespace()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workload", choices=("cpu", "torch"), default="torch")
     ap.add_argument("--trace", default="cuda,nvtx,osrt")

@@ -451,8 +451,11 @@ def record_cpu_report(folder: Path, script: str, trace: str = "nvtx,osrt") -> Pa
 
     (folder / "script.py").write_text(script)
     out = folder / "rec"
-    r = run_bounded([NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none", "-o", str(out),
-                     sys.executable, str(folder / "script.py")], timeout=120)
+    # in its own namespace with a private /dev/shm, as %%nsys runs nsys: two raw runs at once (pytest-xdist) can
+    # break nsys's shared files in the machine's /dev/shm, and every later run there with them ("Agent launcher
+    # failed")
+    r = run_bounded([*tools.isolation_prefix()[0], NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none",
+                     "-o", str(out), sys.executable, str(folder / "script.py")], timeout=120)
     rep = out.with_suffix(".nsys-rep")
     if not rep.exists():
         qd = out.with_suffix(".qdstrm")

@@ -218,8 +218,11 @@ def _record_nvtx_profile(tmp_path: Path, range_name: str) -> Path:
         r = run_bounded(argv, timeout, cwd=tmp_path, stderr=subprocess.STDOUT, errors="replace")
         return r.returncode, r.stdout
 
-    rc, text = run([nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", str(out),
-                    sys.executable, str(script)], 120)
+    from nsight_magic.tools import isolation_prefix
+
+    # in its own namespace, as %%nsys runs nsys (test_readers_nsys.record_cpu_report says why)
+    rc, text = run([*isolation_prefix()[0], nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
+                    "-o", str(out), sys.executable, str(script)], 120)
     rep = out.with_suffix(".nsys-rep")
     if not rep.exists() and out.with_suffix(".qdstrm").exists():
         importer = Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")

@@ -44,15 +44,20 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     st = st.sort_values("start_ns", kind="stable").reset_index(drop=True)
     tids = st["tid"].to_numpy(dtype=object)
     cpu = cpu_context(ctx.report, st, tids)
+    # the NVTX range and OS call that covered a good part of each stretch (a call that took a sliver of it says
+    # nothing; its CUDA calls, at most a few by definition, neither)
+    ctx_cols = {}
+    for key, col in (("cpu_nvtx", "nvtx_range"), ("cpu_osrt", "os_call")):
+        named = cpu[key].to_numpy(object).copy()
+        named[~(cpu[f"{key}_pct"].to_numpy(float) >= CONTEXT_MIN_PCT)] = None
+        ctx_cols[col] = named
     ev = evidence(st, "host code, no CUDA call", {"idle_ns": st["launch"].to_numpy(np.int64),
-                                                   "cuda_calls": st["calls"].to_numpy(np.int64),
-                                                   "nvtx_range": cpu["cpu_nvtx"], **{c: cpu[c] for c in cpu}})
+                                                   "cuda_calls": st["calls"].to_numpy(np.int64), **ctx_cols})
     ev["tid"] = pd.array(st["tid"], dtype="Int64")
     min_ms = th["host_code.min_gap_ms"]
     worst = ev.loc[ev["idle_ns"].idxmax()]
-    # what covered a good part of the longest stretch (an OS call that took a sliver of it says nothing)
-    doing = "; ".join(f"{w} {worst[k]}" for k, w in (("cpu_nvtx", "in NVTX range"), ("cpu_osrt", "in OS call"))
-                      if worst[k] and worst[f"{k}_pct"] >= CONTEXT_MIN_PCT)
+    doing = "; ".join(f"{w} {worst[k]}" for k, w in (("nvtx_range", "in NVTX range"), ("os_call", "in OS call"))
+                      if pd.notna(worst[k]) and worst[k])
     return [Finding(
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "

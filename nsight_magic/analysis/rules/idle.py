@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 
 from .. import intervals as I
+from ..bottleneck import quiet_gaps
 from .common import Context, Finding, api_of, cpu_context, evidence, gpu_ops_with_overhead, ranges_of
 
-# idle categories of analysis.bottleneck and the rules that explain them
+# idle categories of analysis.bottleneck and the rules that explain them (launch: host_code, then launch_bound)
 EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "allocator": "allocator_churn",
                 "module load": "module_loading", "host wait": "host_wait", "launch": "launch_bound"}
 
@@ -40,8 +41,12 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         inside = I.overlap(span, g["start_ns"], g["end_ns"]).astype(float)
         frac = inside / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
         left = 0.0
-        for cat, rule in EXPLAINED_BY.items():
-            part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float)).sum())
+        # launch gaps of code that launches nothing are host_code's, the others launch overhead (launch_bound's)
+        quiet = quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
+        parts = [(cat, rule, np.ones(len(g), bool)) for cat, rule in EXPLAINED_BY.items() if cat != "launch"]
+        parts += [("launch", "host_code", quiet), ("launch", "launch_bound", ~quiet)]
+        for cat, rule, m in parts:
+            part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float))[m].sum())
             if rule in fired:
                 named[rule] = named.get(rule, 0) + int(part)
             else:
@@ -127,7 +132,7 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
     at_stake, explained = unexplained_idle(ctx, ev)
     worst = ev.loc[ev["duration_ns"].idxmax()]
     doing = "; ".join(f"{w}: {worst[k]}" for k, w in (("cpu_nvtx", "NVTX range"), ("cpu_cuda_api", "CUDA API"),
-                                                       ("cpu_osrt", "OS call")) if worst[k])
+                                                       ("cpu_osrt", "OS call")) if pd.notna(worst[k]) and worst[k])
     return [Finding(
         "gpu_gaps", ctx.severity(at_stake),
         f"GPU idle {len(ev)} time(s) for {th['gpu_gaps.gap_ms']:g} ms or more",
