@@ -549,7 +549,9 @@ def _summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0) -> 
     if quiet_pct >= QUIET_SHOWN_PCT:  # launch gaps are launch overhead or code that launches nothing (host_code)
         quiet = min(quiet_pct, pct["launch"])
         at = shown.index("launch")
-        said[at:at + 1] = [("host code launching nothing for 1 ms or more", quiet),
+        from ..thresholds import DEFAULTS
+
+        said[at:at + 1] = [(f"host code launching nothing for {DEFAULTS['host_code.min_gap_ms']:g} ms or more", quiet),
                            (HOST_WORDS["launch"], pct["launch"] - quiet)]
     words = ", ".join(f"{w} {v:.0f}%" for w, v in said)
     return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words, matrix=matrix)

@@ -53,7 +53,6 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         ctx_cols[col] = named
     ev = evidence(st, "host code, no CUDA call", {"idle_ns": st["launch"].to_numpy(np.int64),
                                                    "cuda_calls": st["calls"].to_numpy(np.int64), **ctx_cols})
-    ev["tid"] = pd.array(st["tid"], dtype="Int64")
     min_ms = th["host_code.min_gap_ms"]
     worst = ev.loc[ev["idle_ns"].idxmax()]
     doing = "; ".join(f"{w} {worst[k]}" for k, w in (("nvtx_range", "in NVTX range"), ("os_call", "in OS call"))
@@ -62,7 +61,7 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
         f"{min_ms:g} ms or more (median {med:.1f} ms)",
-        "In these stretches the thread that launches the GPU's work ran for a millisecond or more without a single "
+        f"In these stretches the thread that launches the GPU's work ran for {min_ms:g} ms or more without a single "
         "CUDA call, and the GPU had nothing queued: Python or CPU work inside the step (preprocessing or "
         "augmentation on the CPU, metrics and logging, a schedule or bookkeeping computed in Python, inputs built "
         "element by element, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
