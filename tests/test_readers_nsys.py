@@ -622,8 +622,59 @@ def test_arrow_path_declines_a_column_it_cannot_type(tmp_path):
     con.executemany("INSERT INTO t VALUES (?)", [(i,) for i in range(2000)] + [("text",)])
     con.commit()
     con.close()
-    assert _read_ints_adbc(p, "t", ["a"], None) is None
-    assert list(_read_ints_adbc(p, "t", ["a"], "rowid <= 3")[0]) == [0, 1, 2]
+    con = sqlite3.connect(p)
+    assert _read_ints_adbc(con, p, "t", ["a"], None) is None
+    assert list(_read_ints_adbc(con, p, "t", ["a"], "rowid <= 3")[0]) == [0, 1, 2]
+    con.close()
+
+
+def test_arrow_path_reads_a_big_table_in_parts_as_in_one(tmp_path, monkeypatch):
+    """Big tables are read in rowid ranges over several connections at once: the same rows in the same order as
+    one read (gaps in the rowids, a WHERE that drops rows, NULLs), and a text value in any part still declines."""
+    from nsight_magic.readers import nsys_sql
+
+    p = tmp_path / "big.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (a INTEGER, b INTEGER)")
+    rows = [(i * 7, None if i % 5 == 0 else -i) for i in range(5000)]
+    con.executemany("INSERT INTO t VALUES (?, ?)", rows)
+    con.execute("DELETE FROM t WHERE rowid BETWEEN 1000 AND 1999")  # a hole: parts of unequal size
+    con.commit()
+    whole = nsys_sql._read_ints_adbc(con, p, "t", ['"a"', '"b"', '"a" - "b"'], "a % 3 != 0")
+    monkeypatch.setattr(nsys_sql, "PARALLEL_MIN_ROWS", 100)
+    monkeypatch.setattr(nsys_sql.os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    parts = nsys_sql._read_ints_adbc(con, p, "t", ['"a"', '"b"', '"a" - "b"'], "a % 3 != 0")
+    text = nsys_sql.read_ints(con, "t", ['"a"', '"b"', '"a" - "b"'], "a % 3 != 0")  # the text path
+    expect = [r for i, r in enumerate(rows) if not 999 <= i <= 1998 and r[0] % 3]
+    assert len(parts[0]) == len(expect) and list(parts[0]) == [r[0] for r in expect]
+    for w, q, t in zip(whole, parts, text):
+        assert np.array_equal(w, q) and np.array_equal(q, t)
+    con.execute("UPDATE t SET a = 'text' WHERE rowid = 4990")  # in the last part only
+    con.commit()
+    assert nsys_sql._read_ints_adbc(con, p, "t", ['"a"'], None) is None
+    con.close()
+
+
+def test_frames_read_after_the_summaries_reuse_their_columns(monkeypatch):
+    """The kernel and CUDA API frames take the columns the summaries read already (start, end, pid, correlation
+    id, name) instead of reading them again, and equal frames read alone."""
+    from nsight_magic.readers import nsys_sql
+
+    path = DATA / "nsys_h100_a_cuda_nvtx.sqlite"
+    with open_nsys_report(path) as rep:
+        alone = [rep.kernels, rep.cuda_api]
+    read = []
+    real = nsys_sql._read_ints_adbc
+    monkeypatch.setattr(nsys_sql, "_read_ints_adbc", lambda con, p, table, exprs, where: (
+        read.append((table, exprs)) or real(con, p, table, exprs, where)))
+    with open_nsys_report(path) as rep:
+        rep.kernel_summary(), rep.cuda_api_summary()  # (the core tables are read in threads: wait for both)
+        read.clear()
+        after = [rep.kernels, rep.cuda_api]
+    for a, b in zip(alone, after):
+        pd.testing.assert_frame_equal(a, b)
+    again = [exprs for table, exprs in read if table in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME")]
+    assert again and not any('"start"' in e or '"correlationId"' in e for e in again), read
 
 
 def test_a_warm_session_recording_is_framed_by_the_cell_range():

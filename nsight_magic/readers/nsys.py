@@ -265,7 +265,10 @@ class NsysReport(NsysActions):
         return self._query(Strings, self._con, self._tables)
 
     def _frame(self, name: str) -> pd.DataFrame:
-        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path)
+        # the core columns the summaries read (or are reading) are not read a second time
+        have = self._core(name) if name in self._CORE and name in self._core_cache else None
+        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path,
+                         have)
         return sort_by_start(df) if "start_ns" in df else df
 
     def _table(self, name: str) -> str | None:

@@ -11,19 +11,26 @@ from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PU
 from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_enum, find_spec_table, read_ints,
                        read_texts, to_categorical)
 
-from ..errors import ReportWarning
+from ..errors import ReportError, ReportWarning
 from ..inside.child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
 _MASK24 = 0xFFFFFF
 
 
-def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None) -> dict[str, np.ndarray]:
+def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None,
+             have: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Integer columns of `spec` (our names; all non-text ones by default) as raw int64 arrays.
 
     Each raw column is read once even when several of ours come from it (pid and tid both come from
-    globalTid, decoded here with numpy); a column absent from this export version reads as NULL."""
+    globalTid, decoded here with numpy); a column absent from this export version reads as NULL.  `have`: columns
+    this function already returned for the same table and spec (the core columns the summaries read), copied
+    instead of read again."""
+    wanted = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
+    have = {c.name: np.array(have[c.name]) for c in wanted if have and c.name in have}
+    cols = [c for c in wanted if c.name not in have]
+    if not cols:
+        return have
     present = set(columns_of(con, table))
-    cols = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
     raws = {c.name: next((r for r in c.raw if r in present), None) for c in cols}
     # what travels from SQLite, one entry per distinct expression; fewer digits print and parse faster:
     # `end` as `end - start`, a GlobalId as its pid when only the pid is wanted
@@ -51,8 +58,10 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
         check_range(con, table, stamps, spec.where, path)
     if "start" in arrays and "end" in arrays:
         _no_negative_spans(table, arrays["start"], arrays["end"])
-    n = len(next(iter(arrays.values()))) if arrays else 0
-    out = {}
+    n = len(next(iter(arrays.values()))) if arrays else len(next(iter(have.values()), ()))
+    if have and arrays and n != len(next(iter(have.values()))):
+        raise ReportError(f"{path or 'report'}: {table} changed while it was read; open the report again")
+    out = dict(have)
     for c in cols:
         r = raws[c.name]
         a = arrays.get(r)
@@ -98,7 +107,8 @@ def _pd_dtype(d: str):
     return pd.CategoricalDtype(pd.Index([], dtype=object)) if d == "category" else d
 
 
-def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=None) -> pd.DataFrame:
+def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=None,
+               have: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
     table = find_spec_table(tables, spec)
     if table is None:
         return empty_frame(spec.frame)
@@ -106,7 +116,7 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     raws = {c.name: next((r for r in c.raw if r in present), None) for c in spec.cols}
     if spec.frame in ("threads", "processes", "gpus") and not any(raws.values()):
         return empty_frame(spec.frame)
-    ints = read_raw(con, table, spec, path=path)
+    ints = read_raw(con, table, spec, path=path, have=have)
     n = len(next(iter(ints.values()))) if ints else 0
     data: dict[str, object] = {}
     for c in spec.cols:

@@ -169,11 +169,11 @@ def read_ints(con, table: str, exprs: list[str], where: str | None = None, path:
     With `path` (the database file) and ADBC's SQLite driver installed, the columns travel as Arrow arrays, about
     twice as fast and without holding the GIL; anything ADBC cannot type as int64 falls back to the text path."""
     if path is not None and exprs:
-        got = _read_ints_adbc(path, table, exprs, where)
+        got = _read_ints_adbc(con, path, table, exprs, where)
         if got is not None:
             return got
     cond = f" AND ({where})" if where else ""
-    lo, hi = con.execute(f'SELECT min(rowid), max(rowid) FROM "{table}"').fetchone()
+    lo, hi = rowid_ends(con, table)
     if lo is None:
         return [np.empty(0, np.int64) for _ in exprs]
     sel = ", ".join(f"group_concat(ifnull({e}, {NULL}))" for e in exprs)
@@ -188,6 +188,12 @@ def read_ints(con, table: str, exprs: list[str], where: str | None = None, path:
                     check_ints(con, table, [exprs[i]], where, path)
                     raise
     return [np.concatenate(p) if p else np.empty(0, np.int64) for p in parts]
+
+
+def rowid_ends(con, table: str) -> tuple[int | None, int | None]:
+    """The table's first and last rowid, read from the b-tree's two ends (one aggregate per SELECT: SQLite scans
+    the whole table for `SELECT min(rowid), max(rowid)`)."""
+    return con.execute(f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")').fetchone()
 
 
 def check_ints(con, table: str, exprs: list[str], where: str | None = None, path=None) -> None:
@@ -224,24 +230,51 @@ def check_range(con, table: str, cols: list[str], where: str | None = None, path
                               "altered; re-export it from its .nsys-rep")
 
 
-def _read_ints_adbc(path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
+# Raw reads of big tables go in rowid ranges over several connections at once: SQLite decodes rows on one core
+# per connection, and ADBC hands back Arrow without holding the GIL (1M kernels, 18 columns: 0.76 s on one
+# connection, 0.40 s on two, on a 2-core machine).
+PARALLEL_MIN_ROWS = 200_000  # below this a connection's set-up costs more than the split saves
+PARALLEL_MAX = 8
+
+
+def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
     try:
         import adbc_driver_sqlite.dbapi as adbc
     except ImportError:
         return None
-    cond = f" WHERE {where}" if where else ""
+    from concurrent.futures import ThreadPoolExecutor
+
     sel = ", ".join(f"ifnull({e}, {NULL}) AS c{i}" for i, e in enumerate(exprs))
+    uri = Path(path).resolve().as_uri() + "?mode=ro"
+    cond = f" AND ({where})" if where else ""
+
+    def part(lo: int | None, hi: int | None):
+        rows = f" WHERE rowid >= {lo} AND rowid < {hi}{cond}" if lo is not None else (f" WHERE {where}" if where
+                                                                                      else "")
+        with adbc.connect(uri) as ac, ac.cursor() as cur:
+            cur.execute(f'SELECT {sel} FROM "{table}"{rows} ORDER BY rowid')
+            return cur.fetch_arrow_table()
+
+    lo, hi = rowid_ends(con, table)
+    if lo is None:
+        return [np.empty(0, np.int64) for _ in exprs]
     try:
-        with adbc.connect(Path(path).resolve().as_uri() + "?mode=ro") as con, con.cursor() as cur:
-            cur.execute(f'SELECT {sel} FROM "{table}"{cond} ORDER BY rowid')
-            t = cur.fetch_arrow_table()
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        k = max(1, min(cores, PARALLEL_MAX, (hi - lo + 1) // PARALLEL_MIN_ROWS))
+        edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64).tolist()
+        if k == 1:
+            parts = [part(None, None)]
+        else:
+            with ThreadPoolExecutor(k, thread_name_prefix="nsight-magic-read") as ex:
+                parts = list(ex.map(part, edges[:-1], edges[1:]))
     except Exception:  # a value ADBC cannot read as int64 (its types come from the first rows): the text path
         return None
     out = []
-    for col in t.columns:
-        if str(col.type) != "int64" or col.null_count:
+    for i in range(len(exprs)):
+        cols = [p.column(i) for p in parts if p.num_rows]
+        if any(str(c.type) != "int64" or c.null_count for c in cols):
             return None
-        out.append(col.to_numpy())
+        out.append(np.concatenate([c.to_numpy() for c in cols]) if cols else np.empty(0, np.int64))
     return out
 
 
