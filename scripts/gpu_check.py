@@ -29,6 +29,8 @@ Sections (pick with --only):
   job       (two GPUs) a DDP job recorded as a cluster user would, one `nsys profile` per rank under torchrun
             (report.%q{RANK}), each exported, `nsys stats` of each, and `nsys recipe nccl_gpu_time_util_map`
             timed on them: $OUT/job.tar.xz
+  analysis  benchmarks/analysis.py on the host's cores (160k and 1M kernels made from a planted report:
+            NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings()
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -637,6 +639,24 @@ def check_jobtime(work: Path) -> None:
     say("jobtime", "output", "\n" + (p.stdout + p.stderr)[-3000:])
 
 
+def check_analysis(work: Path) -> None:
+    """benchmarks/analysis.py on this machine's cores: the cold read against bottleneck() + findings(), on traces
+    made from a planted H100 report (NM_ANALYSIS_SRC, default launch_bound's bad variant) of NM_ANALYSIS_KERNELS."""
+    import lzma
+
+    repo = Path(__file__).resolve().parents[1]
+    name = os.environ.get("NM_ANALYSIS_SRC", "launch_bound_bad")
+    src = work / f"{name}.sqlite"
+    with lzma.open(repo / "tests" / "data" / "planted" / f"{name}.sqlite.xz") as f:
+        src.write_bytes(f.read())
+    say("analysis", "cores", len(os.sched_getaffinity(0)))
+    for n in os.environ.get("NM_ANALYSIS_KERNELS", "160000,1000000").split(","):
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "analysis.py"), "--src", str(src), "--kernels",
+                            n, "--repeat", "3", "--workdir", str(work / "analysis")],
+                           capture_output=True, text=True, timeout=900, cwd=work)
+        say("analysis", f"kernels_{n}", "\n" + (p.stdout + p.stderr)[-1500:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -652,7 +672,7 @@ def main() -> None:
              "planted_ddp": check_planted_ddp, "planted_ddp_timing": check_planted_ddp_timing,
              "planted_second": check_planted_second, "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
-             "ops": check_ops, "jobtime": check_jobtime,
+             "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

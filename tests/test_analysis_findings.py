@@ -293,3 +293,18 @@ def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
     # the user's own NVTX ranges are still the ones named (operator ranges are not "where")
     assert copy.evidence["nvtx_range"].tolist() == before["cuda_memcpy_async"].evidence["nvtx_range"].tolist()
     assert "op" not in before["cuda_memcpy_async"].evidence
+
+
+def test_evidence_keeps_kernel_names_as_codes_and_lists_only_those_present():
+    """A rule's evidence of 655k kernels keeps their names as the reader's categorical (codes, not 655k strings),
+    with only the names present: its counts and groups by name read as text columns' would."""
+    from nsight_magic.analysis.rules.common import evidence
+
+    names = pd.Series(pd.Categorical(["k1", "k1", "k2", None], categories=["k0", "k1", "k2", "k3"]))
+    df = pd.DataFrame({"start_ns": [0, 10, 20, 30], "end_ns": [5, 20, 40, 31]})
+    ev = evidence(df, names)
+    assert isinstance(ev["name"].dtype, pd.CategoricalDtype)
+    assert ev["name"].value_counts().to_dict() == {"k1": 2, "k2": 1}
+    assert ev.groupby("name", observed=False)["duration_ns"].sum().to_dict() == {"k1": 15, "k2": 20}
+    text = evidence(df, names.astype(str))  # what the evidence held before: the same rows, as text
+    assert ev.astype(str).equals(text.astype(str))

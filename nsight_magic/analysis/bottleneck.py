@@ -35,6 +35,7 @@ import pandas as pd
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
+from .frame_memo import per_frame
 
 CATEGORIES = ("compute", "communication", "copy", "input", "sync", "allocator", "module load", "host wait", "launch")
 IDLE = CATEGORIES[3:]       # the idle gaps' causes
@@ -149,7 +150,8 @@ def _gpu_ops(report) -> pd.DataFrame:
 def _host_calls(report, pid: int):
     """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls."""
     api = report.cuda_api
-    api = api[api["pid"] == pid] if len(api) else api
+    if len(api) and not (mine := (api["pid"] == pid).to_numpy()).all():  # one process: no copy
+        api = api[mine]
     osrt = report.osrt
     if len(osrt):
         osrt = osrt[osrt["pid"] == pid]
@@ -294,11 +296,10 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     nxt_c = np.minimum(nxt, len(starts) - 1)
     code = np.asarray(ops["cat"].cat.codes)[nxt_c]  # OP_CATS's (_gpu_ops)
     code = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], len(OP_CATS), code), len(OP_CATS) + 1)
-    out["next_kind"] = NEXT_KINDS[code]
+    out["next_kind"] = pd.Categorical.from_codes(code, categories=NEXT_KINDS)  # codes, not a string per gap
     tid = launch_tid(ops["correlation_id"].to_numpy()[nxt_c])
     tid = np.where(has_next, tid, -1)
-    out["tid"] = pd.array(np.where(tid >= 0, tid, 0), dtype="Int64")
-    out.loc[tid < 0, "tid"] = pd.NA
+    out["tid"] = pd.arrays.IntegerArray(np.where(tid >= 0, tid, 0).astype(np.int64), tid < 0)
     typical = int(np.median(dur)) if n else 0
     left = dur.astype(np.int64).copy()
     # input: the gap before a batch's copy, beyond a typical launch gap
@@ -306,7 +307,12 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
-    by_thread = dict(tuple(api.groupby("tid"))) if len(api) else {}
+    by_thread = {}  # the calls of each thread that launched a gap's next op (a copy of what is needed, no more)
+    if len(api):
+        api_tid, calls_of = api["tid"].to_numpy(np.int64), api[["start_ns", "end_ns", "name"]]
+        for th in np.unique(tid[tid >= 0]).tolist():
+            mine = api_tid == th
+            by_thread[th] = calls_of if mine.all() else calls_of[mine]
     if len(api):  # the CUDA calls the launching thread made in each gap
         calls = np.zeros(n, np.int64)
         for th, g in by_thread.items():
@@ -350,7 +356,8 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     # host waited in it: the lead over the GPU it gave up (the GPU drains its queue meanwhile, then idles while the
     # host queues work again).  Charged from what would otherwise be launch overhead.
     sync_take = np.zeros(n, np.int64)
-    sync_name = np.full(n, None, dtype=object)
+    sync_code = np.full(n, -1, np.int64)  # into sync_names: a few call names for up to millions of gaps
+    sync_names: dict[str, int] = {}
     sync_start = np.full(n, -1, np.int64)
     sync_wait = np.zeros(n, np.int64)
     after_sync = np.zeros(n, bool)
@@ -380,11 +387,12 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         take = np.clip(np.minimum(before + avail, budget) - np.minimum(before, budget), 0, None)
         sync_take[mm] = take
         hit = take > 0
-        sync_name[mm[hit]] = g["name"].astype(str).to_numpy()[kk[hit]]
+        names, inv = np.unique(g["name"].astype(str).to_numpy(object)[kk[hit]], return_inverse=True)
+        sync_code[mm[hit]] = np.array([sync_names.setdefault(x, len(sync_names)) for x in names], np.int64)[inv]
         sync_start[mm[hit]] = ss[kk[hit]]
         sync_wait[mm[hit]] = budget[hit]
     out["sync"] = sync_take
-    out["sync_name"] = sync_name
+    out["sync_name"] = pd.Categorical.from_codes(sync_code, categories=list(sync_names))
     out["sync_start_ns"] = sync_start
     out["sync_ns"] = sync_wait
     out["after_sync"] = after_sync
@@ -393,13 +401,19 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     return out
 
 
+@per_frame
+def _correlation_index(api: pd.DataFrame) -> tuple[pd.DataFrame, pd.Index]:
+    """The calls with a correlation id, one per id, and their index (its hash table built once per frame)."""
+    a = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id")
+    return a, pd.Index(a["correlation_id"].to_numpy(np.int64))
+
+
 def _by_correlation(api: pd.DataFrame, column: str):
     """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time); -1 when
     unknown."""
     if api.empty:
         return lambda corr: np.full(len(corr), -1, np.int64)
-    a = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id")
-    index = pd.Index(a["correlation_id"].to_numpy(np.int64))
+    a, index = _correlation_index(api)
     values = a[column].to_numpy(np.int64)
 
     def lookup(corr) -> np.ndarray:

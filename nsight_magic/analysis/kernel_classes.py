@@ -91,6 +91,12 @@ def _distinct(names) -> tuple[np.ndarray, pd.Series]:
     return codes, pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
 
 
+def _per_row(per_name: pd.Series, row: np.ndarray) -> pd.Categorical:
+    """A value per distinct name spread to the rows, as codes (a million kernels, a dozen classes)."""
+    codes, values = pd.factorize(per_name.to_numpy(object))
+    return pd.Categorical.from_codes(codes[row], categories=values)
+
+
 @per_frame
 def with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     """The kernels frame with cls, precision, tensor_cores and align_elems per row (classified once per name, and
@@ -101,7 +107,7 @@ def with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     codes, u = _distinct(kernels["name"])
     c = classify(u)
     row = pd.Index(c["name"]).get_indexer(u).take(codes)
-    return kernels.assign(cls=c["cls"].to_numpy()[row], precision=c["precision"].to_numpy()[row],
+    return kernels.assign(cls=_per_row(c["cls"], row), precision=_per_row(c["precision"], row),
                           tensor_cores=pd.array(c["tensor_cores"].to_numpy()[row], dtype="boolean"),
                           align_elems=c["align_elems"].to_numpy(float)[row])
 

@@ -31,3 +31,15 @@ def isin(col, values) -> np.ndarray:
     """col.astype(str).isin(values) as a bool array."""
     values = list(values)
     return _per_value(col, lambda v: v.isin(values))
+
+
+def as_text_categories(col: pd.Series) -> pd.Series:
+    """A categorical column with its categories as text (what `.astype(str)` gives each value), rows kept as codes;
+    categories that would read alike as text are merged."""
+    cats = col.cat.categories
+    text = pd.Index(np.asarray(cats, dtype=object), dtype=object).astype(str)
+    if text.equals(cats) and cats.dtype == text.dtype:
+        return col
+    if text.is_unique:
+        return col.cat.rename_categories(text)
+    return col.astype(str).astype("category")

@@ -136,7 +136,7 @@ def rule_nccl_share(ctx: Context) -> list[Finding]:
     share = t["duration_ns"].sum() * 100.0 / max(total_gpu, 1)
     if t.empty or share < th["nccl_share.min_gpu_pct"]:
         return []
-    ev = evidence(t, t["name"].astype(str))
+    ev = evidence(t, t["name"])
     waits = steady_waits(ctx)
     waited = (waits["wait_ns"] * waits["scale"]).groupby(waits["pid"]).sum() if len(waits) else pd.Series(dtype=float)
     at_stake = 0

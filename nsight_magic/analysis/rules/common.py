@@ -149,30 +149,38 @@ def like(names: pd.Series, pattern: str) -> np.ndarray:
     return tx.contains(names, rx, case=False, regex=True) & pd.notna(names).to_numpy()
 
 
-def _pair_index(pid, corr, opid, ocorr) -> np.ndarray:
-    """Where each (opid, ocorr) is among the unique pairs (pid, corr), -1 where absent: one int64 key per pair
-    when the values fit (a hash lookup of plain integers), else a MultiIndex."""
-    both = np.r_[pid, opid], np.r_[corr, ocorr]
-    if len(both[0]) and both[0].min() >= 0 and both[0].max() < 2 ** 23 and both[1].min() >= -1 \
-            and both[1].max() < 2 ** 40 - 1:
-        return pd.Index((pid << 40) + corr).get_indexer((opid << 40) + ocorr)
-    return pd.MultiIndex.from_arrays([pid, corr]).get_indexer(pd.MultiIndex.from_arrays([opid, ocorr]))
+def _pair_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
+    """One int64 per (pid, correlation id) when the values fit (a hash lookup of plain integers), else None."""
+    if len(pid) and pid.min() >= 0 and pid.max() < 2 ** 23 and corr.min() >= -1 and corr.max() < 2 ** 40 - 1:
+        return (pid << 40) + corr
+    return None
 
 
 def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     """For each GPU op: the runtime call with its correlation id in its process (name, tid, start, end);
-    NaN/NA where there is none."""
+    NaN/NA where there is none (the name as a categorical when the calls' names are one)."""
     cols = ["api_name", "api_tid", "api_start_ns", "api_end_ns"]
     if ops.empty or api.empty:
         return pd.DataFrame({c: pd.Series([pd.NA] * len(ops), dtype="object") for c in cols}, index=ops.index)
     a = _calls_by_correlation(api)
-    idx = _pair_index(a["pid"], a["correlation_id"], ops["pid"].to_numpy(np.int64),
-                      ops["correlation_id"].fillna(-1).to_numpy(np.int64))
+    opid, ocorr = ops["pid"].to_numpy(np.int64), ops["correlation_id"].fillna(-1).to_numpy(np.int64)
+    okey = _pair_key(opid, ocorr) if a["key"] is not None else None
+    if okey is not None:
+        idx = a["index"].get_indexer(okey)
+    else:
+        idx = pd.MultiIndex.from_arrays([a["pid"], a["correlation_id"]]).get_indexer(
+            pd.MultiIndex.from_arrays([opid, ocorr]))
     ok = idx >= 0
     take = np.maximum(idx, 0)
     out = pd.DataFrame(index=ops.index)
-    names = a["name"].take(take).to_numpy(object) if len(a["pid"]) else np.full(len(ops), None, object)
-    out["api_name"] = np.where(ok, names, None)
+    name = a["name"]
+    if not len(a["pid"]):
+        out["api_name"] = np.full(len(ops), None, object)
+    elif isinstance(name.dtype, pd.CategoricalDtype):  # codes, not a million strings
+        out["api_name"] = pd.Categorical.from_codes(np.where(ok, name.cat.codes.to_numpy()[take], -1),
+                                                    dtype=name.dtype)
+    else:
+        out["api_name"] = np.where(ok, name.take(take).to_numpy(object), None)
     for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
         v = a[col][take] if len(a["pid"]) else np.zeros(len(ops), np.int64)
         out[c] = pd.arrays.IntegerArray(np.where(ok, v, 0).astype(np.int64), ~ok)
@@ -181,10 +189,13 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
 
 @per_frame
 def _calls_by_correlation(api: pd.DataFrame) -> dict:
-    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as a pandas Series): computed once
-    per frame, since every rule asks about the same report's calls."""
+    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as a pandas Series) and their
+    lookup index: computed once per frame, since every rule asks about the same report's calls (a pandas Index
+    keeps its hash table, built on the first lookup)."""
     a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    return {"pid": a["pid"].to_numpy(np.int64), "correlation_id": a["correlation_id"].to_numpy(np.int64),
+    pid, corr = a["pid"].to_numpy(np.int64), a["correlation_id"].to_numpy(np.int64)
+    key = _pair_key(pid, corr)
+    return {"pid": pid, "correlation_id": corr, "key": key, "index": None if key is None else pd.Index(key),
             "tid": a["tid"].to_numpy(np.int64), "start_ns": a["start_ns"].to_numpy(np.int64),
             "end_ns": pd.to_numeric(a["end_ns"]).to_numpy(np.int64), "name": a["name"].reset_index(drop=True)}
 
@@ -204,9 +215,15 @@ def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
         "end_ns": pd.to_numeric(df["end_ns"]).to_numpy(np.int64),
     })
     out["duration_ns"] = out["end_ns"] - out["start_ns"]
-    if isinstance(name, pd.Series):
-        name = name.to_numpy()
-    out["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str)
+    if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
+        # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
+        # the names present: counts and groups by name list no empty ones)
+        out["name"] = tx.as_text_categories(name.cat.remove_unused_categories()).array
+    else:
+        if isinstance(name, pd.Series):
+            name = name.to_numpy()
+        out["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n,
+                                dtype=object).astype(str)
     for c in ("pid", "tid", "device_id", "stream_id"):
         out[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():

@@ -22,10 +22,8 @@ def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
         return m
     sel = m[keep(m)]
     a = api_of(sel, report.cuda_api)
-    named = a["api_name"].notna().to_numpy()
-    hit = np.zeros(len(sel), bool)
-    hit[named] = like(pd.Series(a["api_name"].to_numpy()[named], dtype=object), api_pattern)
-    sel = sel.assign(api_name=a["api_name"].to_numpy(), api_tid=a["api_tid"].to_numpy(),
+    hit = like(a["api_name"], api_pattern)  # (a categorical: the pattern is tested once per name)
+    sel = sel.assign(api_name=a["api_name"].array, api_tid=a["api_tid"].to_numpy(),
                      api_start_ns=a["api_start_ns"].to_numpy())
     return sel[hit]
 
@@ -43,12 +41,14 @@ def serialized_copies(report) -> pd.DataFrame:
         return m.iloc[0:0]
     hd = m[tx.isin(m["kind"], ["HtoD", "DtoH"])]
     rows = []
+    # the kernels' columns as arrays: a stream's kernels are picked by a mask, not by copying the frame's rows
+    k_dev, k_stream = (k[c].to_numpy(np.float64, na_value=np.nan) for c in ("device_id", "stream_id"))
+    k_start, k_end = k["start_ns"].to_numpy(np.int64), pd.to_numeric(k["end_ns"]).to_numpy(np.int64)
     for (dev, stream), c in hd.groupby(["device_id", "stream_id"], sort=False):
-        ks = k[(k["device_id"] == dev) & (k["stream_id"] == stream)]
-        if ks.empty:
+        on = (k_dev == dev) & (k_stream == stream)
+        if not on.any():
             continue
-        ks_start = np.sort(ks["start_ns"].to_numpy(np.int64))
-        ks_end = np.sort(pd.to_numeric(ks["end_ns"]).to_numpy(np.int64))
+        ks_start, ks_end = np.sort(k_start[on]), np.sort(k_end[on])
         cs = c["start_ns"].to_numpy(np.int64)
         ce = pd.to_numeric(c["end_ns"]).to_numpy(np.int64)
         before = np.searchsorted(ks_end, cs, "right") > 0          # a kernel of the stream ended before it

@@ -27,7 +27,7 @@ def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
     sel = a[like(a["name"], "cudaDeviceSynchronize%") | like(a["name"], "cudaStreamSynchronize%")]
     if sel.empty:
         return []
-    ev = evidence(sel, sel["name"].astype(str), with_operator(
+    ev = evidence(sel, sel["name"], with_operator(
         report, {"nvtx_range": Enclosing.of(report)(sel["pid"], sel["tid"], sel["start_ns"])},
         sel["pid"], sel["tid"], sel["start_ns"]))
     # what implicit_sync charged to the syncs that read a value back is its own
@@ -100,7 +100,7 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
             idle = I.union(g["start_ns"], g["end_ns"])
             calls.append(o[I.overlap(idle, o["start_ns"], o["end_ns"]) > 0])
     c = pd.concat(calls) if calls else osrt.iloc[0:0]
-    ev = evidence(c, c["name"].astype(str)) if len(c) else evidence(gaps, "GPU idle, host blocked")
+    ev = evidence(c, c["name"]) if len(c) else evidence(gaps, "GPU idle, host blocked")
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
     return [Finding(
         "host_wait", ctx.severity(at_stake),
@@ -152,7 +152,7 @@ def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
             continue
         idx = np.concatenate([sel_rows[i] for i in np.flatnonzero(hit)]) if hit.any() else np.empty(0, int)
         calls = os_.iloc[np.unique(idx)]
-        ev = evidence(calls, calls["name"].astype(str), {"nvtx_range": label})
+        ev = evidence(calls, calls["name"], {"nvtx_range": label})
         top = sorted(by_call.items(), key=lambda kv: -kv[1])[:3]
         total = int(waited[hit].sum())
         findings.append(Finding(

@@ -54,7 +54,7 @@ def rule_allocator_churn(ctx: Context) -> list[Finding]:
     if calls.empty:
         return []
     report = ctx.report
-    ev = evidence(calls, calls["name"].astype(str), {
+    ev = evidence(calls, calls["name"], {
         "nvtx_range": Enclosing.of(report)(calls["pid"], calls["tid"], calls["start_ns"])})
     by = ev.groupby("name")["duration_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     names = ", ".join(f"{n} x {int(r['size'])} ({r['sum'] / 1e6:,.1f} ms)" for n, r in by.head(4).iterrows())
@@ -85,7 +85,7 @@ def rule_module_loading(ctx: Context) -> list[Finding]:
     calls = _calls_in_window(ctx, HOST_CALLS["module load"])
     if calls.empty:
         return []
-    ev = evidence(calls, calls["name"].astype(str), {
+    ev = evidence(calls, calls["name"], {
         "nvtx_range": Enclosing.of(ctx.report)(calls["pid"], calls["tid"], calls["start_ns"])})
     return [Finding(
         "module_loading", ctx.severity(at_stake),
@@ -154,7 +154,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     at_stake = idle + gpu
     if at_stake <= 0:
         return []
-    ev = evidence(syncs, syncs["name"].astype(str), with_operator(report, {
+    ev = evidence(syncs, syncs["name"], with_operator(report, {
         "copy_bytes": syncs["copy_bytes"], "nvtx_range": Enclosing.of(report)(syncs["pid"], syncs["tid"],
                                                                               syncs["start_ns"])},
         syncs["pid"], syncs["tid"], syncs["copy_start_ns"]))

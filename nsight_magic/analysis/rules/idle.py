@@ -116,7 +116,7 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
         parts.append(pd.DataFrame({
             "start_ns": e[hit], "end_ns": s[hit + 1], "pid": int(pid), "device_id": int(dev),
             "context_id": g["context_id"].to_numpy()[order_e][hit],
-            "next_corr": g["correlation_id"].to_numpy(dtype=object)[order_s][hit + 1]}))
+            "next_corr": pd.array(g["correlation_id"], dtype="Int64")[order_s[hit + 1]]}))
     if not parts:
         return []
     gaps = pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)

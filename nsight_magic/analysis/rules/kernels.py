@@ -23,7 +23,7 @@ def _kernels_with_launch(report) -> pd.DataFrame:
     if k.empty:
         return k
     a = api_of(k, report.cuda_api)
-    return k.assign(api_name=a["api_name"].to_numpy(), api_tid=a["api_tid"].to_numpy(),
+    return k.assign(api_name=a["api_name"].array, api_tid=a["api_tid"].to_numpy(),
                     api_ns=(a["api_end_ns"] - a["api_start_ns"]).to_numpy())
 
 
@@ -72,7 +72,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
                  if named > 0 and raw > 0 else "")
     if many_tiny:
         t = k[tiny]
-        ev = evidence(t.assign(tid=t["api_tid"]), t["name"].astype(str),
+        ev = evidence(t.assign(tid=t["api_tid"]), t["name"],
                       {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": t["api_name"]})
         top = ev["name"].value_counts().head(3)
         title = (f"{n} of {len(k)} kernels ({n * 100 / len(k):.0f}%) are shorter than their launch: the GPU waits "
@@ -115,7 +115,7 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
     if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
         return []
     a = api_of(t, report.cuda_api)  # with --ops, the operator whose call launched each transpose
-    ev = evidence(t, t["name"].astype(str), with_operator(report, {}, t["pid"], a["api_tid"],
+    ev = evidence(t, t["name"], with_operator(report, {}, t["pid"], a["api_tid"],
                                                           pd.to_numeric(a["api_start_ns"]).fillna(0)))
     own = int(ev["duration_ns"].sum())
     at_stake = gpu_side_saving(ctx, t)
@@ -156,7 +156,7 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     # 128 blocks on 132 SMs cost little; 16 blocks cost most of the GPU: judge by the SM time left idle
     if t.empty or idle_ns.sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_idle_pct"]:
         return []
-    ev = evidence(t, t["name"].astype(str), {"blocks": blocks[small].astype(np.int64),
+    ev = evidence(t, t["name"], {"blocks": blocks[small].astype(np.int64),
                                              "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
                                              "sm_count": dev_sms[small].astype(np.int64),
                                              "idle_sm_ns": idle_ns.astype(np.int64)})

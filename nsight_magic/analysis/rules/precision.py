@@ -51,7 +51,7 @@ def rule_fp32_gemm(ctx: Context) -> list[Finding]:
     ratio = t["tf32"] / t["fp32"] if t and t.get("tf32") else UNKNOWN_TF32_RATIO
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), 1 - 1 / ratio))
     share = m["duration_ns"].sum() * 100 / total
-    ev = evidence(m, m["name"].astype(str), {"precision": m["precision"], "cls": m["cls"]})
+    ev = evidence(m, m["name"], {"precision": m["precision"], "cls": m["cls"]})
     gpu = str(ctx.report.gpus["name"].iloc[0]) if len(ctx.report.gpus) else "this GPU"
     return [Finding(
         "fp32_gemm", ctx.severity(at_stake),
@@ -83,7 +83,7 @@ def rule_gemm_alignment(ctx: Context) -> list[Finding]:
         return []
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), MISALIGNED_SAVING))
     share = m["duration_ns"].sum() * 100 / total
-    ev = evidence(m, m["name"].astype(str), {"precision": m["precision"], "align_elems": m["align_elems"]})
+    ev = evidence(m, m["name"], {"precision": m["precision"], "align_elems": m["align_elems"]})
     first = ev.iloc[0]
     mult = {1: 16, 2: 8, 4: 4, 8: 2}.get(int(ELEM_BYTES.get(first["precision"], 2)), 8)
     return [Finding(
@@ -137,7 +137,7 @@ def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
         return []
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), FUSION_SAVING))
     share = m["duration_ns"].sum() * 100 / total
-    ev = evidence(m, m["name"].astype(str), {"cls": m["cls"]})
+    ev = evidence(m, m["name"], {"cls": m["cls"]})
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
     mx = k[k["cls"].isin(MATRIX).to_numpy()]["duration_ns"].sum() * 100 / max(total, 1)
     return [Finding(

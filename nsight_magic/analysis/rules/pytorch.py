@@ -83,7 +83,7 @@ def rule_optimizer_single_tensor(ctx: Context) -> list[Finding]:
     ctx.claim("launch", at_stake)
     k = _launched_in(ctx.report, steps)
     name = str(steps["name"].iloc[0]).split(" [")[0]
-    ev = evidence(steps, steps["name"].astype(str), {"kernels": np.bincount(
+    ev = evidence(steps, steps["name"], {"kernels": np.bincount(
         np.searchsorted(np.sort(steps["start_ns"].to_numpy(np.int64)), k["start_ns"].to_numpy(np.int64), "right")
         - 1, minlength=len(steps))[:len(steps)] if len(k) else 0})
     per_step = len(k) / max(len(steps), 1)
@@ -115,7 +115,7 @@ def rule_zero_grad_not_none(ctx: Context) -> list[Finding]:
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["zero_grad_not_none.min_share_pct"]:
         return []
     ctx.claim("launch", host)
-    ev = evidence(zeros, zeros["name"].astype(str))
+    ev = evidence(zeros, zeros["name"])
     return [Finding(
         "zero_grad_not_none", ctx.severity(at_stake),
         f"zero_grad(set_to_none=False): {len(k)} kernels write zeros into the gradients ({len(zeros)} times)",
@@ -213,6 +213,7 @@ def rule_python_loop(ctx: Context) -> list[Finding]:
     k = k[~k.index.isin(in_opt)]
     a = api_of(k, report.cuda_api)
     k = k.assign(t=pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(), tid=a["api_tid"].to_numpy())
+    k = k[["pid", "tid", "t", "end_ns", "name", "cls"]]  # what the loop search reads: the groups copy no more
     spans = []
     for (pid, tid), g in k.groupby(["pid", "tid"]):  # launching threads: a few
         g = g.sort_values("t", kind="stable")
@@ -290,7 +291,7 @@ def rule_conv_bias_bn(ctx: Context) -> list[Finding]:
     at_stake = gpu_side_saving(ctx, sel)
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["conv_bias_bn.min_share_pct"]:
         return []
-    ev = evidence(sel, sel["name"].astype(str), {"role": ["bias add"] * len(bias) + ["bias gradient"] * len(grads)})
+    ev = evidence(sel, sel["name"], {"role": ["bias add"] * len(bias) + ["bias gradient"] * len(grads)})
     return [Finding(
         "conv_bias_bn", ctx.severity(at_stake),
         f"{len(bias)} convolutions add a bias that the BatchNorm after them removes",
