@@ -698,3 +698,18 @@ def test_a_warm_session_recording_is_framed_by_the_cell_range():
         assert rep.meta.duration_ns < 10**9  # the cell took ~0.13 s, not the 27 s since that OS call
         data = prepare_timeline(rep)
         assert data.origin_ns == c0 and data.first_ns == 0 and data.last_ns < 10**9
+
+
+def test_a_table_that_changes_between_the_summaries_and_the_frames_is_a_clear_error(tmp_path):
+    """The frames reuse the columns the summaries read: if the export changed on disk in between (rows added), the
+    frame says so instead of pairing columns of two different tables."""
+    p = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    with open_nsys_report(p) as rep:
+        rep.kernel_summary(), rep.cuda_api_summary()
+        con = sqlite3.connect(p)
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1")
+        con.commit()
+        con.close()
+        with pytest.raises(ReportError, match="changed while it was read; open the report again"):
+            rep.kernels
