@@ -22,7 +22,8 @@ Sections (pick with --only):
             workload and its fixed twin timed without the profiler, then profiled): $OUT/planted_single.tar.xz
   planted_ddp  (kind nvidia-h200-x2) the same for the DDP stragglers: $OUT/planted_ddp.tar.xz
   planted_second  the second planted set (issue 28: allocator churn, fp32 GEMMs, implicit syncs, optimizer and
-            PyTorch anti-patterns), NM_PLANTED_ONLY / NM_PLANTED_REPS / NM_PLANTED_TAG: $OUT/planted_second*.tar.xz
+            PyTorch anti-patterns), NM_PLANTED_ONLY / NM_PLANTED_REPS / NM_PLANTED_TAG (/ NM_PLANTED_TRACE: another
+            trace list, an experiment): $OUT/planted_second*.tar.xz
   call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
   emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
   latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json
@@ -31,6 +32,8 @@ Sections (pick with --only):
             timed on them: $OUT/job.tar.xz
   analysis  benchmarks/analysis.py on the host's cores (160k and 1M kernels made from a planted report:
             NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings()
+  trace_cost  a planted cell (NM_TRACE_COST=name:variant) timed plain and under bare nsys with -t none, nvtx,
+            cuda, cuda,nvtx and cuda,nvtx,osrt: what each part of the tracing costs it
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -551,6 +554,34 @@ def check_planted_ddp_timing(work: Path) -> None:
         shutil.copy(out / "planted.json", OUT / "planted_ddp_timing.json")
 
 
+def check_trace_cost(work: Path) -> None:
+    """What each part of the tracing costs a planted workload's cell (NM_TRACE_COST: name:variant, default the
+    foreach optimizer's fixed twin): its in-process cell time plain and under bare `nsys profile` with growing trace
+    lists (sampling and context switches off, as nsight-magic runs it), NM_TRACE_COST_REPS runs each, interleaved:
+    $OUT/trace_cost.json."""
+    repo = Path(__file__).resolve().parents[1]
+    name, variant = os.environ.get("NM_TRACE_COST", "optimizer_single_tensor:fixed").split(":")
+    timed = [sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), "--time", name,
+             variant]
+    configs = {"plain": None, "none": "none", "nvtx": "nvtx", "cuda": "cuda", "cuda,nvtx": "cuda,nvtx",
+               "cuda,nvtx,osrt": "cuda,nvtx,osrt"}
+    got: dict[str, list[float]] = {c: [] for c in configs}
+    for i in range(int(os.environ.get("NM_TRACE_COST_REPS", "3"))):
+        for c, trace in configs.items():
+            argv = timed if trace is None else ["nsys", "profile", f"--trace={trace}", "--sample=none",
+                                                "--cpuctxsw=none", "--stats=false", "--force-overwrite=true",
+                                                "-o", str(work / f"trace_cost_{i}"), *timed]
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=work)
+            lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+            if not lines:
+                say("trace_cost", f"{c}_error", (p.stdout + p.stderr)[-1500:])
+                continue
+            got[c].append(json.loads(lines[-1])["cell_s"])
+    for c, t in got.items():
+        say("trace_cost", c, f"min {min(t):.4f} s, all {[round(x, 4) for x in t]}" if t else "no run")
+    (OUT / "trace_cost.json").write_text(json.dumps({"workload": f"{name}:{variant}", "cell_s": got}, indent=1))
+
+
 def check_job(work: Path) -> None:
     """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py."""
     repo = Path(__file__).resolve().parents[1]
@@ -673,6 +704,7 @@ def main() -> None:
              "planted_second": check_planted_second, "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
+             "trace_cost": check_trace_cost,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

@@ -10,8 +10,8 @@ variant (`bad`: the planted cause, `fixed`: the same work without it) it
    the cell, and prints the cell's wall time (CUDA synchronised at both ends); `--reps` fresh processes per
    variant, alternating bad and fixed, the minimum kept;
 2. profiles the cell as `%%nsys` would (nsight_magic.run.run_nsys: setup outside the capture, the cell inside
-   nsight-magic's range, default trace cuda,nvtx,osrt, a fresh process), exports SQLite and scrubs environment
-   strings from it (as make_findings_reports.scrub_export);
+   nsight-magic's range, default trace cuda,nvtx,osrt or NM_PLANTED_TRACE's list, a fresh process), exports
+   SQLite and scrubs environment strings from it (as make_findings_reports.scrub_export);
 3. writes OUTDIR/planted.json: per workload the expected verdict kind and first finding, the times of both
    variants and the measured gain (bad - fixed), and per report its file name.
 
@@ -590,8 +590,10 @@ def profile(w: Planted, which: str, outdir: Path) -> Path:
     from nsight_magic.run import run_nsys
 
     setup, cell = variant(w, which)
+    # NM_PLANTED_TRACE: record with another trace list (an experiment: what OS runtime tracing costs a workload)
+    trace = {"trace": os.environ["NM_PLANTED_TRACE"]} if os.environ.get("NM_PLANTED_TRACE") else {}
     opts = NsysOptions(name=f"{w.name}-{which}", directory=str(outdir / "profiles"), fresh=True, nproc=w.nproc,
-                       render=False, quiet=True, timeout=300, ops=w.ops)
+                       render=False, quiet=True, timeout=300, ops=w.ops, **trace)
     r = run_nsys(cell, opts, setup_sources=[setup] if setup.strip() else [], namespace={})
     if r.sqlite is None:
         raise RuntimeError(f"{w.name}/{which}: no report ({r.status}; {r.messages})")
