@@ -308,3 +308,29 @@ def test_evidence_keeps_kernel_names_as_codes_and_lists_only_those_present():
     assert ev.groupby("name", observed=False)["duration_ns"].sum().to_dict() == {"k1": 15, "k2": 20}
     text = evidence(df, names.astype(str))  # what the evidence held before: the same rows, as text
     assert ev.astype(str).equals(text.astype(str))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, monkeypatch):
+    """cpu_context's lookup, all gaps at once (in chunks of candidate pairs), against a plain scan: nested and
+    overlapping rows, open ranges, rows of other processes and threads, gaps with no known thread, ties."""
+    from nsight_magic.analysis.rules import common
+
+    rng = np.random.default_rng(seed)
+    n, g = 400, 60
+    s = np.sort(rng.integers(0, 10_000, n))
+    e = s + rng.integers(0, 3_000, n)
+    e[rng.random(n) < 0.05] = np.iinfo(np.int64).max  # never closed
+    e[::37] = s[::37] + 100  # some ties in cover
+    pid, tid = rng.integers(1, 3, n), rng.integers(10, 13, n)
+    gs = rng.integers(0, 11_000, g)
+    ge = gs + rng.integers(1, 2_000, g)
+    gpid, gtid = rng.integers(1, 3, g), rng.choice([-1, 10, 11, 12], g)
+    rows = (pid, tid, s, e, np.maximum.accumulate(e))
+    monkeypatch.setattr(common, "CONTEXT_CHUNK", 50)
+    best, cover = common._covering(rows, gpid, gtid, gs, ge)
+    for i in range(g):
+        m = (pid == gpid[i]) & (e > gs[i]) & (s < ge[i]) & ((gtid[i] < 0) | (tid == gtid[i]))
+        c = np.where(m, np.minimum(e, ge[i]) - np.maximum(s, gs[i]), -1)
+        want = int(np.argmax(c)) if m.any() else -1
+        assert best[i] == want and (want < 0 or cover[i] == c[want]), i

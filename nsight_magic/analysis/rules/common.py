@@ -305,6 +305,42 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
     return ops.reset_index(drop=True)
 
 
+def _ids(col) -> np.ndarray:
+    """A pid/tid column as int64, -2 where missing (never equal to a real id, nor to -1: "any thread")."""
+    return pd.array(col, dtype="Int64").to_numpy(np.int64, na_value=-2)
+
+
+CONTEXT_CHUNK = 2_000_000  # candidate (gap, row) pairs held at once
+
+
+def _covering(rows: tuple, gpid: np.ndarray, gtid: np.ndarray, gs: np.ndarray, ge: np.ndarray):
+    """For each gap [gs, ge): the row (of `rows`, sorted by start with their running maximum end) of its process,
+    and of its thread where gtid >= 0, that covers most of the gap (the first on ties), -1 where none; and that
+    cover in ns.  All gaps at once: their candidate rows are the slices from the first row whose running end passes
+    the gap's start to the last that starts before its end."""
+    pid, tid, s, e, run_end = rows
+    lo, hi = np.searchsorted(run_end, gs, "right"), np.searchsorted(s, ge, "left")
+    n = np.maximum(hi - lo, 0)
+    best, best_cover = np.full(len(gs), -1, np.int64), np.zeros(len(gs), np.int64)
+    bounds = np.r_[0, np.cumsum(n)]
+    a = 0
+    while a < len(gs):  # in chunks of gaps, so that the pairs in memory stay bounded
+        b = max(a + 1, int(np.searchsorted(bounds, bounds[a] + CONTEXT_CHUNK, "right")) - 1)
+        b = min(b, len(gs))
+        cn = n[a:b]
+        gap = np.repeat(np.arange(a, b), cn)
+        idx = np.arange(len(gap)) - np.repeat(np.cumsum(cn) - cn, cn) + np.repeat(lo[a:b], cn)
+        ok = (pid[idx] == gpid[gap]) & (e[idx] > gs[gap]) & ((gtid[gap] < 0) | (tid[idx] == gtid[gap]))
+        gap, idx = gap[ok], idx[ok]
+        cover = np.minimum(e[idx], ge[gap]) - np.maximum(s[idx], gs[gap])
+        if len(gap):
+            order = np.lexsort((idx, -cover, gap))  # per gap: the largest cover, then the first row
+            first = order[np.r_[True, gap[order][1:] != gap[order][:-1]]]
+            best[gap[first]], best_cover[gap[first]] = idx[first], cover[first]
+        a = b
+    return best, best_cover
+
+
 def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFrame:
     """What the launching thread did during each gap: the NVTX range, CUDA API call and OS runtime call that cover
     most of it (with the share of the gap they cover)."""
@@ -312,9 +348,13 @@ def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFr
     picked = {k: np.full(len(gaps), -1, np.int64) for k in keys}  # the covering row (by start), -1: none
     shares = {k + "_pct": np.full(len(gaps), np.nan) for k in keys}
     sources = {"cpu_nvtx": report.nvtx, "cpu_cuda_api": report.cuda_api, "cpu_osrt": report.osrt}
-    prepared = {}
+    gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    gpid = _ids(gaps["pid"])
+    gtid = _ids(np.asarray(launch_tid, dtype=object))
+    gtid[gtid == -2] = -1  # no launching thread known: any thread of the process
+    labels = {}
     for key, df in sources.items():
-        if df is None or df.empty:
+        if df is None or df.empty or not len(gaps):
             continue
         d = df
         if key == "cpu_nvtx":
@@ -323,34 +363,18 @@ def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFr
         end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
         start = d["start_ns"].to_numpy(np.int64)
         o = np.argsort(start, kind="stable")
-        label = (d["label"] if key == "cpu_nvtx" else d["name"]).iloc[o]
-        # by start, with the running maximum of the ends: the rows that can overlap [a, b) are the slice from the
-        # first whose running end passes a to the last that starts before b (no scan of the whole table per gap)
-        prepared[key] = (d["pid"].to_numpy()[o], d["tid"].to_numpy()[o], start[o], end[o],
-                         np.maximum.accumulate(end[o]), label)
-    for i, g in enumerate(gaps.itertuples()):  # gaps are few (>= 500 ms each by default)
-        tid = launch_tid[i]
-        for key, (pid, tids, s, e, run_end, label) in prepared.items():
-            lo, hi = np.searchsorted(run_end, g.start_ns, "right"), np.searchsorted(s, g.end_ns, "left")
-            if hi <= lo:
-                continue
-            sl = slice(lo, hi)
-            m = (pid[sl] == g.pid) & (e[sl] > g.start_ns)
-            if tid is not None and not pd.isna(tid):
-                m &= tids[sl] == tid
-            if not m.any():
-                continue
-            idx = lo + np.flatnonzero(m)
-            cover = np.minimum(e[idx], g.end_ns) - np.maximum(s[idx], g.start_ns)
-            j = int(np.argmax(cover))
-            picked[key][i] = idx[j]
-            shares[key + "_pct"][i] = round(100.0 * cover[j] / max(g.end_ns - g.start_ns, 1), 1)
+        labels[key] = (d["label"] if key == "cpu_nvtx" else d["name"]).iloc[o]
+        rows = (_ids(d["pid"])[o], _ids(d["tid"])[o], start[o], end[o], np.maximum.accumulate(end[o]))
+        picked[key], cover = _covering(rows, gpid, gtid, gs, ge)
+        hit = np.flatnonzero(picked[key] >= 0)
+        shares[key + "_pct"][hit] = [round(100.0 * c / max(b - a, 1), 1)
+                                     for c, a, b in zip(cover[hit].tolist(), gs[hit].tolist(), ge[hit].tolist())]
     out = {}
     for key in keys:
         at = picked[key]
         col = np.full(len(gaps), None, object)
-        if key in prepared and (at >= 0).any():
-            col[at >= 0] = prepared[key][5].take(at[at >= 0]).astype(str).to_numpy(object)
+        if key in labels and (at >= 0).any():
+            col[at >= 0] = labels[key].take(at[at >= 0]).astype(str).to_numpy(object)
         out[key] = col
     return pd.DataFrame({**out, **shares})
 
