@@ -334,3 +334,14 @@ def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, monkeypatch):
         c = np.where(m, np.minimum(e, ge[i]) - np.maximum(s, gs[i]), -1)
         want = int(np.argmax(c)) if m.any() else -1
         assert best[i] == want and (want < 0 or cover[i] == c[want]), i
+
+
+def test_text_helpers_read_as_astype_str_and_keep_codes():
+    from nsight_magic.analysis import text as tx
+
+    col = pd.Series(pd.Categorical(["HtoD", None, "DtoH", "HtoD"], categories=["DtoH", "HtoD", "PtoP"]))
+    assert list(tx.prefixed("memcpy ", col).astype(str)) == list(("memcpy " + col.astype(str)).astype(str))
+    assert isinstance(tx.prefixed("memcpy ", col).dtype, pd.CategoricalDtype)
+    assert list(pd.Series(tx.as_text(col)).astype(str)) == list(col.astype(str).astype(str))
+    plain = pd.Series(["a", None], dtype=object)
+    assert list(tx.prefixed("x ", plain).astype(str)) == list(("x " + plain.astype(str)).astype(str))

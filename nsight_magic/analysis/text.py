@@ -43,3 +43,17 @@ def as_text_categories(col: pd.Series) -> pd.Series:
     if text.is_unique:
         return col.cat.rename_categories(text)
     return col.astype(str).astype("category")
+
+
+def prefixed(prefix: str, col: pd.Series) -> pd.Series:
+    """prefix + col.astype(str), per distinct value when col is a categorical (its rows stay codes)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return as_text_categories(col).cat.rename_categories(lambda c: prefix + c)
+    return prefix + col.astype(str)
+
+
+def as_text(col: pd.Series):
+    """col.astype(str) as an array for a frame's column: a categorical's codes kept (categories as text)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        return as_text_categories(col).array
+    return col.astype(str).to_numpy()

@@ -58,10 +58,10 @@ def serialized_copies(report) -> pd.DataFrame:
 
 
 def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
-    return evidence(m.assign(tid=m["api_tid"]), "memcpy " + m["kind"].astype(str),
+    return evidence(m.assign(tid=m["api_tid"]), tx.prefixed("memcpy ", m["kind"]),
                     with_operator(report, {
-                        "bytes": m["bytes"], "src_kind": m["src_kind"].astype(str),
-                        "dst_kind": m["dst_kind"].astype(str), "api_name": m["api_name"],
+                        "bytes": m["bytes"], "src_kind": tx.as_text(m["src_kind"]),
+                        "dst_kind": tx.as_text(m["dst_kind"]), "api_name": m["api_name"],
                         "nvtx_range": Enclosing.of(report)(m["pid"], m["api_tid"], m["api_start_ns"].fillna(0))},
                         m["pid"], m["api_tid"], m["api_start_ns"].fillna(0)))
 
@@ -170,7 +170,7 @@ def rule_serialized_copy(ctx: Context) -> list[Finding]:
     if t.empty or t["duration_ns"].sum() < th["serialized_copy.min_copy_ms"] * 1e6:
         return []
     pageable = (tx.eq(t["src_kind"], "pageable")) | (tx.eq(t["dst_kind"], "pageable"))
-    ev = evidence(t, "memcpy " + t["kind"].astype(str), {"bytes": t["bytes"], "pageable": np.asarray(pageable)})
+    ev = evidence(t, tx.prefixed("memcpy ", t["kind"]), {"bytes": t["bytes"], "pageable": np.asarray(pageable)})
     own = ev[~ev["pageable"].astype(bool)]
     at_stake = _exposed(ctx, own) if len(own) else 0
     if not len(own):  # every one of them is pageable: cuda_memcpy_async is the cause, this is how to finish it
