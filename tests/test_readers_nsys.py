@@ -454,9 +454,13 @@ def record_cpu_report(folder: Path, script: str, trace: str = "nvtx,osrt") -> Pa
     # in its own namespace with a private /dev/shm, as %%nsys runs nsys: two raw runs at once (pytest-xdist) can
     # break nsys's shared files in the machine's /dev/shm, and every later run there with them ("Agent launcher
     # failed")
-    r = run_bounded([*tools.isolation_prefix()[0], NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none",
-                     "-o", str(out), sys.executable, str(folder / "script.py")], timeout=120)
+    argv = [*tools.isolation_prefix()[0], NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none", "-o",
+            str(out), sys.executable, str(folder / "script.py")]
     rep = out.with_suffix(".nsys-rep")
+    for _ in range(2):  # nsys 2022.4 sometimes fails at start-up, writing nothing (as %%nsys, once more then)
+        r = run_bounded(argv, timeout=120)
+        if rep.exists() or out.with_suffix(".qdstrm").exists():
+            break
     if not rep.exists():
         qd = out.with_suffix(".qdstrm")
         assert qd.exists(), f"nsys profile left neither .nsys-rep nor .qdstrm: {r.stderr[-300:]}"
