@@ -310,16 +310,13 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     by_thread = {}  # the calls of each thread that launched a gap's next op (a copy of what is needed, no more)
     if len(api):
         api_tid, calls_of = api["tid"].to_numpy(np.int64), api[["start_ns", "end_ns", "name"]]
+        calls = np.zeros(n, np.int64)  # the CUDA calls the launching thread made in each gap
         for th in np.unique(tid[tid >= 0]).tolist():
             mine = api_tid == th
-            by_thread[th] = calls_of if mine.all() else calls_of[mine]
-    if len(api):  # the CUDA calls the launching thread made in each gap
-        calls = np.zeros(n, np.int64)
-        for th, g in by_thread.items():
-            m = np.flatnonzero(tid == int(th))
-            if len(m):
-                cs = np.sort(g["start_ns"].to_numpy(np.int64))
-                calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
+            g = by_thread[th] = calls_of if mine.all() else calls_of[mine]
+            m = np.flatnonzero(tid == th)
+            cs = np.sort(g["start_ns"].to_numpy(np.int64))
+            calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
         out["calls"] = calls
     # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
     named = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
