@@ -34,6 +34,9 @@ Sections (pick with --only):
             NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings()
   trace_cost  a planted cell (NM_TRACE_COST=name:variant) timed plain and under bare nsys with -t none, nvtx,
             cuda, cuda,nvtx and cuda,nvtx,osrt: what each part of the tracing costs it
+  trace_phases  scripts/trace_phases.py (NM_TRACE_PHASES=name:variant,...): each phase of a planted step's host
+            time plain, under -t cuda,nvtx and with --cuda-trace-all-apis=true, and the CUDA calls recorded in each
+            phase: where tracing slows a step down
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -582,6 +585,69 @@ def check_trace_cost(work: Path) -> None:
     (OUT / "trace_cost.json").write_text(json.dumps({"workload": f"{name}:{variant}", "cell_s": got}, indent=1))
 
 
+PHASE_CALLS = """
+SELECT n.phase, s.value AS name, count(*) AS calls, sum(r."end" - r.start) AS ns
+FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId
+JOIN (SELECT coalesce(n.text, t.value) AS phase, n.start, n."end" FROM NVTX_EVENTS n
+      LEFT JOIN StringIds t ON t.id = n.textId
+      WHERE coalesce(n.text, t.value) IN ('forward', 'zero_grad', 'backward', 'step')) n
+  ON r.start >= n.start AND r."end" <= n."end"
+GROUP BY 1, 2 ORDER BY 1, 3 DESC"""
+
+
+PHASE_STEPS = 30
+
+
+def check_trace_phases(work: Path) -> None:
+    """Each phase's host time per step (scripts/trace_phases.py), plain and traced, NM_TRACE_PHASES_REPS runs each
+    interleaved (the minimum kept), and the CUDA calls each traced phase recorded per step: $OUT/trace_phases.json."""
+    import sqlite3
+
+    repo = Path(__file__).resolve().parents[1]
+    helps = subprocess.run(["nsys", "profile", "--help"], capture_output=True, text=True).stdout
+    configs = {"plain": None, "cuda,nvtx": ["--trace=cuda,nvtx"]}
+    if "--cuda-trace-all-apis" in helps:
+        configs["cuda,nvtx all apis"] = ["--trace=cuda,nvtx", "--cuda-trace-all-apis=true"]
+    else:
+        say("trace_phases", "all_apis", "this nsys has no --cuda-trace-all-apis")
+    result: dict = {}
+    for spec in os.environ.get("NM_TRACE_PHASES", "optimizer_single_tensor:fixed").split(","):
+        name, variant = spec.split(":")
+        timed = [sys.executable, str(repo / "scripts" / "trace_phases.py"), name, variant, "--steps", str(PHASE_STEPS)]
+        got: dict = {c: [] for c in configs}
+        calls: dict = {}
+        for i in range(int(os.environ.get("NM_TRACE_PHASES_REPS", "2"))):
+            for c, extra in configs.items():
+                base = work / f"phases_{name}_{variant}_{len(got[c])}_{c.replace(',', '_').replace(' ', '_')}"
+                argv = timed if extra is None else ["nsys", "profile", *extra, "--sample=none", "--cpuctxsw=none",
+                                                    "--stats=false", "--force-overwrite=true", "-o", str(base),
+                                                    *timed]
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=600, cwd=work)
+                lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+                if not lines:
+                    say("trace_phases", f"{spec} {c} error", (p.stdout + p.stderr)[-1500:])
+                    continue
+                got[c].append(json.loads(lines[-1]))
+                if extra is not None and c not in calls:  # the calls of one recording per config
+                    subprocess.run(["nsys", "export", "--type=sqlite", "--force-overwrite=true",
+                                    f"--output={base}.sqlite", f"{base}.nsys-rep"], capture_output=True, timeout=600)
+                    con = sqlite3.connect(f"{base}.sqlite")
+                    calls[c] = {}
+                    for phase, api, n, ns in con.execute(PHASE_CALLS):
+                        calls[c].setdefault(phase, []).append([api, round(n / PHASE_STEPS, 1), round(ns / n / 1e3, 2)])
+                    con.close()
+        best = {c: {"loop_s": min(r["loop_s"] for r in runs),
+                    "host_ms": {k: min(r["host_ms"][k] for r in runs) for k in runs[0]["host_ms"]}}
+                for c, runs in got.items() if runs}
+        for c, b in best.items():
+            say("trace_phases", f"{spec} {c}", b)
+        for c, by_phase in calls.items():
+            for phase, rows in by_phase.items():
+                say("trace_phases", f"{spec} {c} calls/step in {phase}", rows[:8])
+        result[spec] = {"best": best, "all": got, "calls_per_step": calls}
+    (OUT / "trace_phases.json").write_text(json.dumps(result, indent=1))
+
+
 def check_job(work: Path) -> None:
     """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py."""
     repo = Path(__file__).resolve().parents[1]
@@ -704,7 +770,7 @@ def main() -> None:
              "planted_second": check_planted_second, "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
-             "trace_cost": check_trace_cost,
+             "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

@@ -51,10 +51,6 @@ TWIN_ALARMS = {
                          "tensor cores, a true second cause (fp32_gemm); re-recording it needs 2 GPUs "
                          "(nvidia-h200-x2), which were not lent when the single-GPU set was re-recorded with TF32",
     "ddp_gpu_straggler": "as ddp_cpu_straggler: fp32 GEMMs in the fixed twin, a true second cause",
-    "optimizer_single_tensor": "profiling slows this twin's host by 3.7-5.5 ms a step, with or without OS runtime "
-                               "tracing, more than the per-call correction sees: the twin reads CPU-bound, about 2 "
-                               "ms a step without a CUDA call (host_code) and launch_bound (see "
-                               "test_the_foreach_optimizer_twin_...)",
 }
 # twins that keep a cause on purpose: what they show needs it
 TWIN_KEEPS = {"sync_cpu_bound": "launch_bound"}  # a CPU-bound loop: its syncs are not the cause, launches are
@@ -268,13 +264,6 @@ def test_a_sync_the_host_could_have_outrun_is_the_cause_not_launches(planted):
     assert cpu.kind == "cpu" and cpct["sync"] < 5 < cpct["launch"], cpu.summary
 
 
-@pytest.mark.xfail(strict=True, reason="profiling slows this twin's host beyond what the per-call correction "
-                   "(analysis/overhead.py) sees: the GPU is busy 11.14 ms a step and the plain step takes 11.5 ms "
-                   "(GPU-bound), the profiled steps 14.8-16.7 ms; its 274 CUDA calls a step account for 0.5-1.5 ms. "
-                   "It is not OS runtime tracing: recorded on the H100 with -t cuda,nvtx (NM_PLANTED_TRACE), the steps "
-                   "took 16.7 ms against 16.4 ms with the default trace; bare nsys with -t cuda costs the cell most "
-                   "(scripts/gpu_check.py --only trace_cost). The autograd engine's ~2 ms a step of per-parameter "
-                   "work that launches nothing is then exposed")
 def test_the_foreach_optimizer_twin_raises_no_launch_alarm(planted):
     fs = planted("optimizer_single_tensor", "fixed").findings()
     assert not [f for f in fs if f.rule == "launch_bound" and f.severity in ALARM], [str(f) for f in fs[:3]]
