@@ -280,3 +280,19 @@ def test_the_verdict_tells_host_code_from_launch_overhead(planted):
         s = planted(name, "bad").bottleneck().summary
         assert s.startswith("CPU-bound") and "launching nothing" not in s, (name, s)
     assert "launching nothing" not in planted("host_code", "fixed").bottleneck().summary
+
+
+def test_the_gaps_of_all_pairs_are_framed_once_and_stay_the_diagnosis_own(planted):
+    """Diagnosis.gaps() frames every pair's gaps once for the rules that ask; a caller's new column, or a category
+    filter, leaves the next caller's frame as it was."""
+    from nsight_magic.analysis.bottleneck import diagnose
+
+    d = diagnose(planted("sync_stall", "bad"))
+    everything = d.gaps()
+    assert len(everything) == sum(len(p.gaps) for p in d.pairs) > 0
+    everything["mine"] = 1
+    again = d.gaps()
+    assert "mine" not in again and len(again) == len(everything)
+    sync = d.gaps("sync")
+    assert len(sync) and (sync["sync"] > 0).all()
+    assert len(sync) == int((again["sync"] > 0).sum())

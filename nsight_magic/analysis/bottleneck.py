@@ -433,6 +433,7 @@ class Diagnosis:
     startup: dict                 # pid -> ns from the capture start to its first step / first GPU operation
     capture: tuple[int, int]
     ops: pd.DataFrame
+    _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
 
     def scaled(self, category: str, pid: int | None = None) -> int:
         """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
@@ -445,12 +446,13 @@ class Diagnosis:
 
     def gaps(self, category: str | None = None) -> pd.DataFrame:
         """Idle gaps of every pair (with pid, device_id), or those with time of one category."""
-        parts = [p.gaps.assign(pid=p.pid, device_id=p.device, scale=p.scale) for p in self.pairs if len(p.gaps)]
-        if not parts:
-            return pd.DataFrame(columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name",
-                                         "sync_ns", "in_window", "pid", "device_id", "scale"])
-        g = pd.concat(parts, ignore_index=True)
-        return g[g[category] > 0] if category else g
+        if self._all_gaps is None:  # the rules ask for it ten times: a million gaps are framed once
+            parts = [p.gaps.assign(pid=p.pid, device_id=p.device, scale=p.scale) for p in self.pairs if len(p.gaps)]
+            self._all_gaps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+                columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name", "sync_ns",
+                         "in_window", "pid", "device_id", "scale"])
+        g = self._all_gaps
+        return g[g[category] > 0] if category else g.copy(deep=False)  # a caller's new columns stay its own
 
     def exposed(self, starts, ends, pids, devices) -> int:
         """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not
