@@ -37,6 +37,8 @@ Sections (pick with --only):
   trace_phases  scripts/trace_phases.py (NM_TRACE_PHASES=name:variant,...): each phase of a planted step's host
             time plain, under -t cuda,nvtx and with --cuda-trace-all-apis=true, and the CUDA calls recorded in each
             phase: where tracing slows a step down
+  ops_warm  the first operators under --ops's two ways (the dispatch mode, warmed or not, and emit_nvtx), in fresh
+            processes without nsys: what torch loads on first use
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -648,6 +650,37 @@ def check_trace_phases(work: Path) -> None:
     (OUT / "trace_phases.json").write_text(json.dumps(result, indent=1))
 
 
+OPS_FIRST = r"""
+import json, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+from nsight_magic.inside.ops import EmitNvtx, OpRanges
+how = sys.argv[1]
+ctx = EmitNvtx() if how == "emit_nvtx" else OpRanges()
+t = time.perf_counter()
+if how == "dispatch warmed":
+    ctx.warm()
+out = {"warm_s": round(time.perf_counter() - t, 4), "dynamo_before": "torch._dynamo" in sys.modules}
+for i in range(3):
+    t = time.perf_counter()
+    with ctx:
+        y = torch.full((256, 256), 0.5, device="cuda") * 2
+    torch.cuda.synchronize()
+    out[f"op{i}_s"] = round(time.perf_counter() - t, 4)
+out["dynamo_after"] = "torch._dynamo" in sys.modules
+print(json.dumps(out))
+"""
+
+
+def check_ops_warm(work: Path) -> None:
+    """What the first operators cost under each --ops way, in a fresh process each (no nsys)."""
+    for how in ("dispatch", "dispatch warmed", "emit_nvtx"):
+        p = subprocess.run([sys.executable, "-c", OPS_FIRST, how], capture_output=True, text=True, timeout=300,
+                           cwd=work)
+        lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
+        say("ops_warm", how, json.loads(lines[-1]) if lines else (p.stdout + p.stderr)[-1500:])
+
+
 def check_job(work: Path) -> None:
     """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py."""
     repo = Path(__file__).resolve().parents[1]
@@ -771,6 +804,7 @@ def main() -> None:
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
+             "ops_warm": check_ops_warm,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

@@ -103,6 +103,27 @@ def test_the_ops_tab_lists_them_and_says_how_they_were_recorded(tmp_path, monkey
     assert "aten::threshold_backward" in page and 'data-tab="5"' in page and "dispatch mode" in page
 
 
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_what_torch_loads_for_the_dispatch_mode_is_loaded_before_the_cell(tmp_path):
+    """torch imports torch._dynamo (and sympy: hundreds of modules, seconds under nsys) the first time a dispatch
+    mode sees an operator; that happens before the capture, not in the cell's first operator."""
+    from nsight_magic.options import NsysOptions
+    from nsight_magic.run import run_nsys
+
+    # no optimizer: making one imports torch._dynamo too (torch 2.13), which would hide what --ops loads
+    setup = "import torch, torch.nn as nn\nmodel = nn.Sequential(nn.Linear(64, 128), nn.ReLU())\nx = torch.randn(32, 64)\n"
+    cell = ("import sys\nbefore = set(sys.modules)\nwith torch.no_grad():\n    model(x)\n"
+            "print('modules loaded by the cell:', len(set(sys.modules) - before))\n")
+    r = run_nsys(cell, NsysOptions(name="warm-ops", directory=str(tmp_path), trace="nvtx", ops="names"),
+                 setup_sources=[setup])
+    assert r.ok, r.messages
+    out = (r.folder.path / "stdout.txt").read_text()
+    assert "modules loaded by the cell: 0" in out, out
+    assert "aten::addmm" in set(r.open().ops_summary()["op"])
+
+
 def test_outputs_and_gradients_are_bit_identical_with_and_without_ops():
     import torch
     import torch.nn as nn

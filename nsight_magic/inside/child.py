@@ -177,7 +177,9 @@ def _op_ranges(which: str | None, ns: dict):
         mode = os.environ.get("NSIGHT_MAGIC_OPS_MODE", "")
         if mode == "emit_nvtx" or (mode != "dispatch" and emit_nvtx_available()):
             return EmitNvtx(shapes=which == "shapes")
-        return OpRanges(shapes=which == "shapes")
+        ranges = OpRanges(shapes=which == "shapes")
+        ranges.warm()
+        return ranges
     except ImportError:
         print("nsight-magic: --ops needs PyTorch in the profiled process; the cell runs without operator ranges",
               file=sys.stderr)
@@ -412,6 +414,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     status = 0
     rng = None
     rank, world = rank_of(cfg)
+    ops = _op_ranges(ann.get("ops"), ns)  # made and warmed before the capture: torch's lazy imports are not the cell's
     if rank is not None:
         _barrier(folder, "start", rank, world)
     if cfg.get("capture") == "cell" or rank is not None:
@@ -431,7 +434,6 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
             if rank == 0:
                 (folder / ".ranks" / "recording").touch()
-    ops = _op_ranges(ann.get("ops"), ns)
     progress("running")
     try:
         if ops is not None:

@@ -90,9 +90,12 @@ class OpRanges:
         current_node = torch._C._current_autograd_node
         names: dict = {}
         with_shapes = shapes
+        quiet = self._quiet = [False]  # warm(): operators pass through without a range
 
         class _Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                if quiet[0]:
+                    return func(*args, **(kwargs or {}))
                 node = current_node()
                 key = (func, node.name() if node is not None else None)
                 name = names.get(key)
@@ -115,6 +118,20 @@ class OpRanges:
                     pop()
 
         self._mode = _Mode()
+
+    def warm(self) -> None:
+        """One operator through the mode, with no range: torch wraps a mode's __torch_dispatch__ so that its first
+        call imports torch._dynamo (and sympy), 1.2 s on this CPU machine and about 5 s in a profile on the H100's
+        host, where each of its thousands of file calls is traced.  Done before the capture, none of it lands in the
+        cell's first step."""
+        import torch
+
+        self._quiet[0] = True
+        try:
+            with self._mode:
+                torch.zeros(())
+        finally:
+            self._quiet[0] = False
 
     def __enter__(self):
         self._mode.__enter__()
@@ -152,7 +169,8 @@ def emit_nvtx_available() -> bool:
 
 class EmitNvtx:
     """Context manager: PyTorch's emit_nvtx for the cell, after one mark per MARK_CHARS of the composite operators'
-    names (see the module doc)."""
+    names (see the module doc).  Not warmed as OpRanges is: on the H100 its first use in a process cost 0.02 s and a
+    second one 4.4 s (torch._dynamo imported; scripts/gpu_check.py --only ops_warm), so the cell's is its first."""
 
     def __init__(self, shapes: bool = False):
         import torch
