@@ -113,7 +113,8 @@ def test_what_torch_loads_for_the_dispatch_mode_is_loaded_before_the_cell(tmp_pa
     from nsight_magic.run import run_nsys
 
     # no optimizer: making one imports torch._dynamo too (torch 2.13), which would hide what --ops loads
-    setup = "import torch, torch.nn as nn\nmodel = nn.Sequential(nn.Linear(64, 128), nn.ReLU())\nx = torch.randn(32, 64)\n"
+    setup = ("import torch, torch.nn as nn\nmodel = nn.Sequential(nn.Linear(64, 128), nn.ReLU())\n"
+             "x = torch.randn(32, 64)\n")
     cell = ("import sys\nbefore = set(sys.modules)\nwith torch.no_grad():\n    model(x)\n"
             "print('modules loaded by the cell:', len(set(sys.modules) - before))\n")
     r = run_nsys(cell, NsysOptions(name="warm-ops", directory=str(tmp_path), trace="nvtx", ops="names"),

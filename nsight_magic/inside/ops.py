@@ -121,9 +121,9 @@ class OpRanges:
 
     def warm(self) -> None:
         """One operator through the mode, with no range: torch wraps a mode's __torch_dispatch__ so that its first
-        call imports torch._dynamo (and sympy), 1.2 s on this CPU machine and about 5 s in a profile on the H100's
-        host, where each of its thousands of file calls is traced.  Done before the capture, none of it lands in the
-        cell's first step."""
+        call imports torch._dynamo (and sympy): 1.2 s on this CPU machine, 6.4 s on the H100's host
+        (scripts/gpu_check.py --only ops_warm), 5.2 s of a planted cell's first step in its profile.  Done before
+        the capture, none of it lands in the cell."""
         import torch
 
         self._quiet[0] = True
@@ -170,7 +170,8 @@ def emit_nvtx_available() -> bool:
 class EmitNvtx:
     """Context manager: PyTorch's emit_nvtx for the cell, after one mark per MARK_CHARS of the composite operators'
     names (see the module doc).  Not warmed as OpRanges is: on the H100 its first use in a process cost 0.02 s and a
-    second one 4.4 s (torch._dynamo imported; scripts/gpu_check.py --only ops_warm), so the cell's is its first."""
+    second one 4.4 s, after which torch._dynamo was loaded (scripts/gpu_check.py --only ops_warm); the cell's use is
+    its first."""
 
     def __init__(self, shapes: bool = False):
         import torch
