@@ -364,7 +364,7 @@ class Gated(nn.Module):
         return self.body(x) * (1 + self.mix @ torch.stack(list(self.gates)))
 model = Gated().cuda()
 opt = torch.optim.Adam(model.parameters(), lr=1e-3, foreach=FOREACH)
-# 16k rows: about 22 ms of GPU work a step against 12.5 ms of host work with foreach (scripts/trace_phases.py on the
+# 16k rows: about 21 ms of GPU work a step against 12.5 ms of host work with foreach (scripts/trace_phases.py on the
 # H100); at 8k rows (11 ms) the fixed twin was itself paced by the host, with no room for what tracing adds
 x = torch.randn(16384, 2048, device="cuda")
 model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
