@@ -37,6 +37,11 @@ WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
 def pytest_configure(config):
+    # a shell that starts the suite in the background (`cmd &` without job control) makes it ignore SIGINT, and
+    # every process it starts inherits that: the Ctrl-C tests would then interrupt nothing. A handled signal is
+    # reset to the default at exec, so the kernels and children the tests start can be interrupted again.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if WORKER:
         import tempfile
 
