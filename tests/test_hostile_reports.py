@@ -13,6 +13,7 @@ import time
 import warnings
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from nsight_magic import open_report
@@ -223,3 +224,23 @@ def test_ctrl_c_while_a_report_is_shown_is_one_line_and_changes_no_file(tmp_path
     err = capsys.readouterr().err
     assert "stopped loading report.sqlite (Ctrl-C)" in err and "Traceback" not in err and err.count("\n") == 1
     assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_frames_read_in_threads_are_the_frames_and_their_errors_the_same_line(tmp_path):
+    # report.prefetch() reads frames in threads on connections of their own (the diagnosis asks for it)
+    plain, early = open_report(OURS), open_report(OURS)
+    names = ("kernels", "memcpy", "memset", "cuda_api", "osrt", "sync")
+    early.prefetch(*names)
+    assert set(early._frame_jobs) == {n for n in names if len(getattr(plain, n))}  # absent tables: nothing to read
+    for n in names:
+        pd.testing.assert_frame_equal(getattr(early, n), getattr(plain, n))
+    assert not early._frame_jobs
+    p = altered(tmp_path, "typed", "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET returnValue = 'abc' WHERE rowid = 5")
+    want = "CUPTI_ACTIVITY_KIND_RUNTIME.returnValue holds a text value (row 5)"
+    for prefetch in (False, True):
+        rep = open_report(p)
+        if prefetch:
+            rep.prefetch("cuda_api")
+        with pytest.raises(ReportError) as e:
+            rep.cuda_api
+        assert want in str(e.value) and "\n" not in str(e.value)

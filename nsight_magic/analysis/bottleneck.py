@@ -478,8 +478,10 @@ def diagnose(report) -> Diagnosis:
     cached = getattr(report, "_nm_diagnosis", None)
     if cached is not None:
         return cached
-    ops = _gpu_ops(report)
+    if hasattr(report, "prefetch"):  # read in threads while the steps are found (the kernels' frame is the largest)
+        report.prefetch("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt")
     steps = find_steps(report)
+    ops = _gpu_ops(report)
     span = report.time_span
     pairs, sources, startup = [], {}, {}
     for pid, pops in ops.groupby("pid", sort=True):

@@ -11,7 +11,11 @@ import pandas as pd
 
 
 def _per_value(col, test) -> np.ndarray:
-    codes, uniq = pd.factorize(pd.Series(col), sort=False)
+    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):  # its codes are the factorization already
+        cat = col.array if isinstance(col, pd.Series) else col
+        codes, uniq = np.asarray(cat.codes), cat.categories
+    else:
+        codes, uniq = pd.factorize(pd.Series(col), sort=False)
     vals = pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
     hit = np.asarray(test(pd.concat([vals, pd.Series(["nan"], dtype=object)], ignore_index=True)), dtype=bool)
     return hit[np.where(codes >= 0, codes, len(vals))]

@@ -185,6 +185,7 @@ class NsysReport(NsysActions):
         self.sqlite_path = Path(sqlite_path)
         self.path = Path(source) if source else self.sqlite_path
         self._core_cache: dict[str, dict | None] = {}
+        self._frame_jobs: dict[str, Future] = {}
         self._con, self._tables = connect(self.sqlite_path)
         try:
             self._check_has_events()
@@ -265,11 +266,35 @@ class NsysReport(NsysActions):
         return self._query(Strings, self._con, self._tables)
 
     def _frame(self, name: str) -> pd.DataFrame:
+        job = self._frame_jobs.pop(name, None)
+        if job is not None:  # being read in a thread (prefetch)
+            return job.result()
+        return self._read_frame(name, self._con)
+
+    def _read_frame(self, name: str, con) -> pd.DataFrame:
         # the core columns the summaries read (or are reading) are not read a second time
         have = self._core(name) if name in self._CORE and name in self._core_cache else None
-        df = self._query(read_frame, self._con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path,
-                         have)
+        df = self._query(read_frame, con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path, have)
         return sort_by_start(df) if "start_ns" in df else df
+
+    _PREFETCH = ("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt", "sync")
+
+    def prefetch(self, *frames: str) -> None:
+        """Start reading these frames (of `_PREFETCH`), each in a thread on a connection of its own, for the
+        properties to take when asked: SQLite scans without the GIL, so a reader that needs several frames (the
+        diagnosis) computes on the first while the others are read.  Frames already read or reading are left."""
+        todo = [f for f in frames if f in self._PREFETCH and f not in self.__dict__ and f not in self._frame_jobs
+                and find_spec_table(self._tables, S.ALL_SPECS[f]) is not None]
+        if not todo or (os.cpu_count() or 1) == 1 or self._con is None:
+            return
+        if any(f in self._CORE and f not in self._core_cache for f in todo):
+            self._prefetch_core()  # the core columns' reads start before any thread asks for them
+        self._strings  # noqa: B018 - read once, here, rather than by several threads at once
+        pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1),
+                                  thread_name_prefix="nsight-magic-frame")
+        for f in todo:
+            self._frame_jobs[f] = pool.submit(self._in_thread, lambda con, f=f: self._read_frame(f, con))
+        pool.shutdown(wait=False)
 
     def _table(self, name: str) -> str | None:
         return find_table(self._tables, name)

@@ -331,8 +331,8 @@ class Strings:
             self._s = pd.Series([], dtype=object)
 
     def decode(self, ids: np.ndarray) -> pd.Categorical:
-        uniq, inv = np.unique(ids, return_inverse=True)
-        return _categorical(self._s.reindex(uniq).to_numpy(object), inv)
+        inv, uniq = pd.factorize(ids)  # a hash, not a sort: a million rows hold a few hundred ids
+        return _categorical(self._s.reindex(uniq).to_numpy(object), np.asarray(inv))
 
     def lookup(self, ids) -> np.ndarray:
         return self._s.reindex(np.asarray(ids, np.int64)).to_numpy(object)
@@ -360,7 +360,8 @@ def decode_enum(con, tables: set[str], key: str, ids: np.ndarray) -> pd.Categori
         prefix = ENUM_PREFIXES.get(key, "")
         for i, name in con.execute(f'SELECT id, name FROM "{table}"'):
             from_report[int(i)] = str(name).removeprefix(prefix)
-    uniq, inv = np.unique(ids, return_inverse=True)
+    inv, uniq = pd.factorize(ids)
+    inv = np.asarray(inv)
     labels = np.array([None if u == NULL else fallback.get(int(u), from_report.get(int(u), f"id {u}"))
                        for u in uniq.tolist()], dtype=object)  # one per distinct id, not per row
     return _categorical(labels, inv)

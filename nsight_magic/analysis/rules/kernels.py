@@ -74,7 +74,9 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
         t = k[tiny]
         ev = evidence(t.assign(tid=t["api_tid"]), t["name"],
                       {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": t["api_name"]})
-        top = ev["name"].value_counts().head(3)
+        top = ev["name"].value_counts()
+        top.index = top.index.astype(str)  # ties by name, not by the order the categories were read in
+        top = top.sort_index().sort_values(ascending=False, kind="stable").head(3)
         title = (f"{n} of {len(k)} kernels ({n * 100 / len(k):.0f}%) are shorter than their launch: the GPU waits "
                  f"for the CPU {share:.0f}% of the steady state{explained}")
         why = ("Each of these kernels runs for less time than the CPU takes to launch it "
