@@ -48,11 +48,10 @@ def serialized_copies(report) -> pd.DataFrame:
         on = (k_dev == dev) & (k_stream == stream)
         if not on.any():
             continue
-        ks_start, ks_end = np.sort(k_start[on]), np.sort(k_end[on])
         cs = c["start_ns"].to_numpy(np.int64)
         ce = pd.to_numeric(c["end_ns"]).to_numpy(np.int64)
-        before = np.searchsorted(ks_end, cs, "right") > 0          # a kernel of the stream ended before it
-        after = np.searchsorted(ks_start, ce, "left") < len(ks_start)  # and one starts after it
+        before = cs >= k_end[on].min()   # a kernel of the stream ended before it (the first to end did)
+        after = ce <= k_start[on].max()  # and one starts after it (the last to start does)
         rows.append(c[before & after])
     return pd.concat(rows) if rows else hd.iloc[0:0]
 
