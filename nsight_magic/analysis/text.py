@@ -11,8 +11,9 @@ import pandas as pd
 
 
 def _per_value(col, test) -> np.ndarray:
-    if isinstance(getattr(col, "dtype", None), pd.CategoricalDtype):  # its codes are the factorization already
-        cat = col.array if isinstance(col, pd.Series) else col
+    cat = col.array if isinstance(col, pd.Series) else col
+    if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
+        # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
         codes, uniq = np.asarray(cat.codes), cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(col), sort=False)
