@@ -290,11 +290,8 @@ class NsysReport(NsysActions):
         if any(f in self._CORE and f not in self._core_cache for f in todo):
             self._prefetch_core()  # the core columns' reads start before any thread asks for them
         self._strings  # noqa: B018 - read once, here, rather than by several threads at once
-        pool = ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1),
-                                  thread_name_prefix="nsight-magic-frame")
-        for f in todo:
-            self._frame_jobs[f] = pool.submit(self._in_thread, lambda con, f=f: self._read_frame(f, con))
-        pool.shutdown(wait=False)
+        self._frame_jobs.update(self._in_threads([(f, lambda con, f=f: self._read_frame(f, con)) for f in todo],
+                                                 min(len(todo), os.cpu_count() or 1)))
 
     def _table(self, name: str) -> str | None:
         return find_table(self._tables, name)
@@ -648,16 +645,20 @@ class NsysReport(NsysActions):
             for f in todo:
                 self._core_cache[f] = self._read_core(f, tables[f], self._con)
             return
-        pool = ThreadPoolExecutor(max_workers=min(len(todo) + 1, os.cpu_count() or 1))
         # in the order the summaries use them, so that each summary computes while later tables are still read
-        if "_strings" not in self.__dict__:
-            self._core_cache["strings"] = pool.submit(self._in_thread, lambda con: Strings(con, self._tables))
-        jobs = [(f, lambda con, f=f: self._read_core(f, tables[f], con)) for f in todo]
+        jobs = [("strings", lambda con: Strings(con, self._tables))] if "_strings" not in self.__dict__ else []
+        jobs += [(f, lambda con, f=f: self._read_core(f, tables[f], con)) for f in todo]
         if "_nvtx_arrays" not in self.__dict__ and find_spec_table(self._tables, S.NVTX_RAW):
             jobs.append(("nvtx", self._read_nvtx))
-        for key, job in jobs:
-            self._core_cache[key] = pool.submit(self._in_thread, job)
+        self._core_cache.update(self._in_threads(jobs, min(len(todo) + 1, os.cpu_count() or 1)))
+
+    def _in_threads(self, jobs: list, workers: int) -> dict[str, Future]:
+        """Each (key, fn) of `jobs` started as fn(connection) in a pool of `workers` threads (_in_thread); their
+        futures by key.  The pool ends by itself once the last job has run."""
+        pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nsight-magic-read")
+        futures = {key: pool.submit(self._in_thread, fn) for key, fn in jobs}
         pool.shutdown(wait=False)
+        return futures
 
     def _in_thread(self, fn):
         """fn(connection) on a read-only connection of its own (SQLite connections are not shared by threads)."""
