@@ -267,6 +267,7 @@ def with_operator(report, extra: dict, pid, tid, t) -> dict:
 
 
 
+@per_frame  # keyed by the report: gpu_gaps and gpu_time_util both ask (neither changes the frame)
 def gpu_ops_with_overhead(report) -> pd.DataFrame:
     """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
     operations nsys analyze's GPU rules look at."""

@@ -154,8 +154,10 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
     ops = gpu_ops_with_overhead(report)
     rows = []
     for (pid, dev), g in ops.groupby(["pid", "device_id"], sort=True):
-        s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+        order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
+        s, e = g["start_ns"].to_numpy(np.int64)[order], g["end_ns"].to_numpy(np.int64)[order]
         lo, hi = int(s.min()), int(e.max())
+        longest = int((e - s).max())
         size = float(np.ceil((hi - lo) / n_chunks))
         cid = g["context_id"].iloc[0]
         chunk_ids, starts, ends, pcts = [], [], [], []
@@ -163,8 +165,11 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
             cs, ce = k * size + lo, min(k * size + lo + size, hi)
             if not cs < ce:
                 continue
-            m = (s < ce) & (e > cs)  # overlaps summed, as nsys does (concurrent work can exceed 100%)
-            used = float(np.sum(np.minimum(e[m], ce) - np.maximum(s[m], cs)))
+            # the operations that overlap the chunk start after cs - longest and before ce (a slice, by start)
+            a, b = np.searchsorted(s, int(cs) - longest, "right"), np.searchsorted(s, int(np.ceil(ce)), "left")
+            si, ei = s[a:b], e[a:b]
+            m = ei > cs  # overlaps summed, as nsys does (concurrent work can exceed 100%)
+            used = float(np.sum(np.minimum(ei[m], ce) - np.maximum(si[m], cs)))
             pct = used / (ce - cs) * 100
             if pct < thr:
                 chunk_ids.append(k), starts.append(cs), ends.append(ce), pcts.append(pct)
