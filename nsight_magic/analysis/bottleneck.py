@@ -315,7 +315,9 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
             mine = api_tid == th
             g = by_thread[th] = calls_of if mine.all() else calls_of[mine]
             m = np.flatnonzero(tid == th)
-            cs = np.sort(g["start_ns"].to_numpy(np.int64))
+            cs = g["start_ns"].to_numpy(np.int64)
+            if len(cs) > 1 and not (cs[1:] >= cs[:-1]).all():  # the frames come sorted by start
+                cs = np.sort(cs)
             calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
         out["calls"] = calls
     # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
@@ -399,24 +401,26 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
 
 
 @per_frame
-def _correlation_index(api: pd.DataFrame) -> tuple[pd.DataFrame, pd.Index]:
-    """The calls with a correlation id, one per id, and their index (its hash table built once per frame)."""
-    a = api.dropna(subset=["correlation_id"]).drop_duplicates("correlation_id")
-    return a, pd.Index(a["correlation_id"].to_numpy(np.int64))
+def _correlation_keys(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The correlation ids of the calls that have one, and those calls' rows in the frame."""
+    have = api["correlation_id"].notna().to_numpy()
+    return api["correlation_id"].to_numpy(np.int64, na_value=-1)[have], np.flatnonzero(have)
 
 
 def _by_correlation(api: pd.DataFrame, column: str):
-    """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time); -1 when
-    unknown."""
+    """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time; the first
+    call with the id); -1 when unknown."""
+    from ..readers.nsys_frames import first_match  # a binary search: a process's ids grow with its calls
+
     if api.empty:
         return lambda corr: np.full(len(corr), -1, np.int64)
-    a, index = _correlation_index(api)
-    values = a[column].to_numpy(np.int64)
+    keys, rows = _correlation_keys(api)
+    values = api[column].to_numpy(np.int64)[rows]
 
     def lookup(corr) -> np.ndarray:
         c = pd.array(corr, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
-        i = index.get_indexer(c)
-        return np.where(i >= 0, values[np.maximum(i, 0)], -1)
+        i = first_match(keys, c)
+        return np.where((i >= 0) & (c >= 0), values[np.maximum(i, 0)], -1)
 
     return lookup
 
