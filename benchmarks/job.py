@@ -4,13 +4,15 @@
 
 Makes one export of `--kernels` kernels from a real H100 export (benchmarks/bigtrace.py), copies it once per rank
 (each copy on a clock of its own: its session start moved, as on another host), then times
-  1. a serial loop: for each rank, open_report + what a rank's task computes (jobs.rank_task.summarize_rank), in
-     this process, one after the other;
+  1. a serial loop of what open_job's tasks compute (jobs.rank_task.summarize_rank of every rank, then
+     diagnose_rank of the ranks jobs.alike chooses), in this process, one after the other;
   2. nsight_magic.open_job on a LocalCluster of `--workers` single-threaded worker processes (started and closed
      inside the timing);
 and prints both wall times, their ratio (goal <= 0.6 with 2 workers on a 2-core machine), and this process's peak
 RSS during open_job measured in a fresh process (goal <= 1.5 GB, not growing with the ranks); then
   3. a serial loop of the plain read (open_report + kernel_summary), and open_job's ratio to it (goal <= 0.8).
+Each also prints its CPU time (this process and the workers it started): the serial loops use more than one core,
+as the reader scans its tables in threads.
 """
 from __future__ import annotations
 
@@ -33,12 +35,17 @@ CHILD = r"""
 import json, resource, sys, time
 sys.path.insert(0, sys.argv[3])
 from nsight_magic import open_job
+def cpu_s():
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF,
+                                                                        resource.RUSAGE_CHILDREN)))
 if __name__ == "__main__":
-    t = time.perf_counter()
+    t, cpu0 = time.perf_counter(), cpu_s()
     if sys.argv[2] == "serial":
         from nsight_magic.jobs.discover import find_rank_reports
-        from nsight_magic.jobs.rank_task import summarize_rank
+        from nsight_magic.jobs.job import diagnose_groups
+        from nsight_magic.jobs.rank_task import diagnose_rank, summarize_rank
         results = [summarize_rank(f.rank, str(f.path)) for f in find_rank_reports(sys.argv[1])]
+        results = diagnose_groups(results, lambda jobs: [diagnose_rank(*j) for j in jobs])
         errors = [r.error for r in results if r.error]
     elif sys.argv[2] == "summary":  # the plain read a rank's task is compared with (issue 28)
         from nsight_magic import open_report
@@ -57,8 +64,9 @@ if __name__ == "__main__":
         straggler = job.straggler()
         client.close(); cluster.close()
     wall = time.perf_counter() - t
-    print(json.dumps({"wall_s": wall, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                      "errors": errors}))
+    # CPU time of this process and of the ended ones it started (the Dask workers, closed above)
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu_s() - cpu0,
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "errors": errors}))
 """
 
 
@@ -104,13 +112,16 @@ def main() -> None:
     job = make_job(a.src, root, a.ranks, a.kernels)
     print(f"{a.ranks} ranks x {a.kernels:,} kernels in {job} (made in {time.perf_counter() - t:.1f} s)", flush=True)
     serial = run(job, "serial")
-    print(f"serial loop of summarize_rank: {serial['wall_s']:.1f} s, peak RSS {serial['rss_mb']:.0f} MB", flush=True)
+    print(f"serial loop of the tasks: {serial['wall_s']:.1f} s (CPU {serial['cpu_s']:.1f} s), peak RSS "
+          f"{serial['rss_mb']:.0f} MB", flush=True)
     dask = run(job, str(a.workers))
-    print(f"open_job on a {a.workers}-worker LocalCluster: {dask['wall_s']:.1f} s, notebook process peak RSS "
+    print(f"open_job on a {a.workers}-worker LocalCluster: {dask['wall_s']:.1f} s (CPU {dask['cpu_s']:.1f} s), "
+          f"notebook process peak RSS "
           f"{dask['rss_mb']:.0f} MB, errors {len(dask['errors'])}")
     print(f"ratio {dask['wall_s'] / serial['wall_s']:.2f} (goal <= 0.6)")
     plain = run(job, "summary")
-    print(f"serial loop of open_report + kernel_summary: {plain['wall_s']:.1f} s; open_job / that "
+    print(f"serial loop of open_report + kernel_summary: {plain['wall_s']:.1f} s (CPU {plain['cpu_s']:.1f} s); "
+          f"open_job / that "
           f"{dask['wall_s'] / plain['wall_s']:.2f} (goal <= 0.8)")
 
 

@@ -547,7 +547,10 @@ class _JobProgress:
         self.widget = widget
 
     def __call__(self, done: int, total: int, result) -> None:
-        what = f"rank {result.rank}: {'failed' if result.error else f'{result.read_s:.1f} s'}"
+        from .jobs.rank_task import RankResult
+
+        read = "read" if isinstance(result, RankResult) else "diagnosed"
+        what = f"rank {result.rank} {read}: {'failed' if result.error else f'{result.read_s:.1f} s'}"
         if self.widget:
             import ipywidgets as w
 
@@ -555,10 +558,10 @@ class _JobProgress:
                 self.bar = w.IntProgress(value=0, min=0, max=total, description="reports")
                 self.label = w.Label()
                 display(w.HBox([self.bar, self.label]))
-            self.bar.value = done
+            self.bar.max, self.bar.value = total, done
             self.label.value = f"{done} / {total} ({what})"
         else:
-            print(f"nsight-magic: {done} / {total} reports read ({what})")
+            print(f"nsight-magic: {done} / {total} tasks done ({what})")
 
     def close(self, job) -> None:
         if self.label is not None:

@@ -89,6 +89,9 @@ def test_a_two_gpu_job_recorded_one_report_per_rank(h200_job, client):
     with get_task_stream(client) as ts:
         job = open_job(h200_job, client=client)
     assert {t["key"].split("-")[3] for t in ts.data if "nsight-magic-rank" in str(t["key"])} == {"0", "1"}
+    # the two ranks do not spend their time alike (rank 1's extra products, rank 0's waiting): both diagnosed
+    assert {t["key"].split("-")[3] for t in ts.data if "nsight-magic-diagnosis" in str(t["key"])} == {"0", "1"}
+    assert [r.like for r in job.results] == [0, 1]
     assert not job.errors and len(job.loaded) == 2
     for r in (0, 1):
         theirs = pd.read_csv(JOB / f"report.{r}.cuda_gpu_kern_sum.csv", skiprows=1)
@@ -184,6 +187,18 @@ def test_eight_ranks_with_shifted_clocks_and_one_slowed_rank(tmp_path, client):
         assert (row["kernels"], row["kernel_ns"]) == (n, total)
     assert job.straggler()["rank"] == 5
     assert (job.stragglers_by_step()["rank"] == 5).all()
+    # two diagnoses, not eight: the straggler, and one of the seven alike ranks for them all (jobs.alike)
+    like = job.ranks.set_index("rank")["like"]
+    assert like[5] == 5 and like.drop(5).nunique() == 1 and like.drop(5).iloc[0] != 5
+    typical = int(like[0])
+    assert [r.rank for r in job.results if r.verdict] == sorted([5, typical])
+    assert job.alike(typical) == [r for r in range(8) if r != 5]
+    v = job.bottleneck()
+    assert v.per_rank["rank"].tolist() == list(range(8))  # every rank counts, with its group's verdict
+    assert (v.per_rank.set_index("rank").drop(5)["like"] == typical).all()
+    own = [f for f in job.findings() if f.rule != "collective_wait"]
+    assert own and all(f.title.startswith((f"rank {typical} (and 6 ranks alike): ", "rank 5: ")) for f in own), \
+        [f.title for f in own]
     waits = job.ranks.set_index("rank")["wait_ns"]
     nccl = _sql(tmp_path / "report.0.sqlite", "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE (SELECT value "
                 "FROM StringIds WHERE id = demangledName) LIKE 'nccl%'")[0]
@@ -320,3 +335,25 @@ def _rank_logs(logs):
 
 def _export_of(folder, rank):
     return folder / f"report.{rank}.sqlite"
+
+
+def test_ranks_are_grouped_by_where_their_time_goes(h200_job):
+    """jobs.alike on real summaries: copies of a rank are alike; a rank whose kernels took 20% longer, or that made
+    copies the others did not, is diagnosed on its own; the straggler always is."""
+    from dataclasses import replace
+
+    from nsight_magic.jobs.alike import ALIKE, groups
+    from nsight_magic.jobs.rank_task import summarize_rank
+
+    base = summarize_rank(0, str(h200_job / "report.0.sqlite"))
+    k = base.summaries["kernel"]
+    slower = k.assign(total_ns=k["total_ns"] * 1.2)
+    m = base.summaries["memcpy"]
+    more = pd.concat([m, m.assign(kind="extra " + m["kind"].astype(str), total_ns=m["total_ns"].sum() * 50)])
+    ranks = [replace(base, rank=r) for r in range(4)]
+    ranks.append(replace(base, rank=4, summaries={**base.summaries, "kernel": slower}))
+    ranks.append(replace(base, rank=5, summaries={**base.summaries, "memcpy": more}))
+    slightly = k.assign(total_ns=k["total_ns"] * (1 + ALIKE / 4))  # noise, well within ALIKE
+    ranks.append(replace(base, rank=6, summaries={**base.summaries, "kernel": slightly}))
+    assert groups(ranks) == {0: [0, 1, 2, 3, 6], 4: [4], 5: [5]}
+    assert groups(ranks, always=(2,)) == {2: [2], 0: [0, 1, 3, 6], 4: [4], 5: [5]}

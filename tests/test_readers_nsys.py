@@ -23,7 +23,7 @@ import pytest
 
 from conftest import run_bounded
 from nsight_magic import open_report
-from nsight_magic.errors import ReportError
+from nsight_magic.errors import OptionError, ReportError
 from nsight_magic.readers.nsys import NsysReport, ReportMeta, open_nsys_report
 from nsight_magic.readers.nsys_schema import frame_columns
 
@@ -128,6 +128,29 @@ def test_frames_match_the_raw_row_counts(path, reports):
 
 def _dtypes(df):
     return {c: "category" if isinstance(t, pd.CategoricalDtype) else str(t) for c, t in df.dtypes.items()}
+
+
+COLUMNS = {"kernels": ["pid", "device_id", "start_ns", "end_ns", "duration_ns", "name", "correlation_id"],
+           "memcpy": ["pid", "start_ns", "duration_ns", "kind", "bytes"], "memset": ["start_ns", "end_ns"],
+           "cuda_api": ["pid", "tid", "name", "start_ns", "correlation_id"], "osrt": ["pid", "tid", "start_ns"]}
+
+
+@pytest.mark.parametrize("path", _readable())
+def test_a_few_columns_read_alone_are_the_frames_columns(path, reports):
+    # report.columns() (what a job's rank task reads) builds them from the summaries' scan and a narrow read
+    fresh = open_nsys_report(path)
+    try:
+        for frame, cols in COLUMNS.items():
+            alone = fresh.columns(frame, cols)
+            assert frame not in fresh.__dict__, frame  # the frame itself was not built
+            want = getattr(reports(path), frame)[cols].reset_index(drop=True)
+            got = alone.iloc[np.argsort(alone["start_ns"].to_numpy(), kind="stable")].reset_index(drop=True)
+            pd.testing.assert_frame_equal(got, want, check_categorical=False, obj=frame)
+            assert _dtypes(alone) == _dtypes(want), frame
+        with pytest.raises(OptionError, match=r"not integer or id columns of .kernels.; use report.kernels"):
+            fresh.columns("kernels", ["start_ns", "nope"])
+    finally:
+        fresh.close()
 
 
 @pytest.mark.parametrize("path", _readable())

@@ -45,13 +45,14 @@ def _owners(report) -> pd.DataFrame:
 def nccl_kernels(report) -> pd.DataFrame:
     """NCCL kernels: pid, rank, device_id, start_ns, end_ns, duration_ns, collective, name, and `seq` (the
     kernel's number among its process's NCCL kernels: the k-th collective of each rank is the same one)."""
-    k = report.kernels
     cols = ["pid", "rank", "device_id", "start_ns", "end_ns", "duration_ns", "collective", "name", "seq"]
+    # the columns that find them, not the whole frame
+    k = report.columns("kernels", ["pid", "device_id", "start_ns", "end_ns", "duration_ns", "name"])
     if k.empty:
         return pd.DataFrame({c: [] for c in cols})
     coll = nccl_collective(k["name"])
-    sel = pd.notna(coll)
-    out = k.loc[sel, ["pid", "device_id", "start_ns", "end_ns", "duration_ns", "name"]].copy()
+    sel = np.asarray(pd.notna(coll))
+    out = k[sel].copy()
     out["collective"] = coll[sel]
     ranks = report.ranks_by_pid
     out["rank"] = pd.array([ranks.get(int(p), (None, None))[0] for p in out["pid"]], dtype="Int64")
@@ -180,10 +181,10 @@ def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.Data
 def _launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
     """When each kernel was launched (its CUDA API call's start, by process and correlation id); the kernel's own
     start where the call is unknown."""
-    k = report.kernels
-    api = report.cuda_api
+    k = report.columns("kernels", ["pid", "start_ns", "correlation_id"])
+    api = report.columns("cuda_api", ["pid", "correlation_id", "start_ns"])
     out = kernels["start_ns"].to_numpy(np.int64).copy()
-    if api.empty or "correlation_id" not in k:
+    if api.empty or k.empty:
         return out
     corr = k.set_index(["pid", "start_ns"])["correlation_id"]
     key = pd.MultiIndex.from_arrays([kernels["pid"].to_numpy(), kernels["start_ns"].to_numpy()])

@@ -77,7 +77,7 @@ def cell_threads(report) -> dict[int, int]:
                   & (~tx.eq(nv["kind"], "mark"))]
         for pid, tid in zip(ours["pid"], ours["tid"]):
             out.setdefault(int(pid), int(tid))
-    api = report.cuda_api
+    api = report.columns("cuda_api", ["pid", "tid"])
     if not api.empty:
         counts = api.groupby(["pid", "tid"]).size().reset_index(name="n").sort_values("n", ascending=False)
         for pid, tid in zip(counts["pid"], counts["tid"]):

@@ -6,9 +6,11 @@ straggler per step, the job's findings and verdict.
     job.ranks; job.ranks_table(); job.stragglers_by_step(); job.findings(); job.bottleneck()
     job.kernel_summary(by="rank"); job.timeline_report([0, 5])   # the chosen ranks merged on one clock, opened
 
-Each report is one Dask task (jobs.rank_task.summarize_rank): only its summaries, steps, NCCL timing, verdict and
-utilisation bins come back, so the notebook's memory does not grow with the reports' size.  Clocks of different
-hosts are aligned on each report's UTC session start, as readers.nsys_merge does.
+Each report is one Dask task (jobs.rank_task.summarize_rank): only its summaries, steps, NCCL timing and
+utilisation bins come back, so the notebook's memory does not grow with the reports' size.  Then one rank of each
+group of ranks that spend their time alike (jobs.alike), and the straggler, are diagnosed (verdict and findings,
+jobs.rank_task.diagnose_rank): a diagnosis costs a few reads, and the ranks of a data-parallel job say the same.
+Clocks of different hosts are aligned on each report's UTC session start, as readers.nsys_merge does.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ import pandas as pd
 
 from ..errors import OptionError
 from .discover import RankFile, find_rank_reports, missing_ranks
-from .rank_task import RankResult, summarize_rank
+from .rank_task import RankDiagnosis, RankResult, diagnose_rank, summarize_rank
 
-ProgressCallback = Callable[[int, int, RankResult], None]   # (done, total, the result that just came)
+# (done, total, the result that just came): the reports read, then the diagnoses (total grows by their number)
+ProgressCallback = Callable[[int, int, "RankResult | RankDiagnosis"], None]
 
 
 def open_job(source, client=None, *, pattern: str | None = None, scheduler: str | None = None,
@@ -90,15 +93,50 @@ def _restore_environ(before: dict) -> None:
 def _run(client, files: list[RankFile], progress) -> list[RankResult]:
     from distributed import as_completed
 
-    futures = [client.submit(summarize_rank, f.rank, str(f.path), key=f"nsight-magic-rank-{f.rank}-{f.path.name}",
-                             pure=False) for f in files]
-    out = []
-    for i, fut in enumerate(as_completed(futures), 1):
-        r = fut.result()
-        out.append(r)
-        if progress:
-            progress(i, len(files), r)
-    return sorted(out, key=lambda r: r.rank)
+    def submit(fn, what, rank, path):
+        return client.submit(fn, rank, path, key=f"nsight-magic-{what}-{rank}-{Path(path).name}", pure=False)
+
+    def gather(futures, done, total):
+        out = []
+        for i, fut in enumerate(as_completed(futures), done + 1):
+            out.append(fut.result())
+            if progress:
+                progress(i, total, out[-1])
+        return out
+
+    # The first rank's diagnosis starts with the reads: whatever the grouping, it represents its group (jobs.alike),
+    # and the workers stay busy to the end instead of one waiting while the other diagnoses.  Only an export: a
+    # report still to import or export is read once, by its summarize_rank.
+    early = files[:1] if files and files[0].path.suffix == ".sqlite" else []
+    futures = [submit(diagnose_rank, "diagnosis", f.rank, str(f.path)) for f in early]
+    futures += [submit(summarize_rank, "rank", f.rank, str(f.path)) for f in files]
+    got = gather(futures, 0, len(futures))
+    results = sorted((r for r in got if isinstance(r, RankResult)), key=lambda r: r.rank)
+    diagnosed = {d.rank: d for d in got if isinstance(d, RankDiagnosis)}
+    return diagnose_groups(results, lambda jobs: gather([submit(diagnose_rank, "diagnosis", *j) for j in jobs],
+                                                        len(futures), len(futures) + len(jobs)), diagnosed)
+
+
+def diagnose_groups(results: list[RankResult], run, diagnosed: dict | None = None) -> list[RankResult]:
+    """Diagnose one rank per group of alike ranks, and the straggler (jobs.alike), with run([(rank, path), ...]) ->
+    [RankDiagnosis]; `diagnosed`: rank -> RankDiagnosis made already (each represents a group).  Each result gets
+    its group's verdict and findings (`like`: the diagnosed rank); a diagnosis that fails is its rank's error."""
+    from .alike import groups
+
+    loaded = [r for r in results if r.error is None]
+    by_rank = {r.rank: r for r in loaded}
+    early = {k: d for k, d in (diagnosed or {}).items() if k in by_rank}
+    s = Job(results).straggler()
+    plan = groups(loaded, always=(s["rank"],) if s else (), seeds=tuple(early))
+    for d in [*early.values(), *run([(rep, by_rank[rep].path) for rep in plan if rep not in early])]:
+        own = by_rank[d.rank]
+        if d.error:
+            own.error = d.error
+            continue
+        own.verdict, own.findings = d.verdict, d.findings
+        for rank in plan[d.rank]:
+            by_rank[rank].like = d.rank
+    return results
 
 
 @dataclass
@@ -113,6 +151,16 @@ class Job:
     @property
     def loaded(self) -> list[RankResult]:
         return [r for r in self.results if r.error is None]
+
+    def verdict_of(self, r: RankResult) -> dict:
+        """A rank's verdict: its own, or the one of the alike rank diagnosed for it ({} when none was)."""
+        if r.like is None or r.like == r.rank:
+            return r.verdict
+        return next((x.verdict for x in self.results if x.rank == r.like), {})
+
+    def alike(self, rank: int) -> list[int]:
+        """The ranks whose diagnosis is the one of `rank` (itself included), as jobs.alike grouped them."""
+        return [r.rank for r in self.loaded if r.like == rank]
 
     @property
     def errors(self) -> list[str]:
@@ -132,7 +180,8 @@ class Job:
     @property
     def ranks(self) -> pd.DataFrame:
         """One row per rank: rank, path, host, kernels, kernel_ns, gpu_busy_ns (interval union), nccl_ns, wait_ns
-        (its collectives' waiting for later ranks), others_wait_ns, capture_ns, kind (its verdict), error."""
+        (its collectives' waiting for later ranks), others_wait_ns, capture_ns, kind (its verdict), like (the alike
+        rank whose diagnosis stands for it), error."""
         if "ranks" not in self._cache:
             waits = self._waits()
             w = waits.groupby("rank")["wait_ns"].sum() if len(waits) else pd.Series(dtype=np.int64)
@@ -141,9 +190,10 @@ class Job:
             rows = [{"rank": r.rank, "path": r.path, "host": r.host, "kernels": r.counts.get("kernels", 0),
                      "kernel_ns": r.kernel_ns, "gpu_busy_ns": r.gpu_busy_ns, "nccl_ns": r.nccl_ns,
                      "wait_ns": int(w.get(r.rank, 0)), "others_wait_ns": int(late.get(r.rank, 0)),
-                     "capture_ns": r.span[1] - r.span[0], "kind": r.verdict.get("kind"), "error": r.error}
+                     "capture_ns": r.span[1] - r.span[0], "kind": self.verdict_of(r).get("kind"), "like": r.like,
+                     "error": r.error}
                     for r in self.results]
-            self._cache["ranks"] = pd.DataFrame(rows)
+            self._cache["ranks"] = pd.DataFrame(rows).astype({"like": "Int64"}) if rows else pd.DataFrame(rows)
         return self._cache["ranks"]
 
     # ---- collectives and stragglers --------------------------------------------------------------------------
@@ -207,9 +257,11 @@ class Job:
                          "wait_ns": rk.loc[r.rank, "wait_ns"], "others_wait_ns": rk.loc[r.rank, "others_wait_ns"],
                          "straggler_steps": int((strag["straggler"] == r.rank).sum()) if len(strag) else 0,
                          "steps": len(lengths), "step_med_ns": float(np.median(lengths)) if len(lengths) else np.nan,
-                         "step_name": st[0] if st is not None else None, "kind": r.verdict.get("kind")})
+                         "step_name": st[0] if st is not None else None, "kind": self.verdict_of(r).get("kind"),
+                         "like": r.like})
         out = pd.DataFrame(rows)
         out["rank"] = out["rank"].astype("Int64")
+        out["like"] = out["like"].astype("Int64")
         return out
 
     def straggler(self) -> dict | None:
@@ -278,8 +330,8 @@ class Job:
         totals = {c: 0 for c in CATEGORIES}
         window = 0
         rows = []
-        for r in self.loaded:
-            v = r.verdict
+        for r in self.loaded:  # every rank counts, with the verdict of the alike rank diagnosed for it
+            v = self.verdict_of(r)
             b = v.get("breakdown")
             if b is None or not len(b) or "compute" not in set(b["category"]):
                 continue
@@ -287,7 +339,7 @@ class Job:
             for c in CATEGORIES:
                 totals[c] += int(t.get(c, 0))
             window += int(sum(t.values()))
-            rows.append({"rank": r.rank, "kind": v.get("kind"), "summary": v.get("summary"),
+            rows.append({"rank": r.rank, "like": r.like, "kind": v.get("kind"), "summary": v.get("summary"),
                          **{f"{c.replace(' ', '_')}_pct": round(float(p), 1) for c, p in zip(b["category"], b["pct"])}})
         per = pd.DataFrame(rows)
         if not rows:
@@ -306,13 +358,15 @@ class Job:
 
     def findings(self) -> list:
         """The job's findings: ranks waiting for the straggler (collective_wait, what it costs the job), then each
-        rule's worst rank (ranks run at once: a fix saves the worst rank's time once), the real causes first."""
+        rule's worst diagnosed rank (ranks run at once: a fix saves the worst rank's time once; a rank diagnosed
+        for alike ranks says so in its title), the real causes first."""
         from ..analysis.findings import sort_findings
         from ..analysis.rules.common import Finding, severity
 
         out = []
         s = self.straggler()
-        loop = max((r.span[1] - r.span[0] - int(r.verdict.get("startup_ns", 0)) for r in self.loaded), default=1)
+        loop = max((r.span[1] - r.span[0] - int(self.verdict_of(r).get("startup_ns", 0)) for r in self.loaded),
+                   default=1)
         if s:
             w = self._waits()
             ev = w[w["wait_ns"] > 0].copy()
@@ -341,7 +395,9 @@ class Job:
                 stake = max(0, stake - s["ns"])  # the straggler's own cause is the waiting collective_wait counts
             if rule == "nccl_share":  # a rank alone counts its waiting as communication: collective_wait's here
                 stake = max(0, stake - int(self.ranks.set_index("rank").loc[rank, "wait_ns"]))
-            out.append(dataclasses.replace(f, title=f"rank {rank}: {f.title}", time_at_stake_ns=int(stake),
+            others = len(self.alike(rank)) - 1
+            who = f"rank {rank}" + (f" (and {others} rank{'s' * (others > 1)} alike)" if others > 0 else "")
+            out.append(dataclasses.replace(f, title=f"{who}: {f.title}", time_at_stake_ns=int(stake),
                                            severity=f.severity if f.severity == "info" else severity(stake, loop)))
         return sort_findings(out)
 

@@ -1,8 +1,12 @@
-"""The work on one rank's report, run as a Dask task where the report lies: everything the job needs from it,
-small enough to travel (summaries, steps, the NCCL kernels' timing, the verdict, utilisation bins).
+"""The work on one rank's report, run as Dask tasks where the report lies, in two tiers:
 
-`summarize_rank(rank, path)` never raises: a report that is missing, truncated or needs a newer nsys comes back as
-a RankResult whose `error` says so, and the job loads the others.
+- `summarize_rank(rank, path)`, every rank: what the ranks' table, the straggler and the heat map need, about as
+  cheap as reading the report (summaries, steps, the NCCL kernels' timing, utilisation bins);
+- `diagnose_rank(rank, path)`, only the ranks the job chooses (jobs.alike: one per group of ranks that spend their
+  time alike, and the straggler): the verdict and the findings, a few times the read.
+
+Both are small enough to travel and never raise: a report that is missing, truncated or needs a newer nsys comes
+back with an `error` that says so, and the job loads the others.
 """
 from __future__ import annotations
 
@@ -37,16 +41,36 @@ class RankResult:
     summaries: dict = field(default_factory=dict)   # kernel/memcpy/cuda_api/nvtx -> DataFrame (the reader's)
     steps: tuple | None = None                       # (name, starts, ends) on the report's clock
     nccl: pd.DataFrame | None = None                 # seq, start_ns, end_ns, duration_ns, launch_ns, collective
-    verdict: dict = field(default_factory=dict)      # kind, summary, totals (category -> ns), window_ns, scale
-    findings: list = field(default_factory=list)     # the rank's own findings, evidence trimmed
     util: tuple | None = None                        # (edges_ns, busy fraction, nccl fraction) on its own clock
+    verdict: dict = field(default_factory=dict)      # kind, summary, breakdown, window_ns, scale (diagnosed ranks)
+    findings: list = field(default_factory=list)     # the rank's own findings, evidence trimmed (diagnosed ranks)
+    like: int | None = None                          # the rank whose diagnosis stands for this one (itself if own)
+
+
+@dataclass
+class RankDiagnosis:
+    rank: int
+    verdict: dict = field(default_factory=dict)
+    findings: list = field(default_factory=list)
+    error: str | None = None
+    read_s: float = 0.0
 
 
 def summarize_rank(rank: int, path: str) -> RankResult:
     """Open one rank's report (exporting a .nsys-rep with the nsys of the worker when needed) and keep what the
-    job needs."""
+    job needs of every rank."""
+    return _on_report(RankResult(rank, str(path), worker=socket.gethostname()), _fill)
+
+
+def diagnose_rank(rank: int, path: str) -> RankDiagnosis:
+    """The verdict and findings of one rank's report (path: the one summarize_rank read)."""
+    return _on_report(RankDiagnosis(rank), _diagnose, path)
+
+
+def _on_report(out, fill, path: str | None = None):
+    """fill(out, report) on the report at `path` (out.path by default), any error as out.error; out.read_s set."""
     t0 = time.perf_counter()
-    out = RankResult(rank, str(path), worker=socket.gethostname())
+    path = path or out.path
     try:
         from ..readers.nsys import open_nsys_report
 
@@ -59,8 +83,10 @@ def summarize_rank(rank: int, path: str) -> RankResult:
             from ..tools import import_qdstrm
 
             p = import_qdstrm(p)
+            if isinstance(out, RankResult):
+                out.path = str(p)  # the diagnosis reads the imported report
         with open_nsys_report(p) as rep:
-            _fill(out, rep)
+            fill(out, rep)
     except Exception as e:  # noqa: BLE001 - one bad report must not take the job down
         out.error = f"{Path(path).name}: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
     out.read_s = time.perf_counter() - t0
@@ -69,7 +95,6 @@ def summarize_rank(rank: int, path: str) -> RankResult:
 
 def _fill(out: RankResult, rep) -> None:
     from ..readers.nsys_sql import open_ro
-    from ..analysis.bottleneck import diagnose
     from ..analysis.ranks import _launch_times, nccl_kernels
     from ..analysis.steps import find_steps
     from ..readers.nsys_merge import clock_offset_ns
@@ -86,11 +111,13 @@ def _fill(out: RankResult, rep) -> None:
         con.close()
     out.summaries = {"kernel": rep.kernel_summary(), "memcpy": rep.memcpy_summary(),
                      "cuda_api": rep.cuda_api_summary(), "nvtx": rep.nvtx_summary()}
-    k = rep.kernels
-    out.counts = {"kernels": int(len(k)), "memcpy": int(len(rep.memcpy)), "memset": int(len(rep.memset)),
-                  "cuda_api": int(len(rep.cuda_api)), "nvtx": int(len(rep.nvtx))}
+    # the columns these need, not the frames: a rank's task costs about a read of its report
+    ops = {f: rep.columns(f, ["start_ns", "end_ns", "duration_ns"]) for f in ("kernels", "memcpy", "memset")}
+    k = ops["kernels"]
+    out.counts = {**{f: int(len(g)) for f, g in ops.items()},
+                  "cuda_api": int(len(rep.columns("cuda_api", ["start_ns"]))), "nvtx": int(len(rep.nvtx))}
     out.kernel_ns = int(k["duration_ns"].sum()) if len(k) else 0
-    gpu = [f[["start_ns", "end_ns"]] for f in (k, rep.memcpy, rep.memset) if len(f)]
+    gpu = [g for g in ops.values() if len(g)]
     busy = I.union(*(np.concatenate([g[c].to_numpy(np.int64) for g in gpu]) for c in ("start_ns", "end_ns"))) \
         if gpu else I.EMPTY
     out.gpu_busy_ns = I.total(busy)
@@ -103,18 +130,23 @@ def _fill(out: RankResult, rep) -> None:
     if steps:
         st = steps[min(steps)] if len(steps) == 1 else max(steps.values(), key=lambda s: s.count)
         out.steps = (st.name, st.starts.copy(), st.ends.copy())
-    b = rep.bottleneck()
-    d = diagnose(rep)
-    out.verdict = {"kind": b.kind, "summary": b.summary, "breakdown": b.breakdown,
-                   "window_ns": sum(p.window_ns for p in d.pairs),
-                   "scale": max((p.scale for p in d.pairs), default=1.0), "startup_ns": b.startup_ns}
-    out.findings = [_light(f) for f in rep.findings() if f.rule != "collective_wait"]
     edges = np.linspace(out.span[0], max(out.span[1], out.span[0] + UTIL_BINS), UTIL_BINS + 1).astype(np.int64)
     from ..readers.nsys_summary import busy_fraction
 
     frac = busy_fraction(busy[0], busy[1], edges) if len(busy[0]) else np.zeros(UTIL_BINS)
     nf = busy_fraction(*I.union(n["start_ns"], n["end_ns"]), edges) if len(n) else np.zeros(UTIL_BINS)
     out.util = (edges, np.asarray(frac, float), np.asarray(nf, float))
+
+
+def _diagnose(out: RankDiagnosis, rep) -> None:
+    from ..analysis.bottleneck import diagnose
+
+    b = rep.bottleneck()
+    d = diagnose(rep)
+    out.verdict = {"kind": b.kind, "summary": b.summary, "breakdown": b.breakdown,
+                   "window_ns": sum(p.window_ns for p in d.pairs),
+                   "scale": max((p.scale for p in d.pairs), default=1.0), "startup_ns": b.startup_ns}
+    out.findings = [_light(f) for f in rep.findings() if f.rule != "collective_wait"]
 
 
 def _light(f):

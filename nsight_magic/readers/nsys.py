@@ -293,6 +293,34 @@ class NsysReport(NsysActions):
         self._frame_jobs.update(self._in_threads([(f, lambda con, f=f: self._read_frame(f, con)) for f in todo],
                                                  min(len(todo), os.cpu_count() or 1)))
 
+    def columns(self, frame: str, cols: list[str]) -> pd.DataFrame:
+        """A few columns of an event frame (kernels, memcpy, memset, cuda_api, ...), decoded as the frame has them,
+        without building the rest of it: the frame's own when it was read, else the core columns the summaries
+        scanned plus a narrow read of the others.  Rows in the table's order, which the frame may sort (by start).
+        For work that needs two columns of a table of a million rows; duration_ns is end_ns - start_ns."""
+        from .nsys_frames import convert
+
+        spec = S.ALL_SPECS[frame]
+        by_name = {c.name: c for c in spec.cols}
+        bad = [c for c in cols if c != "duration_ns" and (c not in by_name or by_name[c].how == "text")]
+        if bad:
+            raise OptionError(f"report.columns: {bad} are not integer or id columns of {frame!r}; use "
+                              f"report.{frame}")
+        if frame in self.__dict__:
+            return self.__dict__[frame][cols]
+        raw = list(dict.fromkeys((["start_ns", "end_ns"] if "duration_ns" in cols else [])
+                                 + [c for c in cols if c != "duration_ns"]))
+        core = (self._core(frame) if frame in self._CORE else None) or {}
+        rest = [c for c in raw if c not in core]
+        got = dict(zip(rest, self._narrow(spec, rest) or ())) if rest else {}
+        if rest and not got:  # the table is absent
+            return empty_frame(frame)[cols]
+        got.update({c: core[c] for c in raw if c in core})
+        out = {c: convert(self._con, self._tables, self._strings, by_name[c], got[c]) for c in raw}
+        if "duration_ns" in cols:
+            out["duration_ns"] = out["end_ns"] - out["start_ns"]
+        return pd.DataFrame({c: out[c] for c in cols})
+
     def _table(self, name: str) -> str | None:
         return find_table(self._tables, name)
 

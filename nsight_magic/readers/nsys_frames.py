@@ -121,7 +121,7 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     data: dict[str, object] = {}
     for c in spec.cols:
         if c.how != "text":
-            data[c.name] = _convert(con, tables, strings, c, ints[c.name])
+            data[c.name] = convert(con, tables, strings, c, ints[c.name])
     for c in spec.cols:
         if c.how == "text":
             raw = raws[c.name]
@@ -133,7 +133,8 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     return df
 
 
-def _convert(con, tables, strings: Strings, col: Col, a: np.ndarray):
+def convert(con, tables, strings: Strings, col: Col, a: np.ndarray):
+    """A raw int64 column as the frame has it (ids decoded, nullable, unsigned)."""
     null = a == NULL
     if col.how == "strid":
         return strings.decode(a)

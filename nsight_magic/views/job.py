@@ -15,7 +15,7 @@ from .advice import advice_html, advice_text, advice_widget
 from .bokehjs import bokehjs_html, embed_script
 from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
 
-RANK_COLUMNS = ["rank", "host", "kind", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
+RANK_COLUMNS = ["rank", "host", "kind", "like", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
                 "straggler_steps", "steps", "step_med_ns"]
 
 
@@ -89,7 +89,8 @@ def _intro(job) -> str:
     return (f"<p><b>{n} ranks</b>{f', {bad} not loaded' if bad else ''}. {escape(v.summary)}. One row per rank: "
             "GPU busy share of its capture, kernel time outside NCCL (compute), NCCL kernel time, its collectives' "
             "waiting for later ranks (wait), the others' waiting for it (others_wait: the straggler has the most), "
-            "and the steps in which the others waited for it most.</p>")
+            "and the steps in which the others waited for it most. Ranks that spend their time alike share one "
+            "diagnosis: kind is the verdict of the rank named in like.</p>")
 
 
 def job_text(job) -> str:
