@@ -357,3 +357,19 @@ def test_ranks_are_grouped_by_where_their_time_goes(h200_job):
     ranks.append(replace(base, rank=6, summaries={**base.summaries, "kernel": slightly}))
     assert groups(ranks) == {0: [0, 1, 2, 3, 6], 4: [4], 5: [5]}
     assert groups(ranks, always=(2,)) == {2: [2], 0: [0, 1, 3, 6], 4: [4], 5: [5]}
+
+
+def test_a_report_gone_before_its_diagnosis_is_named_and_the_others_keep_theirs(tmp_path):
+    """The second tier reads the report again: one removed in between becomes its rank's one-line error, and no rank
+    is left with the verdict of a diagnosis that did not happen."""
+    from nsight_magic.jobs.job import Job, diagnose_groups
+    from nsight_magic.jobs.rank_task import diagnose_rank, summarize_rank
+
+    paths = [_unpack(tmp_path, r) for r in (0, 1)]
+    results = [summarize_rank(r, str(p)) for r, p in enumerate(paths)]
+    assert not any(r.error for r in results)
+    paths[1].unlink()
+    job = Job(diagnose_groups(results, lambda jobs: [diagnose_rank(*j) for j in jobs]))
+    assert job.errors == [f"rank 1: {paths[1]}: no such file"]
+    assert [r.rank for r in job.loaded] == [0] and job.loaded[0].like == 0 and job.loaded[0].verdict
+    assert job.bottleneck().per_rank["rank"].tolist() == [0]
