@@ -62,11 +62,8 @@ def groups(results, always: tuple[int, ...] = (), seeds: tuple[int, ...] = ()) -
     floor = max(FLOOR * float(np.median([r.span[1] - r.span[0] for r in results])), 1.0)
     typical = distance(m, np.median(m, axis=0), sources, floor)
     out: dict[int, list[int]] = {int(r): [int(r)] for r in ranks if r in always}
-    reps: list[int] = []   # row numbers of the representatives: the seeds, then the most typical first
-    for i in np.argsort(typical, kind="stable"):
-        if ranks[i] in seeds and ranks[i] not in out:
-            reps.append(i)
-            out[int(ranks[i])] = [int(ranks[i])]
+    reps = [ranks.index(s) for s in seeds if s in ranks and s not in out]  # rows: the seeds, then the most typical
+    out.update({int(ranks[i]): [int(ranks[i])] for i in reps})
     for i in np.argsort(typical, kind="stable"):
         rank = int(ranks[i])
         if rank in out:

@@ -156,7 +156,10 @@ class Job:
         """A rank's verdict: its own, or the one of the alike rank diagnosed for it ({} when none was)."""
         if r.like is None or r.like == r.rank:
             return r.verdict
-        return next((x.verdict for x in self.results if x.rank == r.like), {})
+        if "by_rank" not in self._cache:
+            self._cache["by_rank"] = {x.rank: x for x in self.results}
+        like = self._cache["by_rank"].get(r.like)
+        return like.verdict if like is not None else {}
 
     def alike(self, rank: int) -> list[int]:
         """The ranks whose diagnosis is the one of `rank` (itself included), as jobs.alike grouped them."""
