@@ -373,3 +373,39 @@ def test_a_report_gone_before_its_diagnosis_is_named_and_the_others_keep_theirs(
     assert job.errors == [f"rank 1: {paths[1]}: no such file"]
     assert [r.rank for r in job.loaded] == [0] and job.loaded[0].like == 0 and job.loaded[0].verdict
     assert job.bottleneck().per_rank["rank"].tolist() == [0]
+
+
+def test_a_representative_gone_before_its_diagnosis_hands_its_group_to_the_next_rank(tmp_path):
+    """Three alike ranks: the one chosen to stand for them is removed before its diagnosis.  It becomes its rank's
+    error, the next rank of the group is diagnosed instead and stands for the rest; with every report of the group
+    gone, each is its rank's error and no rank is left with a verdict."""
+    from nsight_magic.jobs.alike import groups
+    from nsight_magic.jobs.job import Job, diagnose_groups
+    from nsight_magic.jobs.rank_task import diagnose_rank, summarize_rank
+
+    paths = [_unpack(tmp_path, 1, r) for r in range(3)]
+    runs = []
+
+    def run(jobs):
+        runs.append([rank for rank, _ in jobs])
+        return [diagnose_rank(*j) for j in jobs]
+
+    results = [summarize_rank(r, str(p)) for r, p in enumerate(paths)]
+    (rep, members), = groups(results).items()  # one group of the three
+    assert sorted(members) == [0, 1, 2]
+    rest = [m for m in members if m != rep]
+    paths[rep].unlink()
+    job = Job(diagnose_groups(results, run))
+    assert runs == [[rep], [rest[0]]]
+    assert job.errors == [f"rank {rep}: {paths[rep]}: no such file"]
+    assert sorted(r.rank for r in job.loaded) == sorted(rest)
+    assert all(r.like == rest[0] and job.verdict_of(r) for r in job.loaded)
+    assert job.alike(rest[0]) == sorted(rest)
+
+    runs.clear()
+    results = [summarize_rank(r, str(paths[r])) for r in rest]
+    for p in paths:
+        p.unlink(missing_ok=True)
+    job = Job(diagnose_groups(results, run))
+    assert runs == [[rest[0]], [rest[1]]]
+    assert len(job.errors) == 2 and not job.loaded and not any(r.verdict for r in job.results)

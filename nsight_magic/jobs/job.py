@@ -113,14 +113,22 @@ def _run(client, files: list[RankFile], progress) -> list[RankResult]:
     got = gather(futures, 0, len(futures))
     results = sorted((r for r in got if isinstance(r, RankResult)), key=lambda r: r.rank)
     diagnosed = {d.rank: d for d in got if isinstance(d, RankDiagnosis)}
-    return diagnose_groups(results, lambda jobs: gather([submit(diagnose_rank, "diagnosis", *j) for j in jobs],
-                                                        len(futures), len(futures) + len(jobs)), diagnosed)
+    done = [len(futures)]
+
+    def diagnose(jobs):  # a round of diagnoses (a second one only where one failed): the progress counts on
+        out = gather([submit(diagnose_rank, "diagnosis", *j) for j in jobs], done[0], done[0] + len(jobs))
+        done[0] += len(jobs)
+        return out
+
+    return diagnose_groups(results, diagnose, diagnosed)
 
 
 def diagnose_groups(results: list[RankResult], run, diagnosed: dict | None = None) -> list[RankResult]:
     """Diagnose one rank per group of alike ranks, and the straggler (jobs.alike), with run([(rank, path), ...]) ->
     [RankDiagnosis]; `diagnosed`: rank -> RankDiagnosis made already (each represents a group).  Each result gets
-    its group's verdict and findings (`like`: the diagnosed rank); a diagnosis that fails is its rank's error."""
+    its group's verdict and findings (`like`: the diagnosed rank).  A diagnosis that fails is its rank's error, and
+    the next rank of its group is diagnosed in its place (a round per such failure), so that the others still get
+    a verdict."""
     from .alike import groups
 
     loaded = [r for r in results if r.error is None]
@@ -128,14 +136,22 @@ def diagnose_groups(results: list[RankResult], run, diagnosed: dict | None = Non
     early = {k: d for k, d in (diagnosed or {}).items() if k in by_rank}
     s = Job(results).straggler()
     plan = groups(loaded, always=(s["rank"],) if s else (), seeds=tuple(early))
-    for d in [*early.values(), *run([(rep, by_rank[rep].path) for rep in plan if rep not in early])]:
-        own = by_rank[d.rank]
-        if d.error:
-            own.error = d.error
-            continue
-        own.verdict, own.findings = d.verdict, d.findings
-        for rank in plan[d.rank]:
-            by_rank[rank].like = d.rank
+    got = [*early.values(), *run([(rep, by_rank[rep].path) for rep in plan if rep not in early])]
+    while got:
+        retry = {}
+        for d in got:
+            members, own = plan.pop(d.rank), by_rank[d.rank]
+            if d.error:
+                own.error = d.error
+                rest = [m for m in members if m != d.rank]
+                if rest:
+                    retry[rest[0]] = rest
+                continue
+            own.verdict, own.findings = d.verdict, d.findings
+            for rank in members:
+                by_rank[rank].like = d.rank
+        plan.update(retry)
+        got = run([(rep, by_rank[rep].path) for rep in retry]) if retry else []
     return results
 
 
