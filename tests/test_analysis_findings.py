@@ -152,6 +152,41 @@ def test_gpu_gaps_say_what_the_cpu_did(opened):
     assert idle["cpu_nvtx"] == "idle" and idle["cpu_osrt"] == "clock_nanosleep" and idle["cpu_osrt_pct"] > 80
 
 
+def test_cuda_profiling_overhead_inside_a_gap_counts_as_gpu_work_as_nsys_counts_it():
+    """nsys's GPU rules take "CUDA profiling overhead" rows inside a (process, GPU)'s range as operations: one in the
+    middle of the longest gap splits it, one outside the range or of another name changes nothing."""
+    def gaps(overhead, th=None):
+        rep = open_nsys_report(BAD)
+        try:
+            if overhead is not None:
+                rep.__dict__["overhead"] = overhead  # the report's own rows, with ours added
+            (f,) = rep.findings(rules=["gpu_gaps"], thresholds=th)
+            return f.evidence.sort_values("duration_ns")
+        finally:
+            rep.close()
+
+    idle = gaps(None).iloc[-1]
+    a, b, pid = int(idle["start_ns"]), int(idle["end_ns"]), int(idle["pid"])
+    th = {"gpu_gaps.gap_ms": (b - a) / 4e6}  # both halves of the longest gap are gaps too
+    base = gaps(None, th)
+    mid = (a + b) // 2
+    rep = open_nsys_report(BAD)
+    own = rep.overhead[["start_ns", "end_ns", "pid", "name"]].astype({"name": str})
+    rep.close()
+
+    def plus(name, p=pid):
+        row = pd.DataFrame({"start_ns": [mid], "end_ns": [mid + 1000], "pid": [p], "name": [name]})
+        return pd.concat([own, row], ignore_index=True)
+
+    split = gaps(plus("CUDA profiling overhead"), th)
+    assert len(split) == len(base) + 1
+    halves = split[(split["start_ns"] >= a) & (split["end_ns"] <= b)]
+    assert sorted(halves[["start_ns", "end_ns"]].values.tolist()) == [[a, mid], [mid + 1000, b]]
+    for other in (plus("CUDA profiling initialization"),   # not one nsys counts
+                  plus("CUDA profiling overhead", p=pid + 1)):  # another process
+        pd.testing.assert_frame_equal(gaps(other, th)[["start_ns", "end_ns"]], base[["start_ns", "end_ns"]])
+
+
 def test_sync_api_points_at_item_and_synchronize(opened):
     (f,) = opened(BAD).findings(rules=["cuda_api_sync"])
     names = set(f.evidence["name"].str.replace(r"_v\d+$", "", regex=True))

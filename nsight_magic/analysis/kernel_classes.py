@@ -57,38 +57,44 @@ ELEM_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp64": 8}
 def classify(names) -> pd.DataFrame:
     """Per distinct name: cls, family ('matrix' for GEMM/conv/attention, else cls), precision (fp8 ... fp32, or
     '' when the name does not say), tensor_cores (True/False, NA unknown), align_elems (NaN when unnamed)."""
-    u = pd.Series(pd.unique(_distinct(names)[1]), dtype=object)
-    cls = pd.Series("other", index=u.index, dtype=object)
+    u = list(dict.fromkeys(_distinct(names)[1]))  # a few hundred names: Python's re on each, once
+
+    def hits(rx: str) -> np.ndarray:
+        r = re.compile(rx)
+        return np.fromiter((r.search(v) is not None for v in u), bool, len(u))
+
+    cls = np.full(len(u), "other", object)
     free = np.ones(len(u), bool)
     for c, rx in CLASSES:
-        hit = free & u.str.contains(rx, regex=True).to_numpy()
+        hit = free & hits(rx)
         cls[hit] = c
         free &= ~hit
-    matrix = cls.isin(MATRIX).to_numpy()
-    precision = pd.Series("", index=u.index, dtype=object)
+    matrix = np.isin(cls, MATRIX)
+    precision = np.full(len(u), "", object)
     left = matrix.copy()
     for p, rx in PRECISIONS:
-        hit = left & u.str.contains(rx, regex=True).to_numpy()
+        hit = left & hits(rx)
         precision[hit] = p
         left &= ~hit
-    tc = u.str.contains(TENSOR_CORE_RX, regex=True).to_numpy()
-    simt = u.str.contains(SIMT_RX, regex=True).to_numpy() & ~u.str.contains("tf32|tensorop", case=False).to_numpy()
-    tensor = pd.array(np.where(simt, False, np.where(tc, True, False)), dtype="boolean")
+    tc = hits(TENSOR_CORE_RX)
+    simt = hits(SIMT_RX) & ~hits(r"(?i)tf32|tensorop")
+    tensor = pd.array(tc & ~simt, dtype="boolean")
     tensor[~matrix | (~tc & ~simt)] = pd.NA
     # fp32 kernels that are not SIMT: cuBLAS's sm90 "f32f32_tf32f32" ones are TF32 and matched above
-    align = u.str.extract(ALIGN_RX, expand=False).astype(float)
-    return pd.DataFrame({"name": u, "cls": cls, "family": np.where(matrix, "matrix", cls), "precision": precision,
-                         "tensor_cores": tensor, "align_elems": align.to_numpy()})
+    align = [ALIGN_RX.search(v) for v in u]
+    return pd.DataFrame({"name": pd.Series(u, dtype=object), "cls": cls, "family": np.where(matrix, "matrix", cls),
+                         "precision": precision, "tensor_cores": tensor,
+                         "align_elems": np.array([float(m.group(1)) if m else np.nan for m in align], float)})
 
 
-def _distinct(names) -> tuple[np.ndarray, pd.Series]:
+def _distinct(names) -> tuple[np.ndarray, list[str]]:
     """Codes per row and the distinct names as text: factorized first (a categorical column's codes), so the text
     work is per name, not per kernel."""
     names = pd.Series(names)
     if names.isna().any():  # a kernel without a name (a damaged export): '' (class 'other')
         names = names.astype(object).fillna("")
     codes, uniq = pd.factorize(names, sort=False)
-    return codes, pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
+    return codes, [str(v) for v in np.asarray(uniq, dtype=object)]
 
 
 def _per_row(per_name: pd.Series, row: np.ndarray) -> pd.Categorical:

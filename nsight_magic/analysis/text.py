@@ -6,25 +6,31 @@ Missing values compare as the text 'nan' (what `.astype(str)` gave).
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
 
 def _per_value(col, test) -> np.ndarray:
+    """test(text) -> bool, asked once per distinct value of col, as a bool array over its rows."""
     cat = col.array if isinstance(col, pd.Series) else col
     if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
         # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
         codes, uniq = np.asarray(cat.codes), cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(col), sort=False)
-    vals = pd.Series(np.asarray(uniq, dtype=object), dtype=object).astype(str)
-    hit = np.asarray(test(pd.concat([vals, pd.Series(["nan"], dtype=object)], ignore_index=True)), dtype=bool)
-    return hit[np.where(codes >= 0, codes, len(vals))]
+    # a Python loop over a few hundred names: cheaper than building a pandas string array for them each time
+    vals = [str(v) for v in np.asarray(uniq, dtype=object)]
+    vals.append("nan")
+    hit = np.fromiter(map(test, vals), bool, len(vals))
+    return hit[np.where(codes >= 0, codes, len(vals) - 1)]
 
 
 def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray:
     """col.astype(str).str.contains(pat) as a bool array."""
-    return _per_value(col, lambda v: v.str.contains(pat, regex=regex, case=case).fillna(False))
+    rx = re.compile(pat if regex else re.escape(pat), 0 if case else re.IGNORECASE)
+    return _per_value(col, lambda v: rx.search(v) is not None)
 
 
 def eq(col, value: str) -> np.ndarray:
@@ -34,8 +40,8 @@ def eq(col, value: str) -> np.ndarray:
 
 def isin(col, values) -> np.ndarray:
     """col.astype(str).isin(values) as a bool array."""
-    values = list(values)
-    return _per_value(col, lambda v: v.isin(values))
+    values = set(values)
+    return _per_value(col, lambda v: v in values)
 
 
 def as_text_categories(col: pd.Series) -> pd.Series:

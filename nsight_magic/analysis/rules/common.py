@@ -192,12 +192,21 @@ def _calls_by_correlation(api: pd.DataFrame) -> dict:
     """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as a pandas Series) and their
     lookup index: computed once per frame, since every rule asks about the same report's calls (a pandas Index
     keeps its hash table, built on the first lookup)."""
-    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    pid, corr = a["pid"].to_numpy(np.int64), a["correlation_id"].to_numpy(np.int64)
+    rows = np.flatnonzero(api["correlation_id"].notna().to_numpy())
+    pid = api["pid"].to_numpy(np.int64)[rows]
+    corr = api["correlation_id"].to_numpy(np.int64, na_value=-1)[rows]
     key = _pair_key(pid, corr)
-    return {"pid": pid, "correlation_id": corr, "key": key, "index": None if key is None else pd.Index(key),
-            "tid": a["tid"].to_numpy(np.int64), "start_ns": a["start_ns"].to_numpy(np.int64),
-            "end_ns": pd.to_numeric(a["end_ns"]).to_numpy(np.int64), "name": a["name"].reset_index(drop=True)}
+    index = None if key is None else pd.Index(key)
+    # usually every (pid, id) is one call, and the hash table built here is the lookups' too
+    if index is None or not index.is_unique:  # else the first call of each (pid, id)
+        first = ~(index.duplicated() if index is not None else pd.MultiIndex.from_arrays([pid, corr]).duplicated())
+        rows, pid, corr = rows[first], pid[first], corr[first]
+        key = None if key is None else key[first]
+        index = None if key is None else pd.Index(key)
+    return {"pid": pid, "correlation_id": corr, "key": key, "index": index,
+            "tid": api["tid"].to_numpy(np.int64)[rows], "start_ns": api["start_ns"].to_numpy(np.int64)[rows],
+            "end_ns": pd.to_numeric(api["end_ns"]).to_numpy(np.int64)[rows],
+            "name": api["name"].take(rows).reset_index(drop=True)}
 
 
 def _nullable_int(col: pd.Series):
