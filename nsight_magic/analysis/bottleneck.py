@@ -401,25 +401,26 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
 
 
 @per_frame
-def _correlation_keys(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """The correlation ids of the calls that have one, and those calls' rows in the frame."""
+def _correlation_keys(api: pd.DataFrame):
+    """The join on the correlation ids of the calls that have one (readers.nsys_frames.FirstMatch: a binary search,
+    since a process's ids grow with its calls), and those calls' rows in the frame."""
+    from ..readers.nsys_frames import FirstMatch
+
     have = api["correlation_id"].notna().to_numpy()
-    return api["correlation_id"].to_numpy(np.int64, na_value=-1)[have], np.flatnonzero(have)
+    return FirstMatch(api["correlation_id"].to_numpy(np.int64, na_value=-1)[have]), np.flatnonzero(have)
 
 
 def _by_correlation(api: pd.DataFrame, column: str):
     """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time; the first
     call with the id); -1 when unknown."""
-    from ..readers.nsys_frames import first_match  # a binary search: a process's ids grow with its calls
-
     if api.empty:
         return lambda corr: np.full(len(corr), -1, np.int64)
-    keys, rows = _correlation_keys(api)
+    match, rows = _correlation_keys(api)
     values = api[column].to_numpy(np.int64)[rows]
 
     def lookup(corr) -> np.ndarray:
         c = pd.array(corr, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
-        i = first_match(keys, c)
+        i = match(c)
         return np.where((i >= 0) & (c >= 0), values[np.maximum(i, 0)], -1)
 
     return lookup

@@ -43,11 +43,13 @@ def _owners(report) -> pd.DataFrame:
 
 
 def nccl_kernels(report) -> pd.DataFrame:
-    """NCCL kernels: pid, rank, device_id, start_ns, end_ns, duration_ns, collective, name, and `seq` (the
-    kernel's number among its process's NCCL kernels: the k-th collective of each rank is the same one)."""
-    cols = ["pid", "rank", "device_id", "start_ns", "end_ns", "duration_ns", "collective", "name", "seq"]
+    """NCCL kernels: pid, rank, device_id, start_ns, end_ns, duration_ns, collective, name, `seq` (the kernel's
+    number among its process's NCCL kernels: the k-th collective of each rank is the same one), correlation_id."""
+    cols = ["pid", "rank", "device_id", "start_ns", "end_ns", "duration_ns", "collective", "name", "seq",
+            "correlation_id"]
     # the columns that find them, not the whole frame
-    k = report.columns("kernels", ["pid", "device_id", "start_ns", "end_ns", "duration_ns", "name"])
+    k = report.columns("kernels", ["pid", "device_id", "start_ns", "end_ns", "duration_ns", "name",
+                                   "correlation_id"])
     if k.empty:
         return pd.DataFrame({c: [] for c in cols})
     coll = nccl_collective(k["name"])
@@ -179,23 +181,19 @@ def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.Data
 
 
 def _launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
-    """When each kernel was launched (its CUDA API call's start, by process and correlation id); the kernel's own
-    start where the call is unknown."""
-    k = report.columns("kernels", ["pid", "start_ns", "correlation_id"])
-    api = report.columns("cuda_api", ["pid", "correlation_id", "start_ns"])
+    """When each kernel (of nccl_kernels: pid, correlation_id) was launched: its CUDA API call's start (the first
+    call with its process and correlation id); the kernel's own start where the call is unknown."""
+    from ..readers.nsys_frames import ckey, first_match
+
     out = kernels["start_ns"].to_numpy(np.int64).copy()
-    if api.empty or k.empty:
+    api = report.columns("cuda_api", ["pid", "correlation_id", "start_ns"])
+    if api.empty or kernels.empty:
         return out
-    corr = k.set_index(["pid", "start_ns"])["correlation_id"]
-    key = pd.MultiIndex.from_arrays([kernels["pid"].to_numpy(), kernels["start_ns"].to_numpy()])
-    c = corr[~corr.index.duplicated()].reindex(key).to_numpy()
-    a = api.dropna(subset=["correlation_id"]).drop_duplicates(["pid", "correlation_id"])
-    at = pd.Series(a["start_ns"].to_numpy(np.int64),
-                   index=pd.MultiIndex.from_arrays([a["pid"].to_numpy(), a["correlation_id"].to_numpy(np.int64)]))
-    c_int = pd.array(c, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
-    found = at.reindex(pd.MultiIndex.from_arrays([kernels["pid"].to_numpy(), c_int])).to_numpy()
-    ok = ~np.isnan(found.astype(float))
-    out[ok] = found[ok].astype(np.int64)
+    have = api["correlation_id"].notna().to_numpy()
+    i = first_match(ckey(api["pid"].to_numpy(np.int64)[have], api["correlation_id"][have]),
+                    ckey(kernels["pid"].to_numpy(np.int64), kernels["correlation_id"]))
+    ok = i >= 0
+    out[ok] = api["start_ns"].to_numpy(np.int64)[have][i[ok]]
     return out
 
 

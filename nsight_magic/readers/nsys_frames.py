@@ -173,19 +173,34 @@ def ckey(pid, corr) -> np.ndarray:
     return (np.asarray(pid, np.int64) << 36) ^ c
 
 
+class FirstMatch:
+    """A join on the first equal key, prepared once for many probes: a binary search where the keys increase (API
+    calls in export order: correlation ids grow within a process), a hash table otherwise."""
+
+    def __init__(self, keys: np.ndarray):
+        self.keys = keys = np.asarray(keys, np.int64)
+        self.ordered = len(keys) > 0 and (len(keys) == 1 or bool((keys[1:] > keys[:-1]).all()))
+        self.first = self.index = None
+        if not self.ordered:
+            index = pd.Index(keys)
+            if not index.is_unique:
+                self.first = np.flatnonzero(~index.duplicated())
+                index = pd.Index(keys[self.first])
+            self.index = index
+
+    def __call__(self, probe) -> np.ndarray:
+        """For each probe key, the index of the first equal key (-1: none)."""
+        probe = np.asarray(probe, np.int64)
+        if self.ordered:
+            i = np.minimum(np.searchsorted(self.keys, probe), len(self.keys) - 1)
+            return np.where(self.keys[i] == probe, i, -1)
+        i = self.index.get_indexer(probe)
+        return i if self.first is None else np.where(i >= 0, self.first[np.maximum(i, 0)], -1)
+
+
 def first_match(keys: np.ndarray, probe: np.ndarray) -> np.ndarray:
-    """For each probe key, the index of the first equal key in `keys` (-1: none), as a join on the first match.
-    A binary search where the keys increase (API calls in export order: correlation ids grow within a process),
-    a hash table otherwise."""
-    if len(keys) and (len(keys) == 1 or bool((keys[1:] > keys[:-1]).all())):
-        i = np.minimum(np.searchsorted(keys, probe), len(keys) - 1)
-        return np.where(keys[i] == probe, i, -1)
-    index = pd.Index(keys)
-    if index.is_unique:
-        return index.get_indexer(probe)
-    first = np.flatnonzero(~index.duplicated())
-    i = pd.Index(keys[first]).get_indexer(probe)
-    return np.where(i >= 0, first[np.maximum(i, 0)], -1)
+    """For each probe key, the index of the first equal key in `keys` (-1: none), as a join on the first match."""
+    return FirstMatch(keys)(probe)
 
 
 def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ...inside.child import CAPTURE_DOMAIN
+from ...readers.nsys_frames import FirstMatch, ckey
 from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
 from ..frame_memo import per_frame
 from .. import text as tx
@@ -149,32 +150,19 @@ def like(names: pd.Series, pattern: str) -> np.ndarray:
     return tx.contains(names, rx, case=False, regex=True) & pd.notna(names).to_numpy()
 
 
-def _pair_key(pid: np.ndarray, corr: np.ndarray) -> np.ndarray | None:
-    """One int64 per (pid, correlation id) when the values fit (a hash lookup of plain integers), else None."""
-    if len(pid) and pid.min() >= 0 and pid.max() < 2 ** 23 and corr.min() >= -1 and corr.max() < 2 ** 40 - 1:
-        return (pid << 40) + corr
-    return None
-
-
 def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
-    """For each GPU op: the runtime call with its correlation id in its process (name, tid, start, end);
-    NaN/NA where there is none (the name as a categorical when the calls' names are one)."""
+    """For each GPU op: the runtime call with its correlation id in its process (name, tid, start, end; the first
+    such call); NaN/NA where there is none (the name as a categorical when the calls' names are one)."""
     cols = ["api_name", "api_tid", "api_start_ns", "api_end_ns"]
     if ops.empty or api.empty:
         return pd.DataFrame({c: pd.Series([pd.NA] * len(ops), dtype="object") for c in cols}, index=ops.index)
     a = _calls_by_correlation(api)
-    opid, ocorr = ops["pid"].to_numpy(np.int64), ops["correlation_id"].fillna(-1).to_numpy(np.int64)
-    okey = _pair_key(opid, ocorr) if a["key"] is not None else None
-    if okey is not None:
-        idx = a["index"].get_indexer(okey)
-    else:
-        idx = pd.MultiIndex.from_arrays([a["pid"], a["correlation_id"]]).get_indexer(
-            pd.MultiIndex.from_arrays([opid, ocorr]))
+    idx = a["match"](ckey(ops["pid"].to_numpy(np.int64), ops["correlation_id"]))
     ok = idx >= 0
     take = np.maximum(idx, 0)
     out = pd.DataFrame(index=ops.index)
     name = a["name"]
-    if not len(a["pid"]):
+    if not len(name):
         out["api_name"] = np.full(len(ops), None, object)
     elif isinstance(name.dtype, pd.CategoricalDtype):  # codes, not a million strings
         out["api_name"] = pd.Categorical.from_codes(np.where(ok, name.cat.codes.to_numpy()[take], -1),
@@ -182,28 +170,19 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     else:
         out["api_name"] = np.where(ok, name.take(take).to_numpy(object), None)
     for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
-        v = a[col][take] if len(a["pid"]) else np.zeros(len(ops), np.int64)
+        v = a[col][take] if len(name) else np.zeros(len(ops), np.int64)
         out[c] = pd.arrays.IntegerArray(np.where(ok, v, 0).astype(np.int64), ~ok)
     return out
 
 
 @per_frame
 def _calls_by_correlation(api: pd.DataFrame) -> dict:
-    """The CUDA calls with a correlation id, one per (pid, id), as arrays (name as a pandas Series) and their
-    lookup index: computed once per frame, since every rule asks about the same report's calls (a pandas Index
-    keeps its hash table, built on the first lookup)."""
+    """The CUDA calls with a correlation id as arrays (name as a pandas Series) and their join on (pid, id)
+    (readers.nsys_frames.FirstMatch): prepared once per frame, since every rule asks about the same report's
+    calls."""
     rows = np.flatnonzero(api["correlation_id"].notna().to_numpy())
-    pid = api["pid"].to_numpy(np.int64)[rows]
     corr = api["correlation_id"].to_numpy(np.int64, na_value=-1)[rows]
-    key = _pair_key(pid, corr)
-    index = None if key is None else pd.Index(key)
-    # usually every (pid, id) is one call, and the hash table built here is the lookups' too
-    if index is None or not index.is_unique:  # else the first call of each (pid, id)
-        first = ~(index.duplicated() if index is not None else pd.MultiIndex.from_arrays([pid, corr]).duplicated())
-        rows, pid, corr = rows[first], pid[first], corr[first]
-        key = None if key is None else key[first]
-        index = None if key is None else pd.Index(key)
-    return {"pid": pid, "correlation_id": corr, "key": key, "index": index,
+    return {"match": FirstMatch(ckey(api["pid"].to_numpy(np.int64)[rows], corr)),
             "tid": api["tid"].to_numpy(np.int64)[rows], "start_ns": api["start_ns"].to_numpy(np.int64)[rows],
             "end_ns": pd.to_numeric(api["end_ns"]).to_numpy(np.int64)[rows],
             "name": api["name"].take(rows).reset_index(drop=True)}
