@@ -113,11 +113,12 @@ def _run(client, files: list[RankFile], progress) -> list[RankResult]:
     got = gather(futures, 0, len(futures))
     results = sorted((r for r in got if isinstance(r, RankResult)), key=lambda r: r.rank)
     diagnosed = {d.rank: d for d in got if isinstance(d, RankDiagnosis)}
-    done = [len(futures)]
+    done = len(futures)
 
     def diagnose(jobs):  # a round of diagnoses (a second one only where one failed): the progress counts on
-        out = gather([submit(diagnose_rank, "diagnosis", *j) for j in jobs], done[0], done[0] + len(jobs))
-        done[0] += len(jobs)
+        nonlocal done
+        out = gather([submit(diagnose_rank, "diagnosis", *j) for j in jobs], done, done + len(jobs))
+        done += len(jobs)
         return out
 
     return diagnose_groups(results, diagnose, diagnosed)
