@@ -371,6 +371,23 @@ def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, monkeypatch):
         assert best[i] == want and (want < 0 or cover[i] == c[want]), i
 
 
+@pytest.mark.parametrize("distinct", ["few", "many"])
+def test_text_tests_are_the_same_per_value_in_a_loop_or_vectorised(distinct):
+    """Up to text.LOOP_MAX distinct values a Python loop tests them, above it pandas does: the answers are the
+    same, on plain and categorical columns, missing values read as 'nan'."""
+    from nsight_magic.analysis import text as tx
+
+    n = 50 if distinct == "few" else 3 * tx.LOOP_MAX
+    col = pd.Series([f"Iteration {i}" if i % 7 else None for i in range(n)], dtype=object)
+    ref = pd.Series(["nan" if v is None else v for v in col], dtype=object)
+    for c in (col, col.astype("category")):
+        assert (tx.contains(c, "iteration 1", case=False) == ref.str.contains("iteration 1", case=False)).all()
+        assert (tx.contains(c, "ion 2(", regex=False) == ref.str.contains("ion 2(", regex=False)).all()
+        assert (tx.contains(c, "^na") == ref.str.contains("^na")).all()
+        assert (tx.eq(c, "nan") == (ref == "nan")).all()
+        assert (tx.isin(c, ["Iteration 3", "nan"]) == ref.isin(["Iteration 3", "nan"])).all()
+
+
 def test_text_helpers_read_as_astype_str_and_keep_codes():
     from nsight_magic.analysis import text as tx
 

@@ -12,36 +12,45 @@ import numpy as np
 import pandas as pd
 
 
-def _per_value(col, test) -> np.ndarray:
-    """test(text) -> bool, asked once per distinct value of col, as a bool array over its rows."""
+# up to this many distinct values a Python loop beats building a pandas string array for them; above it (NVTX
+# ranges named per step, a million of them) pandas' vectorised test wins
+LOOP_MAX = 4096
+
+
+def _per_value(col, one, many) -> np.ndarray:
+    """A text test asked once per distinct value of col, as a bool array over its rows: one(text) -> bool for a
+    few values, many(pandas strings) -> bools for many."""
     cat = col.array if isinstance(col, pd.Series) else col
     if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
         # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
         codes, uniq = np.asarray(cat.codes), cat.categories
     else:
         codes, uniq = pd.factorize(pd.Series(col), sort=False)
-    # a Python loop over a few hundred names: cheaper than building a pandas string array for them each time
     vals = [str(v) for v in np.asarray(uniq, dtype=object)]
     vals.append("nan")
-    hit = np.fromiter(map(test, vals), bool, len(vals))
+    if len(vals) <= LOOP_MAX:
+        hit = np.fromiter(map(one, vals), bool, len(vals))
+    else:
+        hit = np.asarray(many(pd.Series(vals, dtype=object)), dtype=bool)
     return hit[np.where(codes >= 0, codes, len(vals) - 1)]
 
 
 def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray:
     """col.astype(str).str.contains(pat) as a bool array."""
     rx = re.compile(pat if regex else re.escape(pat), 0 if case else re.IGNORECASE)
-    return _per_value(col, lambda v: rx.search(v) is not None)
+    return _per_value(col, lambda v: rx.search(v) is not None,
+                      lambda v: v.str.contains(rx, regex=True).fillna(False))
 
 
 def eq(col, value: str) -> np.ndarray:
     """col.astype(str) == value as a bool array."""
-    return _per_value(col, lambda v: v == value)
+    return _per_value(col, lambda v: v == value, lambda v: v == value)
 
 
 def isin(col, values) -> np.ndarray:
     """col.astype(str).isin(values) as a bool array."""
     values = set(values)
-    return _per_value(col, lambda v: v in values)
+    return _per_value(col, lambda v: v in values, lambda v: v.isin(values))
 
 
 def as_text_categories(col: pd.Series) -> pd.Series:
