@@ -44,6 +44,7 @@ DEFAULTS: dict[str, float] = {
     "host_code.min_share_pct": 5,                 # ... this share of the steady state in such stretches
     "conv_bias_bn.min_share_pct": 1,              # bias additions before BatchNorm and their gradients
     "fp32_gemm.min_gpu_pct": 10,                  # fp32 matrix kernels on the CUDA cores: this share of kernel time
+    "fp64_compute.min_gpu_pct": 10,               # float64 kernels (matrix products, elementwise on doubles): share
     "gemm_alignment.min_gpu_pct": 5,              # tensor-core matrix kernels with operands aligned under 16 bytes
     "elementwise_fusion.min_gpu_pct": 60,         # elementwise and normalisation kernels: this share of kernel time
 }

@@ -24,6 +24,8 @@ Sections (pick with --only):
   planted_second  the second planted set (issue 28: allocator churn, fp32 GEMMs, implicit syncs, optimizer and
             PyTorch anti-patterns), NM_PLANTED_ONLY / NM_PLANTED_REPS / NM_PLANTED_TAG (/ NM_PLANTED_TRACE: another
             trace list, an experiment): $OUT/planted_second*.tar.xz
+  planted_third  the third planted set (causes no rule was written for when they were planted: fp64, metrics on
+            the host, a numpy round trip), same variables: $OUT/planted_third*.tar.xz
   call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
   emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
   latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json
@@ -510,6 +512,11 @@ def check_planted_second(work: Path) -> None:
     _planted(work, "second")
 
 
+def check_planted_third(work: Path) -> None:
+    """The third planted set (causes no rule was written for when planted); NM_PLANTED_ONLY, NM_PLANTED_TAG."""
+    _planted(work, "third")
+
+
 def check_call_overhead(work: Path) -> None:
     """What a traced call costs under nsys (benchmarks/call_overhead.py): the advice's estimate correction."""
     repo = Path(__file__).resolve().parents[1]
@@ -800,7 +807,8 @@ def main() -> None:
              "findings": check_findings, "optimize": check_optimize, "autonvtx": check_autonvtx,
              "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu, "planted": check_planted,
              "planted_ddp": check_planted_ddp, "planted_ddp_timing": check_planted_ddp_timing,
-             "planted_second": check_planted_second, "call_overhead": check_call_overhead,
+             "planted_second": check_planted_second, "planted_third": check_planted_third,
+             "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,

@@ -250,6 +250,49 @@ def test_matrix_kernels_are_classified_from_their_names(name, variant, precision
         assert bool(gemms["align_elems"].min() < 8) is (variant == "bad")
 
 
+def test_float64_is_named_and_its_kernels_classified(planted):
+    """A model in float64 (inputs from numpy): cuBLAS's sm90 `f64f64` and CUTLASS's `tensorop_d884gemm` kernels
+    are fp64 products (on H100's tensor cores, at a fraction of the TF32 rate), PyTorch's `<double>` kernels
+    float64 elementwise work.  The verdict says fp64; the finding names it; the alignment rule, whose 16 bytes
+    concern the 16- and 32-bit types, leaves fp64's one-element alignment alone."""
+    from nsight_magic.analysis.kernel_classes import classify
+
+    rep = planted("fp64_compute", "bad")
+    c = classify(rep.kernels["name"])
+    gemm = c[c["cls"] == "gemm"]
+    assert len(gemm) >= 2 and set(gemm["precision"]) == {"fp64"}, gemm[["name", "precision"]]
+    assert "in fp64" in rep.bottleneck().summary
+    fs = rep.findings()
+    assert fs[0].rule == "fp64_compute" and "from_numpy" in fs[0].explanation + fs[0].suggestion
+    assert set(fs[0].evidence["precision"]) == {"fp64", "double"}
+    assert not [f for f in fs if f.rule == "gemm_alignment"]
+    fixed = planted("fp64_compute", "fixed")
+    assert "fp64" not in fixed.bottleneck().summary
+    assert not [f for f in fixed.findings() if f.rule == "fp64_compute"]
+
+
+def test_a_copy_into_pageable_memory_is_a_sync_and_a_round_trip_is_not_input(planted):
+    """`.cpu()` of the predictions each step: CUDA returns from a device-to-pageable cudaMemcpyAsync only once the
+    copy is done, so the host waited there (not in the cudaStreamSynchronize after it), and the GPU then idled
+    through its bookkeeping: sync time, charged to the copy, read back as implicit_sync.  A numpy round trip
+    (128 MiB out, numpy, 64 KiB of weights back) is the same wait, then host work on the GPU's data: not a batch
+    the GPU waited for, whatever the size of what goes back."""
+    rep = planted("cpu_metrics", "bad")
+    (imp,) = [f for f in rep.findings() if f.rule == "implicit_sync"]
+    assert imp.evidence["name"].astype(str).str.startswith("cudaMemcpyAsync").any()
+    assert int(imp.evidence["copy_bytes"].median()) == 16384 * 8  # the predictions' int64 indices
+    assert "60 (1 per step)" in imp.title and ".cpu()" in imp.explanation
+    trip = planted("numpy_roundtrip", "bad")
+    pct = trip.bottleneck().breakdown.set_index("category")["pct"]
+    assert pct["input"] == 0 and pct["sync"] > 20, pct
+    fs = trip.findings()
+    assert not [f for f in fs if f.rule == "input_wait"]
+    assert "compute it with torch on the GPU" in fs[0].suggestion
+    assert [f.rule for f in fs if f.severity in ALARM][:2] == ["cuda_memcpy_async", "implicit_sync"]
+    # an input loop keeps its input: what it reads back (values) is smaller than its batches
+    assert planted("input_starved", "bad").bottleneck().kind == "input"
+
+
 def test_a_sync_the_host_could_have_outrun_is_the_cause_not_launches(planted):
     """Boolean masks: the host waits for nonzero's size twice a step, then the GPU idles while it queues the rest.
     The host's own work is less than the GPU's, so without the syncs the GPU would set the pace: the idle time

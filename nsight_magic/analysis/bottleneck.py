@@ -6,8 +6,10 @@ from the GPU's first to its last operation), the GPU's time is split with interv
     compute          non-NCCL kernels running (busy once however many run at once)
     communication    NCCL kernels not overlapped by compute
     copy             copies and memsets not overlapped by kernels
-    input            idle before a batch's host-to-device copy: the host was preparing data
-    sync             idle after a host synchronisation returned: the CPU had waited instead of queueing work
+    input            idle before a batch's host-to-device copy: the host was preparing data (not when it read back
+                     at least as much just before: a round trip through the host's own code)
+    sync             idle after a host synchronisation returned: the CPU had waited instead of queueing work (a
+                     sync call, a synchronous copy, or a copy into pageable memory, which returns when it is done)
     allocator        idle while the launching thread was in the CUDA allocator (cudaMalloc, cudaFree, ...)
     module load      idle while it loaded GPU code (cuLibraryLoadData, cuModuleLoad*: lazy loading)
     host wait        idle while the launching thread was blocked in the OS (sleep, lock, I/O, a queue)
@@ -122,14 +124,14 @@ def _gpu_ops(report) -> pd.DataFrame:
                                    "end_ns": k["end_ns"].to_numpy(np.int64), "pid": k["pid"].to_numpy(np.int64),
                                    "device_id": k["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(k["correlation_id"], dtype="Int64"),
-                                   "cat": _cats(np.where(nccl, 1, 0), len(k)), "htod_batch": False}))
+                                   "cat": _cats(np.where(nccl, 1, 0), len(k)), "htod_batch": False, "bytes": 0}))
     g = getattr(report, "graphs", None)
     if g is not None and len(g):  # a CUDA graph's launch: its kernels, as one interval
         parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(np.int64),
                                    "end_ns": g["end_ns"].to_numpy(np.int64), "pid": g["pid"].to_numpy(np.int64),
                                    "device_id": g["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(g["correlation_id"], dtype="Int64"),
-                                   "cat": _cats(0, len(g)), "htod_batch": False}))
+                                   "cat": _cats(0, len(g)), "htod_batch": False, "bytes": 0}))
     for f in (report.memcpy, report.memset):
         if len(f):
             batch = np.zeros(len(f), bool)
@@ -139,19 +141,41 @@ def _gpu_ops(report) -> pd.DataFrame:
                                        "end_ns": f["end_ns"].to_numpy(np.int64), "pid": f["pid"].to_numpy(np.int64),
                                        "device_id": f["device_id"].to_numpy(np.int64),
                                        "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
-                                       "cat": _cats(2, len(f)), "htod_batch": batch}))
+                                       "cat": _cats(2, len(f)), "htod_batch": batch,
+                                       "bytes": f["bytes"].to_numpy(np.int64) if "bytes" in f else 0}))
     if not parts:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
-                                     "htod_batch"])
+                                     "htod_batch", "bytes"])
     ops = pd.concat(parts, ignore_index=True)
     return ops[ops["end_ns"] > ops["start_ns"]].sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
+def blocking_readbacks(memcpy: pd.DataFrame) -> np.ndarray:
+    """The copies the host waited for although no call says sync: device to pageable host memory (`.cpu()`,
+    `.numpy()`, `.tolist()` of a GPU tensor).  CUDA returns from such a cudaMemcpyAsync only once the copy is done,
+    after the work queued before it.  A boolean per row."""
+    if memcpy.empty or "dst_kind" not in memcpy or "kind" not in memcpy:
+        return np.zeros(len(memcpy), bool)
+    return np.asarray(tx.eq(memcpy["kind"], "DtoH") & tx.eq(memcpy["dst_kind"], "pageable"), bool)
+
+
 def _host_calls(report, pid: int):
-    """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls."""
+    """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls.  The
+    calls get `waits`: the host waited for the GPU in them (syncs, synchronous copies, blocking read-backs)."""
     api = report.cuda_api
     if len(api) and not (mine := (api["pid"] == pid).to_numpy()).all():  # one process: no copy
         api = api[mine]
+    if len(api):
+        m = report.memcpy
+        back = m[blocking_readbacks(m) & (m["pid"] == pid).to_numpy()] if len(m) else m
+        back = back[back["correlation_id"].notna().to_numpy()] if len(back) else back
+        waits, got = _is_sync(api["name"]), np.zeros(len(api), np.int64)
+        if len(back):
+            size = pd.Series(back["bytes"].to_numpy(np.int64), index=back["correlation_id"].to_numpy(np.int64))
+            size = size[~size.index.duplicated()]
+            got = size.reindex(api["correlation_id"].to_numpy(np.int64, na_value=-1)).fillna(0).to_numpy(np.int64)
+            waits = waits | (got > 0)
+        api = api.assign(waits=waits, readback_bytes=got)
     osrt = report.osrt
     if len(osrt):
         osrt = osrt[osrt["pid"] == pid]
@@ -229,7 +253,7 @@ def _host_slack(api: pd.DataFrame, window) -> int | None:
     launchers = set(api.loc[tx.contains(api["name"], "Launch", regex=False), "tid"].tolist())
     mine = api[api["tid"].isin(launchers).to_numpy()] if launchers else api
     dur = (mine["end_ns"] - mine["start_ns"]).to_numpy(np.int64)
-    sync = _is_sync(mine["name"])
+    sync = mine["waits"].to_numpy(bool)
     typical = pd.Series(dur).groupby(pd.factorize(mine["name"], use_na_sentinel=False)[0]).transform("median").to_numpy(float)
     blocked = ~sync & (dur > BLOCKED_CALL_FACTOR * typical) & (dur > typical + BLOCKED_CALL_NS)
     w = sync | blocked
@@ -250,7 +274,7 @@ def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFram
     a, b = window
     if not len(api) or not gaps["after_sync"].any():
         return
-    s = api[_is_sync(api["name"])]
+    s = api[api["waits"].to_numpy(bool)]
     if s.empty:
         return
     waited = I.total(I.clip(I.union(s["start_ns"], s["end_ns"]), a, b))
@@ -304,12 +328,14 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     left = dur.astype(np.int64).copy()
     # input: the gap before a batch's copy, beyond a typical launch gap
     inp = (code == len(OP_CATS)) & (dur - typical >= INPUT_MIN_GAP_NS)
+    if inp.any() and len(api) and "readback_bytes" in api:
+        inp &= ~_round_trip(gs, ge, tid, ops["bytes"].to_numpy(np.int64)[nxt_c], api)
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
     by_thread = {}  # the calls of each thread that launched a gap's next op (a copy of what is needed, no more)
     if len(api):
-        api_tid, calls_of = api["tid"].to_numpy(np.int64), api[["start_ns", "end_ns", "name"]]
+        api_tid, calls_of = api["tid"].to_numpy(np.int64), api[["start_ns", "end_ns", "name", "waits"]]
         calls = np.zeros(n, np.int64)  # the CUDA calls the launching thread made in each gap
         for th in np.unique(tid[tid >= 0]).tolist():
             mine = api_tid == th
@@ -361,16 +387,18 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     sync_wait = np.zeros(n, np.int64)
     after_sync = np.zeros(n, bool)
     for th, g in by_thread.items():
-        g = g[_is_sync(g["name"])]
+        g = g[g["waits"].to_numpy(bool)]
         m = np.flatnonzero(tid == int(th))
         if g.empty or not len(m):
             continue
-        g = g.sort_values("end_ns", kind="stable")
+        g = g.sort_values("start_ns", kind="stable")  # one thread's calls: one after the other
         se, ss = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
-        k = np.searchsorted(se, gs[m] + SYNC_TOLERANCE_NS, "right") - 1  # the last sync returned by the gap's start
+        # the thread's last sync begun by the gap's start: returned by then, or during the gap (a read-back into
+        # pageable memory returns after the GPU's copy, once the driver copied its staging buffer)
+        k = np.searchsorted(ss, gs[m] + SYNC_TOLERANCE_NS, "right") - 1
         nxt_start = np.r_[ss[1:], np.iinfo(np.int64).max]
         kk = np.maximum(k, 0)
-        ok = (k >= 0) & (gs[m] < nxt_start[kk])
+        ok = (k >= 0) & (gs[m] < nxt_start[kk]) & (se[kk] <= ge[m])
         if not ok.any():
             continue
         mm, kk = m[ok], kk[ok]
@@ -397,6 +425,27 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["after_sync"] = after_sync
     left -= sync_take
     out["launch"] = np.maximum(left, 0)
+    return out
+
+
+def _round_trip(gs, ge, tid, copy_bytes, api: pd.DataFrame) -> np.ndarray:
+    """Gaps that end with a host-to-device copy no larger than what the launching thread read back from the GPU
+    (blocking_readbacks) as the gap began: the host computed on the GPU's data and sent it back (a weight, a loss
+    done in numpy), not a new batch.  An input loop reads back values or outputs, smaller than its batches."""
+    out = np.zeros(len(gs), bool)
+    rb = api[api["readback_bytes"].to_numpy() > 0]
+    for th, g in rb.groupby("tid", sort=False):
+        m = np.flatnonzero(tid == int(th))
+        if not len(m):
+            continue
+        g = g.sort_values("start_ns", kind="stable")
+        rs, re = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+        size = g["readback_bytes"].to_numpy(np.int64)
+        # the read-back under way as the GPU went idle (its call returns after the copy: the driver's staging)
+        j = np.searchsorted(rs, gs[m], "right") - 1
+        jj = np.maximum(j, 0)
+        ok = (j >= 0) & (re[jj] >= gs[m] - SYNC_TOLERANCE_NS) & (re[jj] <= ge[m])
+        out[m] = ok & (size[jj] >= copy_bytes[m])
     return out
 
 
@@ -587,8 +636,10 @@ def _matrix_words(report, window) -> str:
         return ""
     share = 100.0 * m["time_ns"].sum() / kc["time_ns"].sum()
     tc = 100.0 * m["tc_ns"].sum() / max(m["time_ns"].sum(), 1)
+    # fp64 runs on H100's tensor cores too, at a fraction of the TF32/bf16 rate: say so beside the share
+    fp64 = 100.0 * m.loc[m["precision"] == "fp64", "time_ns"].sum() / max(m["time_ns"].sum(), 1)
     return (f"; matrix kernels (GEMM, convolution, attention) take {share:.0f}% of kernel time, {tc:.0f}% of that "
-            f"on tensor cores")
+            f"on tensor cores" + (f", {fp64:.0f}% in fp64" if fp64 >= 1 else ""))
 
 
 def bottleneck(report) -> Bottleneck:

@@ -40,7 +40,8 @@ MATRIX = ("gemm", "conv", "attention")
 # precision of matrix kernels from the type tokens of their names, checked in order
 PRECISIONS = (
     ("fp8", r"(?i)e4m3|e5m2|fp8|f8f8"),
-    ("fp64", r"(?i)dgemm|f64f64|_fp64|double"),
+    # cuBLAS `dgemm`/`f64f64`, CUTLASS `tensorop_d884gemm` (fp64 MMA on the tensor cores), `dmma`
+    ("fp64", r"(?i)dgemm|f64f64|_fp64|double|tensorop_d\d|_d884|dmma"),
     ("tf32", r"(?i)tf32"),
     ("bf16", r"(?i)bf16|bfloat16"),
     ("fp16", r"(?i)f16|half|h16816|hgemm|_h884|_h1688"),  # after bf16: what is left with "f16" is fp16
@@ -147,14 +148,14 @@ def tensor_core_share(report, window: tuple[int, int] | None = None) -> float | 
     return 100.0 * float(m["tc_ns"].sum()) / float(m["time_ns"].sum())
 
 
-# dense matrix throughput (TFLOP/s) by compute capability: CUDA cores fp32, tensor cores tf32 and bf16/fp16, from
+# dense matrix throughput (TFLOP/s) by compute capability: fp64, CUDA cores fp32, tensor cores tf32 and bf16/fp16, from
 # NVIDIA's data sheets of each architecture's data-center part (V100, A100, A10/A40-class, L4/L40-class, H100).
-THROUGHPUT = {
-    (7, 0): {"fp32": 15.7, "tf32": None, "bf16": 125.0},
-    (8, 0): {"fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
-    (8, 6): {"fp32": 37.4, "tf32": 74.8, "bf16": 149.7},
-    (8, 9): {"fp32": 90.5, "tf32": 90.5, "bf16": 181.0},
-    (9, 0): {"fp32": 66.9, "tf32": 494.7, "bf16": 989.4},
+THROUGHPUT = {  # fp64: the tensor cores' where the GPU has fp64 MMA (V100: none; GA102/AD102: 1/64 of fp32)
+    (7, 0): {"fp64": 7.8, "fp32": 15.7, "tf32": None, "bf16": 125.0},
+    (8, 0): {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
+    (8, 6): {"fp64": 0.6, "fp32": 37.4, "tf32": 74.8, "bf16": 149.7},
+    (8, 9): {"fp64": 1.4, "fp32": 90.5, "tf32": 90.5, "bf16": 181.0},
+    (9, 0): {"fp64": 66.9, "fp32": 66.9, "tf32": 494.7, "bf16": 989.4},
 }
 
 

@@ -65,6 +65,11 @@ def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
                         m["pid"], m["api_tid"], m["api_start_ns"].fillna(0)))
 
 
+def _size(n: int) -> str:
+    return next(f"{n / d:,.0f} {u}" for d, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
+                if n >= d or d == 1)
+
+
 def _exposed(ctx: Context, ev: pd.DataFrame) -> int:
     return ctx.diag.exposed(ev["start_ns"], ev["end_ns"], ev["pid"].astype("Int64").fillna(-1),
                             ev["device_id"].astype("Int64").fillna(-1))
@@ -85,6 +90,10 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
         also = (f" {int(inline.sum())} of them also run on the stream of the kernels, between them "
                 "(serialized_copy): pinned memory alone lets them run at full speed, a side stream lets them "
                 "overlap.")
+    back = np.asarray(tx.eq(m["kind"], "DtoH"), bool)
+    if back.any():
+        also += (f" {int(back.sum())} of them copy from the GPU ({_size(int(m.loc[back, 'bytes'].sum()))} in all): "
+                 "each waits for the work queued before it, and the host then works on what it read (implicit_sync).")
     return [Finding(
         "cuda_memcpy_async", ctx.severity(at_stake),
         f"{len(ev)} asynchronous copies use pageable host memory",
@@ -95,7 +104,9 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
         "`batch = batch.pin_memory()`, then `batch.to('cuda', non_blocking=True)`; CUDA: allocate with "
         "cudaMallocHost / cudaHostAlloc or register with cudaHostRegister."
         + (" Then prefetch on a side stream: `with torch.cuda.stream(s): nxt = batch.to('cuda', non_blocking=True)` "
-           "and `torch.cuda.current_stream().wait_stream(s)`." if inline.any() else ""),
+           "and `torch.cuda.current_stream().wait_stream(s)`." if inline.any() else "")
+        + (" Data copied from the GPU for the host to compute on (metrics, a loss or weights in numpy) and sent back "
+           "need no copy at all: compute it with torch on the GPU." if back.any() else ""),
         at_stake, estimate_words(ctx, "the flagged copies' time not hidden behind kernels (pinned, they overlap)"),
         ev, ranges_of(ev), related=("serialized_copy",) if inline.any() else ())]
 

@@ -1,10 +1,11 @@
 """What the host was doing while the GPU waited, named by its CUDA calls: the allocator, lazy module loading, and
-implicit synchronisations (a tiny device-to-host copy the host waits for: `.item()`, `nonzero`, boolean masks).
+implicit synchronisations (a device-to-host copy the host waits for: `.item()`, `nonzero`, boolean masks, or
+`.cpu()` / `.numpy()` into pageable memory).
 
 Their time at stake comes from the breakdown (analysis.bottleneck): the GPU's idle time while the launching thread
-was in the allocator (`allocator`) or loading modules (`module load`), and the idle time charged to the syncs that
-follow a tiny copy back to the host (`sync`, which cuda_api_sync then does not count again), plus, for boolean
-masks and nonzero, the GPU time of the data-dependent kernels (select, sort, indexing) beyond what the host paced.
+was in the allocator (`allocator`) or loading modules (`module load`), and the idle time charged to the read-backs
+and the syncs that follow them (`sync`, which cuda_api_sync then does not count again), plus, for boolean masks and
+nonzero, the GPU time of the data-dependent kernels (select, sort, indexing) beyond what the host paced.
 """
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..bottleneck import HOST_CALLS
+from ..bottleneck import HOST_CALLS, blocking_readbacks
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
                      with_operator)
 from .kernels import gpu_side_saving
+from ...readers.nsys_frames import ckey
 from .. import text as tx
 
 TINY_COPY_BYTES = 1024       # a device-to-host copy this small is a value the host wants to look at
@@ -102,37 +104,52 @@ def rule_module_loading(ctx: Context) -> list[Finding]:
 
 
 def implicit_syncs(report) -> pd.DataFrame:
-    """Sync calls that follow a tiny device-to-host copy on the same thread within IMPLICIT_WINDOW_NS: the host
-    reading a value off the GPU (`.item()`, `.tolist()`, `if tensor:`, `print(tensor)`, the size of `nonzero`
-    and boolean-mask results).  Columns of cuda_api plus copy_bytes and copy_start_ns."""
+    """The host reading data off the GPU and waiting for it: sync calls that follow a tiny device-to-host copy on
+    the same thread within IMPLICIT_WINDOW_NS (`.item()`, `if tensor:`, `print(tensor)`, the size of `nonzero`
+    and boolean-mask results), and the copy calls into pageable memory, which wait themselves (`.cpu()`,
+    `.numpy()`, `.tolist()`: bottleneck.blocking_readbacks).  Columns of cuda_api plus copy_bytes and
+    copy_start_ns."""
     cache = getattr(report, "__dict__", {}).setdefault("_implicit_syncs", {})
     if "v" in cache:
         return cache["v"]
     api, m = report.cuda_api, report.memcpy
     empty = api.iloc[0:0].assign(copy_bytes=pd.Series(dtype="int64"), copy_start_ns=pd.Series(dtype="int64"))
     out = empty
+    parts = []
+    readback = blocking_readbacks(m) if len(m) else np.zeros(0, bool)
+    if len(api) and len(m):
+        back = m[readback]
+        if len(back):  # the copy's own call: joined on (process, correlation id)
+            size = pd.Series(back["bytes"].to_numpy(np.int64), index=ckey(back["pid"], back["correlation_id"]))
+            size = size[~size.index.duplicated()]
+            key = ckey(api["pid"], api["correlation_id"])
+            calls = api[np.isin(key, size.index.to_numpy()) & (key >= 0)]
+            parts.append(calls.assign(copy_bytes=size.reindex(ckey(calls["pid"], calls["correlation_id"])).to_numpy(),
+                                      copy_start_ns=calls["start_ns"].to_numpy(np.int64)))
     if len(api) and len(m) and "kind" in m:
-        tiny = m[(tx.eq(m["kind"], "DtoH")) & (m["bytes"] <= TINY_COPY_BYTES)]
+        # a sync after a read-back (a tiny copy: a value; or one into pageable memory, which waited already)
+        tiny = m[((tx.eq(m["kind"], "DtoH")) & (m["bytes"] <= TINY_COPY_BYTES)).to_numpy() | readback]
         if len(tiny):
             a = api_of(tiny, api)
             copies = pd.DataFrame({"pid": tiny["pid"].to_numpy(), "tid": a["api_tid"].to_numpy(),
-                                   "t": pd.to_numeric(a["api_start_ns"]).to_numpy(), "bytes": tiny["bytes"].to_numpy()})
-            copies = copies.dropna(subset=["tid", "t"])
+                                   "t": pd.to_numeric(a["api_start_ns"]).to_numpy(),
+                                   "te": pd.to_numeric(a["api_end_ns"]).to_numpy(), "bytes": tiny["bytes"].to_numpy()})
+            copies = copies.dropna(subset=["tid", "t", "te"])
             syncs = api[tx.contains(api["name"], SYNC_RX)]
-            parts = []
             for (pid, tid), s in syncs.groupby(["pid", "tid"]):  # threads: a few
                 c = copies[(copies["pid"] == pid) & (copies["tid"] == tid)].sort_values("t")
                 if c.empty:
                     continue
-                ct = c["t"].to_numpy(np.int64)
+                ct, ce = c["t"].to_numpy(np.int64), c["te"].to_numpy(np.int64)
                 st = s["start_ns"].to_numpy(np.int64)
-                j = np.searchsorted(ct, st, "right") - 1  # the last tiny copy before each sync
-                ok = (j >= 0) & (st - ct[np.maximum(j, 0)] <= IMPLICIT_WINDOW_NS)
+                j = np.searchsorted(ct, st, "right") - 1  # the last read-back before each sync
+                # within the window after its call returned (a read-back into pageable memory waits in its call)
+                ok = (j >= 0) & (st - ce[np.maximum(j, 0)] <= IMPLICIT_WINDOW_NS)
                 if ok.any():
                     parts.append(s[ok].assign(copy_bytes=c["bytes"].to_numpy()[j[ok]].astype(np.int64),
                                               copy_start_ns=ct[j[ok]]))
-            if parts:
-                out = pd.concat(parts).sort_values("start_ns", kind="stable")
+    if parts:
+        out = pd.concat(parts).sort_values("start_ns", kind="stable")
     cache["v"] = out
     return out
 
@@ -159,22 +176,31 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
                                                                               syncs["start_ns"])},
         syncs["pid"], syncs["tid"], syncs["copy_start_ns"]))
     masks = len(dd) > 0
+    values = bool((syncs["copy_bytes"] <= TINY_COPY_BYTES).all())
     what = ("boolean masks or nonzero (their result's size is read back before the indexing kernels can be "
-            "launched)" if masks else "`.item()`, `.tolist()`, `float(t)`, `if t:` or `print(t)` on a GPU tensor")
+            "launched)" if masks else "`.item()`, `.tolist()`, `float(t)`, `if t:` or `print(t)` on a GPU tensor"
+            if values else "`.cpu()`, `.numpy()` or `.tolist()` of a GPU tensor (metrics, logging, a loss or a "
+            "weight computed on the host)")
+    reads = syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])  # a read-back's copy call and its sync: once
+    copied = (f"a copy of at most {TINY_COPY_BYTES} bytes from the GPU to the host" if values else
+              "a copy from the GPU to the host")
+    median = f"median {int(reads['copy_bytes'].median()):,} bytes" + ("" if values else
+                                                                      "; into pageable memory the copy call waits")
     costs = f"the GPU idled {idle / 1e6:,.1f} ms after them while the host queued work again"
     if gpu:
         costs += (f", and the data-dependent kernels (select, sort, indexing: {len(dd)}) took {gpu / 1e6:,.1f} ms "
                   f"of GPU time on the critical path")
     return [Finding(
         "implicit_sync", ctx.severity(at_stake),
-        f"{_steps_words(ctx, len(ev))} implicit synchronisations read values back from the GPU",
-        f"Each of these synchronisations follows a copy of at most {TINY_COPY_BYTES} bytes from the GPU to the host "
-        f"(median {int(ev['copy_bytes'].median())} bytes): the host waits for every queued kernel to read one value, "
-        f"typically {what}. Meanwhile it queues nothing, so {costs}." + where_words(ev),
+        f"{_steps_words(ctx, len(reads))} implicit synchronisations read values back from the GPU",
+        f"Each of these synchronisations waits for {copied} ({median}): "
+        f"the host waits for every queued kernel to read {'one value' if values else 'the data'}, typically {what}. "
+        f"Meanwhile it queues nothing, so {costs}." + where_words(ev),
         "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). Keep "
-        "values on the GPU: accumulate losses and metrics as tensors and read them every N steps; replace boolean "
-        "masks and `nonzero` with `torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or "
-        "fixed-size ops; compare on the GPU instead of `if loss.item() > ...`.",
+        "values on the GPU: accumulate losses and metrics as tensors and read them every N steps; compute metrics "
+        "and weights with torch on the GPU rather than in numpy; replace boolean masks and `nonzero` with "
+        "`torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or fixed-size ops; compare "
+        "on the GPU instead of `if loss.item() > ...`.",
         at_stake, estimate_words(ctx, "the GPU's idle time after these syncs returned (up to the time the host "
                                       "waited in them), plus the data-dependent kernels' GPU time beyond the time "
                                       "the host paced the GPU"), ev, ranges_of(ev))]

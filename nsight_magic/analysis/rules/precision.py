@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from .. import text as tx
 from ..bottleneck import bottleneck
 from ..kernel_classes import ELEM_BYTES, MATRIX, throughput, with_classes
 from .common import Context, Finding, estimate_words, evidence, ranges_of
@@ -20,6 +21,10 @@ UNKNOWN_TF32_RATIO = 8.0   # A100's tf32 / fp32 throughput, for a GPU not in ker
 MISALIGNED_SAVING = 0.5    # misaligned tensor-core GEMMs ran at about half the speed of aligned ones (H100, bf16,
 #                            width 4100 against 4104: 1.05 ms against 0.44 ms per product; tests/data/planted)
 FUSION_SAVING = 0.5        # fusing chains of elementwise kernels: about half their memory passes go
+UNKNOWN_FP64_RATIO = 8.0   # H100's tf32 / fp64 tensor-core throughput, for a GPU not in kernel_classes.THROUGHPUT
+FP64_BYTES_SAVING = 0.5    # a memory-bound kernel on float32 instead of float64: half the bytes
+_DOUBLE = r"\bdouble\b|float64"  # element types in names: PyTorch's and CUB's template arguments, CuPy's suffixes
+_BYTES_BOUND = r"(?i)gemv|splitKreduce"  # matrix-vector products and split-K reductions: memory-bound
 
 
 def _gpu_bound(ctx: Context) -> bool:
@@ -34,25 +39,40 @@ def _matrix(ctx: Context) -> pd.DataFrame:
     return cache["k"]
 
 
+def _holding(ctx: Context, rule: str, select) -> tuple[pd.DataFrame, pd.DataFrame, float] | None:
+    """In a GPU-bound loop: (the classified kernels, those `select(kernels)` picks, all kernels' time) when the
+    picked ones hold at least the rule's `min_gpu_pct` of kernel time; else None."""
+    if not _gpu_bound(ctx):
+        return None
+    k = _matrix(ctx)
+    if k.empty:
+        return None
+    m = k[select(k)]
+    total = float(k["duration_ns"].sum())
+    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th[f"{rule}.min_gpu_pct"]:
+        return None
+    return k, m, total
+
+
+def _gpu_name(ctx: Context) -> str:
+    return str(ctx.report.gpus["name"].iloc[0]) if len(ctx.report.gpus) else "this GPU"
+
+
 def rule_fp32_gemm(ctx: Context) -> list[Finding]:
     """Matrix kernels in fp32 on the CUDA cores (FFMA, SIMT) holding the time of a GPU-bound loop: TF32 or bf16
     would run them on the tensor cores."""
-    if not _gpu_bound(ctx):
+    got = _holding(ctx, "fp32_gemm", lambda k: k["cls"].isin(("gemm", "conv")).to_numpy()
+                   & (k["precision"] == "fp32").to_numpy()
+                   & (k["tensor_cores"].fillna(True) == False).to_numpy())  # noqa: E712 - nullable boolean
+    if got is None:
         return []
-    k = _matrix(ctx)
-    if k.empty:
-        return []
-    m = k[k["cls"].isin(("gemm", "conv")).to_numpy() & (k["precision"] == "fp32").to_numpy()
-          & (k["tensor_cores"].fillna(True) == False).to_numpy()]  # noqa: E712 - nullable boolean
-    total = float(k["duration_ns"].sum())
-    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["fp32_gemm.min_gpu_pct"]:
-        return []
+    _, m, total = got
     t = throughput(ctx.report)
     ratio = t["tf32"] / t["fp32"] if t and t.get("tf32") else UNKNOWN_TF32_RATIO
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), 1 - 1 / ratio))
     share = m["duration_ns"].sum() * 100 / total
     ev = evidence(m, m["name"], {"precision": m["precision"], "cls": m["cls"]})
-    gpu = str(ctx.report.gpus["name"].iloc[0]) if len(ctx.report.gpus) else "this GPU"
+    gpu = _gpu_name(ctx)
     return [Finding(
         "fp32_gemm", ctx.severity(at_stake),
         f"fp32 matrix products on the CUDA cores take {share:.0f}% of kernel time (no tensor cores)",
@@ -67,20 +87,56 @@ def rule_fp32_gemm(ctx: Context) -> list[Finding]:
                                       "throughput, beyond the time the host paced the GPU"), ev, ranges_of(ev))]
 
 
+def rule_fp64_compute(ctx: Context) -> list[Finding]:
+    """Kernels in float64 holding the time of a GPU-bound loop: matrix products in fp64 (the tensor cores' fp64
+    rate, or 1/64 of fp32 on GPUs without fp64 units) and elementwise or reduction kernels on doubles (twice the
+    bytes of fp32).  Usually not chosen: numpy arrays are float64, and `torch.from_numpy` keeps it."""
+    got = _holding(ctx, "fp64_compute", lambda k: np.where(k["cls"].isin(MATRIX).to_numpy(),
+                                                           (k["precision"] == "fp64").to_numpy(),
+                                                           tx.contains(k["name"], _DOUBLE, regex=True)))
+    if got is None:
+        return []
+    _, m, total = got
+    t = throughput(ctx.report)
+    ratio = t["tf32"] / t["fp64"] if t and t.get("tf32") and t.get("fp64") else UNKNOWN_FP64_RATIO
+    in_matrix = (m["cls"].isin(MATRIX)).to_numpy()
+    flops = in_matrix & ~tx.contains(m["name"], _BYTES_BOUND, regex=True)  # the tensor cores' rate applies
+    at_stake = gpu_side_saving(ctx, m, np.where(flops, 1 - 1 / ratio, FP64_BYTES_SAVING))
+    share = m["duration_ns"].sum() * 100 / total
+    mshare = m.loc[in_matrix, "duration_ns"].sum() * 100 / total
+    ev = evidence(m, m["name"], {"precision": np.where(in_matrix, "fp64", "double"), "cls": m["cls"]})
+    gpu = _gpu_name(ctx)
+    return [Finding(
+        "fp64_compute", ctx.severity(at_stake),
+        f"float64 kernels take {share:.0f}% of kernel time ({mshare:.0f}% in fp64 matrix products)",
+        f"{len(ev)} kernels computed in float64 (matrix products named f64/d884/dgemm, elementwise and reduction "
+        f"kernels on `double`), in a loop the GPU sets the pace of. {gpu} runs fp32 matrix products with TF32 about "
+        f"{ratio:.0f}x faster than fp64, and every float64 tensor moves twice the bytes of a float32 one. Deep "
+        "learning rarely needs float64; it usually comes from numpy (its default dtype), which `torch.from_numpy` "
+        "and `torch.tensor(array)` keep, or from `.double()` / `torch.set_default_dtype(torch.float64)`.",
+        "Convert at the source: `torch.from_numpy(a).float()` (or `a.astype(np.float32)`), `model.float()`, and no "
+        "float64 default dtype; then allow TF32 (`torch.set_float32_matmul_precision('high')`) or train in bf16 "
+        "(`torch.autocast('cuda', dtype=torch.bfloat16)`). Keep float64 only where the numerics need it (and check "
+        "the loss curve after the change).",
+        at_stake, estimate_words(ctx, f"the fp64 matrix products' time x (1 - 1/{ratio:.1f}), the GPU's TF32 over "
+                                      f"fp64 throughput, and the other float64 kernels' time (memory-bound: "
+                                      f"elementwise, reductions, matrix-vector) x {FP64_BYTES_SAVING:g} (half the "
+                                      "bytes), beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+
+
 def rule_gemm_alignment(ctx: Context) -> list[Finding]:
     """Tensor-core matrix kernels whose operands are aligned to fewer than 16 bytes (cuBLAS/CUTLASS name the
     alignment: `_align2` on bf16 is 4 bytes): a dimension that is not a multiple of 8 (fp16/bf16) or 4 (tf32)."""
-    if not _gpu_bound(ctx):
+    def misaligned(k):
+        aligned_bytes = k["align_elems"].astype(float) * k["precision"].map(ELEM_BYTES).astype(float)
+        # fp64 MMA kernels are aligned to one element by design: fp64_compute's fix applies to them instead
+        return ((k["tensor_cores"].fillna(False) == True).to_numpy() & (aligned_bytes < 16).to_numpy()  # noqa: E712
+                & (k["precision"] != "fp64").to_numpy())
+
+    got = _holding(ctx, "gemm_alignment", misaligned)
+    if got is None:
         return []
-    k = _matrix(ctx)
-    if k.empty:
-        return []
-    elem = k["precision"].map(ELEM_BYTES).astype(float)
-    aligned_bytes = k["align_elems"].astype(float) * elem
-    m = k[(k["tensor_cores"].fillna(False) == True).to_numpy() & (aligned_bytes < 16).to_numpy()]  # noqa: E712
-    total = float(k["duration_ns"].sum())
-    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["gemm_alignment.min_gpu_pct"]:
-        return []
+    _, m, total = got
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), MISALIGNED_SAVING))
     share = m["duration_ns"].sum() * 100 / total
     ev = evidence(m, m["name"], {"precision": m["precision"], "align_elems": m["align_elems"]})
@@ -125,16 +181,11 @@ def _in_chains(k: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
 def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
     """Chains of elementwise and normalisation kernels (one after the other on a stream) holding the time of a
     GPU-bound loop: fusion."""
-    if not _gpu_bound(ctx):
+    got = _holding(ctx, "elementwise_fusion", lambda k: _in_chains(
+        k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy()))
+    if got is None:
         return []
-    k = _matrix(ctx)
-    if k.empty:
-        return []
-    small = _in_chains(k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy())
-    m = k[small]
-    total = float(k["duration_ns"].sum())
-    if m.empty or m["duration_ns"].sum() * 100 / max(total, 1) < ctx.th["elementwise_fusion.min_gpu_pct"]:
-        return []
+    k, m, total = got
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), FUSION_SAVING))
     share = m["duration_ns"].sum() * 100 / total
     ev = evidence(m, m["name"], {"cls": m["cls"]})

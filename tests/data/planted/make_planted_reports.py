@@ -1,6 +1,6 @@
 """Record the planted diagnosis suite: workloads with one known bottleneck each and a fixed twin.
 
-    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp] [--only a,b] [--reps 2]
+    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third] [--only a,b] [--reps 2]
 
 Run it on a machine with NVIDIA GPUs, PyTorch and Nsight Systems 2023+ on PATH (the lent H100 for `single`, two
 GPUs for `ddp`; scripts/gpu-check.sh --only planted,planted_ddp sets that machine up).  For each workload and each
@@ -471,6 +471,72 @@ model(x).float().square().mean().backward(); opt.step(); torch.cuda.synchronize(
 """
 
 
+# ---- the third set: causes no rule was written for when they were planted (how the advice generalises) --------
+FP64_SETUP = TF32 + """
+data = np.random.default_rng(0).standard_normal((8192, 2048))   # numpy's default: float64
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+model = model.to(DTYPE)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.from_numpy(data).to("cuda", DTYPE)
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+METRICS_SETUP = TF32 + """
+import torch.nn.functional as F
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())],
+                      nn.Linear(2048, 1000)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(16384, 2048, device="cuda")
+y = torch.randint(0, 1000, (16384,), device="cuda")
+y_cpu = y.cpu()
+def bookkeeping():
+    # host work of a step that needs no GPU result (the loader's next batch, schedules ...)
+    s = 0.0
+    for k in range(25000):
+        s += k * 0.5
+    return s
+F.cross_entropy(model(x), y).backward(); opt.step(); torch.cuda.synchronize()
+"""
+METRICS_LOOP = """
+accs = []
+for i in range(60):
+    with nvtx.annotate("step"):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        ACC
+        bookkeeping()
+torch.cuda.synchronize()
+"""
+METRICS_BAD = METRICS_LOOP.replace("ACC", "accs.append((logits.argmax(1).cpu() == y_cpu).float().mean())  # planted: "
+                                          "the predictions copied to the host every step")
+METRICS_FIXED = METRICS_LOOP.replace("ACC", "accs.append((logits.argmax(1) == y).float().mean())")
+
+ROUNDTRIP_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(16384, 2048, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+ROUNDTRIP_LOOP = """
+for i in range(40):
+    with nvtx.annotate("step"):
+        h = model(x)
+        WEIGHTS
+        loss = (h.square().mean(1) * w).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+ROUNDTRIP_BAD = ROUNDTRIP_LOOP.replace("WEIGHTS", "a = h.detach().cpu().numpy()           # planted: per-row weights "
+                                                  "computed in numpy, then sent back\n"
+                                                  "        w = torch.from_numpy(np.exp(-np.abs(a).mean(1))).to('cuda')")
+ROUNDTRIP_FIXED = ROUNDTRIP_LOOP.replace("WEIGHTS", "w = torch.exp(-h.detach().abs().mean(1))")
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -539,10 +605,21 @@ WORKLOADS += [
                                                                               "model(x).float().square()"),
             ODD_SETUP.replace("DIM", "4104")),
 ]
+WORKLOADS += [
+    Planted("fp64_compute", "a model and its inputs in float64 (the inputs came from numpy); fixed: float32 with "
+            "TF32", "gpu", "fp64_compute", FP64_SETUP.replace("DTYPE", "torch.float64"),
+            TRAIN_LOOP.replace("STEPS", "20").replace("NONE", "True"),
+            TRAIN_LOOP.replace("STEPS", "20").replace("NONE", "True"), FP64_SETUP.replace("DTYPE", "torch.float32")),
+    Planted("cpu_metrics", "accuracy computed on the host every step: 16k predictions copied to it, the host waits "
+            "for the step before its own work", "sync", "implicit_sync", METRICS_SETUP, METRICS_BAD, METRICS_FIXED),
+    Planted("numpy_roundtrip", "per-row loss weights computed in numpy every step: 128 MiB to the host and back, the "
+            "host waits", "copy", "cuda_memcpy_async", ROUNDTRIP_SETUP, ROUNDTRIP_BAD, ROUNDTRIP_FIXED),
+]
+THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
-SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND],
-          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND}
+SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD],
+          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
