@@ -201,6 +201,21 @@ def test_steps_are_found_whatever_their_name(planted):
     assert "first to last operation" in b.window_source and b.steps == 0
 
 
+def test_a_library_own_ranges_are_no_steps():
+    """CuPy's power iteration (nsightful, a T4): CUB names its reductions in NVTX ("CCCL:cub::DeviceReduce::Sum",
+    565 of them, two per iteration), which are no structure of the user's loop; the user's "Step 0 to 10" ranges
+    are.  With them the verdict reads the loop: the host reads the residual back each step (implicit_sync)."""
+    from conftest import fixture_path
+    from nsight_magic.analysis.steps import find_steps
+
+    with open_nsys_report(fixture_path("nsys", "public-sqlite", "nsightful_power_iteration__baseline.sqlite")) as rep:
+        assert (rep.nvtx["domain"] == "CCCL").sum() > 100
+        assert {s.name for s in find_steps(rep).values()} == {"Step # to #"}
+        b = rep.bottleneck()
+        assert b.kind == "sync" and b.steps > 40, b.summary
+        assert rep.findings()[0].rule == "implicit_sync"
+
+
 def test_the_diagnosis_of_a_million_kernels_is_quick():
     """Aggregated with numpy over interval unions, not row by row: 1M kernels in a few seconds."""
     import time

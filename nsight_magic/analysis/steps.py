@@ -24,6 +24,8 @@ MIN_STEPS = 3
 # NVTX ranges nsight-magic adds itself (--lines, --ops) are no structure of the user's loop, nor are the operator
 # ranges frameworks emit (PyTorch's emit_nvtx and nsys --pytorch: "aten::mm, seq = 7, sizes = [...]")
 ANNOTATION_DOMAINS = ("cell lines", "nsight-magic ops")
+# ... nor are the ranges libraries put around their own calls (CUB/Thrust's "CCCL:cub::DeviceReduce::Sum", NCCL's)
+LIBRARY_DOMAINS = ("CCCL", "NCCL")
 FRAMEWORK_OPS = r"^(?:aten|autograd|prim|c10d|cudnn|cublas|nccl|torch|triton)::|, seq = |^Autograd::"
 
 
@@ -57,13 +59,14 @@ class Steps:
 
 
 def user_ranges(report) -> pd.DataFrame:
-    """Closed NVTX ranges of the user's (not nsight-magic's cell range, --lines or --ops ranges)."""
+    """Closed NVTX ranges of the user's (not nsight-magic's cell range, --lines or --ops ranges, nor those of
+    frameworks and libraries)."""
     nv = report.nvtx
     if nv.empty:
         return nv
     dom = nv["domain"].astype("string").fillna("")
     keep = (~tx.eq(nv["kind"], "mark")) & nv["end_ns"].notna() & (dom != CAPTURE_DOMAIN) \
-        & ~dom.isin(ANNOTATION_DOMAINS) & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True)
+        & ~dom.isin(ANNOTATION_DOMAINS + LIBRARY_DOMAINS) & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True)
     return nv[keep.to_numpy()]
 
 
