@@ -201,6 +201,29 @@ def test_steps_are_found_whatever_their_name(planted):
     assert "first to last operation" in b.window_source and b.steps == 0
 
 
+def test_attention_written_out_is_told_from_fused_attention(planted):
+    """`softmax(q @ k.T * scale) @ v` in bf16 (B 8, H 16, S 2048): softmax forward and backward and the scale's
+    multiplications between the products hold the time; the advice is the fused kernel (its estimate: their
+    time), and fusion's advice does not count them again.  The fixed twin's cuDNN flash kernels are attention,
+    and nothing is said."""
+    from nsight_magic.analysis.kernel_classes import with_classes
+    from nsight_magic.analysis.rules.precision import score_matrix_work
+
+    rep = planted("manual_attention", "bad")
+    k = with_classes(rep.kernels)
+    work = k[score_matrix_work(k)]
+    assert set(work["cls"]) == {"softmax", "elementwise"} and (work["cls"] == "softmax").sum() == 40
+    assert not (k["cls"] == "gemm").to_numpy()[score_matrix_work(k)].any()
+    fs = rep.findings()
+    assert fs[0].rule == "attention_unfused" and "scaled_dot_product_attention" in fs[0].suggestion
+    assert fs[0].count == len(work)
+    assert not [f for f in fs if f.rule == "elementwise_fusion"]
+    fixed = planted("manual_attention", "fixed")
+    kf = with_classes(fixed.kernels)
+    assert (kf["cls"] == "attention").sum() == 40 and not score_matrix_work(kf).any()
+    assert not [f for f in fixed.findings() if f.rule in ("attention_unfused", "elementwise_fusion")]
+
+
 def test_a_library_own_ranges_are_no_steps():
     """CuPy's power iteration (nsightful, a T4): CUB names its reductions in NVTX ("CCCL:cub::DeviceReduce::Sum",
     565 of them, two per iteration), which are no structure of the user's loop; the user's "Step 0 to 10" ranges

@@ -16,7 +16,8 @@ from .host_code import rule_host_code
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
 from .notes import rule_nvtx_other_thread
-from .precision import rule_elementwise_fusion, rule_fp32_gemm, rule_fp64_compute, rule_gemm_alignment
+from .precision import (rule_attention_unfused, rule_elementwise_fusion, rule_fp32_gemm, rule_fp64_compute,
+                        rule_gemm_alignment)
 from .pytorch import (rule_conv_bias_bn, rule_extra_copy, rule_optimizer_single_tensor, rule_python_loop,
                       rule_zero_grad_not_none)
 
@@ -43,6 +44,7 @@ NSYS_RULES = {
     "fp64_compute": rule_fp64_compute,
     "gemm_alignment": rule_gemm_alignment,
     "conv_bias_bn": rule_conv_bias_bn,
+    "attention_unfused": rule_attention_unfused,
     "elementwise_fusion": rule_elementwise_fusion,
     "layout_transpose": rule_layout_transpose,
     "undersized_launch": rule_undersized_launch,
@@ -54,8 +56,8 @@ NSYS_RULES = {
     "nvtx_other_thread": rule_nvtx_other_thread,
 }
 # the rules whose fix changes the kernels themselves (the rest change what the host does)
-GPU_SIDE = frozenset({"fp32_gemm", "fp64_compute", "gemm_alignment", "conv_bias_bn", "elementwise_fusion",
-                      "layout_transpose", "undersized_launch"})
+GPU_SIDE = frozenset({"fp32_gemm", "fp64_compute", "gemm_alignment", "conv_bias_bn", "attention_unfused",
+                      "elementwise_fusion", "layout_transpose", "undersized_launch"})
 # nsys analyze's names for its rules: 2023+ / 2022.4
 NSYS_ANALYZE_NAMES = {
     "cuda_memcpy_async": "cuda-async-memcpy", "cuda_memcpy_sync": "cuda-sync-memcpy",

@@ -156,17 +156,75 @@ def rule_gemm_alignment(ctx: Context) -> list[Finding]:
                                       "as fast), beyond the time the host paced the GPU"), ev, ranges_of(ev))]
 
 
+def _stream_order(k: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The kernels in stream order (by device, stream, start) and, in that order, whether each runs on the same
+    stream as the one before it."""
+    cols = [c for c in ("device_id", "stream_id") if c in k]
+    order = np.lexsort([k["start_ns"].to_numpy()] + [k[c].to_numpy() for c in reversed(cols)])
+    same = np.ones(max(len(k) - 1, 0), bool)
+    for c in cols:
+        v = k[c].to_numpy()[order]
+        same &= v[1:] == v[:-1]
+    return order, same
+
+
+def score_matrix_work(k: pd.DataFrame) -> np.ndarray:
+    """Per kernel (classified): part of attention computed unfused, the score matrix written out.  The kernels
+    between two matrix products on a stream (a run) that holds a softmax: the scale, mask and dropout around it,
+    forward and backward.  A fused attention kernel (flash, cuDNN's SDPA) does all of it on chip."""
+    if k.empty:
+        return np.zeros(0, bool)
+    order, same = _stream_order(k)
+    cls = k["cls"].to_numpy(object)[order]
+    matrix = np.isin(cls, MATRIX)
+    # a new run at each matrix kernel and at each change of stream
+    run = np.cumsum(np.r_[True, ~same | matrix[1:] | matrix[:-1]])
+    soft = pd.Series(cls == "softmax").groupby(run).transform("any").to_numpy(bool)
+    mine = soft & ~matrix & np.isin(cls, ("softmax", "elementwise", "layout", "reduction"))
+    out = np.zeros(len(k), bool)
+    out[order] = mine
+    return out
+
+
+def _attention_holds(ctx: Context) -> bool:
+    return "attention_unfused" in getattr(ctx, "fired", ())  # (it runs before elementwise_fusion)
+
+
+def rule_attention_unfused(ctx: Context) -> list[Finding]:
+    """Attention written out (`softmax(q @ k.T * scale) @ v`) holding the time of a GPU-bound loop: the score
+    matrix goes through memory several times, which F.scaled_dot_product_attention's fused kernels avoid."""
+    got = _holding(ctx, "attention_unfused", score_matrix_work)
+    if got is None:
+        return []
+    k, m, total = got
+    at_stake = gpu_side_saving(ctx, m)
+    share = m["duration_ns"].sum() * 100 / total
+    soft = m[(m["cls"] == "softmax").to_numpy()]
+    ev = evidence(m, m["name"], {"cls": m["cls"]})
+    fused = int((k["cls"] == "attention").sum())
+    return [Finding(
+        "attention_unfused", ctx.severity(at_stake),
+        f"Attention computed unfused: softmax over a score matrix and its elementwise work take {share:.0f}% of "
+        "kernel time",
+        f"{len(soft)} softmax kernels (forward and backward) run between matrix products with {len(m) - len(soft)} "
+        "elementwise kernels beside them (the scale, mask, dropout): attention written out as `softmax(q @ k.T * "
+        "scale) @ v` writes the sequence x sequence score matrix to memory and reads it back at each of these steps, "
+        "in a loop the GPU sets the pace of."
+        + (f" {fused} fused attention kernels run elsewhere in the loop." if fused else ""),
+        "Use the fused kernel: `torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., "
+        "dropout_p=..., is_causal=...)` (flash, cuDNN or memory-efficient attention: the score matrix stays on chip), "
+        "`nn.MultiheadAttention`, or in Hugging Face models `attn_implementation=\"sdpa\"`; `torch.compile` fuses "
+        "the elementwise steps at least.",
+        at_stake, estimate_words(ctx, "these kernels' time (a fused kernel does their work inside the products), "
+                                      "beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+
+
 def _in_chains(k: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
     """`mask` kept only for kernels next to another masked kernel of another name on their stream: a chain fusion
     can make one kernel of.  A lone elementwise kernel between two products has nothing to fuse with, nor has a
     loop launching one such kernel per iteration (the same name back to back: iterations, not a chain)."""
-    cols = [c for c in ("device_id", "stream_id") if c in k]
-    order = np.lexsort([k["start_ns"].to_numpy()] + [k[c].to_numpy() for c in reversed(cols)])
+    order, same = _stream_order(k)
     m = mask[order]
-    same = np.ones(len(k) - 1, bool) if len(k) else np.ones(0, bool)
-    for c in cols:
-        v = k[c].to_numpy()[order]
-        same &= v[1:] == v[:-1]
     names = pd.factorize(k["name"])[0][order]
     # kernel i and i+1: both masked, one after the other on a stream, two operations
     pair = m[1:] & m[:-1] & same & (names[1:] != names[:-1])
@@ -181,8 +239,10 @@ def _in_chains(k: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
 def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
     """Chains of elementwise and normalisation kernels (one after the other on a stream) holding the time of a
     GPU-bound loop: fusion."""
+    # attention's score-matrix work is attention_unfused's (a fused kernel removes it, not a fused chain)
     got = _holding(ctx, "elementwise_fusion", lambda k: _in_chains(
-        k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy()))
+        k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy())
+        & ~(score_matrix_work(k) if _attention_holds(ctx) else np.zeros(len(k), bool)))
     if got is None:
         return []
     k, m, total = got

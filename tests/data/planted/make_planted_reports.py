@@ -537,6 +537,71 @@ ROUNDTRIP_BAD = ROUNDTRIP_LOOP.replace("WEIGHTS", "a = h.detach().cpu().numpy() 
 ROUNDTRIP_FIXED = ROUNDTRIP_LOOP.replace("WEIGHTS", "w = torch.exp(-h.detach().abs().mean(1))")
 
 
+RESPAWN_SETUP = TF32 + """
+class Ready(torch.utils.data.Dataset):
+    # samples that cost nothing to make: what is measured is the loader's workers, not the data
+    def __len__(self):
+        return 64 * 8
+    def __getitem__(self, i):
+        return torch.full((3, 64, 64), float(i % 7)), i % 10
+model = nn.Sequential(nn.Conv2d(3, 192, 3, padding=1), nn.ReLU(), nn.Conv2d(192, 192, 3, padding=1), nn.ReLU(),
+                      nn.Conv2d(192, 192, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(192, 10)).cuda().to(memory_format=torch.channels_last)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+model(torch.randn(64, 3, 64, 64, device="cuda").contiguous(memory_format=torch.channels_last)).sum().backward()
+torch.cuda.synchronize()
+"""
+RESPAWN_LOOP = """
+for epoch in range(6):
+    for x, y in LOADER:
+        with nvtx.annotate("train step"):
+            x = x.to("cuda", non_blocking=True).contiguous(memory_format=torch.channels_last)
+            loss = nn.functional.cross_entropy(model(x), y.to("cuda", non_blocking=True))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+torch.cuda.synchronize()
+"""
+RESPAWN_BAD = RESPAWN_LOOP.replace("LOADER", "torch.utils.data.DataLoader(Ready(), batch_size=64, num_workers=8, "
+                                             "pin_memory=True)")  # planted: 8 new workers every epoch
+RESPAWN_FIXED_SETUP = RESPAWN_SETUP + ("loader = torch.utils.data.DataLoader(Ready(), batch_size=64, num_workers=8, "
+                                       "pin_memory=True, persistent_workers=True)\nnext(iter(loader))\n")
+
+ATTN_SETUP = TF32 + """
+import torch.nn.functional as F
+B, H, S, D = 8, 16, 2048, 64
+q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+def attention(q, k, v):
+    ATTN
+attention(q, k, v).float().square().mean().backward(); torch.cuda.synchronize()
+"""
+ATTN_LOOP = """
+for i in range(20):
+    with nvtx.annotate("step"):
+        attention(q, k, v).float().square().mean().backward()
+torch.cuda.synchronize()
+"""
+
+ROWS_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())],
+                      nn.Linear(2048, 32)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(16384, 2048, device="cuda")
+rows = [[float((i * 7 + j) % 13) for j in range(32)] for i in range(16384)]   # targets as Python lists
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+ROWS_LOOP = """
+for i in range(30):
+    with nvtx.annotate("step"):
+        TARGET
+        loss = (model(x) - target).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -614,8 +679,22 @@ WORKLOADS += [
             "for the step before its own work", "sync", "implicit_sync", METRICS_SETUP, METRICS_BAD, METRICS_FIXED),
     Planted("numpy_roundtrip", "per-row loss weights computed in numpy every step: 128 MiB to the host and back, the "
             "host waits", "copy", "cuda_memcpy_async", ROUNDTRIP_SETUP, ROUNDTRIP_BAD, ROUNDTRIP_FIXED),
+    Planted("loader_respawn", "a DataLoader with 8 workers made anew every epoch (6 epochs of 8 batches): the "
+            "workers start again each time; fixed: persistent workers, started before the cell", "input",
+            "input_wait", RESPAWN_SETUP, RESPAWN_BAD, RESPAWN_LOOP.replace("LOADER", "loader"), RESPAWN_FIXED_SETUP),
+    Planted("manual_attention", "attention written out (q @ k^T, softmax, @ v: a 2048 x 2048 score matrix per "
+            "head); fixed: F.scaled_dot_product_attention", "gpu", "attention_unfused",
+            ATTN_SETUP.replace("ATTN", "a = (q @ k.transpose(-2, -1)) * D ** -0.5\n    return a.softmax(-1) @ v"),
+            ATTN_LOOP, ATTN_LOOP, ATTN_SETUP.replace("ATTN", "return F.scaled_dot_product_attention(q, k, v)")),
+    Planted("rows_to_tensor", "targets built each step from Python lists (16k rows of 32 floats) with "
+            "torch.tensor; fixed: built once (planted as host code; the host builds the data of a 2 MiB copy: input)",
+            "input", "input_wait", ROWS_SETUP,
+            ROWS_LOOP.replace("TARGET", "target = torch.tensor(rows, device='cuda')   # planted: from lists, every "
+                                        "step"),
+            ROWS_LOOP.replace("TARGET", "target = TARGET"),
+            ROWS_SETUP + "TARGET = torch.tensor(rows, device='cuda')\n"),
 ]
-THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip"]
+THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD],
