@@ -238,11 +238,13 @@ rank = int(os.environ["RANK"])
 torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))
 dist.init_process_group("nccl")
 torch.manual_seed(0)
+torch.backends.cuda.matmul.allow_tf32 = True   # as the single-GPU set: the planted straggler is the only cause
+torch.backends.cudnn.allow_tf32 = True
 model = nn.Sequential(nn.Linear(2048, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(),
                       nn.Linear(4096, 2048)).cuda()
 ddp = nn.parallel.DistributedDataParallel(model)
 opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-x = torch.randn(4096, 2048, device="cuda")  # enough compute that the fixed twin hides its all-reduces
+x = torch.randn(16384, 2048, device="cuda")  # enough compute (TF32) that the fixed twin hides its all-reduces
 extra = torch.randn(4096, 4096, device="cuda") / 64
 torch.cuda.synchronize()
 _loop_t0 = time.perf_counter()
@@ -601,6 +603,49 @@ for i in range(30):
 torch.cuda.synchronize()
 """
 
+CKPT_SETUP = TF32 + """
+import os, tempfile
+model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+x = torch.randn(8192, 2048, device="cuda")
+ckpt = os.path.join(tempfile.mkdtemp(), "model.pt")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+CKPT_LOOP = """
+for step in range(30):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        SAVE
+torch.cuda.synchronize()
+torch.save(model.state_dict(), ckpt)
+"""
+
+PERSAMPLE_SETUP = TF32 + """
+model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 1024), nn.GELU(), nn.Linear(1024, 10)).cuda()
+model.eval()
+batch = torch.randn(256, 512, device="cuda")
+with torch.no_grad():
+    model(batch); model(batch[0:1])
+torch.cuda.synchronize()
+"""
+PERSAMPLE_BAD = """
+with torch.no_grad():
+    for step in range(10):
+        with nvtx.annotate("step"):
+            out = torch.cat([model(batch[i:i + 1]) for i in range(len(batch))])   # planted: one sample at a time
+torch.cuda.synchronize()
+"""
+PERSAMPLE_FIXED = """
+with torch.no_grad():
+    for step in range(10):
+        with nvtx.annotate("step"):
+            out = model(batch)
+torch.cuda.synchronize()
+"""
+
 
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
@@ -625,9 +670,9 @@ WORKLOADS = [
     Planted("gpu_bound", "bf16 matrix products, one synchronize at the end", "gpu", None, GPU_SETUP, GPU_BAD, None),
     Planted("ddp_cpu_straggler", "rank 0 sleeps 30 ms per step on the CPU (DDP, NCCL, model built in the cell)",
             "communication", "collective_wait", "", _ddp(cpu="if rank == 0: time.sleep(0.03)"), _ddp(), nproc=2),
-    Planted("ddp_gpu_straggler", "rank 1 runs 6 extra 4096x4096 products per step on its GPU", "communication",
+    Planted("ddp_gpu_straggler", "rank 1 runs 24 extra 4096x4096 products per step on its GPU", "communication",
             "collective_wait", "",
-            _ddp(gpu="if rank == 1:\n            for _ in range(6): extra = torch.tanh(extra @ extra)"),
+            _ddp(gpu="if rank == 1:\n            for _ in range(24): extra = torch.tanh(extra @ extra)"),
             _ddp(), nproc=2),
 ]
 WORKLOADS += [
@@ -693,8 +738,15 @@ WORKLOADS += [
                                         "step"),
             ROWS_LOOP.replace("TARGET", "target = TARGET"),
             ROWS_SETUP + "TARGET = torch.tensor(rows, device='cuda')\n"),
+    Planted("checkpoint_every_step", "torch.save of the model's state every step (8 layers of 2048 x 2048, 134 MB); "
+            "fixed: once, after the loop", "sync", "implicit_sync", CKPT_SETUP,
+            CKPT_LOOP.replace("SAVE", "torch.save(model.state_dict(), ckpt)       # planted: a checkpoint every step"),
+            CKPT_LOOP.replace("SAVE", "pass")),
+    Planted("per_sample_loop", "inference one sample at a time (256 forward passes of batch 1 a step); fixed: the "
+            "batch at once", "cpu", "python_loop", PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_FIXED),
 ]
-THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor"]
+THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
+         "checkpoint_every_step", "per_sample_loop"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD],
