@@ -40,7 +40,7 @@ DEFAULTS: dict[str, float] = {
     "python_loop.min_kernels": 64,                # a run of the same few small kernels at least this long
     "python_loop.min_share_pct": 2,               # ... whose launches leave the GPU idle this share of the window
     "host_code.min_gap_ms": 1,                    # the launching thread this long without a CUDA call, GPU idle
-    "host_code.max_calls": 2,                     # ... (at most this many calls in the stretch)
+    "host_code.max_calls": 2,                     # ... (at most this many calls per min_gap_ms of the stretch)
     "host_code.min_share_pct": 5,                 # ... this share of the steady state in such stretches
     "conv_bias_bn.min_share_pct": 1,              # bias additions before BatchNorm and their gradients
     "fp32_gemm.min_gpu_pct": 10,                  # fp32 matrix kernels on the CUDA cores: this share of kernel time

@@ -44,7 +44,12 @@ def planted(tmp_path_factory):
 
 CASES = sorted(MANIFEST)
 # honest misses, kept visible: each fails today and says why (strict: the day it passes, this list must shrink)
-ESTIMATE_MISSES: dict[str, str] = {}
+ESTIMATE_MISSES = {
+    "checkpoint_every_step": "torch.save's time splits between host_code (serialising, 2.89 s) and host_wait (writing "
+                             "the file, 2.77 s): the first finding alone holds under half of the 5.83 s gain",
+    "per_sample_loop": "launch_bound counts the launch gaps less what tracing added to each call (0.11 s); batching "
+                       "the 256 samples also removes the tiny kernels' own time: 0.24 s measured",
+}
 # fixed twins that still raise an alarm, each for a cause other than the planted one (strict, as above)
 TWIN_ALARMS = {
     "ddp_gpu_straggler": "in the fixed twin's profile (2 x H100, TF32) rank 0 reaches every collective 0.2-1 ms after "
@@ -224,6 +229,29 @@ def test_attention_written_out_is_told_from_fused_attention(planted):
     kf = with_classes(fixed.kernels)
     assert (kf["cls"] == "attention").sum() == 40 and not score_matrix_work(kf).any()
     assert not [f for f in fixed.findings() if f.rule in ("attention_unfused", "elementwise_fusion")]
+
+
+@pytest.mark.parametrize("name", sorted(ESTIMATE_MISSES))
+def test_an_estimate_miss_still_names_its_cause_first(name, planted):
+    """The estimate misses above fail on their estimate alone: verdict and first finding hold."""
+    e = MANIFEST[name]
+    rep = planted(name, "bad")
+    assert rep.bottleneck().kind == e["expect_kind"]
+    assert rep.findings()[0].rule == e["expect_rule"]
+
+
+def test_host_code_may_make_a_few_calls_a_millisecond(planted):
+    """torch.save every step: between its copies of the state (one a tensor, 12 ms apart) the host serialises with
+    3 CUDA calls in each stretch.  Host code is at most 2 calls a millisecond of the stretch, not 2 in all: the
+    time is host code (serialising) and host waits (writing), which together hold the measured gain."""
+    rep = planted("checkpoint_every_step", "bad")
+    fs = {f.rule: f for f in rep.findings()}
+    assert (fs["host_code"].evidence["cuda_calls"] > 2).mean() > 0.5
+    assert fs["host_code"].severity == fs["host_wait"].severity == "high"
+    both = fs["host_code"].time_at_stake_ns + fs["host_wait"].time_at_stake_ns
+    gain_ns = MANIFEST["checkpoint_every_step"]["gain_s"] * 1e9
+    assert gain_ns / 2 <= both <= gain_ns * 2, (both / 1e9, gain_ns / 1e9)
+    assert fs.get("launch_bound") is None or fs["launch_bound"].severity == "low"
 
 
 def test_a_library_own_ranges_are_no_steps():

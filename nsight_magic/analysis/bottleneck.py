@@ -590,14 +590,17 @@ HOST_WORDS = {"launch": "launch overhead and Python", "allocator": "the CUDA all
 
 def quiet_gaps(gaps: pd.DataFrame, min_ns: float | None = None, max_calls: float | None = None) -> np.ndarray:
     """Which launch gaps are host code that launches nothing: at least `min_ns` of launch time in which the
-    launching thread made at most `max_calls` CUDA calls (defaults: thresholds host_code.*)."""
+    launching thread made at most `max_calls` CUDA calls per `min_ns` (defaults: thresholds host_code.*).  A rate,
+    not a count: torch.save's 12 ms per tensor between its copies makes 3 calls, a launch-bound loop one every few
+    microseconds."""
     from ..thresholds import DEFAULTS
 
     min_ns = DEFAULTS["host_code.min_gap_ms"] * 1e6 if min_ns is None else min_ns
     max_calls = DEFAULTS["host_code.max_calls"] if max_calls is None else max_calls
     if gaps.empty or "calls" not in gaps:
         return np.zeros(len(gaps), bool)
-    return (gaps["launch"].to_numpy(float) >= min_ns) & (gaps["calls"].to_numpy(float) <= max_calls)
+    launch = gaps["launch"].to_numpy(float)
+    return (launch >= min_ns) & (gaps["calls"].to_numpy(float) <= max_calls * np.maximum(launch / max(min_ns, 1), 1))
 
 
 def _quiet_pct(pairs) -> float:

@@ -19,7 +19,7 @@ MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has te
 
 def host_stretches(ctx: Context) -> pd.DataFrame:
     """The diagnosis's launch gaps (steady windows) at least host_code.min_gap_ms long in which the launching
-    thread made at most host_code.max_calls CUDA calls."""
+    thread made at most host_code.max_calls CUDA calls per host_code.min_gap_ms (bottleneck.quiet_gaps)."""
     g = ctx.diag.gaps("launch")
     if g.empty:
         return g
@@ -61,17 +61,18 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
         f"{min_ms:g} ms or more (median {med:.1f} ms)",
-        f"In these stretches the thread that launches the GPU's work ran for {min_ms:g} ms or more without a single "
-        "CUDA call, and the GPU had nothing queued: Python or CPU work inside the step (preprocessing or "
+        f"In these stretches the thread that launches the GPU's work ran for {min_ms:g} ms or more launching nothing "
+        f"(at most {th['host_code.max_calls']:g} CUDA calls per {min_ms:g} ms: copies, syncs), and the GPU had "
+        "nothing queued: Python or CPU work inside the step (preprocessing or "
         "augmentation on the CPU, metrics and logging, a schedule or bookkeeping computed in Python, inputs built "
-        "element by element, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
+        "element by element, a checkpoint serialised, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
         "it." + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
         + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),
         "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
         "calls), `--ops` names the PyTorch operators, py-spy shows the Python stack. Then take it out of the step: "
-        "compute it once before the loop or every N steps, move input work into DataLoader workers "
+        "compute it once before the loop or every N steps (checkpoints too), move input work into DataLoader workers "
         "(`num_workers`), or do it on the GPU with tensor operations; with torch.compile, check for recompiles "
         "(`TORCH_LOGS=recompiles`).",
         at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
-                                      "without a CUDA call"), ev, ranges_of(ev))]
+                                      "launching nothing"), ev, ranges_of(ev))]

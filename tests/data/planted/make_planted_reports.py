@@ -739,11 +739,13 @@ WORKLOADS += [
             ROWS_LOOP.replace("TARGET", "target = TARGET"),
             ROWS_SETUP + "TARGET = torch.tensor(rows, device='cuda')\n"),
     Planted("checkpoint_every_step", "torch.save of the model's state every step (8 layers of 2048 x 2048, 134 MB); "
-            "fixed: once, after the loop", "sync", "implicit_sync", CKPT_SETUP,
+            "fixed: once, after the loop (planted as implicit_sync: the copies of the state; most of the time is "
+            "serialising and writing it)", "cpu", "host_code", CKPT_SETUP,
             CKPT_LOOP.replace("SAVE", "torch.save(model.state_dict(), ckpt)       # planted: a checkpoint every step"),
             CKPT_LOOP.replace("SAVE", "pass")),
     Planted("per_sample_loop", "inference one sample at a time (256 forward passes of batch 1 a step); fixed: the "
-            "batch at once", "cpu", "python_loop", PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_FIXED),
+            "batch at once (planted as python_loop, whose loops are of elementwise kernels)", "cpu", "launch_bound",
+            PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_FIXED),
 ]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop"]
