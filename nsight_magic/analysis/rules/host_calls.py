@@ -128,12 +128,12 @@ def implicit_syncs(report) -> pd.DataFrame:
                                       copy_start_ns=calls["start_ns"].to_numpy(np.int64)))
     if len(api) and len(m) and "kind" in m:
         # a sync after a read-back (a tiny copy: a value; or one into pageable memory, which waited already)
-        tiny = m[((tx.eq(m["kind"], "DtoH")) & (m["bytes"] <= TINY_COPY_BYTES)).to_numpy() | readback]
-        if len(tiny):
-            a = api_of(tiny, api)
-            copies = pd.DataFrame({"pid": tiny["pid"].to_numpy(), "tid": a["api_tid"].to_numpy(),
+        reads = m[((tx.eq(m["kind"], "DtoH")) & (m["bytes"] <= TINY_COPY_BYTES)).to_numpy() | readback]
+        if len(reads):
+            a = api_of(reads, api)
+            copies = pd.DataFrame({"pid": reads["pid"].to_numpy(), "tid": a["api_tid"].to_numpy(),
                                    "t": pd.to_numeric(a["api_start_ns"]).to_numpy(),
-                                   "te": pd.to_numeric(a["api_end_ns"]).to_numpy(), "bytes": tiny["bytes"].to_numpy()})
+                                   "te": pd.to_numeric(a["api_end_ns"]).to_numpy(), "bytes": reads["bytes"].to_numpy()})
             copies = copies.dropna(subset=["tid", "t", "te"])
             syncs = api[tx.contains(api["name"], SYNC_RX)]
             for (pid, tid), s in syncs.groupby(["pid", "tid"]):  # threads: a few
