@@ -142,7 +142,7 @@ def _gpu_ops(report) -> pd.DataFrame:
                                        "device_id": f["device_id"].to_numpy(np.int64),
                                        "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
                                        "cat": _cats(2, len(f)), "htod_batch": batch,
-                                       "bytes": f["bytes"].to_numpy(np.int64) if "bytes" in f else 0}))
+                                       "bytes": f["bytes"].fillna(0).to_numpy(np.int64) if "bytes" in f else 0}))
     if not parts:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
                                      "htod_batch", "bytes"])
@@ -171,7 +171,8 @@ def _host_calls(report, pid: int):
         back = back[back["correlation_id"].notna().to_numpy()] if len(back) else back
         waits, got = _is_sync(api["name"]), np.zeros(len(api), np.int64)
         if len(back):
-            size = pd.Series(back["bytes"].to_numpy(np.int64), index=back["correlation_id"].to_numpy(np.int64))
+            size = pd.Series(back["bytes"].fillna(0).to_numpy(np.int64),
+                             index=back["correlation_id"].to_numpy(np.int64))
             size = size[~size.index.duplicated()]
             got = size.reindex(api["correlation_id"].to_numpy(np.int64, na_value=-1)).fillna(0).to_numpy(np.int64)
             waits = waits | (got > 0)

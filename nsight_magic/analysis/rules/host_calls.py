@@ -120,7 +120,8 @@ def implicit_syncs(report) -> pd.DataFrame:
     if len(api) and len(m):
         back = m[readback]
         if len(back):  # the copy's own call: joined on (process, correlation id)
-            size = pd.Series(back["bytes"].to_numpy(np.int64), index=ckey(back["pid"], back["correlation_id"]))
+            size = pd.Series(back["bytes"].fillna(0).to_numpy(np.int64),
+                             index=ckey(back["pid"], back["correlation_id"]))
             size = size[~size.index.duplicated()]
             key = ckey(api["pid"], api["correlation_id"])
             calls = api[np.isin(key, size.index.to_numpy()) & (key >= 0)]

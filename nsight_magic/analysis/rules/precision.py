@@ -186,6 +186,14 @@ def score_matrix_work(k: pd.DataFrame) -> np.ndarray:
     return out
 
 
+def _score_work(ctx: Context, k: pd.DataFrame) -> np.ndarray:
+    """score_matrix_work of the report's classified kernels (_matrix), once for both rules that ask."""
+    cache = ctx.__dict__.setdefault("_matrix", {})
+    if "score" not in cache:
+        cache["score"] = score_matrix_work(k)
+    return cache["score"]
+
+
 def _attention_holds(ctx: Context) -> bool:
     return "attention_unfused" in getattr(ctx, "fired", ())  # (it runs before elementwise_fusion)
 
@@ -193,7 +201,7 @@ def _attention_holds(ctx: Context) -> bool:
 def rule_attention_unfused(ctx: Context) -> list[Finding]:
     """Attention written out (`softmax(q @ k.T * scale) @ v`) holding the time of a GPU-bound loop: the score
     matrix goes through memory several times, which F.scaled_dot_product_attention's fused kernels avoid."""
-    got = _holding(ctx, "attention_unfused", score_matrix_work)
+    got = _holding(ctx, "attention_unfused", lambda k: _score_work(ctx, k))
     if got is None:
         return []
     k, m, total = got
@@ -242,7 +250,7 @@ def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
     # attention's score-matrix work is attention_unfused's (a fused kernel removes it, not a fused chain)
     got = _holding(ctx, "elementwise_fusion", lambda k: _in_chains(
         k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy())
-        & ~(score_matrix_work(k) if _attention_holds(ctx) else np.zeros(len(k), bool)))
+        & ~(_score_work(ctx, k) if _attention_holds(ctx) else np.zeros(len(k), bool)))
     if got is None:
         return []
     k, m, total = got
