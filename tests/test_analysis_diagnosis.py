@@ -54,7 +54,8 @@ ESTIMATE_MISSES = {
 TWIN_ALARMS = {
     "ddp_gpu_straggler": "in the fixed twin's profile (2 x H100, TF32) rank 0 reaches every collective 0.2-1 ms after "
                          "rank 1 with the same work (its breakdown names no cause): 22.6 ms of waiting, 5% of the "
-                         "loop, collective_wait at medium; the plain run cannot say whether the profiler made it",
+                         "loop, collective_wait at medium; a second recording had rank 0 late again (56.2 ms, "
+                         "medium): systematic under the profiler, whether without it the plain run cannot say",
 }
 # ... of those, the ones whose alarm is the planted rule itself
 TWIN_PLANTED_ALARMS = {"ddp_gpu_straggler": TWIN_ALARMS["ddp_gpu_straggler"]}
