@@ -63,10 +63,10 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         f"{min_ms:g} ms or more (median {med:.1f} ms)",
         f"In these stretches the thread that launches the GPU's work ran for {min_ms:g} ms or more launching nothing "
         f"(at most {th['host_code.max_calls']:g} CUDA calls per {min_ms:g} ms: copies, syncs), and the GPU had "
-        "nothing queued: Python or CPU work inside the step (preprocessing or "
-        "augmentation on the CPU, metrics and logging, a schedule or bookkeeping computed in Python, inputs built "
-        "element by element, a checkpoint serialised, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove "
-        "it." + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
+        "nothing queued: Python or CPU work inside the step (preprocessing or augmentation on the CPU, metrics and "
+        "logging, a schedule or bookkeeping computed in Python, inputs built element by element, a checkpoint "
+        "serialised, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove it."
+        + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
         + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),
         "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
