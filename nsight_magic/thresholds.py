@@ -27,6 +27,9 @@ DEFAULTS: dict[str, float] = {
     "nccl_share.min_gpu_pct": 10,                 # NCCL kernels taking at least this share of GPU time
     "collective_wait.min_share_pct": 20,          # ranks waiting for a later rank: this share of NCCL kernel time
     "collective_wait.min_ms": 1,                  # ... and at least this long in total
+    "collective_wait.gpu_spread_pct": 8,          # a straggler's GPU slower on the same kernels by less: alarm low
+    #                                               (boards of one model differ by about this much under power
+    #                                               management: Sinha et al., SC'22; code cannot gain it back)
     "host_wait.min_share_pct": 20,                # blocking OS calls covering this share of a repeated NVTX range
     "host_wait.min_ranges": 3,                    # ... in at least this many instances of it (CPU-only reports;
     #                                               with GPU work: the GPU idle while the launcher is blocked,

@@ -111,6 +111,10 @@ def test_a_two_gpu_job_recorded_one_report_per_rank(h200_job, client):
     fs = job.findings()
     assert fs[0].rule == "collective_wait" and "rank 1" in fs[0].title and fs[0].severity in ("high", "medium")
     assert sum(f.time_at_stake_ns for f in fs if f.severity != "info") <= max(job.ranks["capture_ns"])
+    # what each rank's GPU ran before its collectives: rank 1 more kernels (its extra work), not the same ones slower
+    before = job._waits().groupby("rank")[["kernels", "busy_ns"]].sum()
+    assert before.loc[1, "kernels"] > before.loc[0, "kernels"] and before.loc[1, "busy_ns"] > before.loc[0, "busy_ns"]
+    assert "GPU is slower" not in fs[0].explanation
 
 
 def test_utilisation_agrees_with_nsys_recipe(h200_job, client):

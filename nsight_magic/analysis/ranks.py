@@ -79,6 +79,56 @@ def collective_waits(report, nccl: pd.DataFrame | None = None) -> pd.DataFrame:
     return n.reset_index(drop=True)
 
 
+def arrivals(report, nccl: pd.DataFrame) -> pd.DataFrame:
+    """What each process's GPU did before joining each collective (rows of nccl_kernels or collective_waits):
+    the stretch from its previous collective's end to this one's start (window_ns: collectives end together, so
+    a later arrival is a longer stretch), the time its other kernels kept the GPU busy in it (busy_ns) and how many
+    of them started in it (kernels).  A straggler with the same kernels but more busy time has a slower GPU; more
+    kernels is more work; more idle time is its host."""
+    k = report.columns("kernels", ["pid", "start_ns", "end_ns", "name"])
+    out = nccl.assign(window_ns=np.zeros(len(nccl), np.int64), busy_ns=np.zeros(len(nccl)),
+                      kernels=np.zeros(len(nccl), np.int64))
+    if k.empty or nccl.empty:
+        return out
+    from ..readers.nsys_summary import busy_fraction
+
+    k = k[pd.isna(nccl_collective(k["name"]))]
+    by_pid = dict(tuple(k.groupby("pid", sort=False)))
+    for pid, idx in out.groupby("pid", sort=False).groups.items():
+        g = out.loc[idx].sort_values("seq")
+        st = g["start_ns"].to_numpy(np.int64)
+        prev = np.r_[st[0], g["end_ns"].to_numpy(np.int64)[:-1]]
+        a = np.minimum(prev, st)  # collectives on several streams may overlap: an empty stretch
+        mine = by_pid.get(pid)
+        if mine is None or st.size == 0:
+            continue
+        s, e = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+        busy = busy_fraction(s, e, np.ravel(np.column_stack([a, st])))[0::2] * (st - a)
+        ss = np.sort(s)
+        out.loc[g.index, "window_ns"] = st - a
+        out.loc[g.index, "busy_ns"] = busy
+        out.loc[g.index, "kernels"] = np.searchsorted(ss, st) - np.searchsorted(ss, a)
+    return out
+
+
+def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | None:
+    """How much slower (%) the straggler's GPU ran the same work before the collectives it came last to, when that
+    is why it came late: about the same kernels between collectives as the ranks that waited (1% apart at most),
+    its GPU busy longer for at least half of its lateness.  None when it ran more kernels or its GPU idled instead.
+    `arr`: arrivals() rows with `by` (pid, or rank in a job), seq, straggler, window_ns, busy_ns, kernels."""
+    mine = arr[arr[by] == straggler].set_index("seq")
+    rest = arr[(arr[by] != straggler) & arr["seq"].isin(mine.index[mine["straggler"] == straggler])]
+    if rest.empty:
+        return None
+    me = mine.loc[rest["seq"]]
+    late = float((me["window_ns"].to_numpy() - rest["window_ns"].to_numpy()).sum())
+    extra = float((me["busy_ns"].to_numpy() - rest["busy_ns"].to_numpy()).sum())
+    apart = np.abs(me["kernels"].to_numpy() - rest["kernels"].to_numpy()).sum()
+    if apart > 0.01 * rest["kernels"].sum() or late <= 0 or extra < 0.5 * late:
+        return None
+    return 100.0 * extra / max(float(rest["busy_ns"].sum()), 1.0)
+
+
 def step_name(report) -> str | None:
     """The name pattern of the step ranges (digits as '#'; analysis.steps: the repeated outermost user range on the
     cell's thread, whatever its name), on the first process that has steps; None without such a range."""

@@ -223,7 +223,8 @@ class Job:
         if "waits" in self._cache:
             return self._cache["waits"]
         parts = [r.nccl.assign(rank=r.rank) for r in self.loaded if r.nccl is not None and len(r.nccl)]
-        cols = ["rank", "seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "wait_ns", "straggler"]
+        cols = ["rank", "seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "wait_ns", "straggler",
+                "window_ns", "busy_ns", "kernels"]
         if len(parts) < 2:
             out = pd.DataFrame(columns=cols)
         else:
@@ -234,7 +235,7 @@ class Job:
             n["wait_ns"] = (n["duration_ns"] - shortest).astype(np.int64)
             last = n.loc[n.groupby("seq")["duration_ns"].idxmin(), ["seq", "rank"]].set_index("seq")["rank"]
             n["straggler"] = n["seq"].map(last).astype(np.int64)
-            out = n[cols].reset_index(drop=True)
+            out = n.reindex(columns=cols).reset_index(drop=True)  # results kept from before: no arrivals
         self._cache["waits"] = out
         return out
 
@@ -380,7 +381,10 @@ class Job:
         """The job's findings: ranks waiting for the straggler (collective_wait, what it costs the job), then each
         rule's worst diagnosed rank (ranks run at once: a fix saves the worst rank's time once; a rank diagnosed
         for alike ranks says so in its title), the real causes first."""
+        from .. import thresholds as T
         from ..analysis.findings import sort_findings
+        from ..analysis.ranks import slower_gpu_pct
+        from ..analysis.rules.comm import slower_gpu_words
         from ..analysis.rules.common import Finding, severity
 
         out = []
@@ -394,13 +398,19 @@ class Job:
             ev["end_ns"] = ev["end_ns"].astype(np.int64)
             ev["name"] = "wait for rank " + ev["straggler"].astype(str)
             ev["duration_ns"] = ev["end_ns"] - ev["start_ns"]
+            sev = severity(s["ns"], loop)
+            cause = " Its own findings below say what it does differently."
+            advice = (f"Look at rank {s['rank']}: uneven work per rank, slower data loading, extra work on one rank "
+                      "(logging, evaluation, checkpoints), CPU contention, or a slower GPU or node.")
+            slow = slower_gpu_pct(w, s["rank"], by="rank") if w["kernels"].notna().all() else None
+            if slow is not None:
+                sev, cause, advice = slower_gpu_words(f"rank {s['rank']}", slow,
+                                                      T.DEFAULTS["collective_wait.gpu_spread_pct"], sev)
             out.append(Finding(
-                "collective_wait", severity(s["ns"], loop),
+                "collective_wait", sev,
                 f"Ranks wait in collectives for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms of the job",
                 f"A collective kernel runs until the last rank joins; {100 * s['share']:.0f}% of the waiting was for "
-                f"rank {s['rank']}. Its own findings below say what it does differently.",
-                f"Look at rank {s['rank']}: uneven work per rank, slower data loading, extra work on one rank "
-                "(logging, evaluation, checkpoints), CPU contention, or a slower GPU or node.",
+                f"rank {s['rank']}." + cause, advice,
                 s["ns"], "the waiting of the rank that waited most (on each rank's own clock)", ev, ()))
         best: dict[str, tuple] = {}
         for r in self.loaded:

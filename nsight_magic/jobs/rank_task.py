@@ -40,7 +40,8 @@ class RankResult:
     nccl_ns: int = 0
     summaries: dict = field(default_factory=dict)   # kernel/memcpy/cuda_api/nvtx -> DataFrame (the reader's)
     steps: tuple | None = None                       # (name, starts, ends) on the report's clock
-    nccl: pd.DataFrame | None = None                 # seq, start_ns, end_ns, duration_ns, launch_ns, collective
+    nccl: pd.DataFrame | None = None                 # seq, start_ns, end_ns, duration_ns, launch_ns, collective,
+    #                                                  window_ns, busy_ns, kernels (analysis.ranks.arrivals)
     util: tuple | None = None                        # (edges_ns, busy fraction, nccl fraction) on its own clock
     verdict: dict = field(default_factory=dict)      # kind, summary, breakdown, window_ns, scale (diagnosed ranks)
     findings: list = field(default_factory=list)     # the rank's own findings, evidence trimmed (diagnosed ranks)
@@ -95,7 +96,7 @@ def _on_report(out, fill, path: str | None = None):
 
 def _fill(out: RankResult, rep) -> None:
     from ..readers.nsys_sql import open_ro
-    from ..analysis.ranks import _launch_times, nccl_kernels
+    from ..analysis.ranks import _launch_times, arrivals, nccl_kernels
     from ..analysis.steps import find_steps
     from ..readers.nsys_merge import clock_offset_ns
     from ..analysis import intervals as I
@@ -124,8 +125,9 @@ def _fill(out: RankResult, rep) -> None:
     n = nccl_kernels(rep)
     out.nccl_ns = int(n["duration_ns"].sum()) if len(n) else 0
     if len(n):
-        n = n.assign(launch_ns=_launch_times(rep, n))
-        out.nccl = n[["seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective"]].reset_index(drop=True)
+        n = arrivals(rep, n.assign(launch_ns=_launch_times(rep, n)))
+        out.nccl = n[["seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "window_ns", "busy_ns",
+                      "kernels"]].reset_index(drop=True)
     steps = find_steps(rep)
     if steps:
         st = steps[min(steps)] if len(steps) == 1 else max(steps.values(), key=lambda s: s.count)

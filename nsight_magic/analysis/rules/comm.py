@@ -68,6 +68,28 @@ def straggler_of(ctx: Context) -> dict | None:
     return {"pid": int(on.index[0]), "ns": int(per_rank.max()), "share": float(on.iloc[0] / max(on.sum(), 1))}
 
 
+def slower_gpu(ctx: Context, pid: int) -> float | None:
+    """analysis.ranks.slower_gpu_pct over the steady collectives: how much slower the straggler's GPU ran the same
+    kernels, when that made it late."""
+    from ..ranks import arrivals, slower_gpu_pct
+
+    w = steady_waits(ctx)
+    return None if w.empty else slower_gpu_pct(arrivals(ctx.report, w), pid)
+
+
+def slower_gpu_words(who: str, slow: float, spread_pct: float, sev: str) -> tuple[str, str, str]:
+    """collective_wait's severity, cause sentence and advice when the straggler's GPU is `slow`% slower on the same
+    kernels: low while within the spread of one model's boards (`spread_pct`)."""
+    usual = slow < spread_pct
+    cause = (f" {who.capitalize()} ran the same kernels as the others between collectives, {slow:.1f}% slower: its "
+             "GPU is slower, not its work" + (f" (GPUs of one model differ by up to about {spread_pct:g}% under power "
+                                              "management: the code cannot gain it back)." if usual else "."))
+    advice = (f"Check {who}'s GPU while the job runs: its clocks and the reason they are held back "
+              "(`nvidia-smi -q -d PERFORMANCE,CLOCK`: power cap, thermal slowdown), its temperature, and other "
+              "processes on it (`nvidia-smi`). Nothing in the code runs more on that rank.")
+    return ("low" if usual and sev != "info" else sev), cause, advice
+
+
 def _cause(ctx: Context, pid: int) -> str:
     """What the straggler does differently: the breakdown category where it exceeds the others most."""
     shares = {}
@@ -110,16 +132,22 @@ def rule_collective_wait(ctx: Context) -> list[Finding]:
     ev["waits_for"] = [_who(report, int(p)) for p in ev["straggler"]]
     ev = ev[["name", "start_ns", "end_ns", "duration_ns", "wait_ns", "pid", "rank", "collective", "waits_for"]]
     who = _who(report, worst)
+    slow = slower_gpu(ctx, worst) if s else None
+    sev = ctx.severity(at_stake)
+    if slow is None:
+        cause = _cause(ctx, worst)
+        advice = (f"Look at {who} before its collectives (the Ranks tab and its rows in the timeline): uneven work "
+                  "(batch or sequence sizes per rank), slower data loading, extra work on one rank (logging, "
+                  "evaluation, checkpoints on rank 0), or CPU contention (set OMP_NUM_THREADS, pin ranks to cores).")
+    else:
+        sev, cause, advice = slower_gpu_words(who, slow, th["collective_wait.gpu_spread_pct"], sev)
     return [Finding(
-        "collective_wait", ctx.severity(at_stake),
+        "collective_wait", sev,
         f"Ranks wait in collectives for {who}: {at_stake / 1e6:,.1f} ms of the job",
         f"Of {nccl / 1e6:,.1f} ms in NCCL kernels, {100.0 * total / max(nccl, 1):.0f}% is spent waiting "
         f"({100.0 * worst_ns / max(total, 1):.0f}% of it for {who}): a collective kernel runs until the last rank "
-        f"joins, so its time on the other ranks beyond the shortest one is waiting for that rank."
-        + _cause(ctx, worst),
-        f"Look at {who} before its collectives (the Ranks tab and its rows in the timeline): uneven work "
-        "(batch or sequence sizes per rank), slower data loading, extra work on one rank (logging, evaluation, "
-        "checkpoints on rank 0), or CPU contention (set OMP_NUM_THREADS, pin ranks to cores).",
+        f"joins, so its time on the other ranks beyond the shortest one is waiting for that rank." + cause,
+        advice,
         at_stake, estimate_words(ctx, "the waiting part of the NCCL kernels (duration minus the same collective's "
                                       "shortest) on the rank that waits most"), ev, ranges_of(ev))]
 
