@@ -45,8 +45,6 @@ def planted(tmp_path_factory):
 CASES = sorted(MANIFEST)
 # honest misses, kept visible: each fails today and says why (strict: the day it passes, this list must shrink)
 ESTIMATE_MISSES = {
-    "checkpoint_every_step": "torch.save's time splits between host_code (serialising, 2.89 s) and host_wait (writing "
-                             "the file, 2.77 s): the first finding alone holds under half of the 5.83 s gain",
     "per_sample_loop": "launch_bound counts the launch gaps less what tracing added to each call (0.11 s); batching "
                        "the 256 samples also removes the tiny kernels' own time: 0.24 s measured",
 }
@@ -260,16 +258,31 @@ def test_an_estimate_miss_still_names_its_cause_first(name, planted):
 
 def test_host_code_may_make_a_few_calls_a_millisecond(planted):
     """torch.save every step: between its copies of the state (one a tensor, 12 ms apart) the host serialises with
-    3 CUDA calls in each stretch.  Host code is at most 2 calls a millisecond of the stretch, not 2 in all: the
-    time is host code (serialising) and host waits (writing), which together hold the measured gain."""
+    3 CUDA calls in each stretch.  Host code is at most 2 calls a millisecond of the stretch, not 2 in all.  The
+    stretches are serialising (code) and writing the file (the OS): one piece of host work, which host_code counts
+    whole, within 2x of the measured gain; host_wait keeps only the blocking outside those stretches."""
     rep = planted("checkpoint_every_step", "bad")
     fs = {f.rule: f for f in rep.findings()}
-    assert (fs["host_code"].evidence["cuda_calls"] > 2).mean() > 0.5
-    assert fs["host_code"].severity == fs["host_wait"].severity == "high"
-    both = fs["host_code"].time_at_stake_ns + fs["host_wait"].time_at_stake_ns
+    hc = fs["host_code"]
+    assert (hc.evidence["cuda_calls"] > 2).mean() > 0.5
+    assert hc.severity == "high" and "blocked in the OS" in hc.explanation
     gain_ns = MANIFEST["checkpoint_every_step"]["gain_s"] * 1e9
-    assert gain_ns / 2 <= both <= gain_ns * 2, (both / 1e9, gain_ns / 1e9)
+    assert gain_ns / 2 <= hc.time_at_stake_ns <= gain_ns * 2, (hc.time_at_stake_ns / 1e9, gain_ns / 1e9)
+    assert fs.get("host_wait") is None or fs["host_wait"].time_at_stake_ns < 0.2 * hc.time_at_stake_ns
     assert fs.get("launch_bound") is None or fs["launch_bound"].severity == "low"
+
+
+def test_stretches_mostly_blocked_in_the_os_stay_host_wait():
+    """A public report (mordred, 2021): the GPU idles seconds while its launching thread is blocked in the OS, with
+    a little code around the calls.  That is host_wait's, whole; host_code does not take it."""
+    from conftest import fixture_path
+
+    with open_nsys_report(fixture_path("nsys", "public-sqlite", "mordred_report1.sqlite")) as rep:
+        fs = {f.rule: f for f in rep.findings()}
+        assert fs["host_wait"].severity == "high" and fs["host_wait"].time_at_stake_ns > 4e9
+        assert "host_code" not in fs
+        # the idle time host_wait explains is not counted again as unexplained
+        assert fs["gpu_time_util"].time_at_stake_ns < 0.5 * fs["host_wait"].time_at_stake_ns
 
 
 def test_a_library_own_ranges_are_no_steps():

@@ -86,7 +86,7 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
         return _host_wait_cpu_only(ctx)
     th = ctx.th
     gaps = ctx.diag.gaps("host wait")
-    at_stake = ctx.stake("host wait")
+    at_stake = ctx.left("host wait", ctx.stake("host wait"))  # host_code's stretches count their own OS calls
     if gaps.empty or ctx.window_share(at_stake) * 100 < th["host_wait.min_share_pct"] / 4:
         return []
     report = ctx.report

@@ -34,10 +34,18 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     if st.empty:
         return []
     # what named causes before this one took of the launch time (an extra copy's filling on the CPU) is theirs
-    at_stake = min(ctx.host_stake("launch", st), ctx.left("launch", ctx.host_stake("launch")))
-    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["host_code.min_share_pct"]:
+    ran = min(ctx.host_stake("launch", st), ctx.left("launch", ctx.host_stake("launch")))
+    if ran <= 0 or ctx.window_share(ran) * 100 < th["host_code.min_share_pct"]:
         return []
-    ctx.claim("launch", at_stake)
+    # where the thread mostly ran code, the OS calls it blocked in inside these stretches are that code's work
+    # (torch.save writing the file it serialised), which the same fix removes: counted here, host_wait keeps the
+    # rest.  Stretches mostly blocked in the OS stay host_wait's whole.
+    blocked = (st["host wait"].to_numpy(float) * st["scale"].to_numpy(float))
+    blocked = int(pd.Series(blocked).groupby([st["pid"].to_numpy(), st["device_id"].to_numpy()]).sum().max())
+    blocked = min(blocked, ctx.left("host wait", ctx.stake("host wait"))) if blocked <= ran else 0
+    at_stake = ran + blocked
+    ctx.claim("launch", ran)
+    ctx.claim("host wait", blocked)
     n, med = len(st), float(np.median(st["launch"])) / 1e6
     if n > MAX_EVIDENCE:  # what the thread was doing is looked up per stretch: the longest are the evidence
         st = st.nlargest(MAX_EVIDENCE, "launch", keep="first")
@@ -66,6 +74,8 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         "nothing queued: Python or CPU work inside the step (preprocessing or augmentation on the CPU, metrics and "
         "logging, a schedule or bookkeeping computed in Python, inputs built element by element, a checkpoint "
         "serialised, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove it."
+        + (f" For {blocked / 1e6:,.1f} ms of these stretches the thread was blocked in the OS (writing a file, a "
+           "sleep, a lock): part of the same work, counted here." if blocked >= 0.05 * at_stake else "")
         + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
         + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),

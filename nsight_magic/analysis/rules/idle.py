@@ -14,7 +14,8 @@ from .. import intervals as I
 from ..bottleneck import quiet_gaps
 from .common import Context, Finding, api_of, cpu_context, evidence, gpu_ops_with_overhead, ranges_of
 
-# idle categories of analysis.bottleneck and the rules that explain them (launch: host_code, then launch_bound)
+# idle categories of analysis.bottleneck and the rules that explain them (launch: host_code, then launch_bound;
+# host wait: host_code's inside its stretches when it counted them, else host_wait's)
 EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "allocator": "allocator_churn",
                 "module load": "module_loading", "host wait": "host_wait", "launch": "launch_bound"}
 
@@ -29,6 +30,8 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     by_pair: dict = {}
     named: dict[str, int] = {}
     strag = ctx.straggler["pid"] if ctx.straggler else None
+    # host_code counts the OS calls inside its stretches when its code held most of them (it claimed them)
+    os_in_quiet = "host_code" if ctx.claimed.get("host wait", 0) > 0 else "host_wait"
     for (pid, dev), g in gaps[gaps["in_window"]].groupby(["pid", "device_id"]):
         if pid == strag:  # the straggler's idle time is its straggling: collective_wait counts it
             named["collective_wait"] = named.get("collective_wait", 0) + int((g[list(EXPLAINED_BY)].sum(axis=1)
@@ -41,10 +44,13 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         inside = I.overlap(span, g["start_ns"], g["end_ns"]).astype(float)
         frac = inside / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
         left = 0.0
-        # launch gaps of code that launches nothing are host_code's, the others launch overhead (launch_bound's)
+        # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
+        # overhead (launch_bound's)
         quiet = quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
-        parts = [(cat, rule, np.ones(len(g), bool)) for cat, rule in EXPLAINED_BY.items() if cat != "launch"]
-        parts += [("launch", "host_code", quiet), ("launch", "launch_bound", ~quiet)]
+        parts = [(cat, rule, np.ones(len(g), bool)) for cat, rule in EXPLAINED_BY.items()
+                 if cat not in ("launch", "host wait")]
+        parts += [("launch", "host_code", quiet), ("launch", "launch_bound", ~quiet),
+                  ("host wait", os_in_quiet, quiet), ("host wait", "host_wait", ~quiet)]
         for cat, rule, m in parts:
             part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float))[m].sum())
             if rule in fired:
