@@ -32,6 +32,7 @@ Sections (pick with --only):
   job       (two GPUs) a DDP job recorded as a cluster user would, one `nsys profile` per rank under torchrun
             (report.%q{RANK}), each exported, `nsys stats` of each, and `nsys recipe nccl_gpu_time_util_map`
             timed on them: $OUT/job.tar.xz
+  jobbench  benchmarks/job.py on the host's cores (NM_JOB_RANKS ranks, NM_JOB_WORKERS=2[,8...] workers)
   analysis  benchmarks/analysis.py on the host's cores (160k and 1M kernels made from a planted report:
             NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings()
   trace_cost  a planted cell (NM_TRACE_COST=name:variant) timed plain and under bare nsys with -t none, nvtx,
@@ -776,6 +777,19 @@ def check_jobtime(work: Path) -> None:
     say("jobtime", "output", "\n" + (p.stdout + p.stderr)[-3000:])
 
 
+def check_jobbench(work: Path) -> None:
+    """benchmarks/job.py on this machine's cores (NM_JOB_RANKS ranks of 160k kernels made from the H100 export in
+    tests/data; NM_JOB_WORKERS, comma-separated, one run each): open_job against the serial loops."""
+    repo = Path(__file__).resolve().parents[1]
+    say("jobbench", "cores", len(os.sched_getaffinity(0)))
+    for w in os.environ.get("NM_JOB_WORKERS", "2").split(","):
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "job.py"), "--ranks",
+                            os.environ.get("NM_JOB_RANKS", "24"), "--workers", w, "--src",
+                            str(repo / "tests" / "data" / "nsys_h100_a_cuda_nvtx.sqlite"), "--workdir",
+                            str(work / "jobbench")], capture_output=True, text=True, timeout=1200, cwd=work)
+        say("jobbench", f"workers_{w}", "\n" + (p.stdout + p.stderr)[-1500:])
+
+
 def check_analysis(work: Path) -> None:
     """benchmarks/analysis.py on this machine's cores: the cold read against bottleneck() + findings(), on traces
     made from a planted H100 report (NM_ANALYSIS_SRC, default launch_bound's bad variant) of NM_ANALYSIS_KERNELS."""
@@ -810,7 +824,7 @@ def main() -> None:
              "planted_second": check_planted_second, "planted_third": check_planted_third,
              "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
-             "ops": check_ops, "jobtime": check_jobtime, "analysis": check_analysis,
+             "ops": check_ops, "jobtime": check_jobtime, "jobbench": check_jobbench, "analysis": check_analysis,
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
              "ops_warm": check_ops_warm,
              "job": check_job}[section](work)
