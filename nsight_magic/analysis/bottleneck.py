@@ -302,7 +302,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     thread (tid), what ended it (next_kind), the sync whose wait it is charged to (sync_name, sync_start_ns, sync_ns)
     and how many CUDA calls that thread made during it (calls: each was slowed down by tracing)."""
     n = len(gs)
-    out = pd.DataFrame({"start_ns": gs, "end_ns": ge})
+    out = {"start_ns": gs, "end_ns": ge}  # columns, framed once at the end (a million gaps)
     for c in IDLE:
         out[c] = np.zeros(n, np.int64)
     out["tid"] = pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))  # all NA
@@ -313,7 +313,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["calls"] = np.zeros(n, np.int64)
     out["after_sync"] = np.zeros(n, bool)
     if not n:
-        return out
+        return pd.DataFrame(out)
     dur = ge - gs
     starts = ops["start_ns"].to_numpy(np.int64)
     nxt = np.searchsorted(starts, ge, "left")  # the operation that ends the gap starts at its end
@@ -426,7 +426,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["after_sync"] = after_sync
     left -= sync_take
     out["launch"] = np.maximum(left, 0)
-    return out
+    return pd.DataFrame(out)
 
 
 def _round_trip(gs, ge, tid, copy_bytes, api: pd.DataFrame) -> np.ndarray:
@@ -489,6 +489,7 @@ class Diagnosis:
     capture: tuple[int, int]
     ops: pd.DataFrame
     _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
+    _gaps_of: dict = field(default_factory=dict, repr=False, compare=False)  # gaps(category), each built once
 
     def scaled(self, category: str, pid: int | None = None) -> int:
         """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
@@ -507,7 +508,11 @@ class Diagnosis:
                 columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name", "sync_ns",
                          "in_window", "pid", "device_id", "scale"])
         g = self._all_gaps
-        return g[g[category] > 0] if category else g.copy(deep=False)  # a caller's new columns stay its own
+        if not category:
+            return g.copy(deep=False)  # a caller's new columns stay its own
+        if category not in self._gaps_of:  # the rules ask for the same categories again
+            self._gaps_of[category] = g[g[category] > 0]
+        return self._gaps_of[category].copy(deep=False)
 
     def exposed(self, starts, ends, pids, devices) -> int:
         """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not
