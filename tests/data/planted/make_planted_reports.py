@@ -638,6 +638,26 @@ with torch.no_grad():
             out = torch.cat([model(batch[i:i + 1]) for i in range(len(batch))])   # planted: one sample at a time
 torch.cuda.synchronize()
 """
+PERSAMPLE_GRAPH_SETUP = PERSAMPLE_SETUP + """
+static_batch = batch.clone()
+graph = torch.cuda.CUDAGraph()
+with torch.no_grad():
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            torch.cat([model(static_batch[i:i + 1]) for i in range(len(static_batch))])
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_out = torch.cat([model(static_batch[i:i + 1]) for i in range(len(static_batch))])
+torch.cuda.synchronize()
+"""
+PERSAMPLE_GRAPH_FIXED = """
+for step in range(10):
+    with nvtx.annotate("step"):
+        graph.replay()                  # the same 256 batch-1 passes, launched as one CUDA graph
+torch.cuda.synchronize()
+"""
 PERSAMPLE_FIXED = """
 with torch.no_grad():
     for step in range(10):
@@ -746,9 +766,12 @@ WORKLOADS += [
     Planted("per_sample_loop", "inference one sample at a time (256 forward passes of batch 1 a step); fixed: the "
             "batch at once (planted as python_loop, whose loops are of elementwise kernels)", "cpu", "launch_bound",
             PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_FIXED),
+    Planted("per_sample_graphs", "inference one sample at a time, as per_sample_loop; fixed instead with a CUDA graph "
+            "of the same 256 batch-1 passes (launch_bound's first advice: the launches go, the tiny kernels stay)",
+            "cpu", "launch_bound", PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_GRAPH_FIXED, PERSAMPLE_GRAPH_SETUP),
 ]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
-         "checkpoint_every_step", "per_sample_loop"]
+         "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD],
