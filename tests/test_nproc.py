@@ -241,6 +241,26 @@ def test_nccl_names():
     assert np.asarray(nccl_collective([])).size == 0
 
 
+@pytest.mark.parametrize("straggler_row, expect", [
+    # the same 10 kernels before the collective, its GPU busy 5 ms longer for 5 ms of lateness: 5% slower
+    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 10}, 5.0),
+    # more kernels: more work, not a slower GPU
+    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 12}, None),
+    # late with its GPU idle (its host): not the GPU
+    ({"window_ns": 105_000_000, "busy_ns": 100_000_000.0, "kernels": 10}, None),
+])
+def test_a_slower_gpu_is_the_same_kernels_busy_longer(straggler_row, expect):
+    """analysis.ranks.slower_gpu_pct over arrivals rows (what each rank's GPU did before a collective it joined)."""
+    from nsight_magic.analysis.ranks import slower_gpu_pct
+
+    rows = pd.DataFrame([{"pid": 1, "seq": 0, "straggler": 1, **straggler_row},
+                         {"pid": 2, "seq": 0, "straggler": 1, "window_ns": 100_000_000, "busy_ns": 100_000_000.0,
+                          "kernels": 10}])
+    got = slower_gpu_pct(rows, 1)
+    assert got == pytest.approx(expect) if expect is not None else got is None
+    assert slower_gpu_pct(rows, 2) is None  # it never came last
+
+
 def test_ranks_printing_at_once_keep_their_lines_whole():
     """Two ranks' output arrives in pieces (print writes its arguments one by one): with several ranks a line is
     streamed once complete, so one rank's line never cuts the other's (seen in CI: 'rank 0 of 2 local 0[rank 1]
