@@ -690,15 +690,18 @@ def check_ops_warm(work: Path) -> None:
 
 
 def check_job(work: Path) -> None:
-    """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py."""
+    """One nsys per rank, as on a cluster: torchrun ... --no-python nsys profile -o report.%q{RANK} python3 job.py.
+    NM_JOB_VARIANT: the DDP GPU straggler's bad cell (default) or its fixed twin (fixed: $OUT/job_fixed.tar.xz);
+    NM_JOB_RECIPE=0 leaves out `nsys recipe`; NM_JOB_TAG is added to the tar's name."""
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo / "tests" / "data" / "planted"))
     from make_planted_reports import BY_NAME
 
+    variant = os.environ.get("NM_JOB_VARIANT", "bad")
     job = work / "job"
     job.mkdir()
     script = work / "ddp_job.py"
-    script.write_text(BY_NAME["ddp_gpu_straggler"].bad)
+    script.write_text(getattr(BY_NAME["ddp_gpu_straggler"], variant))
     nsys = shutil.which("nsys")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -717,7 +720,7 @@ def check_job(work: Path) -> None:
         q = subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--output", "-",
                             str(r.with_suffix(".sqlite"))], capture_output=True, text=True, timeout=300)
         (job / (r.stem + ".cuda_gpu_kern_sum.csv")).write_text(q.stdout)
-    for mode in ("concurrent", "none"):
+    for mode in ("concurrent", "none") if os.environ.get("NM_JOB_RECIPE", "1") != "0" else ():
         t0 = time.perf_counter()
         q = subprocess.run([nsys, "recipe", "nccl_gpu_time_util_map", "--input", str(job), "--mode", mode,
                             "--output", str(work / f"recipe_{mode}")], capture_output=True, text=True,
@@ -736,7 +739,8 @@ def check_job(work: Path) -> None:
     if (work / "recipe_concurrent").exists():
         shutil.copytree(work / "recipe_concurrent", job / "recipe_concurrent")
         keep.append(job / "recipe_concurrent")
-    tar = OUT / "job.tar.xz"
+    tag = ("" if variant == "bad" else f"_{variant}") + os.environ.get("NM_JOB_TAG", "")
+    tar = OUT / f"job{tag}.tar.xz"
     subprocess.run(["tar", "-cJf", str(tar), "-C", str(job), *sorted(x.name for x in keep)], check=True)
     say("job", "tar_bytes", tar.stat().st_size)
 

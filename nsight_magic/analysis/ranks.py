@@ -83,11 +83,12 @@ def arrivals(report, nccl: pd.DataFrame) -> pd.DataFrame:
     """What each process's GPU did before joining each collective (rows of nccl_kernels or collective_waits):
     the stretch from its previous collective's end to this one's start (window_ns: collectives end together, so
     a later arrival is a longer stretch), the time its other kernels kept the GPU busy in it (busy_ns) and how many
-    of them started in it (kernels).  A straggler with the same kernels but more busy time has a slower GPU; more
-    kernels is more work; more idle time is its host."""
+    of them started in it (kernels); and how many other kernels the process ran in all (rank_kernels).  A straggler
+    with the same kernels but more busy time has a slower GPU; more kernels is more work; more idle time is its
+    host."""
     k = report.columns("kernels", ["pid", "start_ns", "end_ns", "name"])
     out = nccl.assign(window_ns=np.zeros(len(nccl), np.int64), busy_ns=np.zeros(len(nccl)),
-                      kernels=np.zeros(len(nccl), np.int64))
+                      kernels=np.zeros(len(nccl), np.int64), rank_kernels=np.zeros(len(nccl), np.int64))
     if k.empty or nccl.empty:
         return out
     from ..readers.nsys_summary import busy_fraction
@@ -108,23 +109,34 @@ def arrivals(report, nccl: pd.DataFrame) -> pd.DataFrame:
         out.loc[g.index, "window_ns"] = st - a
         out.loc[g.index, "busy_ns"] = busy
         out.loc[g.index, "kernels"] = np.searchsorted(ss, st) - np.searchsorted(ss, a)
+        out.loc[g.index, "rank_kernels"] = len(ss)
     return out
 
 
 def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | None:
     """How much slower (%) the straggler's GPU ran the same work before the collectives it came last to, when that
-    is why it came late: about the same kernels between collectives as the ranks that waited (1% apart at most),
-    its GPU busy longer for at least half of its lateness.  None when it ran more kernels or its GPU idled instead.
-    `arr`: arrivals() rows with `by` (pid, or rank in a job), seq, straggler, window_ns, busy_ns, kernels."""
+    is why it came late: last to most collectives, the same kernels as the ranks that waited (in all, 1% apart at
+    most: a rank that waits runs some of the next ones during its collective, outside the stretches), its GPU busy
+    longer for at least half of its lateness.  None when it ran more kernels or its GPU idled instead.  `arr`:
+    arrivals() rows with `by` (pid, or rank in a job), seq, straggler, window_ns, busy_ns, kernels and
+    rank_kernels (where known)."""
     mine = arr[arr[by] == straggler].set_index("seq")
-    rest = arr[(arr[by] != straggler) & arr["seq"].isin(mine.index[mine["straggler"] == straggler])]
+    last = mine.index[mine["straggler"] == straggler]
+    # a slower GPU comes last every time: a rank late to a few collectives was held up by something else
+    if len(last) < 0.5 * arr["seq"].nunique():
+        return None
+    rest = arr[(arr[by] != straggler) & arr["seq"].isin(last)]
     if rest.empty:
         return None
     me = mine.loc[rest["seq"]]
     late = float((me["window_ns"].to_numpy() - rest["window_ns"].to_numpy()).sum())
     extra = float((me["busy_ns"].to_numpy() - rest["busy_ns"].to_numpy()).sum())
-    apart = np.abs(me["kernels"].to_numpy() - rest["kernels"].to_numpy()).sum()
-    if apart > 0.01 * rest["kernels"].sum() or late <= 0 or extra < 0.5 * late:
+    col = "rank_kernels" if "rank_kernels" in arr and arr["rank_kernels"].notna().all() else "kernels"
+    mine_n, theirs_n = me[col].to_numpy(float), rest[col].to_numpy(float)
+    if col == "kernels":
+        mine_n, theirs_n = mine_n.sum(), theirs_n.sum()
+    apart = np.abs(mine_n - theirs_n) > 0.01 * np.maximum(theirs_n, 1)
+    if np.any(apart) or late <= 0 or extra < 0.5 * late:
         return None
     return 100.0 * extra / max(float(rest["busy_ns"].sum()), 1.0)
 

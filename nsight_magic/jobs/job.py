@@ -224,7 +224,7 @@ class Job:
             return self._cache["waits"]
         parts = [r.nccl.assign(rank=r.rank) for r in self.loaded if r.nccl is not None and len(r.nccl)]
         cols = ["rank", "seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "wait_ns", "straggler",
-                "window_ns", "busy_ns", "kernels"]
+                "window_ns", "busy_ns", "kernels", "rank_kernels"]
         if len(parts) < 2:
             out = pd.DataFrame(columns=cols)
         else:
@@ -285,15 +285,41 @@ class Job:
         out["like"] = out["like"].astype("Int64")
         return out
 
-    def straggler(self) -> dict | None:
-        """The rank the others wait for most, and the job time it costs (the most any rank waited): None when
-        nobody waited."""
+    def _steady_waits(self) -> pd.DataFrame:
+        """_waits() of the collectives each rank launched in its steady state, with the scale to its whole loop, as
+        a single report's diagnosis judges them (analysis.rules.comm.steady_waits): from its second step's start
+        to its last step's end, the first (warm-up) step left out; DDP's start-up broadcasts and a first step's
+        library loading are no straggling.  A rank without steps keeps all its collectives."""
+        from ..analysis.steps import Steps
+
         w = self._waits()
+        if w.empty:
+            return w.assign(scale=pd.Series([], dtype=float))
+        keep = np.ones(len(w), bool)
+        scale = np.ones(len(w))
+        at = w["launch_ns"].to_numpy(np.int64)
+        for r in self.loaded:
+            if r.steps is None:
+                continue
+            found = Steps(-1, -1, *r.steps)
+            win = found.steady()
+            if win is None:
+                continue
+            m = (w["rank"] == r.rank).to_numpy()
+            keep[m] = (at[m] >= win[0]) & (at[m] <= win[1])
+            scale[m] = found.count / max(found.steady_count, 1)
+        return w.assign(scale=scale)[keep]
+
+    def straggler(self) -> dict | None:
+        """The rank the others wait for most in the steady state, and the job time it costs (the most any rank
+        waited, scaled to its loop): None when nobody waited."""
+        w = self._steady_waits()
         w = w[w["rank"] != w["straggler"]] if len(w) else w
         if w.empty or w["wait_ns"].sum() <= 0:
             return None
-        on = w.groupby("straggler")["wait_ns"].sum().sort_values(ascending=False)
-        return {"rank": int(on.index[0]), "ns": int(w.groupby("rank")["wait_ns"].sum().max()),
+        scaled = w["wait_ns"] * w["scale"]
+        on = scaled.groupby(w["straggler"]).sum().sort_values(ascending=False)
+        return {"rank": int(on.index[0]), "ns": int(scaled.groupby(w["rank"]).sum().max()),
                 "share": float(on.iloc[0] / on.sum())}
 
     # ---- summaries ---------------------------------------------------------------------------------------------
@@ -392,8 +418,8 @@ class Job:
         loop = max((r.span[1] - r.span[0] - int(self.verdict_of(r).get("startup_ns", 0)) for r in self.loaded),
                    default=1)
         if s:
-            w = self._waits()
-            ev = w[w["wait_ns"] > 0].copy()
+            w = self._steady_waits()
+            ev = w[w["wait_ns"] > 0].drop(columns="scale")
             ev["start_ns"] = ev["start_ns"].astype(np.int64)
             ev["end_ns"] = ev["end_ns"].astype(np.int64)
             ev["name"] = "wait for rank " + ev["straggler"].astype(str)
@@ -411,7 +437,8 @@ class Job:
                 f"Ranks wait in collectives for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms of the job",
                 f"A collective kernel runs until the last rank joins; {100 * s['share']:.0f}% of the waiting was for "
                 f"rank {s['rank']}." + cause, advice,
-                s["ns"], "the waiting of the rank that waited most (on each rank's own clock)", ev, ()))
+                s["ns"], "the waiting of the rank that waited most in the steady state (its steps after the first, on "
+                "its own clock), scaled to its loop", ev, ()))
         best: dict[str, tuple] = {}
         for r in self.loaded:
             for f in r.findings:

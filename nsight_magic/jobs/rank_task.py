@@ -41,7 +41,7 @@ class RankResult:
     summaries: dict = field(default_factory=dict)   # kernel/memcpy/cuda_api/nvtx -> DataFrame (the reader's)
     steps: tuple | None = None                       # (name, starts, ends) on the report's clock
     nccl: pd.DataFrame | None = None                 # seq, start_ns, end_ns, duration_ns, launch_ns, collective,
-    #                                                  window_ns, busy_ns, kernels (analysis.ranks.arrivals)
+    #                                                  window_ns, busy_ns, kernels, rank_kernels (ranks.arrivals)
     util: tuple | None = None                        # (edges_ns, busy fraction, nccl fraction) on its own clock
     verdict: dict = field(default_factory=dict)      # kind, summary, breakdown, window_ns, scale (diagnosed ranks)
     findings: list = field(default_factory=list)     # the rank's own findings, evidence trimmed (diagnosed ranks)
@@ -127,7 +127,7 @@ def _fill(out: RankResult, rep) -> None:
     if len(n):
         n = arrivals(rep, n.assign(launch_ns=_launch_times(rep, n)))
         out.nccl = n[["seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "window_ns", "busy_ns",
-                      "kernels"]].reset_index(drop=True)
+                      "kernels", "rank_kernels"]].reset_index(drop=True)
     steps = find_steps(rep)
     if steps:
         st = steps[min(steps)] if len(steps) == 1 else max(steps.values(), key=lambda s: s.count)
