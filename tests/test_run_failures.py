@@ -277,16 +277,25 @@ def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
             "    end = time.monotonic() + 60\n    while not flag.exists() and time.monotonic() < end:\n"
             "        time.sleep(0.02)\n    time.sleep(1.5)\n    raise ValueError('rank 1 fails')\n"
             "flag.touch()\ntime.sleep(5)\nprint('rank 0 done')\n")
-    r = run_nsys(cell, _opts(tmp_path, nproc=2), namespace={})
-    assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
-    rep = r.open()
-    ranks = rep.ranks_by_pid
-    assert sorted(v[0] for v in ranks.values()) == [0, 1]
+    for attempt in range(2):
+        # nsys 2022.4 on a loaded machine has lost a stopped or failed rank's NVTX rows (the CI of 0a6826d: the
+        # capture saw one rank's cell range): made once more when a rank has none, so that a whole report is judged
+        flag.unlink(missing_ok=True)
+        run_dir = tmp_path / f"attempt{attempt}"
+        run_dir.mkdir()
+        r = run_nsys(cell, _opts(run_dir, nproc=2), namespace={})
+        assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
+        rep = r.open()
+        ranks = rep.ranks_by_pid
+        assert sorted(v[0] for v in ranks.values()) == [0, 1]
+        if all(_ranges_of(rep, p) for p in ranks):
+            break
+    seen = {ranks[p][0]: _ranges_of(rep, p) for p in ranks}
     rank0 = next(p for p, v in ranks.items() if v[0] == 0)
     (a, b), = [(s, e) for s, e in _ranges_of(rep, rank0)]
     # torchrun stopped rank 0 when rank 1 failed: the capture holds rank 0's cell up to then, not only rank 1's
     # 1.5 s before it raised
-    assert rep.meta.span_source == "ranks' cell ranges"
+    assert rep.meta.span_source == "ranks' cell ranges", seen
     assert rep.meta.start_ns <= a and (b == -1 or b <= rep.meta.end_ns)
     rank1 = next(p for p, v in ranks.items() if v[0] == 1)
     (a1, b1), = _ranges_of(rep, rank1)
