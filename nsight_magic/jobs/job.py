@@ -288,8 +288,8 @@ class Job:
     def _steady_waits(self) -> pd.DataFrame:
         """_waits() of the collectives each rank launched in its steady state, with the scale to its whole loop, as
         a single report's diagnosis judges them (analysis.rules.comm.steady_waits): from its second step's start
-        to its last step's end, the first (warm-up) step left out; DDP's start-up broadcasts and a first step's
-        library loading are no straggling.  A rank without steps keeps all its collectives."""
+        to its last step's end, the first (warm-up) step left out: DDP's start-up broadcasts and the first step's
+        one-off work are no straggling.  A rank without steps keeps all its collectives."""
         from ..analysis.steps import Steps
 
         w = self._waits()
