@@ -243,11 +243,11 @@ def test_nccl_names():
 
 @pytest.mark.parametrize("straggler_row, expect", [
     # the same 10 kernels before the collective, its GPU busy 5 ms longer for 5 ms of lateness: 5% slower
-    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 10}, 5.0),
+    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 10, "rank_kernels": 300}, 5.0),
     # more kernels: more work, not a slower GPU
-    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 12}, None),
+    ({"window_ns": 105_000_000, "busy_ns": 105_000_000.0, "kernels": 12, "rank_kernels": 360}, None),
     # late with its GPU idle (its host): not the GPU
-    ({"window_ns": 105_000_000, "busy_ns": 100_000_000.0, "kernels": 10}, None),
+    ({"window_ns": 105_000_000, "busy_ns": 100_000_000.0, "kernels": 10, "rank_kernels": 300}, None),
 ])
 def test_a_slower_gpu_is_the_same_kernels_busy_longer(straggler_row, expect):
     """analysis.ranks.slower_gpu_pct over arrivals rows (what each rank's GPU did before a collective it joined)."""
@@ -255,7 +255,7 @@ def test_a_slower_gpu_is_the_same_kernels_busy_longer(straggler_row, expect):
 
     rows = pd.DataFrame([{"pid": 1, "seq": 0, "straggler": 1, **straggler_row},
                          {"pid": 2, "seq": 0, "straggler": 1, "window_ns": 100_000_000, "busy_ns": 100_000_000.0,
-                          "kernels": 10}])
+                          "kernels": 10, "rank_kernels": 300}])
     got = slower_gpu_pct(rows, 1)
     assert got == pytest.approx(expect) if expect is not None else got is None
     assert slower_gpu_pct(rows, 2) is None  # it never came last

@@ -384,18 +384,19 @@ def _first_ranges(path: Path, tmp_path: Path, keep: int = PROJECTION_MAX_RANGES)
     kinds = ", ".join(str(k) for k in S.NVTX_PUSH_POP + S.NVTX_START_END)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        starts = [r[0] for r in con.execute(f"SELECT start FROM NVTX_EVENTS WHERE eventType IN ({kinds}) "
-                                            "ORDER BY start")] if "NVTX_EVENTS" in {
-            r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")} else []
+        has = con.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'NVTX_EVENTS'").fetchone()
+        # the keep-th range's start, and whether one follows it
+        cut = con.execute(f"SELECT start FROM NVTX_EVENTS WHERE eventType IN ({kinds}) ORDER BY start "
+                          "LIMIT 2 OFFSET ?", (keep - 1,)).fetchall() if has else []
     finally:
         con.close()
-    if len(starts) <= keep:
+    if len(cut) < 2:
         return path
     copy = tmp_path / path.name
     shutil.copyfile(path, copy)
     con = sqlite3.connect(copy)
     with con:
-        con.execute(f"DELETE FROM NVTX_EVENTS WHERE eventType IN ({kinds}) AND start > ?", (starts[keep - 1],))
+        con.execute(f"DELETE FROM NVTX_EVENTS WHERE eventType IN ({kinds}) AND start > ?", (cut[0][0],))
     con.close()
     return copy
 

@@ -118,8 +118,7 @@ def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | Non
     is why it came late: last to most collectives, the same kernels as the ranks that waited (in all, 1% apart at
     most: a rank that waits runs some of the next ones during its collective, outside the stretches), its GPU busy
     longer for at least half of its lateness.  None when it ran more kernels or its GPU idled instead.  `arr`:
-    arrivals() rows with `by` (pid, or rank in a job), seq, straggler, window_ns, busy_ns, kernels and
-    rank_kernels (where known)."""
+    arrivals() rows with `by` (pid, or rank in a job), seq, straggler, window_ns, busy_ns and rank_kernels."""
     mine = arr[arr[by] == straggler].set_index("seq")
     last = mine.index[mine["straggler"] == straggler]
     # a slower GPU comes last every time: a rank late to a few collectives was held up by something else
@@ -131,12 +130,8 @@ def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | Non
     me = mine.loc[rest["seq"]]
     late = float((me["window_ns"].to_numpy() - rest["window_ns"].to_numpy()).sum())
     extra = float((me["busy_ns"].to_numpy() - rest["busy_ns"].to_numpy()).sum())
-    col = "rank_kernels" if "rank_kernels" in arr and arr["rank_kernels"].notna().all() else "kernels"
-    mine_n, theirs_n = me[col].to_numpy(float), rest[col].to_numpy(float)
-    if col == "kernels":
-        mine_n, theirs_n = mine_n.sum(), theirs_n.sum()
-    apart = np.abs(mine_n - theirs_n) > 0.01 * np.maximum(theirs_n, 1)
-    if np.any(apart) or late <= 0 or extra < 0.5 * late:
+    mine_n, theirs_n = me["rank_kernels"].to_numpy(float), rest["rank_kernels"].to_numpy(float)
+    if np.any(np.abs(mine_n - theirs_n) > 0.01 * np.maximum(theirs_n, 1)) or late <= 0 or extra < 0.5 * late:
         return None
     return 100.0 * extra / max(float(rest["busy_ns"].sum()), 1.0)
 

@@ -428,7 +428,7 @@ class Job:
             cause = " Its own findings below say what it does differently."
             advice = (f"Look at rank {s['rank']}: uneven work per rank, slower data loading, extra work on one rank "
                       "(logging, evaluation, checkpoints), CPU contention, or a slower GPU or node.")
-            slow = slower_gpu_pct(w, s["rank"], by="rank") if w["kernels"].notna().all() else None
+            slow = slower_gpu_pct(w, s["rank"], by="rank") if w["rank_kernels"].notna().all() else None
             if slow is not None:
                 sev, cause, advice = slower_gpu_words(f"rank {s['rank']}", slow,
                                                       T.DEFAULTS["collective_wait.gpu_spread_pct"], sev)
