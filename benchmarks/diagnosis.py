@@ -1,14 +1,16 @@
 """The diagnosis against measured gains: one row per planted workload (tests/data/planted/).
 
-    python benchmarks/diagnosis.py
+    python benchmarks/diagnosis.py [--only NAME[,NAME...]]
 
 Each workload has one planted cause and a fixed twin, recorded on the lent GPUs; the gain is the cell's wall time
 bad - fixed measured WITHOUT the profiler (planted.json).  Prints, for the bad report: the verdict's kind, the first
 finding, its time at stake, and the ratio estimate / measured gain; for the fixed twin: the findings still at
 medium or high severity (false alarms).  Goal: the kind and first rule as planted, ratio within 0.5-2.
+--only: these workloads only (planted.json's names).
 """
 from __future__ import annotations
 
+import argparse
 import json
 import lzma
 import shutil
@@ -24,7 +26,16 @@ PLANTED = HERE.parent / "tests" / "data" / "planted"
 def main() -> None:
     from nsight_magic.readers.nsys import open_nsys_report
 
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default=None, help="comma-separated workload names")
+    a = ap.parse_args()
     manifest = json.loads((PLANTED / "planted.json").read_text())
+    if a.only:
+        names = a.only.split(",")
+        unknown = [n for n in names if n not in manifest]
+        if unknown:
+            sys.exit(f"--only: no planted workload {', '.join(unknown)}; the names are in {PLANTED / 'planted.json'}")
+        manifest = {n: manifest[n] for n in names}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         def opened(name, variant):

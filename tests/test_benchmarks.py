@@ -28,7 +28,8 @@ CASES = [
     ("read", ["--workdir", "{w}", "--repeat", "1", "--small", "3000", "--large", "6000"], "frames", [needs_shared]),
     ("merge", ["--kernels", "3000", "--ranks", "2"], "summary = 2 x single: True", [needs_shared]),
     ("view", ["--workdir", "{w}", "--sizes", "3000"], "static view glyphs", [needs_shared]),
-    ("diagnosis", [], "gemm_alignment", []),
+    # one workload: tests/test_analysis_diagnosis.py checks them all
+    ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),
     ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
     ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),

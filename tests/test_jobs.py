@@ -293,6 +293,7 @@ def test_the_timeline_of_chosen_ranks_merges_them(h200_job, client):
     assert "Straggler per step" in html and "rank 1" in html
 
 
+GLOO_RANKS = 4
 GLOO = """
 import os, time, torch, torch.distributed as dist, nvtx
 dist.init_process_group("gloo")
@@ -311,9 +312,10 @@ dist.destroy_process_group()
 @pytest.mark.nsys
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
 @pytest.mark.timeout(600)
-def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
+def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job (and with
-    %nsys_load in a real kernel)."""
+    %nsys_load in a real kernel).  Four ranks, each an nsys of its own on this 2-core machine (eight took 42-48 s
+    of the suite; eight ranks with shifted clocks are tested above on their exports)."""
     script = tmp_path / "job.py"
     script.write_text(GLOO)
     out = tmp_path / "prof"
@@ -328,8 +330,8 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     # So the job runs there, a failed recording is made again from scratch (at most 5 attempts of at most 60 s;
     # a good one takes 15-25 s), and each rank's output is shown.
     cmd = [*isolation_prefix()[0], sys.executable, "-m", "torch.distributed.run", "--standalone",
-           "--nproc_per_node=8", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx,osrt", "-s", "none",
-           "--cpuctxsw=none", "--force-overwrite=true", "-o", str(out / "report.%q{RANK}"), sys.executable,
+           f"--nproc_per_node={GLOO_RANKS}", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx,osrt",
+           "-s", "none", "--cpuctxsw=none", "--force-overwrite=true", "-o", str(out / "report.%q{RANK}"), sys.executable,
            str(script)]
     at = cmd.index("--redirects=3")
     for attempt in range(1, 6):
@@ -347,7 +349,7 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
 
     env = dict(os.environ)
     job = open_job(out)  # its own LocalCluster, started in this process as in the user's kernel
-    assert [r.rank for r in job.loaded] == list(range(8)), job.errors
+    assert [r.rank for r in job.loaded] == list(range(GLOO_RANKS)), job.errors
     # Dask's nannies set OMP_NUM_THREADS=1, PYTHONHASHSEED, ... in the process that starts them: put back, so that
     # later profiled cells get the user's environment
     assert dict(os.environ) == env
@@ -359,7 +361,7 @@ def test_an_eight_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
         assert r.steps is not None and len(r.steps[1]) == 5
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
     text = cell_text(nb.cells[1])
-    assert "Job: 8 ranks loaded" in text and "Verdict:" in text, text
+    assert f"Job: {GLOO_RANKS} ranks loaded" in text and "Verdict:" in text, text
 
 
 def _rank_logs(logs):
