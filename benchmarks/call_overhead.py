@@ -11,6 +11,8 @@ costs.  The minimum of R runs is kept on each side.
     sync     cudaStreamSynchronize after nothing (torch.cuda.synchronize), traced with -t cuda
     nvtx     an NVTX push/pop pair (torch.cuda.nvtx on a GPU, the nvtx package on a CPU), traced with -t nvtx
     osrt     a one-byte read() of /dev/zero (an OS runtime call nsys intercepts), traced with -t osrt
+    spawn    a child process started and waited for (subprocess.run of `true`): nsys follows it, traced with
+             nsight-magic's default trace (-t cuda,nvtx,osrt with a GPU, nvtx,osrt without); use --calls 100
 """
 from __future__ import annotations
 
@@ -57,6 +59,12 @@ elif kind == "nvtx":
     for _ in range(n):
         push("r")
         pop()
+elif kind == "spawn":
+    import subprocess
+    true = subprocess.run(["which", "true"], capture_output=True, text=True).stdout.strip()
+    t = time.perf_counter()
+    for _ in range(n):
+        subprocess.run([true])
 else:
     fd = os.open("/dev/zero", os.O_RDONLY)
     t = time.perf_counter()
@@ -65,7 +73,8 @@ else:
 print("LOOP_S", time.perf_counter() - t)
 '''
 
-TRACE = {"launch": "cuda", "launch_default": "cuda,nvtx,osrt", "sync": "cuda", "nvtx": "nvtx", "osrt": "osrt"}
+TRACE = {"launch": "cuda", "launch_default": "cuda,nvtx,osrt", "sync": "cuda", "nvtx": "nvtx", "osrt": "osrt",
+         "spawn": "cuda,nvtx,osrt" if os.path.exists("/dev/nvidia0") else "nvtx,osrt"}
 
 
 def _loop_s(argv: list[str], attempts: int = 1) -> float:

@@ -50,7 +50,8 @@ DEFAULTS: dict[str, float] = {
     "fp64_compute.min_gpu_pct": 10,               # float64 kernels (matrix products, elementwise on doubles): share
     "gemm_alignment.min_gpu_pct": 5,              # tensor-core matrix kernels with operands aligned under 16 bytes
     "attention_unfused.min_gpu_pct": 10,          # softmax and the elementwise work around it between products
-    "elementwise_fusion.min_gpu_pct": 60,         # elementwise and normalisation kernels: this share of kernel time
+    "elementwise_fusion.min_saving_pct": 50,      # fusing the chains of elementwise and normalisation kernels
+    #                                               would remove this share of kernel time ((n - 1) / n of a chain)
 }
 
 

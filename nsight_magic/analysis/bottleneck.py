@@ -300,7 +300,8 @@ def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFram
 def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, launch_tid) -> pd.DataFrame:
     """Each idle gap's causes (ns per category), vectorised: see the module docstring.  Also per gap: the launching
     thread (tid), what ended it (next_kind), the sync whose wait it is charged to (sync_name, sync_start_ns, sync_ns)
-    and how many CUDA calls that thread made during it (calls: each was slowed down by tracing)."""
+    and how many CUDA calls that thread made during it (calls: each was slowed down by tracing); round_trip: the
+    gap ends with a copy back of data the host read from the GPU as it began (_round_trip)."""
     n = len(gs)
     out = {"start_ns": gs, "end_ns": ge}  # columns, framed once at the end (a million gaps)
     for c in IDLE:
@@ -312,6 +313,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["sync_ns"] = np.zeros(n, np.int64)
     out["calls"] = np.zeros(n, np.int64)
     out["after_sync"] = np.zeros(n, bool)
+    out["round_trip"] = np.zeros(n, bool)
     if not n:
         return pd.DataFrame(out)
     dur = ge - gs
@@ -327,10 +329,14 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     out["tid"] = pd.arrays.IntegerArray(np.where(tid >= 0, tid, 0).astype(np.int64), tid < 0)
     typical = int(np.median(dur)) if n else 0
     left = dur.astype(np.int64).copy()
+    # a round trip: the host computed on data it read back from the GPU and sends the result back (not input)
+    rt = np.zeros(n, bool)
+    batch = code == len(OP_CATS)
+    if batch.any() and len(api) and "readback_bytes" in api:
+        rt = batch & _round_trip(gs, ge, ops["bytes"].to_numpy(np.int64)[nxt_c], api)
+    out["round_trip"] = rt
     # input: the gap before a batch's copy, beyond a typical launch gap
-    inp = (code == len(OP_CATS)) & (dur - typical >= INPUT_MIN_GAP_NS)
-    if inp.any() and len(api) and "readback_bytes" in api:
-        inp &= ~_round_trip(gs, ge, tid, ops["bytes"].to_numpy(np.int64)[nxt_c], api)
+    inp = batch & ~rt & (dur - typical >= INPUT_MIN_GAP_NS)
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
@@ -429,25 +435,23 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     return pd.DataFrame(out)
 
 
-def _round_trip(gs, ge, tid, copy_bytes, api: pd.DataFrame) -> np.ndarray:
-    """Gaps that end with a host-to-device copy no larger than what the launching thread read back from the GPU
+def _round_trip(gs, ge, copy_bytes, api: pd.DataFrame) -> np.ndarray:
+    """Gaps that end with a host-to-device copy no larger than what the process read back from the GPU
     (blocking_readbacks) as the gap began: the host computed on the GPU's data and sent it back (a weight, a loss
-    done in numpy), not a new batch.  An input loop reads back values or outputs, smaller than its batches."""
-    out = np.zeros(len(gs), bool)
+    done in numpy, a layer left on the CPU), not a new batch.  An input loop reads back values or outputs, smaller
+    than its batches.  Any thread's read-back counts: autograd's device thread reads the gradients back that the
+    main thread's CPU work then uses."""
     rb = api[api["readback_bytes"].to_numpy() > 0]
-    for th, g in rb.groupby("tid", sort=False):
-        m = np.flatnonzero(tid == int(th))
-        if not len(m):
-            continue
-        g = g.sort_values("start_ns", kind="stable")
-        rs, re = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
-        size = g["readback_bytes"].to_numpy(np.int64)
-        # the read-back under way as the GPU went idle (its call returns after the copy: the driver's staging)
-        j = np.searchsorted(rs, gs[m], "right") - 1
-        jj = np.maximum(j, 0)
-        ok = (j >= 0) & (re[jj] >= gs[m] - SYNC_TOLERANCE_NS) & (re[jj] <= ge[m])
-        out[m] = ok & (size[jj] >= copy_bytes[m])
-    return out
+    if rb.empty:
+        return np.zeros(len(gs), bool)
+    rb = rb.sort_values("start_ns", kind="stable")
+    rs, re = rb["start_ns"].to_numpy(np.int64), rb["end_ns"].to_numpy(np.int64)
+    size = rb["readback_bytes"].to_numpy(np.int64)
+    # the read-back under way as the GPU went idle (its call returns after the copy: the driver's staging)
+    j = np.searchsorted(rs, gs, "right") - 1
+    jj = np.maximum(j, 0)
+    ok = (j >= 0) & (re[jj] >= gs - SYNC_TOLERANCE_NS) & (re[jj] <= ge)
+    return ok & (size[jj] >= copy_bytes)
 
 
 @per_frame

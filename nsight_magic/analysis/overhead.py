@@ -13,16 +13,25 @@ under `nsys profile`; the minimum of 3 runs each):
     an NVTX push/pop +0.5 and +1.1 us; a traced OS call (read) +0.5 and +0.7 us.
     nsys 2022.4.2, this CPU machine: an NVTX push/pop +0.3 and +0.4 us, a read() +0.2 us.
 
+A process the profiled one starts with exec (subprocess.run of a tool: nvidia-smi, git, a compiler) is followed
+by nsys, which sets itself up in it before its first call: +20.7 ms per process (`benchmarks/call_overhead.py
+--kinds spawn --calls 100`, `true`, default trace; H200 host, nsys 2025.3.1; nvidia-smi +21.7 ms there), +20.1 ms
+with nsys 2022.4 on this CPU machine.  Processes forked without exec (DataLoader workers) are not followed.
+
 A floor, not the whole cost: PyTorch makes calls the default trace does not record (a training step's backward()
 about 1,600 cudaGetDevice, recorded with --cuda-trace-all-apis=true; scripts/trace_phases.py), and what tracing
 adds per recorded call varied from 2.8 to 12.8 us across the planted workloads.
 """
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
+
 # microseconds added to one CUDA runtime/driver call, by whether OS runtime calls were traced as well (a CUDA call
 # makes OS calls of its own, each then intercepted too)
 CUDA_CALL_US = {"with_osrt": 5.3, "cuda_only": 2.0}
 NVTX_RANGE_US = 1.0
+PROCESS_START_MS = 20.7  # a child process nsys follows: its set-up before the process's first call
 
 
 def cuda_call_ns(report) -> float:
@@ -35,3 +44,17 @@ def words(report) -> str:
     us = cuda_call_ns(report) / 1000
     return (f"less the {us:.1f} us nsys adds to each CUDA call made meanwhile "
             f"({'with' if us > 3 else 'without'} OS runtime tracing; benchmarks/call_overhead.py)")
+
+
+def process_firsts(report, skip_pids=()) -> np.ndarray:
+    """Each process's first recorded CUDA or OS call, sorted: where nsys had just set itself up in it
+    (PROCESS_START_MS before).  `skip_pids`: processes to leave out (those with GPU work: the cell's, ranks)."""
+    firsts = []
+    for frame in ("osrt", "cuda_api"):
+        got = report.columns(frame, ["pid", "start_ns"]) if hasattr(report, "columns") else getattr(report, frame)
+        if len(got):
+            firsts.append(got.groupby("pid")["start_ns"].min())
+    if not firsts:
+        return np.empty(0, np.int64)
+    first = pd.concat(firsts).groupby(level=0).min()
+    return np.sort(first[~first.index.isin(list(skip_pids))].to_numpy(np.int64))

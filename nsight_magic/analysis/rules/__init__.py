@@ -1,4 +1,4 @@
-"""The rules of the findings, one family per module: copies, host (syncs, input, OS waits), host_calls (the
+"""The rules of the findings, one family per module: copies, round_trip (data through the host and back), host (syncs, input, OS waits), host_calls (the
 allocator, module loading, implicit syncs), host_code (code that launches nothing), pytorch (PyTorch's
 anti-patterns), kernels (launches, layouts, grids), precision (fp32 and misaligned matrix kernels, fusion), idle
 (twins of nsys's GPU rules, start-up), comm (ranks), notes.  Each rule takes a Context (common.py) and returns
@@ -20,12 +20,14 @@ from .precision import (rule_attention_unfused, rule_elementwise_fusion, rule_fp
                         rule_gemm_alignment)
 from .pytorch import (rule_conv_bias_bn, rule_extra_copy, rule_optimizer_single_tensor, rule_python_loop,
                       rule_zero_grad_not_none)
+from .round_trip import rule_host_round_trip
 
 # In the order they run: causes first, then the twins of nsys's GPU rules (symptoms: their time at stake is what
 # the causes found before them do not explain).
 NSYS_RULES = {
     "collective_wait": rule_collective_wait,
     "extra_copy": rule_extra_copy,
+    "host_round_trip": rule_host_round_trip,
     "cuda_memcpy_async": rule_cuda_memcpy_async,
     "cuda_memcpy_sync": rule_cuda_memcpy_sync,
     "cuda_memset_sync": rule_cuda_memset_sync,

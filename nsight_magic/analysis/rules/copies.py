@@ -82,7 +82,7 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
     if m.empty:
         return []
     ev = _copy_evidence(report, m)
-    at_stake = _exposed(ctx, ev)
+    at_stake = ctx.left("copy", _exposed(ctx, ev))  # a round trip's or an extra copy's copies are theirs
     ser = serialized_copies(report)
     inline = m.index.isin(ser.index)
     also = ""

@@ -62,7 +62,8 @@ def rule_input_wait(ctx: Context) -> list[Finding]:
     gaps = ctx.diag.gaps("input")
     if len(gaps) < th["input_wait.min_steps"]:
         return []
-    at_stake = ctx.stake("input")
+    spawn_ns, spawned = ctx.process_start_stake("input")  # processes started to make the data (as host_wait)
+    at_stake = max(0, ctx.stake("input") - spawn_ns)
     if at_stake < th["input_wait.min_gap_ms"] * 1e6 * th["input_wait.min_steps"]:
         return []
     med = (gaps["input"]).median()
@@ -76,7 +77,7 @@ def rule_input_wait(ctx: Context) -> list[Finding]:
         "persistent_workers=True)` with N around the CPU cores per GPU, and copy with `non_blocking=True`; move "
         "heavy augmentation to the GPU.",
         at_stake, estimate_words(ctx, "the GPU's idle time before each batch's copy, beyond the loop's usual gap "
-                                      "between two launches"), ev, ranges_of(ev))]
+                                      "between two launches" + _spawn_words(spawned)), ev, ranges_of(ev))]
 
 
 def rule_host_wait(ctx: Context) -> list[Finding]:
@@ -86,7 +87,11 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
         return _host_wait_cpu_only(ctx)
     th = ctx.th
     gaps = ctx.diag.gaps("host wait")
-    at_stake = ctx.left("host wait", ctx.stake("host wait"))  # host_code's stretches count their own OS calls
+    # a process the thread started and waited for (a tool run with subprocess) is slower under nsys, which sets
+    # itself up in it: that part of the wait is the profiler's (analysis/overhead.py)
+    spawn_ns, spawned = ctx.process_start_stake("host wait")
+    # host_code's stretches count their own OS calls
+    at_stake = ctx.left("host wait", max(0, ctx.stake("host wait") - spawn_ns))
     if gaps.empty or ctx.window_share(at_stake) * 100 < th["host_wait.min_share_pct"] / 4:
         return []
     report = ctx.report
@@ -110,8 +115,15 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
         + ": sleeping, waiting for I/O, a lock, or another process or thread.",
         "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
         "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching).",
-        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"), ev,
-        ranges_of(ev))]
+        at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"
+                                 + _spawn_words(spawned)), ev, ranges_of(ev))]
+
+
+def _spawn_words(spawned: int) -> str:
+    from ..overhead import PROCESS_START_MS
+
+    return (f", less the {PROCESS_START_MS:g} ms nsys adds to the start of each process it follows ({spawned:,} "
+            f"started meanwhile; benchmarks/call_overhead.py --kinds spawn)" if spawned else "")
 
 
 def _host_wait_cpu_only(ctx: Context) -> list[Finding]:

@@ -165,6 +165,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     g = ctx.diag.gaps("sync")
     g = g[g["in_window"] & g["sync_start_ns"].isin(set(syncs["start_ns"].to_numpy(np.int64)))]
     idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
+    idle = ctx.left("sync", idle)  # a round trip's read-backs are host_round_trip's
     ctx.claim("sync", idle)
     k = report.kernels
     dd = k[tx.contains(k["name"], DATA_DEPENDENT_RX, regex=True)] if len(k) else k

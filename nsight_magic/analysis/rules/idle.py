@@ -47,10 +47,13 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)
         quiet = quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
-        parts = [(cat, rule, np.ones(len(g), bool)) for cat, rule in EXPLAINED_BY.items()
-                 if cat not in ("launch", "host wait")]
-        parts += [("launch", "host_code", quiet), ("launch", "launch_bound", ~quiet),
-                  ("host wait", os_in_quiet, quiet), ("host wait", "host_wait", ~quiet)]
+        # a round trip's gaps are host_round_trip's, whatever their categories
+        trip = g["round_trip"].to_numpy(bool) if "round_trip" in g else np.zeros(len(g), bool)
+        rest = ~trip
+        parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
+        parts += [(cat, rule, rest) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "host wait")]
+        parts += [("launch", "host_code", quiet & rest), ("launch", "launch_bound", ~quiet & rest),
+                  ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]
         for cat, rule, m in parts:
             part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float))[m].sum())
             if rule in fired:

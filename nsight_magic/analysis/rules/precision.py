@@ -20,7 +20,6 @@ from .kernels import gpu_side_saving
 UNKNOWN_TF32_RATIO = 8.0   # A100's tf32 / fp32 throughput, for a GPU not in kernel_classes.THROUGHPUT
 MISALIGNED_SAVING = 0.5    # misaligned tensor-core GEMMs ran at about half the speed of aligned ones (H100, bf16,
 #                            width 4100 against 4104: 1.05 ms against 0.44 ms per product; tests/data/planted)
-FUSION_SAVING = 0.5        # fusing chains of elementwise kernels: about half their memory passes go
 UNKNOWN_FP64_RATIO = 8.0   # H100's tf32 / fp64 tensor-core throughput, for a GPU not in kernel_classes.THROUGHPUT
 FP64_BYTES_SAVING = 0.5    # a memory-bound kernel on float32 instead of float64: half the bytes
 _DOUBLE = r"\bdouble\b|float64"  # element types in names: PyTorch's and CUB's template arguments, CuPy's suffixes
@@ -244,17 +243,38 @@ def _in_chains(k: pd.DataFrame, mask: np.ndarray) -> np.ndarray:
     return out
 
 
+def _chain_saving(k: pd.DataFrame, chained: np.ndarray) -> np.ndarray:
+    """Per kernel, the share of its time fusing its chain removes: (n - 1) / n in a chain of n kernels (a run of
+    chained kernels one after the other on a stream).  Each elementwise kernel reads and writes whole tensors; one
+    fused kernel makes one such pass for the chain (about what torch.compile's fusion does)."""
+    order, same = _stream_order(k)
+    c = chained[order]
+    start = np.r_[True, ~(c[1:] & c[:-1] & same)]
+    run = np.cumsum(start)
+    n = np.bincount(run[c], minlength=run.max() + 1)[run] if c.any() else np.ones(len(k), np.int64)
+    out = np.zeros(len(k))
+    out[order] = np.where(c, (n - 1) / np.maximum(n, 1), 0.0)
+    return out
+
+
 def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
-    """Chains of elementwise and normalisation kernels (one after the other on a stream) holding the time of a
-    GPU-bound loop: fusion."""
-    # attention's score-matrix work is attention_unfused's (a fused kernel removes it, not a fused chain)
-    got = _holding(ctx, "elementwise_fusion", lambda k: _in_chains(
-        k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy())
-        & ~(_score_work(ctx, k) if _attention_holds(ctx) else np.zeros(len(k), bool)))
-    if got is None:
+    """Chains of elementwise and normalisation kernels (one after the other on a stream) in a GPU-bound loop, when
+    fusing each chain into one kernel would remove at least elementwise_fusion.min_saving_pct of kernel time."""
+    if not _gpu_bound(ctx):
         return []
-    k, m, total = got
-    at_stake = gpu_side_saving(ctx, m, np.full(len(m), FUSION_SAVING))
+    k = _matrix(ctx)
+    if k.empty:
+        return []
+    # attention's score-matrix work is attention_unfused's (a fused kernel removes it, not a fused chain)
+    chained = _in_chains(k, k["cls"].isin(("elementwise", "normalization", "softmax", "reduction")).to_numpy()) \
+        & ~(_score_work(ctx, k) if _attention_holds(ctx) else np.zeros(len(k), bool))
+    saving = _chain_saving(k, chained)
+    total = float(k["duration_ns"].sum())
+    saved = float((k["duration_ns"].to_numpy(float) * saving).sum())
+    if not chained.any() or saved * 100 / max(total, 1) < ctx.th["elementwise_fusion.min_saving_pct"]:
+        return []
+    m = k[chained]
+    at_stake = gpu_side_saving(ctx, m, saving[chained])
     share = m["duration_ns"].sum() * 100 / total
     ev = evidence(m, m["name"], {"cls": m["cls"]})
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
@@ -263,9 +283,11 @@ def rule_elementwise_fusion(ctx: Context) -> list[Finding]:
         "elementwise_fusion", ctx.severity(at_stake),
         f"{len(ev)} elementwise and normalisation kernels take {share:.0f}% of kernel time",
         f"Memory-bound kernels (activations, additions, normalisations, reductions) take {share:.0f}% of a GPU-bound "
-        f"loop's kernel time against {mx:.0f}% for the matrix products; each reads and writes whole tensors. Most "
-        "time: " + "; ".join(f"{n[:70]} ({v / 1e6:,.1f} ms)" for n, v in top.items()) + ".",
+        f"loop's kernel time against {mx:.0f}% for the matrix products; each reads and writes whole tensors, one "
+        f"after the other. Fused, each chain would make one pass instead of several: {saved * 100 / total:.0f}% of "
+        "kernel time less. Most time: " + "; ".join(f"{n[:70]} ({v / 1e6:,.1f} ms)" for n, v in top.items()) + ".",
         "Fuse them: `model = torch.compile(model)` (chains of elementwise ops become one kernel), fused layers "
-        "(`F.scaled_dot_product_attention`, fused optimizers `fused=True`), and bf16 autocast halves their bytes.",
-        at_stake, estimate_words(ctx, f"these kernels' time x {FUSION_SAVING:g} (the memory passes fusion removes), "
-                                      "beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+        "(`nn.LayerNorm` / `F.layer_norm` rather than normalisation written out, `F.scaled_dot_product_attention`, "
+        "fused optimizers `fused=True`), and bf16 autocast halves their bytes.",
+        at_stake, estimate_words(ctx, "these kernels' time x (n - 1) / n in a chain of n (the memory passes fusion "
+                                      "removes), beyond the time the host paced the GPU"), ev, ranges_of(ev))]

@@ -1,6 +1,6 @@
 """Record the planted diagnosis suite: workloads with one known bottleneck each and a fixed twin.
 
-    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third] [--only a,b] [--reps 2]
+    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third|fourth] [--only a,b] [--reps 2]
 
 Run it on a machine with NVIDIA GPUs, PyTorch and Nsight Systems 2023+ on PATH (the lent H100 for `single`, two
 GPUs for `ddp`; scripts/gpu-check.sh --only planted,planted_ddp sets that machine up).  For each workload and each
@@ -667,6 +667,69 @@ torch.cuda.synchronize()
 """
 
 
+# ---- the fourth set: causes planted before any rule was looked at for them (expectations written first) ----------
+
+SMI_SETUP = TF32 + """
+import subprocess
+# about 5 ms of TF32 matrix work a step
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(4096, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+SMI_LOOP = """
+log = []
+for step in range(20):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        LOG
+torch.cuda.synchronize()
+"""
+SMI_BAD = SMI_LOOP.replace("LOG", "log.append(subprocess.run(['nvidia-smi', '--query-gpu=memory.used', "
+                                  "'--format=csv,noheader'], capture_output=True, text=True).stdout)  # planted")
+SMI_FIXED = SMI_LOOP.replace("LOG", "log.append(torch.cuda.memory_allocated())")
+
+CPULAYER_SETUP = TF32 + """
+# about 4 ms of TF32 matrix work a step on the GPU (the fixed twin is GPU-bound)
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+head = nn.Linear(1024, 1024)   # DEVICE
+opt = torch.optim.SGD(list(model.parameters()) + list(head.parameters()), lr=1e-4)
+x = torch.randn(8192, 1024, device="cuda")
+def forward():
+    h = model(x)
+    return HEAD
+forward().square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+CPULAYER_LOOP = """
+for step in range(10):
+    with nvtx.annotate("step"):
+        loss = forward().square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+LAYERNORM_SETUP = MODEL + """
+D = 4096
+class ManualLN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w, self.b = nn.Parameter(torch.ones(D)), nn.Parameter(torch.zeros(D))
+    def forward(self, h):
+        mu = h.mean(-1, keepdim=True)
+        var = (h - mu).square().mean(-1, keepdim=True)
+        return (h - mu) / torch.sqrt(var + 1e-5) * self.w + self.b
+model = nn.Sequential(*[m for _ in range(4) for m in (NORM, nn.Linear(D, D), nn.GELU())]).cuda().to(torch.bfloat16)
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(8192, D, device="cuda", dtype=torch.bfloat16)
+model(x).float().square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -697,7 +760,7 @@ WORKLOADS = [
 ]
 WORKLOADS += [
     Planted("allocator_churn", "torch.cuda.empty_cache() every step: cudaFree waits for the GPU, cudaMalloc again",
-            "sync", "allocator_churn", ALLOC_SETUP, ALLOC_BAD, ALLOC_BAD.replace(
+            "cpu", "allocator_churn", ALLOC_SETUP, ALLOC_BAD, ALLOC_BAD.replace(
                 "        torch.cuda.empty_cache()            # planted: the cached blocks go back to the driver, to be "
                 "allocated again\n", "")),
     Planted("fp32_gemm", "fp32 matrix products without tensor cores (TF32 off), GPU-bound; fixed: TF32", "gpu",
@@ -743,7 +806,8 @@ WORKLOADS += [
     Planted("cpu_metrics", "accuracy computed on the host every step: 16k predictions copied to it, the host waits "
             "for the step before its own work", "sync", "implicit_sync", METRICS_SETUP, METRICS_BAD, METRICS_FIXED),
     Planted("numpy_roundtrip", "per-row loss weights computed in numpy every step: 128 MiB to the host and back, the "
-            "host waits", "copy", "cuda_memcpy_async", ROUNDTRIP_SETUP, ROUNDTRIP_BAD, ROUNDTRIP_FIXED),
+            "host waits (first read as pageable copies, then implicit_sync: one round trip through the host, "
+            "host_round_trip)", "copy", "host_round_trip", ROUNDTRIP_SETUP, ROUNDTRIP_BAD, ROUNDTRIP_FIXED),
     Planted("loader_respawn", "a DataLoader with 8 workers made anew every epoch (6 epochs of 8 batches): the "
             "workers start again each time; fixed: persistent workers, started before the cell", "input",
             "input_wait", RESPAWN_SETUP, RESPAWN_BAD, RESPAWN_LOOP.replace("LOADER", "loader"), RESPAWN_FIXED_SETUP),
@@ -770,12 +834,29 @@ WORKLOADS += [
             "of the same 256 batch-1 passes (launch_bound's first advice: the launches go, the tiny kernels stay)",
             "cpu", "launch_bound", PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_GRAPH_FIXED, PERSAMPLE_GRAPH_SETUP),
 ]
+WORKLOADS += [
+    Planted("smi_logging", "GPU memory logged by running nvidia-smi (a subprocess) every step; fixed: "
+            "torch.cuda.memory_allocated()", "cpu", "host_wait", SMI_SETUP, SMI_BAD, SMI_FIXED),
+    Planted("cpu_layer", "the model's last layer left on the CPU: activations to the host, an 8192 x 1024 x 1024 "
+            "product and its backward there, and back, every step; fixed: the layer on the GPU (planted as host_code; "
+            "on that host the two 32 MiB copies each way take about half the step: read first as input, then as "
+            "pageable copies at 0.46x; the round trip is the cause)", "copy", "host_round_trip",
+            CPULAYER_SETUP.replace("HEAD", "head(h.cpu()).cuda()").replace("# DEVICE", "# planted: never moved"),
+            CPULAYER_LOOP, CPULAYER_LOOP,
+            CPULAYER_SETUP.replace("HEAD", "head(h)").replace("   # DEVICE", ".cuda()")),
+    Planted("manual_layernorm", "LayerNorm written out (mean, variance, subtract, divide, scale, shift) in a bf16 "
+            "MLP of width 4096; fixed: nn.LayerNorm", "gpu", "elementwise_fusion",
+            LAYERNORM_SETUP.replace("NORM", "ManualLN()"), TRAIN_LOOP.replace("STEPS", "30").replace("NONE", "True"),
+            TRAIN_LOOP.replace("STEPS", "30").replace("NONE", "True"),
+            LAYERNORM_SETUP.replace("NORM", "nn.LayerNorm(D)")),
+]
+FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
-SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD],
-          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD}
+SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD + FOURTH],
+          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD, "fourth": FOURTH}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
