@@ -27,7 +27,7 @@ Sections (pick with --only):
   planted_third  the third planted set (causes no rule was written for when they were planted: fp64, metrics on
             the host, a numpy round trip), same variables: $OUT/planted_third*.tar.xz
   planted_fourth  the fourth planted set (planted before any rule was looked at for them: nvidia-smi every step,
-            a layer left on the CPU, LayerNorm written out), same variables
+            a layer left on the CPU, LayerNorm written out, gc.collect() and a .npy read every step), same variables
   call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
   emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
   latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json

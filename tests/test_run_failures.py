@@ -277,9 +277,10 @@ def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
             "    end = time.monotonic() + 60\n    while not flag.exists() and time.monotonic() < end:\n"
             "        time.sleep(0.02)\n    time.sleep(1.5)\n    raise ValueError('rank 1 fails')\n"
             "flag.touch()\ntime.sleep(5)\nprint('rank 0 done')\n")
-    for attempt in range(2):
+    for attempt in range(3):
         # nsys 2022.4 on a loaded machine has lost a stopped or failed rank's NVTX rows (the CI of 0a6826d: the
-        # capture saw one rank's cell range): made once more when a rank has none, so that a whole report is judged
+        # capture saw one rank's cell range; the CI of bbd7f0d: no row of rank 0 at all, not even its rank mark):
+        # made again when a rank has none, so that a whole report is judged
         flag.unlink(missing_ok=True)
         run_dir = tmp_path / f"attempt{attempt}"
         run_dir.mkdir()
@@ -287,9 +288,9 @@ def test_the_capture_covers_every_rank_when_one_fails(tmp_path):
         assert r.status == "cell-error" and "rank 1" in " ".join(r.messages), r.messages
         rep = r.open()
         ranks = rep.ranks_by_pid
-        assert sorted(v[0] for v in ranks.values()) == [0, 1]
-        if all(_ranges_of(rep, p) for p in ranks):
+        if sorted(v[0] for v in ranks.values()) == [0, 1] and all(_ranges_of(rep, p) for p in ranks):
             break
+    assert sorted(v[0] for v in ranks.values()) == [0, 1], ranks
     seen = {ranks[p][0]: _ranges_of(rep, p) for p in ranks}
     rank0 = next(p for p, v in ranks.items() if v[0] == 0)
     (a, b), = [(s, e) for s, e in _ranges_of(rep, rank0)]

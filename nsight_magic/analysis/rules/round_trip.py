@@ -17,19 +17,34 @@ from ..bottleneck import IDLE
 from .common import Context, Enclosing, Finding, estimate_words, evidence, ranges_of, where_words
 
 
-def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str) -> pd.DataFrame:
+def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str) -> dict[str, np.ndarray]:
     """For each gap, the copy of `kind` of its process and GPU whose `column` (start_ns, end_ns) is the gap's `at`
-    (end_ns, start_ns): the copy that ends it or the read-back it began with.  Columns start_ns, end_ns, bytes, pid,
-    device_id (NA where none)."""
+    (end_ns, start_ns): the copy that ends it or the read-back it began with.  Arrays start_ns, end_ns, bytes (-1
+    where there is none), pageable (from or to pageable memory), pid, device_id."""
     c = m[np.asarray(tx.eq(m["kind"], kind), bool)]
-    keys = pd.DataFrame({"pid": g["pid"].to_numpy(np.int64), "device_id": g["device_id"].to_numpy(np.int64),
-                         "t": g[at].to_numpy(np.int64)})
-    cand = pd.DataFrame({"pid": c["pid"].to_numpy(np.int64), "device_id": c["device_id"].to_numpy(np.int64),
-                         "t": pd.to_numeric(c[column]).to_numpy(np.int64),
-                         "start_ns": c["start_ns"].to_numpy(np.int64),
-                         "end_ns": pd.to_numeric(c["end_ns"]).to_numpy(np.int64),
-                         "bytes": c["bytes"].fillna(0).to_numpy(np.int64)}).drop_duplicates(["pid", "device_id", "t"])
-    return keys.merge(cand, on=["pid", "device_id", "t"], how="left")
+    t = pd.to_numeric(c[column]).to_numpy(np.int64)
+    key = pd.MultiIndex.from_arrays([c["pid"].to_numpy(np.int64), c["device_id"].to_numpy(np.int64), t])
+    first = ~key.duplicated()
+    probe = pd.MultiIndex.from_arrays([g["pid"].to_numpy(np.int64), g["device_id"].to_numpy(np.int64),
+                                       g[at].to_numpy(np.int64)])
+    i = key[first].get_indexer(probe) if len(c) else np.full(len(g), -1)
+    rows = np.flatnonzero(first)[np.maximum(i, 0)] if len(c) else np.zeros(len(g), np.int64)
+
+    def pick(values) -> np.ndarray:
+        return np.where(i >= 0, np.asarray(values, np.int64)[rows], -1) if len(c) else np.full(len(g), -1)
+
+    pageable = np.zeros(len(c), np.int64)
+    for side in ("src_kind", "dst_kind"):
+        if side in c:
+            pageable |= np.asarray(tx.eq(c[side], "pageable"), bool)
+    return {"start_ns": pick(c["start_ns"]), "end_ns": pick(pd.to_numeric(c["end_ns"])),
+            "bytes": pick(c["bytes"].fillna(0)), "pageable": pick(pageable) == 1,
+            "pid": g["pid"].to_numpy(np.int64), "device_id": g["device_id"].to_numpy(np.int64)}
+
+
+def _known(values: np.ndarray):
+    """-1 (no such copy) as NA."""
+    return pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
 
 
 def _size(n: float) -> str:
@@ -50,40 +65,42 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
     back = _copies_at(m, "DtoH", "end_ns", g, "start_ns")
     sent = _copies_at(m, "HtoD", "start_ns", g, "end_ns")
     idle = {c: ctx.host_stake(c, g) for c in IDLE}  # less what tracing added to the calls made meanwhile
-    copies = pd.concat([back, sent]).dropna(subset=["start_ns"])
-    exposed = ctx.diag.exposed(copies["start_ns"], copies["end_ns"], copies["pid"], copies["device_id"]) \
-        if len(copies) else 0
+    found = {k: np.concatenate([back[k][back["start_ns"] >= 0], sent[k][sent["start_ns"] >= 0]]) for k in back}
+    pageable = int(found["pageable"].sum())
+    exposed = ctx.diag.exposed(found["start_ns"], found["end_ns"], found["pid"], found["device_id"]) \
+        if len(found["start_ns"]) else 0
     at_stake = sum(idle.values()) + exposed
     if at_stake <= 0:
         return []
     for c, v in idle.items():
         ctx.claim(c, v)
     ctx.claim("copy", exposed)
-    first = back["start_ns"].fillna(pd.Series(g["start_ns"].to_numpy(np.int64))).to_numpy(np.int64)
-    last = sent["end_ns"].fillna(pd.Series(g["end_ns"].to_numpy(np.int64))).to_numpy(np.int64)
+    first = np.where(back["start_ns"] >= 0, back["start_ns"], g["start_ns"].to_numpy(np.int64))
+    last = np.where(sent["end_ns"] >= 0, sent["end_ns"], g["end_ns"].to_numpy(np.int64))
     waited = g[list(IDLE)].sum(axis=1).to_numpy(np.int64)
     tids = g["tid"].to_numpy(dtype=object)
     ev = evidence(pd.DataFrame({"start_ns": first, "end_ns": last, "pid": g["pid"].to_numpy(np.int64),
                                 "tid": pd.array(g["tid"], dtype="Int64"),
                                 "device_id": g["device_id"].to_numpy(np.int64)}),
                   "round trip through the host",
-                  {"read_back_bytes": back["bytes"].to_numpy(), "sent_bytes": sent["bytes"].to_numpy(),
+                  {"read_back_bytes": _known(back["bytes"]), "sent_bytes": _known(sent["bytes"]),
                    "gpu_idle_ns": waited,
                    "nvtx_range": Enclosing.of(report)(g["pid"], pd.Series(tids).fillna(-1).astype(np.int64),
                                                       g["start_ns"])})
     n = len(ev)
     host = int(np.median(waited)) if n else 0
     size = float(pd.Series(ev["read_back_bytes"]).dropna().median()) if ev["read_back_bytes"].notna().any() else 0
-    parts = ", ".join(f"{c} {v / 1e6:,.1f} ms" for c, v in idle.items() if v > 0)
     return [Finding(
         "host_round_trip", ctx.severity(at_stake),
         f"{n:,} round trips through the host: data read back from the GPU, worked on by the host and copied back",
         f"{n:,} times the host read data back from the GPU (median {_size(size)}), worked on it while the GPU had "
         f"nothing to do (median {host / 1e6:,.1f} ms) and copied the result back: the read-back waits for all the "
-        "work queued before it, the copies from pageable memory block, and the GPU idles for the whole trip. "
+        "work queued before it"
+        + (f", {pageable:,} of the copies use pageable memory and block the host" if pageable else "")
+        + ", and the GPU idles for the whole trip. "
         "A layer left on the CPU, a loss, weights or a metric computed in numpy or Python, or a CPU library in the "
-        f"middle of the step make such trips. Of the time at stake, the GPU idled {parts or '0 ms'} and the copies "
-        f"the kernels did not hide took {exposed / 1e6:,.1f} ms." + where_words(ev),
+        f"middle of the step make such trips. Of the time at stake, the GPU idled {sum(idle.values()) / 1e6:,.1f} ms "
+        f"and the copies the kernels did not hide took {exposed / 1e6:,.1f} ms." + where_words(ev),
         "Do that work on the GPU: move a module left on the CPU with `.to('cuda')` (`[n for n, p in "
         "model.named_parameters() if not p.is_cuda]` lists them), and write numpy or Python arithmetic on tensors "
         "with torch, on the device where they are. If it must run on the host, pin the buffers "

@@ -730,6 +730,48 @@ model(x).float().square().mean().backward(); opt.step(); torch.cuda.synchronize(
 """
 
 
+GC_SETUP = TF32 + """
+import gc
+# a dataset's index kept in Python objects (2M records), as a notebook holds one: a full collection walks them all
+meta = [{"id": i, "path": f"images/{i:08d}.jpg", "label": i % 1000} for i in range(2_000_000)]
+# about 5 ms of TF32 matrix work a step
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(4096, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+GC_LOOP = """
+for step in range(20):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        COLLECT
+torch.cuda.synchronize()
+"""
+
+LOAD_SETUP = TF32 + """
+import os, tempfile
+path = os.path.join(tempfile.mkdtemp(), "batch.npy")
+np.save(path, np.random.default_rng(0).standard_normal((4096, 4096), dtype=np.float32))   # 64 MiB
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+X = torch.from_numpy(np.load(path)).cuda()
+model(X).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+LOAD_LOOP = """
+for step in range(20):
+    with nvtx.annotate("step"):
+        BATCH
+        loss = model(xb).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -849,8 +891,15 @@ WORKLOADS += [
             LAYERNORM_SETUP.replace("NORM", "ManualLN()"), TRAIN_LOOP.replace("STEPS", "30").replace("NONE", "True"),
             TRAIN_LOOP.replace("STEPS", "30").replace("NONE", "True"),
             LAYERNORM_SETUP.replace("NORM", "nn.LayerNorm(D)")),
+    Planted("gc_every_step", "gc.collect() every step, with 2M Python records held (a dataset's index): a full "
+            "collection walks them all; fixed: no explicit collection", "cpu", "host_code", GC_SETUP,
+            GC_LOOP.replace("COLLECT", "gc.collect()                     # planted"), GC_LOOP.replace("COLLECT", "pass")),
+    Planted("load_every_step", "the batch read from a .npy file every step in the main process (64 MiB, page cache), "
+            "then copied to the GPU; fixed: read and copied once, before the loop", "input", "input_wait",
+            LOAD_SETUP, LOAD_LOOP.replace("BATCH", "xb = torch.from_numpy(np.load(path)).cuda()   # planted"),
+            LOAD_LOOP.replace("BATCH", "xb = X")),
 ]
-FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm"]
+FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
