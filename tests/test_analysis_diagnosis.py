@@ -35,7 +35,12 @@ def planted(tmp_path_factory):
             dst = root / MANIFEST[name]["reports"][variant]
             with lzma.open(src) as f, open(dst, "wb") as out:
                 shutil.copyfileobj(f, out)
-            opened[key] = open_nsys_report(dst)
+            rep = opened[key] = open_nsys_report(dst)
+            # the tests read the same findings of a report several times: computed once (default thresholds)
+            findings, cache = rep.findings, {}
+            rep.findings = lambda thresholds=None, rules=None: (
+                findings(thresholds, rules) if thresholds or rules else
+                cache["v"] if "v" in cache else cache.setdefault("v", findings()))
         return opened[key]
 
     yield get
@@ -46,9 +51,9 @@ def planted(tmp_path_factory):
 CASES = sorted(MANIFEST)
 # honest misses, kept visible: each fails today and says why (strict: the day it passes, this list must shrink)
 ESTIMATE_MISSES = {
-    "per_sample_loop": "launch_bound counts the launch gaps less what tracing added to each call (0.11 s); batching "
-                       "the 256 samples also removes the tiny kernels' own time: 0.24 s measured (fixed with a CUDA "
-                       "graph instead, per_sample_graphs, the estimate holds)",
+    "per_sample_loop": "launch_bound takes 5.3 us off the launch gaps for each of 30,754 CUDA calls (0.11 s left); "
+                       "on that host tracing added 2.0 us a call (307 ms profiled against 244 ms plain), on "
+                       "per_sample_graphs' host 6.8 us: 0.24 s measured",
 }
 # fixed twins that still raise an alarm, each for a cause other than the planted one (strict, as above)
 TWIN_ALARMS: dict[str, str] = {}
@@ -478,7 +483,8 @@ def test_a_tool_run_every_step_is_host_wait_less_what_nsys_adds_to_each_process(
     # at most one set-up per process started in the waits (steps 2-20 scaled to 20), most of each inside them
     taken = raw - hw.time_at_stake_ns
     assert 0.9 <= taken / (19 * PROCESS_START_MS * 1e6 * 20 / 19) <= 1.0
-    assert "poll" in hw.explanation
+    assert "poll" in hw.explanation and "started 19 processes (nvidia-smi)" in hw.explanation
+    assert "pynvml" in hw.suggestion
     # the twin logs with torch.cuda.memory_allocated(): no process, no wait
     assert not [f for f in planted("smi_logging", "fixed").findings() if f.rule == "host_wait"]
 

@@ -313,9 +313,9 @@ dist.destroy_process_group()
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
 @pytest.mark.timeout(600)
 def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
-    """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job (and with
-    %nsys_load in a real kernel).  Four ranks, each an nsys of its own on this 2-core machine (eight took 42-48 s
-    of the suite; eight ranks with shifted clocks are tested above on their exports)."""
+    """torchrun --no-python nsys profile -o report.%q{RANK}: each rank's own report, opened as a job.  Four ranks,
+    each an nsys of its own on this 2-core machine (eight took 42-48 s of the suite; eight ranks with shifted clocks
+    are tested above on their exports, %nsys_load of a job folder in a real kernel below)."""
     script = tmp_path / "job.py"
     script.write_text(GLOO)
     out = tmp_path / "prof"
@@ -343,8 +343,6 @@ def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
         what = "killed after 60 s" if p.returncode is None else f"exit {p.returncode}"
         warnings.warn(f"recording attempt {attempt} of the gloo job failed ({what}):\n" + _rank_logs(logs))
     assert p.returncode == 0, _rank_logs(logs) + p.stderr[-1500:]
-    from conftest import cell_text, run_notebook
-
     from nsight_magic import open_job
 
     env = dict(os.environ)
@@ -359,9 +357,6 @@ def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
         s = r.summaries["nvtx"]
         assert int(s["count"].sum()) == n == 5
         assert r.steps is not None and len(r.steps[1]) == 5
-    nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {out} --no-render"], tmp_path, timeout=240)
-    text = cell_text(nb.cells[1])
-    assert f"Job: {GLOO_RANKS} ranks loaded" in text and "Verdict:" in text, text
 
 
 def _rank_logs(logs):

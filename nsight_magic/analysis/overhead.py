@@ -46,15 +46,16 @@ def words(report) -> str:
             f"({'with' if us > 3 else 'without'} OS runtime tracing; benchmarks/call_overhead.py)")
 
 
-def process_firsts(report, skip_pids=()) -> np.ndarray:
-    """Each process's first recorded CUDA or OS call, sorted: where nsys had just set itself up in it
-    (PROCESS_START_MS before).  `skip_pids`: processes to leave out (those with GPU work: the cell's, ranks)."""
+def process_firsts(report, skip_pids=()) -> pd.Series:
+    """Each process's first recorded CUDA or OS call (by pid, sorted by time): where nsys had just set itself up
+    in it (PROCESS_START_MS before).  `skip_pids`: processes to leave out (those with GPU work: the cell's,
+    ranks)."""
     firsts = []
     for frame in ("osrt", "cuda_api"):
         got = report.columns(frame, ["pid", "start_ns"]) if hasattr(report, "columns") else getattr(report, frame)
         if len(got):
             firsts.append(got.groupby("pid")["start_ns"].min())
     if not firsts:
-        return np.empty(0, np.int64)
-    first = pd.concat(firsts).groupby(level=0).min()
-    return np.sort(first[~first.index.isin(list(skip_pids))].to_numpy(np.int64))
+        return pd.Series([], dtype="int64")
+    first = pd.concat(firsts).groupby(level=0).min().astype(np.int64)
+    return first[~first.index.isin(list(skip_pids))].sort_values(kind="stable")

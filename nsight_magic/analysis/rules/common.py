@@ -116,27 +116,28 @@ class Context:
         vals = [v if s is None or pid != s["pid"] else max(0.0, v - s["ns"]) for (pid, _), v in by.items()]
         return int(max(vals, default=0))
 
-    def process_start_stake(self, category: str) -> tuple[int, int]:
-        """(ns, processes): how much of a category's gaps nsys spent setting itself up in processes the cell
-        started (overhead.PROCESS_START_MS before each one's first call; a plain run does not pay it), scaled to
-        the loop, the largest over pairs; and how many processes began in those gaps."""
+    def process_start_stake(self, category: str) -> tuple[int, list[int]]:
+        """(ns, pids): how much of a category's gaps nsys spent setting itself up in processes the cell started
+        (overhead.PROCESS_START_MS before each one's first call; a plain run does not pay it), scaled to the loop,
+        the largest over pairs; and the processes that began in those gaps."""
         from ..overhead import PROCESS_START_MS, process_firsts
 
         g = self.diag.gaps(category)
         g = g[g["in_window"].to_numpy(bool)] if len(g) else g
         if g.empty:
-            return 0, 0
-        first = process_firsts(self.report, skip_pids={p.pid for p in self.diag.pairs})
-        if not len(first):
-            return 0, 0
+            return 0, []
+        firsts = process_firsts(self.report, skip_pids={p.pid for p in self.diag.pairs})
+        if firsts.empty:
+            return 0, []
+        first = firsts.to_numpy(np.int64)
         iv = I.union(first - int(PROCESS_START_MS * 1e6), first)
         s, e = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
         spent = np.minimum(I.overlap(iv, s, e), g[category].to_numpy(np.int64)) * g["scale"].to_numpy(float)
         by = pd.Series(spent).groupby([g["pid"].to_numpy(), g["device_id"].to_numpy()]).sum()
         gs, ge = I.union(s, e)
         at = np.searchsorted(gs, first, side="right") - 1
-        began = int(((at >= 0) & (first <= ge[np.maximum(at, 0)])).sum())
-        return int(by.max()), began
+        began = (at >= 0) & (first <= ge[np.maximum(at, 0)])
+        return int(by.max()), [int(p) for p in firsts.index[began]]
 
     def window_share(self, ns: float) -> float:
         """ns as a share of the steady windows scaled to their loops."""

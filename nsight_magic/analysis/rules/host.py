@@ -112,18 +112,32 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
         f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS",
         "While the GPU had nothing to do, the thread that launches its work was blocked in operating-system calls, "
         "mostly " + ", ".join(f"{nm} ({v / 1e6:,.1f} ms)" for nm, v in top.items())
-        + ": sleeping, waiting for I/O, a lock, or another process or thread.",
+        + ": sleeping, waiting for I/O, a lock, or another process or thread." + _spawned_words(report, spawned),
         "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
-        "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching).",
+        "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching)."
+        + (" A tool run as a process every step (nvidia-smi, a shell command) costs its start each time: call it "
+           "every N steps, in a thread of its own, or use its library in the process (torch.cuda.memory_allocated(), "
+           "NVML through pynvml)." if spawned else ""),
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"
                                  + _spawn_words(spawned)), ev, ranges_of(ev))]
 
 
-def _spawn_words(spawned: int) -> str:
+def _spawn_words(spawned: list[int]) -> str:
     from ..overhead import PROCESS_START_MS
 
-    return (f", less the {PROCESS_START_MS:g} ms nsys adds to the start of each process it follows ({spawned:,} "
-            f"started meanwhile; benchmarks/call_overhead.py --kinds spawn)" if spawned else "")
+    return (f", less the {PROCESS_START_MS:g} ms nsys adds to the start of each process it follows "
+            f"({len(spawned):,} started meanwhile; benchmarks/call_overhead.py --kinds spawn)" if spawned else "")
+
+
+def _spawned_words(report, spawned: list[int]) -> str:
+    """' In these waits it started 19 processes (nvidia-smi) and waited for them.'"""
+    if not spawned:
+        return ""
+    pr = report.processes
+    names = pr[pr["pid"].isin(spawned)]["name"].dropna().astype(str).map(lambda n: n.rsplit("/", 1)[-1])
+    top = ", ".join(f"{n} x{c}" if c > 1 else n for n, c in names.value_counts().head(3).items())
+    return (f" In these waits it started {len(spawned):,} process{'es' if len(spawned) > 1 else ''}"
+            + (f" ({top})" if top else "") + " and waited for them.")
 
 
 def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
