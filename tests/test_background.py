@@ -15,8 +15,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import (READY_KEY, cell_text, nvtx_ranges, requires_nsys, run_notebook,
-                      started_by_this_worker)
+from conftest import READY_KEY, cell_text, nvtx_ranges, requires_nsys, started_by_this_worker
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(400)]
 
@@ -267,12 +266,8 @@ def _final_outputs_saved(nb) -> None:
     assert "loading the profile" not in cell_text(cell)
 
 
-def test_nbclient_keeps_the_final_outputs(tmp_path):
-    nb = run_notebook(["%load_ext nsight_magic", SETUP, CELL.format(name="headless")], tmp_path)
-    _final_outputs_saved(nb)
-
-
 def test_nbconvert_execute_keeps_the_final_outputs(tmp_path):
+    """nbconvert --execute runs the notebook through nbclient (as tests/test_notebooks.py's quick start does)."""
     path = tmp_path / "run.ipynb"
     _notebook(path)
     subprocess.run([sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute", "--inplace",

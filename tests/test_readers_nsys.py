@@ -373,7 +373,9 @@ def test_nvtx_summary_equals_nsys_stats(path, reports):
         assert _close(o[a], ref[b]), a
 
 
-PROJECTION_MAX_RANGES = 5_000  # nsys stats nvtxgpuproj took 56 s on 19k ranges (nsysai_mfu), 10.5 s on 4.6k
+# nsys stats nvtxgpuproj took 56 s on 19k ranges (nsysai_mfu), 10.5 s on 4.6k, 15.7 s on its first 5,000 in the
+# suite: its first 2,000 (the pytest budget)
+PROJECTION_MAX_RANGES = 2_000
 
 
 def _first_ranges(path: Path, tmp_path: Path, keep: int = PROJECTION_MAX_RANGES) -> Path:
