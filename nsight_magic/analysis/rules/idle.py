@@ -47,8 +47,9 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)
         quiet = quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
-        # a round trip's gaps are host_round_trip's, whatever their categories
-        trip = g["round_trip"].to_numpy(bool) if "round_trip" in g else np.zeros(len(g), bool)
+        # a round trip's gaps are host_round_trip's, whatever their categories (when that rule ran and found them)
+        trip = g["round_trip"].to_numpy(bool) if "round_trip" in g and "host_round_trip" in fired \
+            else np.zeros(len(g), bool)
         rest = ~trip
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
         parts += [(cat, rule, rest) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "host wait")]
