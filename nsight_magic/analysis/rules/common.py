@@ -168,6 +168,12 @@ def ranges_of(ev: pd.DataFrame, limit: int = 200) -> tuple:
     return tuple(zip(starts.tolist(), ends.tolist()))
 
 
+def size_words(n: float) -> str:
+    """Bytes as people read them: '32 MiB', '5 GiB', '640 bytes'."""
+    return next(f"{n / d:,.0f} {u}" for d, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
+                if n >= d or d == 1)
+
+
 def like(names: pd.Series, pattern: str) -> np.ndarray:
     """SQL LIKE as nsys's rules use it (case-insensitive), on a categorical or text column."""
     rx = "^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$"

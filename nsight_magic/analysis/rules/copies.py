@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 
 from .. import text as tx
-from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, where_words,
-                     with_operator)
+from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, size_words,
+                     where_words, with_operator)
 
 
 def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
@@ -65,11 +65,6 @@ def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
                         m["pid"], m["api_tid"], m["api_start_ns"].fillna(0)))
 
 
-def _size(n: int) -> str:
-    return next(f"{n / d:,.0f} {u}" for d, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
-                if n >= d or d == 1)
-
-
 def _exposed(ctx: Context, ev: pd.DataFrame) -> int:
     return ctx.diag.exposed(ev["start_ns"], ev["end_ns"], ev["pid"].astype("Int64").fillna(-1),
                             ev["device_id"].astype("Int64").fillna(-1))
@@ -92,7 +87,7 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
                 "overlap.")
     back = np.asarray(tx.eq(m["kind"], "DtoH"), bool)
     if back.any():
-        also += (f" {int(back.sum())} of them copy from the GPU ({_size(int(m.loc[back, 'bytes'].sum()))} in all): "
+        also += (f" {int(back.sum())} of them copy from the GPU ({size_words(int(m.loc[back, 'bytes'].sum()))} in all): "
                  "each waits for the work queued before it, and the host then works on what it read (implicit_sync).")
     return [Finding(
         "cuda_memcpy_async", ctx.severity(at_stake),

@@ -14,7 +14,7 @@ import pandas as pd
 
 from .. import text as tx
 from ..bottleneck import IDLE
-from .common import Context, Enclosing, Finding, estimate_words, evidence, ranges_of, where_words
+from .common import Context, Enclosing, Finding, estimate_words, evidence, ranges_of, size_words, where_words
 
 
 def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str) -> dict[str, np.ndarray]:
@@ -22,34 +22,30 @@ def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str
     (end_ns, start_ns): the copy that ends it or the read-back it began with.  Arrays start_ns, end_ns, bytes (-1
     where there is none), pageable (from or to pageable memory), pid, device_id."""
     c = m[np.asarray(tx.eq(m["kind"], kind), bool)]
-    t = pd.to_numeric(c[column]).to_numpy(np.int64)
-    key = pd.MultiIndex.from_arrays([c["pid"].to_numpy(np.int64), c["device_id"].to_numpy(np.int64), t])
+    out = {"pid": g["pid"].to_numpy(np.int64), "device_id": g["device_id"].to_numpy(np.int64)}
+    if c.empty:
+        none = np.full(len(g), -1, np.int64)
+        return {**out, "start_ns": none, "end_ns": none, "bytes": none, "pageable": np.zeros(len(g), bool)}
+    key = pd.MultiIndex.from_arrays([c["pid"].to_numpy(np.int64), c["device_id"].to_numpy(np.int64),
+                                     pd.to_numeric(c[column]).to_numpy(np.int64)])
     first = ~key.duplicated()
-    probe = pd.MultiIndex.from_arrays([g["pid"].to_numpy(np.int64), g["device_id"].to_numpy(np.int64),
-                                       g[at].to_numpy(np.int64)])
-    i = key[first].get_indexer(probe) if len(c) else np.full(len(g), -1)
-    rows = np.flatnonzero(first)[np.maximum(i, 0)] if len(c) else np.zeros(len(g), np.int64)
+    i = key[first].get_indexer(pd.MultiIndex.from_arrays([out["pid"], out["device_id"], g[at].to_numpy(np.int64)]))
+    rows = np.flatnonzero(first)[np.maximum(i, 0)]
 
     def pick(values) -> np.ndarray:
-        return np.where(i >= 0, np.asarray(values, np.int64)[rows], -1) if len(c) else np.full(len(g), -1)
+        return np.where(i >= 0, np.asarray(values, np.int64)[rows], -1)
 
-    pageable = np.zeros(len(c), np.int64)
+    pageable = np.zeros(len(c), bool)
     for side in ("src_kind", "dst_kind"):
         if side in c:
             pageable |= np.asarray(tx.eq(c[side], "pageable"), bool)
-    return {"start_ns": pick(c["start_ns"]), "end_ns": pick(pd.to_numeric(c["end_ns"])),
-            "bytes": pick(c["bytes"].fillna(0)), "pageable": pick(pageable) == 1,
-            "pid": g["pid"].to_numpy(np.int64), "device_id": g["device_id"].to_numpy(np.int64)}
+    return {**out, "start_ns": pick(c["start_ns"]), "end_ns": pick(pd.to_numeric(c["end_ns"])),
+            "bytes": pick(c["bytes"].fillna(0)), "pageable": (i >= 0) & pageable[rows]}
 
 
 def _known(values: np.ndarray):
     """-1 (no such copy) as NA."""
     return pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
-
-
-def _size(n: float) -> str:
-    return next(f"{n / d:,.0f} {u}" for d, u in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"), (1, "bytes"))
-                if n >= d or d == 1)
 
 
 def rule_host_round_trip(ctx: Context) -> list[Finding]:
@@ -78,14 +74,13 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
     first = np.where(back["start_ns"] >= 0, back["start_ns"], g["start_ns"].to_numpy(np.int64))
     last = np.where(sent["end_ns"] >= 0, sent["end_ns"], g["end_ns"].to_numpy(np.int64))
     waited = g[list(IDLE)].sum(axis=1).to_numpy(np.int64)
-    tids = g["tid"].to_numpy(dtype=object)
     ev = evidence(pd.DataFrame({"start_ns": first, "end_ns": last, "pid": g["pid"].to_numpy(np.int64),
                                 "tid": pd.array(g["tid"], dtype="Int64"),
                                 "device_id": g["device_id"].to_numpy(np.int64)}),
                   "round trip through the host",
                   {"read_back_bytes": _known(back["bytes"]), "sent_bytes": _known(sent["bytes"]),
                    "gpu_idle_ns": waited,
-                   "nvtx_range": Enclosing.of(report)(g["pid"], pd.Series(tids).fillna(-1).astype(np.int64),
+                   "nvtx_range": Enclosing.of(report)(g["pid"], g["tid"].fillna(-1).to_numpy(np.int64),
                                                       g["start_ns"])})
     n = len(ev)
     host = int(np.median(waited)) if n else 0
@@ -93,7 +88,7 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
     return [Finding(
         "host_round_trip", ctx.severity(at_stake),
         f"{n:,} round trips through the host: data read back from the GPU, worked on by the host and copied back",
-        f"{n:,} times the host read data back from the GPU (median {_size(size)}), worked on it while the GPU had "
+        f"{n:,} times the host read data back from the GPU (median {size_words(size)}), worked on it while the GPU had "
         f"nothing to do (median {host / 1e6:,.1f} ms) and copied the result back: the read-back waits for all the "
         "work queued before it"
         + (f", {pageable:,} of the copies use pageable memory and block the host" if pageable else "")
