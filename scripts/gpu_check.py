@@ -28,6 +28,8 @@ Sections (pick with --only):
             the host, a numpy round trip), same variables: $OUT/planted_third*.tar.xz
   planted_fourth  the fourth planted set (planted before any rule was looked at for them: nvidia-smi every step,
             a layer left on the CPU, LayerNorm written out, gc.collect() and a .npy read every step), same variables
+  planted_fifth  the fifth planted set (expectations written first: a conv stage under autocast in NCHW, outputs
+            grown with torch.cat every step), same variables
   call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
   emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
   latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json
@@ -525,6 +527,11 @@ def check_planted_fourth(work: Path) -> None:
     _planted(work, "fourth")
 
 
+def check_planted_fifth(work: Path) -> None:
+    """The fifth planted set (a layout, a growing concatenation; expectations written first); NM_PLANTED_ONLY, _TAG."""
+    _planted(work, "fifth")
+
+
 def check_call_overhead(work: Path) -> None:
     """What a traced call costs under nsys (benchmarks/call_overhead.py): the advice's estimate correction."""
     repo = Path(__file__).resolve().parents[1]
@@ -833,7 +840,7 @@ def main() -> None:
              "warm": check_warm, "ddp": check_ddp, "ranks1gpu": check_ranks1gpu, "planted": check_planted,
              "planted_ddp": check_planted_ddp, "planted_ddp_timing": check_planted_ddp_timing,
              "planted_second": check_planted_second, "planted_third": check_planted_third,
-             "planted_fourth": check_planted_fourth,
+             "planted_fourth": check_planted_fourth, "planted_fifth": check_planted_fifth,
              "call_overhead": check_call_overhead,
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "jobbench": check_jobbench, "analysis": check_analysis,

@@ -506,3 +506,43 @@ def test_fusion_saves_n_minus_1_of_n_of_a_chain():
     k.loc[[1], "stream_id"] = 8
     chained = _in_chains(k, k["cls"].isin(("elementwise", "reduction")).to_numpy())
     assert _chain_saving(k, chained).tolist() == pytest.approx([0, 0, 0.5, 0.5, 0, 0, 0])
+
+
+def test_a_loop_whose_steps_grow_names_what_grows_and_claims_its_allocations(planted):
+    """Outputs grown with torch.cat every step: the cat kernel's time and the allocations grow with the history.
+    The steps' time on the GPU rises with their number; the finding names the kernel and the allocator calls, and
+    the idle time of that growth (the GPU waiting on ever larger cudaMalloc calls) is its own, not the allocator
+    rule's nor gpu_time_util's."""
+    rep = planted("growing_cat", "bad")
+    fs = rep.findings()
+    g = fs[0]
+    assert g.rule == "growing_steps" and g.severity == "high"
+    assert "CatArrayBatchedCopy" in g.explanation and "cudaMalloc" in g.explanation
+    ev = g.evidence
+    assert len(ev) == 79 and ev["step"].tolist() == list(range(2, 81))  # the steady steps, warm-up left out
+    late, early = ev["duration_ns"].iloc[-20:].median(), ev["duration_ns"].iloc[:19].median()
+    assert late > 2 * early
+    assert g.time_at_stake_ns == pytest.approx(ev["extra_ns"].sum() * 80 / 79, rel=0.01)
+    assert not [f for f in fs if f.rule in ("allocator_churn", "gpu_time_util", "gpu_gaps") and f.severity in ALARM]
+    # a loop whose steps do not grow: none, though the fixed twin also allocates a block a step (its list)
+    assert not [f for f in planted("growing_cat", "fixed").findings() if f.rule == "growing_steps"]
+    # nor on steps that vary without a trend
+    assert not [f for f in planted("input_starved", "bad").findings() if f.rule == "growing_steps"]
+
+
+def test_a_conv_net_in_nchw_prices_its_transposes_and_its_nchw_norms(planted):
+    """bf16 convolutions in NCHW: cuDNN transposes around each, and the batch norms run PyTorch's NCHW kernels,
+    which channels_last replaces by kernels about twice as fast; the twin in channels_last has neither."""
+    from nsight_magic.analysis.rules.kernels import NCHW_NORM_SAVING
+
+    rep = planted("nchw_autocast", "bad")
+    (f,) = [f for f in rep.findings() if f.rule == "layout_transpose"]
+    ev = f.evidence
+    roles = ev.groupby("role")["duration_ns"].sum()
+    assert set(roles.index) == {"transpose", "NCHW norm"}
+    assert ev.loc[ev["role"] == "NCHW norm", "name"].str.contains("batch_norm").all()
+    # GPU-bound: the whole saving is at stake (steps 2-12 of 12, scaled), within the window's share of both parts
+    assert f.time_at_stake_ns <= (roles["transpose"] + NCHW_NORM_SAVING * roles["NCHW norm"]) * 1.01
+    assert f.time_at_stake_ns > roles["transpose"] + 0.3 * roles["NCHW norm"]
+    assert "batch-norm kernels ran their NCHW versions" in f.explanation
+    assert not [f for f in planted("nchw_autocast", "fixed").findings() if f.rule == "layout_transpose"]

@@ -1,6 +1,7 @@
-"""The rules of the findings, one family per module: copies, round_trip (data through the host and back), host (syncs, input, OS waits), host_calls (the
-allocator, module loading, implicit syncs), host_code (code that launches nothing), pytorch (PyTorch's
-anti-patterns), kernels (launches, layouts, grids), precision (fp32 and misaligned matrix kernels, fusion), idle
+"""The rules of the findings, one family per module: copies, round_trip (data through the host and back), host
+(syncs, input, OS waits), host_calls (the allocator, module loading, implicit syncs), host_code (code that launches
+nothing), pytorch (PyTorch's anti-patterns), growth (steps slower and slower), kernels (launches, layouts, grids),
+precision (fp32 and misaligned matrix kernels, fusion), idle
 (twins of nsys's GPU rules, start-up), comm (ranks), notes.  Each rule takes a Context (common.py) and returns
 Findings whose time at stake comes from the report's diagnosis (analysis.bottleneck).  Named causes run before the
 generic rule of the same time (launch_bound, cuda_api_sync, the copy twins) and claim what they explain, so that
@@ -12,6 +13,7 @@ from .common import Context, Finding, SEVERITY_ORDER, severity
 from .copies import rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy
 from .host import rule_cuda_api_sync, rule_host_wait, rule_input_wait
 from .host_calls import rule_allocator_churn, rule_implicit_sync, rule_module_loading
+from .growth import rule_growing_steps
 from .host_code import rule_host_code
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
@@ -33,6 +35,7 @@ NSYS_RULES = {
     "cuda_memset_sync": rule_cuda_memset_sync,
     "implicit_sync": rule_implicit_sync,
     "cuda_api_sync": rule_cuda_api_sync,
+    "growing_steps": rule_growing_steps,
     "allocator_churn": rule_allocator_churn,
     "module_loading": rule_module_loading,
     "input_wait": rule_input_wait,

@@ -62,6 +62,7 @@ class Context:
     straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
     claimed: dict = field(default_factory=dict)  # category -> ns a named cause took of it (the generic rule keeps
     #                                               the rest: each nanosecond is counted once)
+    growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
 
     @property
     def span(self) -> int:

@@ -49,7 +49,7 @@ def _steps_words(ctx: Context, n: int) -> str:
 
 def rule_allocator_churn(ctx: Context) -> list[Finding]:
     """The GPU idle while the launching thread was in cudaMalloc / cudaFree (or their host and driver forms)."""
-    at_stake = ctx.stake("allocator")
+    at_stake = ctx.left("allocator", ctx.stake("allocator"))  # steps that grow claim their growing allocations
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["allocator_churn.min_share_pct"]:
         return []
     calls = _calls_in_window(ctx, HOST_CALLS["allocator"])

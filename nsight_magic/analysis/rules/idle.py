@@ -55,12 +55,18 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         parts += [(cat, rule, rest) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "host wait")]
         parts += [("launch", "host_code", quiet & rest), ("launch", "launch_bound", ~quiet & rest),
                   ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]
+        # steps that grow claimed the idle time of their growth (growing_steps), whatever its category
+        grown = dict(getattr(ctx, "growth_idle", {}).get((pid, dev), {})) if "growing_steps" in fired else {}
         for cat, rule, m in parts:
             part = float((g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float))[m].sum())
             if rule in fired:
                 named[rule] = named.get(rule, 0) + int(part)
-            else:
-                left += part
+                continue
+            take = min(part, grown.get(cat, 0.0))
+            if take > 0:
+                grown[cat] -= take
+                named["growing_steps"] = named.get("growing_steps", 0) + int(take)
+            left += part - take
         by_pair[(pid, dev)] = int(left)
     words = ""
     if named:

@@ -1,6 +1,7 @@
 """Record the planted diagnosis suite: workloads with one known bottleneck each and a fixed twin.
 
-    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third|fourth] [--only a,b] [--reps 2]
+    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third|fourth|fifth]
+                                                      [--only a,b] [--reps 2]
 
 Run it on a machine with NVIDIA GPUs, PyTorch and Nsight Systems 2023+ on PATH (the lent H100 for `single`, two
 GPUs for `ddp`; scripts/gpu-check.sh --only planted,planted_ddp sets that machine up).  For each workload and each
@@ -772,6 +773,61 @@ torch.cuda.synchronize()
 """
 
 
+# ---- the fifth set: causes planted before any rule was looked at for them (expectations written first) -----------
+
+LAYOUT_SETUP = TF32 + """
+torch.backends.cudnn.benchmark = True
+# a ResNet-like stage trained under bf16 autocast (about 6 ms of GPU work a step in channels_last); FORMAT
+model = nn.Sequential(*[m for _ in range(4) for m in (nn.Conv2d(128, 128, 3, padding=1, bias=False),
+                                                       nn.BatchNorm2d(128), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(128, 128, 56, 56, device="cuda")
+LAYOUT
+def train_step():
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(x).float().square().mean()
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+for _ in range(2):
+    train_step()
+torch.cuda.synchronize()
+"""
+LAYOUT_LOOP = """
+for i in range(12):
+    with nvtx.annotate("step"):
+        train_step()
+torch.cuda.synchronize()
+"""
+
+GROWCAT_SETUP = TF32 + """
+# evaluation of an 8-layer MLP over 80 batches (about 1 ms of TF32 work each), keeping every batch's outputs (4096 x
+# 2048 fp32, 32 MiB each)
+model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda().eval()
+x = torch.randn(4096, 2048, device="cuda")
+with torch.no_grad():
+    model(x)
+torch.cuda.synchronize()
+"""
+GROWCAT_BAD = """
+with torch.no_grad():
+    outs = torch.empty(0, 2048, device="cuda")
+    for i in range(80):
+        with nvtx.annotate("step"):
+            outs = torch.cat([outs, model(x)])      # planted: the whole history copied again every step
+torch.cuda.synchronize()
+"""
+GROWCAT_FIXED = """
+with torch.no_grad():
+    outs = []
+    for i in range(80):
+        with nvtx.annotate("step"):
+            outs.append(model(x))
+    outs = torch.cat(outs)                          # once, after the loop
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -899,13 +955,29 @@ WORKLOADS += [
             LOAD_SETUP, LOAD_LOOP.replace("BATCH", "xb = torch.from_numpy(np.load(path)).cuda()   # planted"),
             LOAD_LOOP.replace("BATCH", "xb = X")),
 ]
+WORKLOADS += [
+    Planted("nchw_autocast", "a conv stage (4 x Conv-BN-ReLU, 128 channels, 56 x 56, batch 128) trained under bf16 "
+            "autocast in the default NCHW layout; fixed: model and input in channels_last", "gpu", "layout_transpose",
+            LAYOUT_SETUP.replace("FORMAT", "NCHW, the default").replace("LAYOUT", "pass"), LAYOUT_LOOP, LAYOUT_LOOP,
+            LAYOUT_SETUP.replace("FORMAT", "channels_last").replace(
+                "LAYOUT", "model = model.to(memory_format=torch.channels_last)\n"
+                          "x = x.contiguous(memory_format=torch.channels_last)")),
+    Planted("growing_cat", "an evaluation loop that grows its outputs with torch.cat every step (80 batches of 32 "
+            "MiB: the whole history copied again each time, quadratic); fixed: a list, one torch.cat after the loop "
+            "(planted as gpu-bound before any rule could name it, a kernel whose time grows step after step; the "
+            "ever larger allocations keep the GPU waiting on cudaMalloc a quarter of the loop: cpu)", "cpu",
+            "growing_steps", GROWCAT_SETUP, GROWCAT_BAD, GROWCAT_FIXED),
+]
+FIFTH = ["nchw_autocast", "growing_cat"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
-SUITES = {"single": [w.name for w in WORKLOADS if not w.nproc and w.name not in SECOND + THIRD + FOURTH],
-          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD, "fourth": FOURTH}
+SUITES = {"single": [w.name for w in WORKLOADS
+                      if not w.nproc and w.name not in SECOND + THIRD + FOURTH + FIFTH],
+          "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD, "fourth": FOURTH,
+          "fifth": FIFTH}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
