@@ -546,3 +546,15 @@ def test_a_conv_net_in_nchw_prices_its_transposes_and_its_nchw_norms(planted):
     assert f.time_at_stake_ns > roles["transpose"] + 0.3 * roles["NCHW norm"]
     assert "batch-norm kernels ran their NCHW versions" in f.explanation
     assert not [f for f in planted("nchw_autocast", "fixed").findings() if f.rule == "layout_transpose"]
+
+
+def test_a_python_thread_beside_the_loop_is_named_as_the_gil(planted):
+    """A pure-Python metrics thread beside the loop: the loop's thread waits for the GIL in timed condition waits
+    of the switch interval (5 ms), which host_wait names; its twin runs the same code in a process.  Other blocking
+    waits (a tool's process, a checkpoint's writes) are not the GIL."""
+    (f,) = [f for f in planted("gil_thread", "bad").findings() if f.rule == "host_wait"]
+    assert "GIL" in f.explanation and "multiprocessing" in f.suggestion
+    waits = f.evidence[f.evidence["name"].str.startswith("pthread_cond_timedwait")]["duration_ns"]
+    assert ((waits > 4.5e6) & (waits < 6e6)).sum() >= 100  # asked for the GIL every 5 ms, hundreds of times
+    (smi,) = [f for f in planted("smi_logging", "bad").findings() if f.rule == "host_wait"]
+    assert "GIL" not in smi.explanation and "GIL" not in smi.suggestion

@@ -107,19 +107,43 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
     c = pd.concat(calls) if calls else osrt.iloc[0:0]
     ev = evidence(c, c["name"]) if len(c) else evidence(gaps, "GPU idle, host blocked")
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
+    gil = _gil_share(ev) >= GIL_MIN_SHARE
     return [Finding(
         "host_wait", ctx.severity(at_stake),
         f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS",
         "While the GPU had nothing to do, the thread that launches its work was blocked in operating-system calls, "
         "mostly " + ", ".join(f"{nm} ({v / 1e6:,.1f} ms)" for nm, v in top.items())
-        + ": sleeping, waiting for I/O, a lock, or another process or thread." + _spawned_words(report, spawned),
-        "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
+        + ": sleeping, waiting for I/O, a lock, or another process or thread." + _spawned_words(report, spawned)
+        + (" Its timed waits of about 5 ms are CPython's GIL changing hands (sys.getswitchinterval()): another "
+           "Python thread of the process held the interpreter, and this one asked for it back every 5 ms."
+           if gil else ""),
+        ("Python code in another thread of the process (a metrics, logging or prefetching thread in pure Python) "
+         "takes the GIL from the loop's thread: run it in a process (multiprocessing, DataLoader workers), run it "
+         "less often or between steps, or let it call into numpy/torch, which release the GIL. " if gil else "")
+        + "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
         "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching)."
         + (" A tool run as a process every step (nvidia-smi, a shell command) costs its start each time: call it "
            "every N steps, in a thread of its own, or use its library in the process (torch.cuda.memory_allocated(), "
            "NVML through pynvml)." if spawned else ""),
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"
                                  + _spawn_words(spawned)), ev, ranges_of(ev))]
+
+
+# CPython's GIL: a thread that wants it waits on a condition variable for the switch interval (5 ms unless
+# sys.setswitchinterval changed it), then asks the holder to drop it, and waits again: timed waits of about 5 ms
+GIL_SWITCH_NS = 5_000_000
+GIL_MIN_SHARE = 0.25  # of the blocked time in such waits: the GIL, not a lock or queue of the program's
+
+
+def _gil_share(ev: pd.DataFrame) -> float:
+    """The share of the blocked time spent in pthread_cond_timedwait calls lasting about the GIL's switch
+    interval."""
+    if ev.empty:
+        return 0.0
+    d = ev["duration_ns"].to_numpy(float)
+    timed = tx.contains(ev["name"], "pthread_cond_timedwait", regex=False)
+    near = timed & (d >= 0.9 * GIL_SWITCH_NS) & (d <= 1.2 * GIL_SWITCH_NS)
+    return float(d[near].sum() / max(d.sum(), 1.0))
 
 
 def _spawn_words(spawned: list[int]) -> str:

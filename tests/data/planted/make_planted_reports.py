@@ -828,6 +828,34 @@ torch.cuda.synchronize()
 """
 
 
+GIL_SETUP = TF32 + """
+import threading, multiprocessing as mp
+# about 5 ms of TF32 matrix work a step
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(4096, 4096, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+def summarise(stop):
+    # a metrics aggregator in pure Python, running beside the loop for as long as it runs
+    acc = 0.0
+    while not stop.is_set():
+        for k in range(10_000):
+            acc += k * 0.5
+"""
+GIL_LOOP = """
+WORKER
+worker.start()
+for step in range(20):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+stop.set(); worker.join()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -967,8 +995,14 @@ WORKLOADS += [
             "(planted as gpu-bound before any rule could name it, a kernel whose time grows step after step; the "
             "ever larger allocations keep the GPU waiting on cudaMalloc a quarter of the loop: cpu)", "cpu",
             "growing_steps", GROWCAT_SETUP, GROWCAT_BAD, GROWCAT_FIXED),
+    Planted("gil_thread", "a metrics aggregator in pure Python run in a thread beside the loop: it holds the GIL, "
+            "the loop's thread waits for it; fixed: the same aggregator in a process", "cpu", "host_wait", GIL_SETUP,
+            GIL_LOOP.replace("WORKER", "stop = threading.Event()\nworker = threading.Thread(target=summarise, "
+                                       "args=(stop,), daemon=True)   # planted"),
+            GIL_LOOP.replace("WORKER", "stop = mp.get_context('fork').Event()\nworker = mp.get_context('fork')"
+                                       ".Process(target=summarise, args=(stop,), daemon=True)")),
 ]
-FIFTH = ["nchw_autocast", "growing_cat"]
+FIFTH = ["nchw_autocast", "growing_cat", "gil_thread"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
