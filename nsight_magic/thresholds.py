@@ -36,6 +36,8 @@ DEFAULTS: dict[str, float] = {
     #                                               a quarter of this share of the steady state)
     "startup.min_share_pct": 10,                  # time before the first step: at least this share of the capture
     "startup.min_ms": 200,                        # ... and this long
+    "small_copies.min_per_step": 8,               # idle gaps a step ending with a small host-to-device copy
+    "small_copies.min_share_pct": 5,              # ... holding this share of the steady state (launch and sync)
     "growing_steps.min_growth_pct": 50,           # the last quarter of the steps this much slower than the first
     "allocator_churn.min_share_pct": 2,           # the GPU idle while the host is in the allocator: this share
     "module_loading.min_share_pct": 2,            # ... while it loads modules (lazy loading) in the steady state

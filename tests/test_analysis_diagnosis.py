@@ -558,3 +558,22 @@ def test_a_python_thread_beside_the_loop_is_named_as_the_gil(planted):
     assert ((waits > 4.5e6) & (waits < 6e6)).sum() >= 100  # asked for the GIL every 5 ms, hundreds of times
     (smi,) = [f for f in planted("smi_logging", "bad").findings() if f.rule == "host_wait"]
     assert "GIL" not in smi.explanation and "GIL" not in smi.suggestion
+
+
+def test_small_copies_made_one_at_a_time_are_their_own_cause_not_launches(planted):
+    """256 tensors of 8 KiB moved with .cuda() one by one: the GPU waits before each copy while the host makes the
+    next (a CUDA call and a sync each).  That idle time is the copies' (collate, pin, one copy), which CUDA graphs
+    would not remove; launch_bound and the syncs keep only the rest, and the twin (one pinned copy) has none."""
+    fs = planted("small_copies", "bad").findings()
+    f = fs[0]
+    assert f.rule == "small_copies" and f.severity == "high"
+    ev = f.evidence
+    assert (ev["bytes"] == 2048 * 4).all() and (ev["name"] == "copy HtoD").all()
+    assert 200 * 19 <= len(ev) <= 256 * 19  # most of each steady step's 256 copies end an idle gap
+    assert "non_blocking=True" in f.suggestion and "pin_memory" in f.suggestion
+    rest = {g.rule: g for g in fs}
+    assert rest["launch_bound"].time_at_stake_ns < f.time_at_stake_ns / 3
+    assert rest["cuda_api_sync"].severity not in ALARM
+    assert not [g for g in planted("small_copies", "fixed").findings() if g.rule == "small_copies"]
+    # a batch copied each step (pageable, one a step) is not this
+    assert not [g for g in planted("pageable_copy", "bad").findings() if g.rule == "small_copies"]

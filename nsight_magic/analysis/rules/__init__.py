@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from .comm import rule_collective_wait, rule_nccl_share
 from .common import Context, Finding, SEVERITY_ORDER, severity
-from .copies import rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy
+from .copies import (rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy,
+                     rule_small_copies)
 from .host import rule_cuda_api_sync, rule_host_wait, rule_input_wait
 from .host_calls import rule_allocator_churn, rule_implicit_sync, rule_module_loading
 from .growth import rule_growing_steps
@@ -34,6 +35,7 @@ NSYS_RULES = {
     "cuda_memcpy_sync": rule_cuda_memcpy_sync,
     "cuda_memset_sync": rule_cuda_memset_sync,
     "implicit_sync": rule_implicit_sync,
+    "small_copies": rule_small_copies,
     "cuda_api_sync": rule_cuda_api_sync,
     "growing_steps": rule_growing_steps,
     "allocator_churn": rule_allocator_churn,

@@ -63,6 +63,7 @@ class Context:
     claimed: dict = field(default_factory=dict)  # category -> ns a named cause took of it (the generic rule keeps
     #                                               the rest: each nanosecond is counted once)
     growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
+    small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
 
     @property
     def span(self) -> int:

@@ -194,3 +194,72 @@ def rule_serialized_copy(ctx: Context) -> list[Finding]:
         at_stake, estimate_words(ctx, "the pinned copies' time not hidden behind kernels (on a side stream they "
                                       "overlap)"), ev, ranges_of(ev),
         related=("cuda_memcpy_async",) if pageable.any() else ())]
+
+
+def rule_small_copies(ctx: Context) -> list[Finding]:
+    """The GPU paced by host-to-device copies made one small tensor at a time: many idle gaps a step that end with a
+    small copy (smaller than a batch), the host issuing the next copy (and, without non_blocking, a sync) while the
+    GPU waits.  Pinned or pageable alike: the number of copies is the cause."""
+    from ..bottleneck import INPUT_MIN_BYTES
+
+    report, th = ctx.report, ctx.th
+    m = report.memcpy
+    if m.empty or not ctx.diag.pairs:
+        return []
+    small = m[np.asarray(tx.eq(m["kind"], "HtoD"), bool) & (m["bytes"].fillna(0).to_numpy() < INPUT_MIN_BYTES)]
+    if small.empty:
+        return []
+    ops = ctx.diag.ops
+    picked, copies = [], []
+    for p in ctx.diag.pairs:
+        g = p.gaps
+        if not len(g) or p.steps is None:
+            continue
+        g = g[g["in_window"].to_numpy(bool) & (g["next_kind"] == "copy").to_numpy()]
+        o = ops[((ops["pid"] == p.pid) & (ops["device_id"] == p.device)).to_numpy()]
+        # the operation that ended each gap (it starts where the gap ends), and whether it is a small H2D copy
+        if o.empty or g.empty:
+            continue
+        at = np.minimum(np.searchsorted(o["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)), len(o) - 1)
+        corr = pd.array(o["correlation_id"], dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)[at]
+        mine = small[(small["pid"] == p.pid).to_numpy()]
+        ids = pd.array(mine["correlation_id"], dtype="Int64").to_numpy(dtype=np.int64, na_value=-2)
+        hit = np.isin(corr, ids)
+        if hit.sum() < th["small_copies.min_per_step"] * p.steps.steady_count:
+            continue
+        picked.append(g[hit].assign(pid=p.pid, device_id=p.device, scale=p.scale))
+        copies.append(mine[np.isin(ids, corr[hit])])
+    if not picked:
+        return []
+    g = pd.concat(picked, ignore_index=True)
+    idle = {c: ctx.left(c, ctx.host_stake(c, g)) for c in ("launch", "sync")}  # less what tracing added
+    at_stake = sum(idle.values())
+    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["small_copies.min_share_pct"]:
+        return []
+    for c, ns in idle.items():
+        ctx.claim(c, ns)
+    ctx.small_copy_gaps = {k: gg["start_ns"].to_numpy(np.int64) for k, gg in g.groupby(["pid", "device_id"])}
+    c = pd.concat(copies)
+    a = api_of(c, report.cuda_api)
+    c = c.assign(tid=pd.array(a["api_tid"].to_numpy(), dtype="Int64"))  # the thread that made the copy
+    ev = evidence(c, c["kind"].astype(str).radd("copy "), with_operator(report, {
+        "bytes": c["bytes"].to_numpy(), "src_kind": c["src_kind"].astype(str).to_numpy() if "src_kind" in c else "",
+        "api_name": a["api_name"].astype(str).to_numpy()}, c["pid"], a["api_tid"],
+        pd.to_numeric(a["api_start_ns"]).fillna(0)))
+    steps = max((p.steps.steady_count for p in ctx.diag.pairs if p.steps is not None), default=1)
+    pageable = int((ev["src_kind"] == "pageable").sum())
+    synced = idle["sync"] > 0
+    return [Finding(
+        "small_copies", ctx.severity(at_stake),
+        f"The GPU waited for {len(g) / steps:,.0f} small host-to-device copies a step, made one at a time",
+        f"{len(g):,} times in the steady state the GPU sat idle until the next small copy to it arrived (median "
+        f"{size_words(int(ev['bytes'].median()))}): the host moved data one small tensor at a time, and the GPU "
+        "ran each step's work in between. Every copy costs a CUDA call"
+        + (" and, without `non_blocking=True`, a synchronisation that empties the GPU's queue" if synced else "")
+        + (f"; {pageable:,} of them from pageable memory" if pageable else "") + "."
+        + (where_words(ev) if "op" in ev else ""),  # with --ops: the operators that made them
+        "Collate on the CPU and copy once: `torch.stack(tensors)` (or one preallocated buffer), `.pin_memory()`, then "
+        "`.cuda(non_blocking=True)`; or let a DataLoader's collate_fn and `pin_memory=True` do it; or keep tensors "
+        "that do not change on the GPU across steps.",
+        at_stake, estimate_words(ctx, "the GPU's idle time before these copies (launch overhead and syncs), less "
+                                      "what tracing added to the calls made meanwhile"), ev, ranges_of(ev))]

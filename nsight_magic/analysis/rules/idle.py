@@ -50,8 +50,14 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         # a round trip's gaps are host_round_trip's, whatever their categories (when that rule ran and found them)
         trip = g["round_trip"].to_numpy(bool) if "round_trip" in g and "host_round_trip" in fired \
             else np.zeros(len(g), bool)
-        rest = ~trip
+        # so are the gaps before small copies made one at a time (their launch and sync time), when that rule fired
+        few = np.isin(g["start_ns"].to_numpy(np.int64), ctx.small_copy_gaps.get((pid, dev), ())) \
+            if "small_copies" in fired else np.zeros(len(g), bool)
+        few &= ~trip
+        rest = ~trip & ~few
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
+        parts += [(cat, "small_copies", few) for cat in ("launch", "sync")]
+        parts += [(cat, rule, few) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "sync")]
         parts += [(cat, rule, rest) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "host wait")]
         parts += [("launch", "host_code", quiet & rest), ("launch", "launch_bound", ~quiet & rest),
                   ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]

@@ -856,6 +856,27 @@ stop.set(); worker.join()
 """
 
 
+SMALLCOPY_SETUP = TF32 + """
+# about 2 ms of TF32 matrix work a step
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+x = torch.randn(8192, 2048, device="cuda")
+# per-example side inputs kept on the CPU as 256 small tensors (8 KiB each)
+feats = [torch.randn(2048) for _ in range(256)]
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+SMALLCOPY_LOOP = """
+for step in range(20):
+    with nvtx.annotate("step"):
+        FEATS
+        loss = (model(x)[:256] * f).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -1001,8 +1022,15 @@ WORKLOADS += [
                                        "args=(stop,), daemon=True)   # planted"),
             GIL_LOOP.replace("WORKER", "stop = mp.get_context('fork').Event()\nworker = mp.get_context('fork')"
                                        ".Process(target=summarise, args=(stop,), daemon=True)")),
+    Planted("small_copies", "256 per-example tensors of 8 KiB moved to the GPU one by one every step "
+            "(torch.stack([t.cuda() for t in feats])); fixed: stacked on the CPU, pinned, one non_blocking copy "
+            "(planted as cuda_memcpy_async, the copies being pageable; read as launch_bound, whose CUDA graphs would "
+            "not help: the number of copies is the cause, pinned or not: small_copies)",
+            "cpu", "small_copies", SMALLCOPY_SETUP,
+            SMALLCOPY_LOOP.replace("FEATS", "f = torch.stack([t.cuda() for t in feats])   # planted: 256 copies"),
+            SMALLCOPY_LOOP.replace("FEATS", "f = torch.stack(feats).pin_memory().cuda(non_blocking=True)")),
 ]
-FIFTH = ["nchw_autocast", "growing_cat", "gil_thread"]
+FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
