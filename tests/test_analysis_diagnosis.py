@@ -577,3 +577,15 @@ def test_small_copies_made_one_at_a_time_are_their_own_cause_not_launches(plante
     assert not [g for g in planted("small_copies", "fixed").findings() if g.rule == "small_copies"]
     # a batch copied each step (pageable, one a step) is not this
     assert not [g for g in planted("pageable_copy", "bad").findings() if g.rule == "small_copies"]
+
+
+def test_a_loop_over_the_parameters_counts_its_kernels_gpu_time_too(planted):
+    """An EMA of the weights updated tensor by tensor: the GPU waits while the host launches the 1,300 tiny kernels
+    (the host's part) and runs each of them at a launch's fixed cost (the GPU's part, which the multi-tensor op pays
+    a few times a step instead): both are at stake, and the suggestion names the foreach ops."""
+    (f,) = [f for f in planted("ema_loop", "bad").findings() if f.rule == "python_loop"]
+    assert "_foreach_lerp_" in f.suggestion and "list of tensors" in f.explanation
+    assert "pays per launch" in f.estimate
+    host = diagnose(planted("ema_loop", "bad")).scaled("launch")
+    assert f.time_at_stake_ns > host * 0.6  # the idle time, less tracing, plus GPU time
+    assert not [g for g in planted("ema_loop", "fixed").findings() if g.rule == "python_loop"]

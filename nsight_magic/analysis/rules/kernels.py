@@ -27,10 +27,11 @@ def _kernels_with_launch(report) -> pd.DataFrame:
                     api_ns=(a["api_end_ns"] - a["api_start_ns"]).to_numpy())
 
 
-def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) -> int:
+def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None, freed_ns: int = 0) -> int:
     """What making these kernels (a fraction of each) vanish saves on the critical path: per process and GPU, the
     GPU time saved in the steady window, at most the time the launching thread waited for the GPU there (below
-    that the host sets the pace), scaled to the loop; the largest."""
+    that the host sets the pace), scaled to the loop; the largest.  freed_ns: host time (whole loop) the same fix
+    also removes, which leaves the GPU that much more room to set the pace."""
     best = 0
     frac = np.ones(len(kernels)) if saved_fraction is None else np.asarray(saved_fraction, float)
     for p in ctx.diag.pairs:
@@ -43,7 +44,7 @@ def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None) ->
         saved = float((np.maximum(inside, 0) * frac[m]).sum())
         if p.slack is not None:
             # the loop gets shorter until the host sets the pace: by the time it waited for the GPU at most
-            got = min(saved, float(p.slack))
+            got = min(saved, float(p.slack) + freed_ns / max(p.scale, 1e-9))
         else:  # no CUDA calls traced: the time the host or another rank paced the GPU does not shrink
             got = saved - sum(p.totals[c] for c in HOST) - p.totals["communication"]
         if ctx.straggler is None or p.pid != ctx.straggler["pid"]:

@@ -213,37 +213,60 @@ def rule_python_loop(ctx: Context) -> list[Finding]:
     k = k[~k.index.isin(in_opt)]
     a = api_of(k, report.cuda_api)
     k = k.assign(t=pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(), tid=a["api_tid"].to_numpy())
-    k = k[["pid", "tid", "t", "end_ns", "name", "cls"]]  # what the loop search reads: the groups copy no more
-    spans = []
+    # what the loop search reads: the groups copy no more
+    k = k[["pid", "tid", "t", "start_ns", "end_ns", "device_id", "name", "cls"]]
+    spans, runs = [], []
     for (pid, tid), g in k.groupby(["pid", "tid"]):  # launching threads: a few
         g = g.sort_values("t", kind="stable")
         small = g["cls"].isin(SMALL_CLASSES).to_numpy()
         for a_, b_ in _loop_runs(g, ctx.th["python_loop.min_kernels"]):
             if small[a_:b_].mean() >= 0.9:
                 run = g.iloc[a_:b_]
+                runs.append(run)
                 spans.append((pid, tid, int(run["t"].min()), int(run["end_ns"].max()), b_ - a_,
                               run["name"].astype(str).value_counts().index[:3].tolist()))
     if not spans:
         return []
     ranges = pd.DataFrame([{"pid": p, "tid": t, "start_ns": s, "end_ns": e} for p, t, s, e, _, _ in spans])
-    at_stake = ctx.host_stake("launch", _gaps_in(ctx, ranges))
+    host = ctx.host_stake("launch", _gaps_in(ctx, ranges))
+    loop_k = pd.concat(runs)
+    # the loop's host time goes too: the GPU's saving may exceed the host's slack by that much
+    gpu = gpu_side_saving(ctx, loop_k, _launch_floor_saved(loop_k, np.repeat(np.arange(len(runs)),
+                                                                             [len(r) for r in runs])), host)
+    at_stake = host + gpu
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["python_loop.min_share_pct"]:
         return []
-    ctx.claim("launch", at_stake)
+    ctx.claim("launch", host)
     ev = evidence(ranges, "loop of small kernels", {"kernels": [n for *_, n, _ in spans]})
     longest = max(spans, key=lambda s: s[4])
     return [Finding(
         "python_loop", ctx.severity(at_stake),
         f"{len(spans)} runs of the same few small kernels launched one by one (up to {longest[4]} in a row)",
         "The same few elementwise, indexing or copy kernels repeat back to back, each launched separately: a "
-        "Python loop over a tensor's rows or elements (`for i in range(n): out[i] = f(x[i])`). Each iteration "
+        "Python loop over a tensor's rows or elements (`for i in range(n): out[i] = f(x[i])`) or over a list of "
+        "tensors (the parameters: an EMA of the weights, a weight decay or clipping by hand). Each iteration "
         "costs the launches of its kernels on the host while the GPU finishes each one at once. The loop's "
         f"kernels: {'; '.join(n[:60] for n in longest[5])}.",
         "Vectorise the loop: one operation on the whole tensor (`out = f(x)`, broadcasting, `torch.where`, "
-        "`index_select`/`gather`, `torch.stack` of the inputs once); where it cannot be vectorised, "
+        "`index_select`/`gather`, `torch.stack` of the inputs once); over a list of tensors, the multi-tensor ops "
+        "(`torch._foreach_lerp_(ema, params, 1 - decay)`, `_foreach_mul_`, `_foreach_add_`), a few kernels for the "
+        "whole list; where it cannot be vectorised, "
         "`torch.compile` the loop or capture it in a CUDA graph.",
         at_stake, estimate_words(ctx, "the GPU's idle time during these runs, less what tracing added to their "
-                                      "launches"), ev, ranges_of(ev))]
+                                      "launches, plus the GPU time each kernel of the loop pays per launch (its "
+                                      "shortest run in the loop) but once, beyond the time the host paced the "
+                                      "GPU"), ev, ranges_of(ev))]
+
+
+def _launch_floor_saved(k: pd.DataFrame, run: np.ndarray) -> np.ndarray:
+    """Per kernel of the loops, the share of its GPU time that one vectorised (or foreach) kernel per name would
+    not pay: each launch's fixed cost, the shortest kernel of that name in its run, once instead of per
+    iteration (the bytes stay)."""
+    d = (k["end_ns"] - k["start_ns"]).to_numpy(float)
+    key = pd.Series(pd.factorize(k["name"])[0] + run * (1 << 20))
+    floor = pd.Series(d).groupby(key.to_numpy()).transform("min").to_numpy()
+    first = ~key.duplicated().to_numpy()  # one kernel a name keeps its cost
+    return np.where(first, 0.0, np.minimum(floor / np.maximum(d, 1.0), 1.0))
 
 
 _CONV_FWD = re.compile(r"(?i)fprop|implicit_convolve|conv2d_fwd|convolution_fwd")

@@ -877,6 +877,25 @@ torch.cuda.synchronize()
 """
 
 
+EMA_SETUP = FOREACH_SETUP.replace("FOREACH", "True") + """
+import copy
+# an exponential moving average of the weights (as diffusion and self-supervised training keep): 324 tensors
+ema = copy.deepcopy(model).requires_grad_(False)
+ema_params, params = list(ema.parameters()), list(model.parameters())
+"""
+EMA_LOOP = """
+for i in range(30):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            EMA
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -1029,8 +1048,16 @@ WORKLOADS += [
             "cpu", "small_copies", SMALLCOPY_SETUP,
             SMALLCOPY_LOOP.replace("FEATS", "f = torch.stack([t.cuda() for t in feats])   # planted: 256 copies"),
             SMALLCOPY_LOOP.replace("FEATS", "f = torch.stack(feats).pin_memory().cuda(non_blocking=True)")),
+    Planted("ema_loop", "an EMA of the weights updated parameter by parameter in Python (pe.copy_(0.999 * pe + "
+            "0.001 * p) for 324 tensors: four small kernels each); fixed: torch._foreach_lerp_ (planted as cpu: "
+            "the loop's 1,300 tiny kernels keep the GPU 84% busy, over the 80% of a GPU-bound verdict, and are a "
+            "third of the gain)", "gpu", "python_loop",
+            EMA_SETUP,
+            EMA_LOOP.replace("EMA", "for pe, p in zip(ema_params, params):   # planted\n"
+                                    "                pe.copy_(0.999 * pe + 0.001 * p)"),
+            EMA_LOOP.replace("EMA", "torch._foreach_lerp_(ema_params, params, 0.001)")),
 ]
-FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies"]
+FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
