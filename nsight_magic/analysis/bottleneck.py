@@ -406,6 +406,12 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         nxt_start = np.r_[ss[1:], np.iinfo(np.int64).max]
         kk = np.maximum(k, 0)
         ok = (k >= 0) & (gs[m] < nxt_start[kk]) & (se[kk] <= ge[m])
+        # syncs closer together than the tolerance (a check after every backward node): when the sync it found
+        # returned only after the gap, the gap follows the one before
+        back = ~ok & (k >= 1) & (gs[m] < ss[kk]) & (se[np.maximum(k - 1, 0)] <= ge[m])
+        k = np.where(back, k - 1, k)
+        kk = np.maximum(k, 0)
+        ok |= back
         if not ok.any():
             continue
         mm, kk = m[ok], kk[ok]

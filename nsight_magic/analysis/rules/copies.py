@@ -232,7 +232,11 @@ def rule_small_copies(ctx: Context) -> list[Finding]:
     if not picked:
         return []
     g = pd.concat(picked, ignore_index=True)
-    idle = {c: ctx.left(c, ctx.host_stake(c, g)) for c in ("launch", "sync")}  # less what tracing added
+    # launch and sync time together, less what tracing added to the calls made meanwhile (once, not per category)
+    both = ctx.host_stake("paced", g.assign(paced=g["launch"].to_numpy(np.int64) + g["sync"].to_numpy(np.int64)))
+    share = {c: float(g[c].sum()) for c in ("launch", "sync")}
+    total = max(sum(share.values()), 1.0)
+    idle = {c: ctx.left(c, int(both * v / total)) for c, v in share.items()}
     at_stake = sum(idle.values())
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["small_copies.min_share_pct"]:
         return []

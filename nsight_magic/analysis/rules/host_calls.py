@@ -155,6 +155,28 @@ def implicit_syncs(report) -> pd.DataFrame:
     return out
 
 
+_BACKWARD_CHECKS = (" Most of them read one byte on a thread other than the cell's (autograd's backward thread): a "
+                    "check after each backward operation, as `torch.autograd.set_detect_anomaly(True)` makes (it "
+                    "tests every gradient for NaN), or a backward hook calling `.item()`.")
+
+
+def reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
+    """One row per read-back (a copy call and its sync are one)."""
+    return syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])
+
+
+def _in_backward(report, reads: pd.DataFrame) -> bool:
+    """Most read-backs are of one byte (a flag) and made by threads other than the cells' own."""
+    from ..steps import cell_threads
+
+    if reads.empty:
+        return False
+    main = cell_threads(report)
+    other = np.array([main.get(int(p)) != int(t) for p, t in zip(reads["pid"], reads["tid"])])
+    flag = reads["copy_bytes"].to_numpy(np.int64) <= 1
+    return bool((other & flag).mean() > 0.5)
+
+
 def rule_implicit_sync(ctx: Context) -> list[Finding]:
     """Synchronisations that read a value off the GPU (see implicit_syncs): the idle time charged to them, and for
     data-dependent shapes (nonzero, boolean masks) the GPU time of their select/sort/index kernels."""
@@ -178,12 +200,13 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
                                                                               syncs["start_ns"])},
         syncs["pid"], syncs["tid"], syncs["copy_start_ns"]))
     masks = len(dd) > 0
+    backward = _in_backward(report, reads_of(syncs))
     values = bool((syncs["copy_bytes"] <= TINY_COPY_BYTES).all())
     what = ("boolean masks or nonzero (their result's size is read back before the indexing kernels can be "
             "launched)" if masks else "`.item()`, `.tolist()`, `float(t)`, `if t:` or `print(t)` on a GPU tensor"
             if values else "`.cpu()`, `.numpy()` or `.tolist()` of a GPU tensor (metrics, logging, a loss or a "
             "weight computed on the host)")
-    reads = syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])  # a read-back's copy call and its sync: once
+    reads = reads_of(syncs)  # a read-back's copy call and its sync: once
     copied = (f"a copy of at most {TINY_COPY_BYTES} bytes from the GPU to the host" if values else
               "a copy from the GPU to the host")
     median = f"median {int(reads['copy_bytes'].median()):,} bytes" + ("" if values else
@@ -197,8 +220,10 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
         f"{_steps_words(ctx, len(reads))} implicit synchronisations read values back from the GPU",
         f"Each of these synchronisations waits for {copied} ({median}): "
         f"the host waits for every queued kernel to read {'one value' if values else 'the data'}, typically {what}. "
-        f"Meanwhile it queues nothing, so {costs}." + where_words(ev),
-        "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). Keep "
+        f"Meanwhile it queues nothing, so {costs}." + where_words(ev) + (_BACKWARD_CHECKS if backward else ""),
+        ("Outside debugging, turn anomaly detection off (`torch.autograd.set_detect_anomaly(False)`, no "
+         "`detect_anomaly()` around the loop). " if backward else "")
+        + "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). Keep "
         "values on the GPU: accumulate losses and metrics as tensors and read them every N steps; compute metrics "
         "and weights with torch on the GPU rather than in numpy; replace boolean masks and `nonzero` with "
         "`torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or fixed-size ops; compare "

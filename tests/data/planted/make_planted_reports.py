@@ -896,6 +896,26 @@ torch.cuda.synchronize()
 """
 
 
+ANOMALY_SETUP = TF32 + """
+# about 6 ms of TF32 matrix work a step
+model = nn.Sequential(*[layer for _ in range(8) for layer in (nn.Linear(2048, 2048), nn.GELU())]).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(8192, 2048, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+ANOMALY_LOOP = """
+ANOMALY
+for step in range(20):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+torch.autograd.set_detect_anomaly(False)
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -1056,8 +1076,12 @@ WORKLOADS += [
             EMA_LOOP.replace("EMA", "for pe, p in zip(ema_params, params):   # planted\n"
                                     "                pe.copy_(0.999 * pe + 0.001 * p)"),
             EMA_LOOP.replace("EMA", "torch._foreach_lerp_(ema_params, params, 0.001)")),
+    Planted("anomaly_mode", "torch.autograd.set_detect_anomaly(True) left on while training (a debugging switch: "
+            "every backward node's output is checked for NaN); fixed: off", "sync", "implicit_sync", ANOMALY_SETUP,
+            ANOMALY_LOOP.replace("ANOMALY", "torch.autograd.set_detect_anomaly(True)   # planted: left on"),
+            ANOMALY_LOOP.replace("ANOMALY", "torch.autograd.set_detect_anomaly(False)")),
 ]
-FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop"]
+FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
