@@ -160,7 +160,7 @@ _BACKWARD_CHECKS = (" Most of them read one byte on a thread other than the cell
                     "tests every gradient for NaN), or a backward hook calling `.item()`.")
 
 
-def reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
+def _reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
     """One row per read-back (a copy call and its sync are one)."""
     return syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])
 
@@ -200,13 +200,13 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
                                                                               syncs["start_ns"])},
         syncs["pid"], syncs["tid"], syncs["copy_start_ns"]))
     masks = len(dd) > 0
-    backward = _in_backward(report, reads_of(syncs))
+    reads = _reads_of(syncs)  # a read-back's copy call and its sync: once
+    backward = _in_backward(report, reads)
     values = bool((syncs["copy_bytes"] <= TINY_COPY_BYTES).all())
     what = ("boolean masks or nonzero (their result's size is read back before the indexing kernels can be "
             "launched)" if masks else "`.item()`, `.tolist()`, `float(t)`, `if t:` or `print(t)` on a GPU tensor"
             if values else "`.cpu()`, `.numpy()` or `.tolist()` of a GPU tensor (metrics, logging, a loss or a "
             "weight computed on the host)")
-    reads = reads_of(syncs)  # a read-back's copy call and its sync: once
     copied = (f"a copy of at most {TINY_COPY_BYTES} bytes from the GPU to the host" if values else
               "a copy from the GPU to the host")
     median = f"median {int(reads['copy_bytes'].median()):,} bytes" + ("" if values else
