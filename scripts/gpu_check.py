@@ -30,7 +30,8 @@ Sections (pick with --only):
             a layer left on the CPU, LayerNorm written out, gc.collect() and a .npy read every step), same variables
   planted_fifth  the fifth planted set (expectations written first: a conv stage under autocast in NCHW, outputs
             grown with torch.cat every step, a pure-Python thread beside the loop, 256 small copies a step, an EMA
-            updated tensor by tensor, anomaly detection left on), same variables
+            updated tensor by tensor, anomaly detection left on, torch.compile recompiling for each new shape),
+            same variables
   call_overhead   what one traced call costs under nsys (benchmarks/call_overhead.py): $OUT/call_overhead.json
   emit_nvtx torch's emit_nvtx ranges beside --ops's dispatch mode (scripts/emit_nvtx_samples.py): $OUT/emit_nvtx.tar.xz
   latency   benchmarks/latency.py on a PyTorch training cell, default trace and -t cuda,nvtx: $OUT/latency_*.json

@@ -610,3 +610,15 @@ def test_anomaly_detection_left_on_is_named_by_the_syncs_of_the_backward(planted
     assert not [g for g in planted("anomaly_mode", "fixed").findings() if g.rule == "implicit_sync"]
     (item,) = [f for f in planted("item_sync", "bad").findings() if f.rule == "implicit_sync"]
     assert "anomaly" not in item.explanation
+
+
+def test_recompiling_in_the_loop_is_host_code_that_loads_new_gpu_code(planted):
+    """torch.compile(dynamic=False) fed 8 sequence lengths: each new length is compiled inside the loop, host code
+    that ends with new GPU code loaded; the finding says so and leads with the recompile advice.  A loop's own
+    host code (a schedule in Python) loads none."""
+    (f,) = [f for f in planted("recompile_shapes", "bad").findings() if f.rule == "host_code"]
+    assert f.severity == "high" and "new GPU code" in f.explanation and "recompil" in f.explanation
+    assert f.suggestion.startswith("Recompiles: `TORCH_LOGS=recompiles`") and "mark_dynamic" in f.suggestion
+    assert f.evidence["loads_code"].sum() >= 7  # the new lengths (the eighth may fall back after the cache limit)
+    (plain,) = [f for f in planted("host_code", "bad").findings() if f.rule == "host_code"]
+    assert not plain.evidence["loads_code"].any() and "new GPU code" not in plain.explanation

@@ -15,6 +15,27 @@ from .common import Context, Finding, cpu_context, estimate_words, evidence, ran
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
 MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has tens of thousands)
+COMPILED_MIN_SHARE = 0.5  # of the stretches' idle time in stretches that load GPU code: compilation in the loop
+
+
+def _loading_code(report, ev: pd.DataFrame) -> np.ndarray:
+    """Per stretch: its thread loaded GPU code during it (module and library loads: code compiled or used for the
+    first time)."""
+    from ..bottleneck import HOST_CALLS
+    from .. import intervals as I
+    from .. import text as tx
+
+    api = report.cuda_api
+    out = np.zeros(len(ev), bool)
+    if api.empty or ev.empty:
+        return out
+    loads = api[tx.contains(api["name"], HOST_CALLS["module load"])]
+    for (pid, tid), g in loads.groupby(["pid", "tid"]):  # the threads that loaded code: a few
+        m = ((ev["pid"] == pid) & (ev["tid"] == tid)).to_numpy(bool)
+        if m.any():
+            iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
+            out[m] = I.overlap(iv, ev["start_ns"].to_numpy(np.int64)[m], ev["end_ns"].to_numpy(np.int64)[m]) > 0
+    return out
 
 
 def host_stretches(ctx: Context) -> pd.DataFrame:
@@ -61,6 +82,9 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         ctx_cols[col] = named
     ev = evidence(st, "host code, no CUDA call", {"idle_ns": st["launch"].to_numpy(np.int64),
                                                    "cuda_calls": st["calls"].to_numpy(np.int64), **ctx_cols})
+    compiled = _loading_code(ctx.report, ev)
+    ev["loads_code"] = compiled
+    code_share = float(ev.loc[compiled, "idle_ns"].sum() / max(ev["idle_ns"].sum(), 1))
     min_ms = th["host_code.min_gap_ms"]
     worst = ev.loc[ev["idle_ns"].idxmax()]
     doing = "; ".join(f"{w} {worst[k]}" for k, w in (("nvtx_range", "in NVTX range"), ("os_call", "in OS call"))
@@ -77,9 +101,16 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         + (f" For {blocked / 1e6:,.1f} ms of these stretches the thread was blocked in the OS (writing a file, a "
            "sleep, a lock): part of the same work, counted here." if blocked >= 0.05 * at_stake else "")
         + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
+        + (f" {int(compiled.sum()):,} of them, {100 * code_share:.0f}% of the idle time, end with new GPU code "
+           "being loaded (cuLibraryLoadData, cuModuleLoad...): code compiled inside the loop, as torch.compile "
+           "recompiling for a new input shape or a changed guard, Triton autotuning, or a kernel used for the "
+           "first time." if code_share >= COMPILED_MIN_SHARE else "")
         + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),
-        "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
+        ("Recompiles: `TORCH_LOGS=recompiles` says which guard failed; give torch.compile `dynamic=True` or "
+         "`torch._dynamo.mark_dynamic(x, dim)` for the dimension that varies, pad inputs to a few fixed shapes, or "
+         "warm every shape up before the loop. " if code_share >= COMPILED_MIN_SHARE else "")
+        + "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
         "calls), `--ops` names the PyTorch operators, py-spy shows the Python stack. Then take it out of the step: "
         "compute it once before the loop or every N steps (checkpoints too), move input work into DataLoader workers "
         "(`num_workers`), or do it on the GPU with tensor operations; with torch.compile, check for recompiles "

@@ -916,6 +916,26 @@ torch.autograd.set_detect_anomaly(False)
 """
 
 
+RECOMPILE_SETUP = TF32 + """
+# an MLP block over token sequences of varying length (a language model's batches), compiled
+model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 512)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+cmodel = torch.compile(model, dynamic=DYNAMIC)
+# 8 lengths, cycled; 512 sequences a batch: about 4 ms of GPU work a step, so that the fixed twin is GPU-bound
+xs = [torch.randn(512, 128 + 32 * (i % 8), 512, device="cuda") for i in range(24)]
+cmodel(torch.randn(512, 64, 512, device="cuda")).square().mean().backward(); torch.cuda.synchronize()  # compiled
+"""
+RECOMPILE_LOOP = """
+for x in xs:
+    with nvtx.annotate("step"):
+        loss = cmodel(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+
 def _ddp(cpu: str = "pass", gpu: str = "pass") -> str:
     return DDP_CELL.replace("SLOW_CPU", cpu).replace("SLOW_GPU", gpu)
 
@@ -1080,8 +1100,13 @@ WORKLOADS += [
             "every backward node's output is checked for NaN); fixed: off", "sync", "implicit_sync", ANOMALY_SETUP,
             ANOMALY_LOOP.replace("ANOMALY", "torch.autograd.set_detect_anomaly(True)   # planted: left on"),
             ANOMALY_LOOP.replace("ANOMALY", "torch.autograd.set_detect_anomaly(False)")),
+    Planted("recompile_shapes", "torch.compile(model, dynamic=False) fed sequences of 8 lengths: a recompilation for "
+            "each new length inside the loop; fixed: dynamic=True (compiled once, before)", "cpu", "host_code",
+            RECOMPILE_SETUP.replace("DYNAMIC", "False"), RECOMPILE_LOOP, RECOMPILE_LOOP,
+            RECOMPILE_SETUP.replace("DYNAMIC", "True")),
 ]
-FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode"]
+FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode",
+         "recompile_shapes"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
 THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "manual_attention", "rows_to_tensor",
          "checkpoint_every_step", "per_sample_loop", "per_sample_graphs"]
