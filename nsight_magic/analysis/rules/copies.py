@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from .. import text as tx
+from ..bottleneck import INPUT_MIN_BYTES
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, size_words,
                      where_words, with_operator)
 
@@ -200,8 +201,6 @@ def rule_small_copies(ctx: Context) -> list[Finding]:
     """The GPU paced by host-to-device copies made one small tensor at a time: many idle gaps a step that end with a
     small copy (smaller than a batch), the host issuing the next copy (and, without non_blocking, a sync) while the
     GPU waits.  Pinned or pageable alike: the number of copies is the cause."""
-    from ..bottleneck import INPUT_MIN_BYTES
-
     report, th = ctx.report, ctx.th
     m = report.memcpy
     if m.empty or not ctx.diag.pairs:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..bottleneck import HOST_CALLS, blocking_readbacks
+from ..steps import cell_threads
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
                      with_operator)
 from .kernels import gpu_side_saving
@@ -167,8 +168,6 @@ def _reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
 
 def _in_backward(report, reads: pd.DataFrame) -> bool:
     """Most read-backs are of one byte (a flag) and made by threads other than the cells' own."""
-    from ..steps import cell_threads
-
     if reads.empty:
         return False
     main = cell_threads(report)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..bottleneck import quiet_gaps
+from .. import intervals as I
+from .. import text as tx
+from ..bottleneck import HOST_CALLS, quiet_gaps
 from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
@@ -21,10 +23,6 @@ COMPILED_MIN_SHARE = 0.5  # of the stretches' idle time in stretches that load G
 def _loading_code(report, ev: pd.DataFrame) -> np.ndarray:
     """Per stretch: its thread loaded GPU code during it (module and library loads: code compiled or used for the
     first time)."""
-    from ..bottleneck import HOST_CALLS
-    from .. import intervals as I
-    from .. import text as tx
-
     api = report.cuda_api
     out = np.zeros(len(ev), bool)
     if api.empty or ev.empty:
