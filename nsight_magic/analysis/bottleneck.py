@@ -147,7 +147,12 @@ def _gpu_ops(report) -> pd.DataFrame:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
                                      "htod_batch", "bytes"])
     ops = pd.concat(parts, ignore_index=True)
-    return ops[ops["end_ns"] > ops["start_ns"]].sort_values("start_ns", kind="stable").reset_index(drop=True)
+    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+    keep = np.flatnonzero(end > start)
+    order = keep[np.argsort(start[keep], kind="stable")]
+    if len(order) == len(ops) and (order[1:] > order[:-1]).all():  # one sorted frame, nothing empty: as it is
+        return ops
+    return ops.take(order).reset_index(drop=True)
 
 
 def blocking_readbacks(memcpy: pd.DataFrame) -> np.ndarray:
@@ -195,7 +200,7 @@ def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) 
         a, b = steps.steady()
         # GPU work runs after its launch: a GPU-bound loop's (or a rank waiting in its collectives) last steps end
         # on the GPU long after the CPU's ranges
-        at = launched(ops["correlation_id"].to_numpy())
+        at = launched(ops["correlation_id"].to_numpy(np.int64, na_value=-1))
         at = np.where(at >= 0, at, ops["start_ns"].to_numpy(np.int64))
         mine = at <= b
         if mine.any():
@@ -210,14 +215,19 @@ def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) 
 
 def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, api, osrt, launch_tid) -> Pair:
     a, b = window
-    comp = I.union(ops.loc[ops["cat"] == "compute", "start_ns"], ops.loc[ops["cat"] == "compute", "end_ns"])
-    comm = I.subtract(I.union(ops.loc[ops["cat"] == "communication", "start_ns"],
-                              ops.loc[ops["cat"] == "communication", "end_ns"]), comp)
+    os_, oe = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+    code = np.asarray(ops["cat"].cat.codes)  # OP_CATS's
+
+    def of(cat: str):
+        m = code == OP_CATS.index(cat)
+        return I.union(os_[m], oe[m])
+
+    comp = of("compute")
+    comm = I.subtract(of("communication"), comp)
     kern = I.union(np.r_[comp[0], comm[0]], np.r_[comp[1], comm[1]])
-    copy = I.subtract(I.union(ops.loc[ops["cat"] == "copy", "start_ns"], ops.loc[ops["cat"] == "copy", "end_ns"]),
-                      kern)
-    busy = I.union(ops["start_ns"], ops["end_ns"])
-    lo, hi = int(ops["start_ns"].min()), int(ops["end_ns"].max())
+    copy = I.subtract(of("copy"), kern)
+    busy = I.union(os_, oe)
+    lo, hi = int(os_.min()), int(oe.max())
     gs, ge = I.gaps(busy, min(lo, a), max(hi, b))
     gaps = _classify(gs, ge, ops, api, osrt, launch_tid)
     in_w = (gaps["start_ns"] >= a) & (gaps["end_ns"] <= b)
@@ -251,17 +261,34 @@ def _host_slack(api: pd.DataFrame, window) -> int | None:
     if not len(api):
         return None
     a, b = window
-    launchers = set(api.loc[tx.contains(api["name"], "Launch", regex=False), "tid"].tolist())
-    mine = api[api["tid"].isin(launchers).to_numpy()] if launchers else api
-    dur = (mine["end_ns"] - mine["start_ns"]).to_numpy(np.int64)
-    sync = mine["waits"].to_numpy(bool)
-    typical = pd.Series(dur).groupby(pd.factorize(mine["name"], use_na_sentinel=False)[0]).transform("median").to_numpy(float)
+    tid = api["tid"].to_numpy(np.int64)
+    launchers = np.unique(tid[tx.contains(api["name"], "Launch", regex=False)])
+    mine = np.isin(tid, launchers) if len(launchers) else np.ones(len(api), bool)
+    start, end = api["start_ns"].to_numpy(np.int64)[mine], api["end_ns"].to_numpy(np.int64)[mine]
+    dur = end - start
+    sync = api["waits"].to_numpy(bool)[mine]
+    typical = _median_by(dur, pd.factorize(api["name"], use_na_sentinel=False)[0][mine])
     blocked = ~sync & (dur > BLOCKED_CALL_FACTOR * typical) & (dur > typical + BLOCKED_CALL_NS)
     w = sync | blocked
     if not w.any():
         return 0
-    iv = I.union(mine["start_ns"].to_numpy(np.int64)[w], mine["end_ns"].to_numpy(np.int64)[w])
+    iv = I.union(start[w], end[w])
     return I.total(I.clip(iv, a, b))
+
+
+def _median_by(values: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """Each row's group median of `values` (as pandas' groupby median: the mean of the middle two), by sorting
+    once rather than a groupby's per-group work."""
+    if not len(values):
+        return np.zeros(0)
+    order = np.lexsort((values, group))
+    g, v = group[order], values[order].astype(float)
+    first = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    size = np.diff(np.r_[first, len(g)])
+    med = (v[first + (size - 1) // 2] + v[first + size // 2]) / 2
+    out = np.empty(len(values))
+    out[order] = np.repeat(med, size)
+    return out
 
 
 def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFrame, window) -> None:
@@ -324,7 +351,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     code = np.asarray(ops["cat"].cat.codes)[nxt_c]  # OP_CATS's (_gpu_ops)
     code = np.where(has_next, np.where(ops["htod_batch"].to_numpy()[nxt_c], len(OP_CATS), code), len(OP_CATS) + 1)
     out["next_kind"] = pd.Categorical.from_codes(code, categories=NEXT_KINDS)  # codes, not a string per gap
-    tid = launch_tid(ops["correlation_id"].to_numpy()[nxt_c])
+    tid = launch_tid(ops["correlation_id"].to_numpy(np.int64, na_value=-1)[nxt_c])
     tid = np.where(has_next, tid, -1)
     out["tid"] = pd.arrays.IntegerArray(np.where(tid >= 0, tid, 0).astype(np.int64), tid < 0)
     typical = int(np.median(dur)) if n else 0

@@ -192,7 +192,7 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     idx = a["match"](ckey(ops["pid"].to_numpy(np.int64), ops["correlation_id"]))
     ok = idx >= 0
     take = np.maximum(idx, 0)
-    out = pd.DataFrame(index=ops.index)
+    out = {}  # framed once at the end
     name = a["name"]
     if not len(name):
         out["api_name"] = np.full(len(ops), None, object)
@@ -204,7 +204,7 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
         v = a[col][take] if len(name) else np.zeros(len(ops), np.int64)
         out[c] = pd.arrays.IntegerArray(np.where(ok, v, 0).astype(np.int64), ~ok)
-    return out
+    return pd.DataFrame(out, index=ops.index)
 
 
 @per_frame
@@ -230,25 +230,24 @@ def _nullable_int(col: pd.Series):
 def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
     """Common evidence columns: start_ns, end_ns, duration_ns, name, pid, tid, device_id, stream_id (+ extra)."""
     n = len(df)
-    out = pd.DataFrame({
-        "start_ns": df["start_ns"].to_numpy(np.int64),
-        "end_ns": pd.to_numeric(df["end_ns"]).to_numpy(np.int64),
-    })
-    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    start = df["start_ns"].to_numpy(np.int64)
+    end = pd.to_numeric(df["end_ns"]).to_numpy(np.int64)
+    # the columns framed once at the end (inserting them one at a time costs pandas' checks each time)
+    cols: dict = {"start_ns": start, "end_ns": end, "duration_ns": end - start}
     if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
         # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
         # the names present: counts and groups by name list no empty ones)
-        out["name"] = tx.as_text_categories(name.cat.remove_unused_categories()).array
+        cols["name"] = tx.as_text_categories(name.cat.remove_unused_categories()).array
     else:
         if isinstance(name, pd.Series):
             name = name.to_numpy()
-        out["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n,
-                                dtype=object).astype(str)
+        cols["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n,
+                                 dtype=object).astype(str).array
     for c in ("pid", "tid", "device_id", "stream_id"):
-        out[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
+        cols[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():
-        out[k] = v.to_numpy() if isinstance(v, pd.Series) else v
-    return out.reset_index(drop=True)
+        cols[k] = v.to_numpy() if isinstance(v, pd.Series) else v
+    return pd.DataFrame(cols)
 
 
 def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
@@ -311,16 +310,20 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
         names = ov["name"].astype(str)
         ov = ov[names.isin(["CUDA profiling data flush overhead", "CUDA profiling stop overhead",
                             "CUDA profiling overhead"]).to_numpy()]
-        rng = ops.groupby(["device_id", "pid"]).agg(lo=("start_ns", "min"), hi=("end_ns", "max"),
-                                                    ctx=("context_id", "first")).reset_index()
+        dev, pid = ops["device_id"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64)
+        s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
+        ctx_ids = ops["context_id"]
         extra = []
-        for r in rng.itertuples():  # one per (GPU, process)
-            o = ov[(ov["pid"] == r.pid) & (ov["start_ns"] > r.lo) & (ov["end_ns"] < r.hi)]
+        pairs = np.sort(pd.unique((dev << 32) | pid)) if len(ov) else ()  # a hash, not a sort of every row
+        for d, p in ((int(x) >> 32, int(x) & 0xFFFFFFFF) for x in pairs):  # per (GPU, process): a few
+            m = (dev == d) & (pid == p)
+            o = ov[(ov["pid"] == p) & (ov["start_ns"] > s[m].min()) & (ov["end_ns"] < e[m].max())]
             if len(o):
+                known = ctx_ids[m].dropna()
                 extra.append(pd.DataFrame({"start_ns": o["start_ns"].to_numpy(np.int64),
-                                           "end_ns": o["end_ns"].to_numpy(np.int64), "pid": r.pid,
-                                           "device_id": r.device_id, "context_id": r.ctx, "correlation_id": pd.NA,
-                                           "stream_id": pd.NA, "what": "overhead"}))
+                                           "end_ns": o["end_ns"].to_numpy(np.int64), "pid": p, "device_id": d,
+                                           "context_id": known.iloc[0] if len(known) else pd.NA,
+                                           "correlation_id": pd.NA, "stream_id": pd.NA, "what": "overhead"}))
         if extra:
             ops = pd.concat([ops, *extra], ignore_index=True)
     return ops.reset_index(drop=True)

@@ -55,7 +55,7 @@ def _one(ctx: Context, p) -> dict | None:
     api = report.cuda_api
     api = api[(api["pid"] == p.pid).to_numpy()] if len(api) else api
     launched = _by_correlation(api, "start_ns")  # correlation ids -> the launch call's start
-    at = launched(o["correlation_id"].to_numpy())
+    at = launched(o["correlation_id"].to_numpy(np.int64, na_value=-1))
     at = np.where(at >= 0, at, o["start_ns"].to_numpy(np.int64))
     starts = np.asarray(st.starts, np.int64)
     step = np.searchsorted(starts, at, side="right") - 1
@@ -85,7 +85,7 @@ def _one(ctx: Context, p) -> dict | None:
     k = report.kernels
     kern = k[((k["pid"] == p.pid) & (k["device_id"] == p.device)).to_numpy()] if len(k) else k
     names = pd.Series(kern["short_name"] if "short_name" in kern else kern["name"]).astype(str).to_numpy()
-    kat = launched(kern["correlation_id"].to_numpy()) if len(kern) else np.empty(0, np.int64)
+    kat = launched(kern["correlation_id"].to_numpy(np.int64, na_value=-1)) if len(kern) else np.empty(0, np.int64)
     kstep = np.searchsorted(starts, kat, side="right") - 1 - skip
     ok = (kat >= 0) & (kstep >= 0) & (kstep < n)
     kernels = _grown(_per_step(kstep[ok], names[ok], kern["duration_ns"].to_numpy(float)[ok], n),

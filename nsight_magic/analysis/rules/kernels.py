@@ -164,17 +164,17 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     if k.empty or g.empty or g["sm_count"].isna().all():
         return []
     # NCCL's kernels use a few blocks on purpose (their time is communication: comm.py)
-    k = k[~tx.contains(k["name"], r"(?i)^(?:void )?nccl", regex=True)]
-    if k.empty:
+    mine = ~tx.contains(k["name"], r"(?i)^(?:void )?nccl", regex=True)
+    if not mine.any():
         return []
     sms = dict(zip(g["id"].to_numpy(), pd.to_numeric(g["sm_count"], errors="coerce").to_numpy()))
     dev_sms = k["device_id"].map(sms).to_numpy(float)
     blocks = (k["grid_x"] * k["grid_y"] * k["grid_z"]).to_numpy(float)
     # a grid that fills most SMs (a library's 112-block tiling on 132 SMs) is one wave's quantisation, which its
     # heuristics weigh against bigger tiles: what a user can change is a grid that leaves most of the GPU empty
-    small = ~np.isnan(dev_sms) & (blocks <= dev_sms * th["undersized_launch.max_fill"])
-    total_gpu = k["duration_ns"].sum()
-    t = k[small]
+    small = mine & ~np.isnan(dev_sms) & (blocks <= dev_sms * th["undersized_launch.max_fill"])
+    total_gpu = k["duration_ns"].to_numpy()[mine].sum()
+    t = k[small]  # one copy of the kernels frame, of the rows this rule keeps only
     idle_frac = 1 - blocks[small] / dev_sms[small]
     idle_ns = t["duration_ns"].to_numpy(float) * idle_frac
     # 128 blocks on 132 SMs cost little; 16 blocks cost most of the GPU: judge by the SM time left idle

@@ -192,12 +192,10 @@ def _loop_runs(k: pd.DataFrame, min_len: int) -> list[tuple[int, int]]:
     for p in range(1, LOOP_MAX_PERIOD + 1):
         if n > p:
             periodic[p:] |= names[p:] == names[:-p]
-    runs = []
     edges = np.flatnonzero(np.diff(np.r_[0, periodic.astype(np.int8), 0]))
-    for a, b in zip(edges[::2], edges[1::2]):
-        if b - a >= min_len:
-            runs.append((max(a - LOOP_MAX_PERIOD, 0), b))
-    return runs
+    a, b = edges[::2], edges[1::2]
+    long = b - a >= min_len
+    return list(zip(np.maximum(a[long] - LOOP_MAX_PERIOD, 0).tolist(), b[long].tolist()))
 
 
 def rule_python_loop(ctx: Context) -> list[Finding]:
@@ -207,23 +205,32 @@ def rule_python_loop(ctx: Context) -> list[Finding]:
     k = report.kernels
     if k.empty:
         return []
-    k = with_classes(k)
-    opt = _training_ranges(report, r"\.step \[")
-    in_opt = _launched_in(report, opt).index if len(opt) else pd.Index([])
-    k = k[~k.index.isin(in_opt)]
-    a = api_of(k, report.cuda_api)
-    k = k.assign(t=pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(), tid=a["api_tid"].to_numpy())
     # what the loop search reads: the groups copy no more
-    k = k[["pid", "tid", "t", "start_ns", "end_ns", "device_id", "name", "cls"]]
+    k = with_classes(k)[["pid", "correlation_id", "start_ns", "end_ns", "device_id", "name", "cls"]]
+    opt = _training_ranges(report, r"\.step \[")
+    if len(opt):
+        k = k[~k.index.isin(_launched_in(report, opt).index)]
+    a = api_of(k, report.cuda_api)
+    t = pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(np.int64)
+    known = a["api_tid"].notna().to_numpy()  # kernels without a launching thread are in no loop
+    tid, pids = a["api_tid"].to_numpy(np.int64, na_value=0), k["pid"].to_numpy(np.int64)
+    # by launching thread (a few), each in launch order: one sort, then slices
+    order = np.flatnonzero(known)[np.lexsort((t[known], tid[known], pids[known]))]
+    if not len(order):
+        return []
+    k = k.iloc[order].assign(t=t[order], tid=tid[order])
+    cuts = np.flatnonzero(np.r_[True, (np.diff(k["pid"].to_numpy(np.int64)) != 0) | (np.diff(tid[order]) != 0),
+                                True])
     spans, runs = [], []
-    for (pid, tid), g in k.groupby(["pid", "tid"]):  # launching threads: a few
-        g = g.sort_values("t", kind="stable")
+    for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+        g = k.iloc[lo:hi]
+        pid, tid_ = int(g["pid"].iloc[0]), int(g["tid"].iloc[0])
         small = g["cls"].isin(SMALL_CLASSES).to_numpy()
         for a_, b_ in _loop_runs(g, ctx.th["python_loop.min_kernels"]):
             if small[a_:b_].mean() >= 0.9:
                 run = g.iloc[a_:b_]
                 runs.append(run)
-                spans.append((pid, tid, int(run["t"].min()), int(run["end_ns"].max()), b_ - a_,
+                spans.append((pid, tid_, int(run["t"].min()), int(run["end_ns"].max()), b_ - a_,
                               run["name"].astype(str).value_counts().index[:3].tolist()))
     if not spans:
         return []
