@@ -64,6 +64,7 @@ class Context:
     #                                               the rest: each nanosecond is counted once)
     growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
     small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
+    readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
 
     @property
     def span(self) -> int:

@@ -19,6 +19,7 @@ from ..steps import cell_threads
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
                      with_operator)
 from .kernels import gpu_side_saving
+from ..kernel_classes import with_classes
 from ...readers.nsys_frames import ckey
 from .. import text as tx
 
@@ -161,6 +162,63 @@ _BACKWARD_CHECKS = (" Most of them read one byte on a thread other than the cell
                     "tests every gradient for NaN), or a backward hook calling `.item()`.")
 
 
+def _readback_copies(report, syncs: pd.DataFrame) -> pd.DataFrame:
+    """The device-to-host copies of these read-backs (their call starts where a read-back's copy call did), with
+    the call's end as call_end_ns."""
+    m = report.memcpy
+    reads = m[np.asarray(tx.eq(m["kind"], "DtoH"), bool)] if len(m) else m
+    if reads.empty:
+        return reads.assign(call_end_ns=pd.Series(dtype="int64"))
+    a = api_of(reads, report.cuda_api)
+    call_start = a["api_start_ns"].to_numpy(np.int64, na_value=-1)
+    mine = np.isin(call_start, syncs["copy_start_ns"].to_numpy(np.int64)) & (call_start >= 0)
+    return reads[mine].assign(call_end_ns=a["api_end_ns"].to_numpy(np.int64, na_value=-1)[mine])
+
+
+def _flag_kernels(ctx: Context, syncs: pd.DataFrame) -> pd.Index:
+    """The kernels that computed the one-byte flags the host read back (a check: `if torch.isnan(x).any():`,
+    anomaly detection's test of every gradient): on the copy's stream, the reduction just before it and the
+    elementwise test before that.  Without the check they do not run (a value the loop needs, a loss, is never
+    one byte).  Their labels in the kernels frame."""
+    copies = _readback_copies(ctx.report, syncs)
+    copies = copies[copies["bytes"].to_numpy() <= 1]
+    k = ctx.report.kernels
+    if copies.empty or k.empty:
+        return pd.Index([])
+    k = with_classes(k)[["start_ns", "device_id", "stream_id", "cls"]]
+    got = []
+    for (dev, stream), c in copies.groupby(["device_id", "stream_id"]):  # streams: a few
+        on = k[((k["device_id"] == dev) & (k["stream_id"] == stream)).to_numpy()]
+        if on.empty:
+            continue
+        j = np.searchsorted(on["start_ns"].to_numpy(np.int64), c["start_ns"].to_numpy(np.int64)) - 1
+        cls = on["cls"].astype(str).to_numpy()
+        red = j[(j >= 0) & (cls[np.maximum(j, 0)] == "reduction")]
+        test = red - 1
+        test = test[(test >= 0) & (cls[np.maximum(test, 0)] == "elementwise")]
+        got.append(on.index[np.unique(np.r_[red, test])])
+    return got[0].append(got[1:]).unique() if got else pd.Index([])
+
+
+def _queued_readback_gaps(ctx: Context, syncs: pd.DataFrame) -> pd.DataFrame:
+    """The launch gaps (steady windows) that end with a read-back's own copy whose call had returned before the
+    gap began: the GPU idled with the copy queued (a switch from the kernels to the copy engine, a few
+    microseconds), a cost of the read-back rather than of the host's launches.  A round trip's gaps stay its own."""
+    g = ctx.diag.gaps("launch")
+    copies = _readback_copies(ctx.report, syncs)
+    if g.empty or copies.empty:
+        return g.iloc[0:0]
+    starts, ends = copies["start_ns"].to_numpy(np.int64), copies["call_end_ns"].to_numpy(np.int64)
+    o = np.argsort(starts, kind="stable")
+    starts, ends = starts[o], ends[o]
+    ge, gs = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
+    j = np.minimum(np.searchsorted(starts, ge), len(starts) - 1)  # the copy that starts as the gap ends
+    hit = (starts[j] == ge) & (ends[j] <= gs) & g["in_window"].to_numpy(bool)
+    if "round_trip" in g:
+        hit &= ~g["round_trip"].to_numpy(bool)
+    return g[hit]
+
+
 def _reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
     """One row per read-back (a copy call and its sync are one)."""
     return syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])
@@ -177,8 +235,9 @@ def _in_backward(report, reads: pd.DataFrame) -> bool:
 
 
 def rule_implicit_sync(ctx: Context) -> list[Finding]:
-    """Synchronisations that read a value off the GPU (see implicit_syncs): the idle time charged to them, and for
-    data-dependent shapes (nonzero, boolean masks) the GPU time of their select/sort/index kernels."""
+    """Synchronisations that read a value off the GPU (see implicit_syncs): the idle time charged to them and the
+    GPU's idle time before their copies once queued; for data-dependent shapes (nonzero, boolean masks) the GPU time
+    of their select/sort/index kernels, for one-byte flags that of the kernels computing them."""
     report = ctx.report
     syncs = implicit_syncs(report)
     if syncs.empty:
@@ -188,9 +247,17 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
     idle = ctx.left("sync", idle)  # a round trip's read-backs are host_round_trip's
     ctx.claim("sync", idle)
+    queued = _queued_readback_gaps(ctx, syncs)
+    before_copy = ctx.host_stake("launch", queued) if len(queued) else 0
+    if before_copy:
+        ctx.claim("launch", before_copy)  # not launch_bound's: the copy was queued, the host had done its part
+        ctx.readback_gaps = {k: q["start_ns"].to_numpy(np.int64) for k, q in queued.groupby(["pid", "device_id"])}
+    idle += before_copy
     k = report.kernels
     dd = k[tx.contains(k["name"], DATA_DEPENDENT_RX, regex=True)] if len(k) else k
-    gpu = gpu_side_saving(ctx, dd) if len(dd) else 0
+    flags = _flag_kernels(ctx, syncs)  # a check's own kernels: they go with the check
+    gpu_k = k.loc[dd.index.union(flags)] if len(flags) else dd
+    gpu = gpu_side_saving(ctx, gpu_k) if len(gpu_k) else 0
     at_stake = idle + gpu
     if at_stake <= 0:
         return []
@@ -211,9 +278,14 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     median = f"median {int(reads['copy_bytes'].median()):,} bytes" + ("" if values else
                                                                       "; into pageable memory the copy call waits")
     costs = f"the GPU idled {idle / 1e6:,.1f} ms after them while the host queued work again"
+    if before_copy:
+        costs += (f" (of which {before_copy / 1e6:,.1f} ms before the read-back copies, which were queued already: "
+                  "the GPU's switch from the kernels to each copy)")
     if gpu:
-        costs += (f", and the data-dependent kernels (select, sort, indexing: {len(dd)}) took {gpu / 1e6:,.1f} ms "
-                  f"of GPU time on the critical path")
+        which = [w for w, n in (("select, sort, indexing", len(dd)), ("the tests and reductions that computed each "
+                                                                     "flag read back", len(flags))) if n]
+        costs += (f", and the {'data-dependent ' if len(dd) else ''}kernels ({'; '.join(which)}: {len(gpu_k)}) took "
+                  f"{gpu / 1e6:,.1f} ms of GPU time on the critical path")
     return [Finding(
         "implicit_sync", ctx.severity(at_stake),
         f"{_steps_words(ctx, len(reads))} implicit synchronisations read values back from the GPU",
@@ -228,5 +300,6 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
         "`torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or fixed-size ops; compare "
         "on the GPU instead of `if loss.item() > ...`.",
         at_stake, estimate_words(ctx, "the GPU's idle time after these syncs returned (up to the time the host "
-                                      "waited in them), plus the data-dependent kernels' GPU time beyond the time "
-                                      "the host paced the GPU"), ev, ranges_of(ev))]
+                                      "waited in them) and before their copies once queued, plus the GPU time of "
+                                      "the data-dependent kernels and of the kernels computing one-byte flags read "
+                                      "back, beyond the time the host paced the GPU"), ev, ranges_of(ev))]

@@ -54,12 +54,17 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         few = np.isin(g["start_ns"].to_numpy(np.int64), ctx.small_copy_gaps.get((pid, dev), ())) \
             if "small_copies" in fired else np.zeros(len(g), bool)
         few &= ~trip
+        # and the gaps before read-back copies queued already (their launch time: implicit_sync's)
+        back = np.isin(g["start_ns"].to_numpy(np.int64), ctx.readback_gaps.get((pid, dev), ())) \
+            if "implicit_sync" in fired else np.zeros(len(g), bool)
+        back &= ~trip & ~few
         rest = ~trip & ~few
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
         parts += [(cat, "small_copies", few) for cat in ("launch", "sync")]
+        parts += [("launch", "implicit_sync", back)]
         parts += [(cat, rule, few) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "sync")]
         parts += [(cat, rule, rest) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "host wait")]
-        parts += [("launch", "host_code", quiet & rest), ("launch", "launch_bound", ~quiet & rest),
+        parts += [("launch", "host_code", quiet & rest & ~back), ("launch", "launch_bound", ~quiet & rest & ~back),
                   ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]
         # steps that grow claimed the idle time of their growth (growing_steps), whatever its category
         grown = dict(getattr(ctx, "growth_idle", {}).get((pid, dev), {})) if "growing_steps" in fired else {}
