@@ -623,3 +623,21 @@ def test_recompiling_in_the_loop_is_host_code_that_loads_new_gpu_code(planted):
     assert f.evidence["loads_code"].sum() >= 7  # the new lengths (the eighth may fall back after the cache limit)
     (plain,) = [f for f in planted("host_code", "bad").findings() if f.rule == "host_code"]
     assert not plain.evidence["loads_code"].any() and "new GPU code" not in plain.explanation
+
+
+def test_the_diagnosis_starts_on_the_summaries_columns_while_the_kernels_frame_is_read():
+    """The diagnosis's GPU operations come from the columns the summaries scanned (device_id is one of them), so it
+    does not wait for the whole kernels frame; they are the operations the frames give, row for row."""
+    import pandas as pd
+
+    from nsight_magic.analysis.bottleneck import _gpu_ops
+
+    src = DATA / "nsys_h100_a_cuda_nvtx.sqlite"
+    with open_nsys_report(src) as rep:
+        rep.kernel_summary()
+        ops = _gpu_ops(rep)
+        assert not {"kernels", "memcpy", "memset"} & set(rep.__dict__)  # no frame was built for them
+    with open_nsys_report(src) as rep:
+        rep.kernels, rep.memcpy, rep.memset  # noqa: B018 - the frames first: _gpu_ops takes their columns
+        pd.testing.assert_frame_equal(ops, _gpu_ops(rep))
+    assert len(ops) > 300 and set(ops["cat"]) >= {"compute", "copy"}

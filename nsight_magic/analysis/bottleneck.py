@@ -114,10 +114,20 @@ def _cats(codes, n: int) -> pd.Categorical:
     return pd.Categorical.from_codes(np.broadcast_to(np.asarray(codes, np.int8), (n,)), categories=OP_CATS)
 
 
+def _op_columns(report, frame: str, cols: list[str]) -> pd.DataFrame:
+    """A few columns of an operations frame: read from the summaries' columns (report.columns) rather than the
+    whole frame, which the diagnosis reads in a thread meanwhile (prefetch); the frame where a report has no
+    columns()."""
+    if hasattr(report, "columns") and frame not in getattr(report, "__dict__", {}):
+        return report.columns(frame, cols)
+    f = getattr(report, frame)
+    return f[[c for c in cols if c in f]]
+
+
 def _gpu_ops(report) -> pd.DataFrame:
     """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch."""
     parts = []
-    k = report.kernels
+    k = _op_columns(report, "kernels", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "name"])
     if len(k):
         nccl = tx.contains(k["name"], _NCCL)
         parts.append(pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64),
@@ -132,7 +142,9 @@ def _gpu_ops(report) -> pd.DataFrame:
                                    "device_id": g["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(g["correlation_id"], dtype="Int64"),
                                    "cat": _cats(0, len(g)), "htod_batch": False, "bytes": 0}))
-    for f in (report.memcpy, report.memset):
+    for f in (_op_columns(report, "memcpy", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind",
+                                             "bytes"]),
+              _op_columns(report, "memset", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "bytes"])):
         if len(f):
             batch = np.zeros(len(f), bool)
             if "kind" in f:
@@ -164,10 +176,13 @@ def blocking_readbacks(memcpy: pd.DataFrame) -> np.ndarray:
     return np.asarray(tx.eq(memcpy["kind"], "DtoH") & tx.eq(memcpy["dst_kind"], "pageable"), bool)
 
 
-def _host_calls(report, pid: int):
+API_COLUMNS = ["start_ns", "end_ns", "pid", "tid", "correlation_id", "name"]  # what the diagnosis reads of the calls
+
+
+def _host_calls(report, pid: int, api: pd.DataFrame):
     """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls.  The
-    calls get `waits`: the host waited for the GPU in them (syncs, synchronous copies, blocking read-backs)."""
-    api = report.cuda_api
+    calls get `waits`: the host waited for the GPU in them (syncs, synchronous copies, blocking read-backs).
+    api: the report's calls (API_COLUMNS at least)."""
     if len(api) and not (mine := (api["pid"] == pid).to_numpy()).all():  # one process: no copy
         api = api[mine]
     if len(api):
@@ -579,12 +594,13 @@ def diagnose(report) -> Diagnosis:
         report.prefetch("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt")
     steps = find_steps(report)
     ops = _gpu_ops(report)
+    calls = _op_columns(report, "cuda_api", API_COLUMNS)
     span = report.time_span
     pairs, sources, startup = [], {}, {}
     for pid, pops in ops.groupby("pid", sort=True):
         pid = int(pid)
         st = steps.get(pid)
-        api, osrt = _host_calls(report, pid)
+        api, osrt = _host_calls(report, pid, calls)
         tids = _by_correlation(api, "tid")
         window, scale, source = _window(report, pid, pops, st, _by_correlation(api, "start_ns"))
         first = int(st.starts[0]) if st is not None else int(pops["start_ns"].min())

@@ -642,12 +642,20 @@ class NsysReport(NsysActions):
         got = self._query(read_raw, self._con, table, spec, cols, self.sqlite_path)
         return [got[c] for c in cols]
 
-    _CORE = {  # columns the summaries and the NVTX projection share: one scan of each table
-        "kernels": ["start_ns", "end_ns", "pid", "correlation_id", "name"],
-        "memcpy": ["start_ns", "end_ns", "pid", "correlation_id", "kind", "bytes"],
-        "memset": ["start_ns", "end_ns", "pid", "correlation_id", "bytes"],
+    # columns the summaries and the NVTX projection share: one scan of each table.  The GPU operations' device_id
+    # too: the summaries by device and the diagnosis's operations (analysis.bottleneck) need it, and the diagnosis
+    # then starts without waiting for the whole kernels frame, which it reads meanwhile
+    _CORE = {
+        "kernels": ["start_ns", "end_ns", "pid", "correlation_id", "name", "device_id"],
+        "memcpy": ["start_ns", "end_ns", "pid", "correlation_id", "kind", "bytes", "device_id"],
+        "memset": ["start_ns", "end_ns", "pid", "correlation_id", "bytes", "device_id"],
         "cuda_api": ["start_ns", "end_ns", "pid", "tid", "correlation_id", "name"],
     }
+
+    def _device_ids(self, spec: S.TableSpec, core: dict[str, np.ndarray]) -> np.ndarray:
+        """device_id of a core table's rows: its core column (a columnar cache written before it was one may lack
+        it: then a narrow read)."""
+        return core["device_id"] if "device_id" in core else self._narrow(spec, ["device_id"])[0]
 
     def _core(self, frame: str) -> dict[str, np.ndarray] | None:
         """Raw integer columns (ids undecoded) of a table, by our column names; None when the table is absent.
@@ -716,7 +724,7 @@ class NsysReport(NsysActions):
         k = self._core("kernels")
         if k is None or len(k["start_ns"]) == 0:
             return empty_stats(_by_cols(by) + ("name",) + (("grid", "block") if by_launch else ()))
-        keys = self._by(by, "kernel", k["pid"], self._narrow(S.KERNELS, ["device_id"])[0] if by == "device" else None)
+        keys = self._by(by, "kernel", k["pid"], self._device_ids(S.KERNELS, k) if by == "device" else None)
         keys["name_id"] = self._narrow(S.KERNELS, ["short_name"])[0] if base else k["name"]
         if by_launch:
             keys.update(zip(dims, self._narrow(S.KERNELS, dims)))
@@ -747,8 +755,8 @@ class NsysReport(NsysActions):
         dur = np.concatenate([mc[2], ms[1]])
         devices = None
         if by == "device":
-            dc, dm = (self._narrow(sp, ["device_id"]) for sp in (S.MEMCPY, S.MEMSET))
-            devices = np.concatenate([dc[0] if c else e, dm[0] if m else e])
+            devices = np.concatenate([self._device_ids(S.MEMCPY, c) if c else e, self._device_ids(S.MEMSET, m) if m
+                                      else e])
         keys = self._by(by, "memory", np.concatenate([mc[3], ms[2]]), devices)
         keys["kind_id"] = kind_id
         t = grouped_stats(keys, dur)
