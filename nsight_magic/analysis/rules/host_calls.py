@@ -175,12 +175,11 @@ def _readback_copies(report, syncs: pd.DataFrame) -> pd.DataFrame:
     return reads[mine].assign(call_end_ns=a["api_end_ns"].to_numpy(np.int64, na_value=-1)[mine])
 
 
-def _flag_kernels(ctx: Context, syncs: pd.DataFrame) -> pd.Index:
+def _flag_kernels(ctx: Context, copies: pd.DataFrame) -> pd.Index:
     """The kernels that computed the one-byte flags the host read back (a check: `if torch.isnan(x).any():`,
     anomaly detection's test of every gradient): on the copy's stream, the reduction just before it and the
     elementwise test before that.  Without the check they do not run (a value the loop needs, a loss, is never
-    one byte).  Their labels in the kernels frame."""
-    copies = _readback_copies(ctx.report, syncs)
+    one byte).  copies: the read-backs' copies (_readback_copies).  Their labels in the kernels frame."""
     copies = copies[copies["bytes"].to_numpy() <= 1]
     k = ctx.report.kernels
     if copies.empty or k.empty:
@@ -200,12 +199,12 @@ def _flag_kernels(ctx: Context, syncs: pd.DataFrame) -> pd.Index:
     return got[0].append(got[1:]).unique() if got else pd.Index([])
 
 
-def _queued_readback_gaps(ctx: Context, syncs: pd.DataFrame) -> pd.DataFrame:
+def _queued_readback_gaps(ctx: Context, copies: pd.DataFrame) -> pd.DataFrame:
     """The launch gaps (steady windows) that end with a read-back's own copy whose call had returned before the
     gap began: the GPU idled with the copy queued (a switch from the kernels to the copy engine, a few
-    microseconds), a cost of the read-back rather than of the host's launches.  A round trip's gaps stay its own."""
+    microseconds), a cost of the read-back rather than of the host's launches.  A round trip's gaps stay its own.
+    copies: the read-backs' copies (_readback_copies)."""
     g = ctx.diag.gaps("launch")
-    copies = _readback_copies(ctx.report, syncs)
     if g.empty or copies.empty:
         return g.iloc[0:0]
     starts, ends = copies["start_ns"].to_numpy(np.int64), copies["call_end_ns"].to_numpy(np.int64)
@@ -247,7 +246,8 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
     idle = ctx.left("sync", idle)  # a round trip's read-backs are host_round_trip's
     ctx.claim("sync", idle)
-    queued = _queued_readback_gaps(ctx, syncs)
+    copies = _readback_copies(report, syncs)
+    queued = _queued_readback_gaps(ctx, copies)
     before_copy = ctx.host_stake("launch", queued) if len(queued) else 0
     if before_copy:
         ctx.claim("launch", before_copy)  # not launch_bound's: the copy was queued, the host had done its part
@@ -255,7 +255,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     idle += before_copy
     k = report.kernels
     dd = k[tx.contains(k["name"], DATA_DEPENDENT_RX, regex=True)] if len(k) else k
-    flags = _flag_kernels(ctx, syncs)  # a check's own kernels: they go with the check
+    flags = _flag_kernels(ctx, copies)  # a check's own kernels: they go with the check
     gpu_k = k.loc[dd.index.union(flags)] if len(flags) else dd
     gpu = gpu_side_saving(ctx, gpu_k) if len(gpu_k) else 0
     at_stake = idle + gpu
