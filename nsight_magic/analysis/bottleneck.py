@@ -116,9 +116,9 @@ def _cats(codes, n: int) -> pd.Categorical:
 
 def _op_columns(report, frame: str, cols: list[str]) -> pd.DataFrame:
     """A few columns of an operations frame: read from the summaries' columns (report.columns) rather than the
-    whole frame, which the diagnosis reads in a thread meanwhile (prefetch); the frame where a report has no
-    columns()."""
-    if hasattr(report, "columns") and frame not in getattr(report, "__dict__", {}):
+    whole frame, which the diagnosis reads in a thread meanwhile (prefetch; columns() takes the frame's own once it
+    is read); the frame where a report has no columns()."""
+    if hasattr(report, "columns"):
         return report.columns(frame, cols)
     f = getattr(report, frame)
     return f[[c for c in cols if c in f]]
