@@ -77,6 +77,18 @@ def test_module_hooks_leave_outputs_and_gradients_bit_identical(recorder):
     assert not hasattr(m, "_nsight_magic_annotated")
 
 
+def test_a_layers_backward_range_closes_before_the_layer_below_opens_its_own(recorder):
+    """Backward ranges of sibling layers follow each other as their forward ranges do (the parameters' gradients,
+    accumulated later, do not keep a layer's range open over the next layers')."""
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
+    h = annotate_modules(m)
+    (m(torch.randn(8, 16)) ** 2).sum().backward()
+    h.remove()
+    names = {c[2]: c[1] for c in recorder if c[0] == "start"}
+    order = [(c[0], names.get(c[1] if c[0] == "end" else c[2])) for c in recorder if c[0] in ("start", "end")]
+    assert order == [(kind, f"{i} [backward]") for i in (4, 3, 2, 1, 0) for kind in ("start", "end")], order
+
+
 def test_depth_and_include_choose_modules(recorder):
     m = _model()
     assert annotate_modules(m, depth=1).names == ["0", "1", "2", "3", "4", "5"]
@@ -216,13 +228,26 @@ def test_modules_and_functions_in_the_profiled_process(tmp_path):
     assert (names == "1.0").sum() == 3 and (names == "1.0 [backward]").sum() == 3 and (names == "json.dumps").sum() == 1
     d = nv.set_index("name")["depth"]
     assert int(d.loc["1.0"].iloc[0]) == int(d.loc["1"].iloc[0]) + 1  # nested modules nest
-    mods = module_table(rep, made["modules"]).set_index("module")
-    assert mods.loc["1.0", "parent"] == "1" and mods.loc["1.0", "calls"] == 3
+    # the module tree: its model (by its variable) the root, each module with its class
+    assert made["models"] == ["model"] and made["module_types"] == {
+        "model": "Sequential", "0": "Linear", "1": "Sequential", "1.0": "Linear", "1.1": "ReLU", "2": "Linear"}
+    mods = module_table(rep, made["modules"], made["module_types"], made["models"]).set_index("module")
+    assert list(mods.index) == ["model", "0", "1", "1.0", "1.1", "2"]
+    assert mods.loc["1.0", "parent"] == "1" and mods.loc["1.0", "calls"] == 3 and mods.loc["1.0", "type"] == "Linear"
+    assert mods.loc["0", "parent"] == "model" and mods.loc["0", "depth"] == 1 and mods.loc["1.0", "depth"] == 2
+    assert mods.loc["model", "forward_ns"] == mods.loc[["0", "1", "2"], "forward_ns"].sum()
     assert (mods["forward_ns"] > 0).all() and (mods["backward_ns"] > 0).all()
+    # backward ranges nest as the forward ones do: each under the cell's range, never inside a sibling's
+    from nsight_magic.analysis.diff import nvtx_paths
+
+    paths = set(nvtx_paths(nv)["path"])
+    assert {"2 [backward]", "1 [backward]", "1 [backward]/1.0 [backward]", "0 [backward]"} <= paths, paths
+    assert not any("2 [backward]/" in p for p in paths), paths
     from nsight_magic.views import nsys_html
 
     page = nsys_html(rep, folder=res.folder.path)
     assert 'class="nm-lines nm-tree"' in page and 'data-path="1.0" data-parent="1"' in page
+    assert 'data-path="0" data-parent="model"' in page and '<span class="nm-type">Linear</span>' in page
 
 
 def _run_setup(cell, setup, tmp_path):
@@ -265,3 +290,5 @@ def test_modules_says_what_it_annotated_or_why_nothing(tmp_path, setup, expect):
     assert res.ok, res.messages
     said = [ln for ln in "".join(streamed).splitlines() if ln.startswith("nsight-magic: --modules:")]
     assert len(said) == 1 and expect in said[0], said
+    # what it did is information (stdout); what it could not do a problem (stderr)
+    assert (said[0] in res.folder.stdout.read_text()) == expect.startswith("annotated")

@@ -3,8 +3,9 @@
 `lines_table(report, source)`: one row per line of the cell, like a line profiler: hits, CPU time (the line's
 ranges, summed over loop iterations), GPU time (the projection of the GPU work its ranges launched, the same
 projection as the NVTX summary's), GPU operations and its top kernels.
-`module_table(report, names)`: one row per annotated module path: calls, forward and backward CPU and GPU time,
-depth and parent, for a tree of the model.
+`module_table(report, names, types, models)`: one row per annotated module path (as PyTorch names it,
+`encoder.layers.0.linear1`), its class, calls, forward and backward CPU and GPU time, depth and parent, for a tree of
+the model; the model itself is the root, by its variable's name, with the sums of its top modules.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from ..inside.line_ranges import LINE_DOMAIN
 from . import text as tx
 
 LINE_COLUMNS = ["line", "source", "hits", "cpu_ns", "gpu_ns", "gpu_ops", "top_kernels"]
-MODULE_COLUMNS = ["module", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",
+MODULE_COLUMNS = ["module", "type", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",
                   "backward_gpu_ns"]
 _LINE_RX = re.compile(r"^L(\d+): ")
 
@@ -102,9 +103,10 @@ def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.Da
     return out[LINE_COLUMNS].reset_index(drop=True)
 
 
-def module_table(report, names=None) -> pd.DataFrame:
-    """See the module docstring; `names`: the module paths (annotations.json of a profile); without them, every
-    NVTX range with a '<name> [backward]' twin, and those twins' forward names."""
+def module_table(report, names=None, types=None, models=None, prefixed: bool = False) -> pd.DataFrame:
+    """See the module docstring; `names`: the module paths, `types`: path -> class, `models`: the models' variable
+    names, `prefixed`: the paths start with them (several models) (annotations.json of a profile); without names,
+    every NVTX range with a '<name> [backward]' twin, and those twins' forward names."""
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=MODULE_COLUMNS)
@@ -131,10 +133,55 @@ def module_table(report, names=None) -> pd.DataFrame:
     out = out[out["calls"].notna() | out["backward_ns"].notna()]
     for c in ("calls", "forward_ns", "forward_gpu_ns", "backward_ns", "backward_gpu_ns"):
         out[c] = out[c].fillna(0).astype(np.int64)
-    out["depth"] = out["module"].str.count(r"\.")
     known = set(out["module"])
     out["parent"] = [_parent(m, known) for m in out["module"]]
+    out = _with_roots(out, models or [], prefixed)
+    types = types or {}
+    out["type"] = [str(types.get(m, "")) for m in out["module"]]
+    depth = dict(zip(out["module"], [0] * len(out)))
+    parent = dict(zip(out["module"], out["parent"]))
+    for m in out["module"]:  # depth in the tree (a root model's children are one below it)
+        p, d = parent[m], 0
+        while p:
+            d, p = d + 1, parent.get(p, "")
+        depth[m] = d
+    out["depth"] = [depth[m] for m in out["module"]]
     return out[MODULE_COLUMNS].reset_index(drop=True)
+
+
+def _with_roots(out: pd.DataFrame, models: list, prefixed: bool) -> pd.DataFrame:
+    """The models as roots of their module trees, named by their variables, with the sums of their top modules
+    (calls: their most called top module's)."""
+    roots = []
+    for var in models:
+        if prefixed:
+            top = out[(out["parent"] == "") & out["module"].str.startswith(var + ".")]
+        elif len(models) == 1:
+            top = out[out["parent"] == ""]
+        else:
+            continue
+        if top.empty or var in set(out["module"]):
+            continue
+        out.loc[top.index, "parent"] = var
+        roots.append({"module": var, "parent": "", "calls": int(top["calls"].max()),
+                      **{c: int(top[c].sum()) for c in ("forward_ns", "forward_gpu_ns", "backward_ns",
+                                                        "backward_gpu_ns")}})
+    if not roots:
+        return out
+    rows = pd.concat([pd.DataFrame(roots), out], ignore_index=True)
+    # each root before its tree: the order of a depth-first walk
+    children: dict[str, list[str]] = {}
+    for m, p in zip(rows["module"], rows["parent"]):
+        children.setdefault(p, []).append(m)
+    order: list[str] = []
+
+    def walk(p: str) -> None:
+        for m in children.get(p, []):
+            order.append(m)
+            walk(m)
+
+    walk("")
+    return rows.set_index("module").loc[order].reset_index()
 
 
 def _path_key(path: str):

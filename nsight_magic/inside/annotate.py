@@ -19,6 +19,7 @@ import functools
 import importlib
 import inspect
 import re
+import weakref
 
 from ..errors import OptionError
 
@@ -32,9 +33,10 @@ class AnnotationError(OptionError):
 class Annotation:
     """Undo handle of annotate_modules / annotate_functions (also a context manager)."""
 
-    def __init__(self, undo=(), names=(), models=(), skipped=()):
+    def __init__(self, undo=(), names=(), models=(), skipped=(), types=None):
         self._undo = list(undo)
         self.names = list(names)  # the NVTX range names it adds (module paths, function names)
+        self.types = dict(types or {})  # range name -> its module's class (annotate_modules), models' by variable
         self.models = list(models)    # annotate_namespace: the variable names of the models annotated
         self.skipped = list(skipped)  # ... and (variable name, why) of the modules it could not annotate
 
@@ -109,12 +111,10 @@ def annotate_modules(model, depth: int | None = None, include=None, prefix: str 
     prefix: put before every path (e.g. "model." when several models are annotated).
     Returns a handle whose .remove() takes every hook away (.names: the forward range names)."""
     _check_model(model)
-    from torch.autograd.graph import register_multi_grad_hook
-
     push, pop, start, end = _nvtx()
     pats = [include] if isinstance(include, str) else list(include or [])
     rx = [re.compile(p) for p in pats]
-    handles, names = [], []
+    handles, names, types = [], [], {}
     for name, module in model.named_modules():
         if not name and not include_root:
             continue
@@ -125,6 +125,7 @@ def annotate_modules(model, depth: int | None = None, include=None, prefix: str 
             continue
         label = f"{prefix}{name or type(model).__name__}"
         names.append(label)
+        types[label] = type(module).__name__
 
         def pre(mod, args, _label=label):
             push(_label)
@@ -132,7 +133,7 @@ def annotate_modules(model, depth: int | None = None, include=None, prefix: str 
         def post(mod, args, output, _label=label):
             pop()
             if backward:
-                _backward_range(mod, args, output, _label + BACKWARD_SUFFIX, start, end, register_multi_grad_hook)
+                _backward_range(mod, args, output, _label + BACKWARD_SUFFIX, start, end)
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
@@ -141,12 +142,51 @@ def annotate_modules(model, depth: int | None = None, include=None, prefix: str 
     def undo_mark():
         model.__dict__.pop("_nsight_magic_annotated", None)
 
-    return Annotation([undo_mark] + [h.remove for h in reversed(handles)], names)
+    return Annotation([undo_mark] + [h.remove for h in reversed(handles)], names, types=types)
 
 
-def _backward_range(module, args, output, label, start, end, multi_grad_hook) -> None:
+# Per tensor that a module's backward range waits on: the ranges its gradient ends (the modules it is an input of)
+# and opens (the modules it is an output of), and the one hook of ours on it.  The hook ends those ranges, the
+# innermost first, then opens these, the outermost first (a parent module registers after its children, whose
+# outputs it shares): backward ranges nest as the forward ones do, and a layer's range closes before the layer
+# below opens its own.  Found by the tensor's id while the tensor lives (a weak reference guards against a reused
+# id); the hook holds the entry, never the tensor, so a forward that is never backpropagated frees its
+# activations as without us.
+_ENTRIES: dict[int, tuple] = {}
+MAX_PENDING = 64  # callbacks kept on a tensor that no backward reaches (a parameter, forwards under grad mode)
+
+
+def _entry(t) -> dict:
+    found = _ENTRIES.get(id(t))
+    if found is not None and found[0]() is t:
+        return found[1]
+    if len(_ENTRIES) > 4096:  # entries of tensors freed without a backward
+        for key in [k for k, (ref, _) in _ENTRIES.items() if ref() is None]:
+            _ENTRIES.pop(key, None)
+    entry: dict = {"ends": [], "begins": []}
+    key = id(t)
+
+    def fired(_grad) -> None:
+        ends, begins = entry["ends"], entry["begins"]
+        entry["ends"], entry["begins"] = [], []
+        entry["hook"].remove()  # one backward, one firing: the next forward sets its own
+        if _ENTRIES.get(key, (None, None))[1] is entry:
+            _ENTRIES.pop(key, None)
+        for cb in ends:
+            cb(key)
+        for cb in reversed(begins):
+            cb()
+
+    entry["hook"] = t.register_hook(fired)
+    _ENTRIES[key] = (weakref.ref(t), entry)
+    return entry
+
+
+def _backward_range(module, args, output, label, start, end) -> None:
     """Open `label` when the first gradient reaches the module's outputs, close it when the gradients of its inputs
-    and parameters are all computed.  Tensor hooks only (no wrapped outputs), removed once they fired."""
+    are computed (of its parameters when no input needs one: the first layer).  Parameter gradients are accumulated
+    whenever autograd gets to them, often after the module before has done its backward work: waiting for them made
+    a layer's range span the next layers'.  Tensor hooks only (no wrapped outputs), removed once they fired."""
     import torch
 
     if not torch.is_grad_enabled():
@@ -154,28 +194,35 @@ def _backward_range(module, args, output, label, start, end, multi_grad_hook) ->
     outs = [t for t in _tensors(output) if t.requires_grad and t.grad_fn is not None]
     if not outs:
         return
-    ins = [t for t in _tensors(args) if t.requires_grad]
-    ins += [p for p in module.parameters() if p.requires_grad]
-    state: dict = {}
+    # an input the module changed in place is its output too: its gradient opens the range, it cannot close it
+    out_ids = {id(t) for t in outs}
+    ins = [t for t in _tensors(args) if t.requires_grad and id(t) not in out_ids] or \
+        [p for p in module.parameters() if p.requires_grad]
+    ins = list({id(t): t for t in ins}.values())
+    state: dict = {"left": len(ins), "waits": bool(ins), "done": set()}
 
-    def begin(_grads):
+    def begin() -> None:
+        if state.get("began"):
+            return
+        state["began"] = True
         state["id"] = start(label)
-        h = state.pop("begin", None)
-        if h is not None:
-            h.remove()
-        if not ins:  # nothing to wait for: the range marks where the backward reached the module
+        if not state["waits"]:  # nothing to wait for: the range marks where the backward reached the module
             end(state.pop("id"))
 
-    def finish(_grads):
-        if "id" in state:
+    def finish_one(key: int) -> None:  # one input's gradient is in: the range ends with the last
+        if key in state["done"]:
+            return
+        state["done"].add(key)
+        state["left"] -= 1
+        if state["left"] <= 0 and "id" in state:
             end(state.pop("id"))
-        h = state.pop("finish", None)
-        if h is not None:
-            h.remove()
 
-    state["begin"] = multi_grad_hook(outs, begin, mode="any")
-    if ins:
-        state["finish"] = multi_grad_hook(ins, finish, mode="all")
+    for t in outs:
+        e = _entry(t)
+        e["begins"] = [*e["begins"][-MAX_PENDING:], begin]
+    for t in ins:
+        e = _entry(t)
+        e["ends"] = [*e["ends"][-MAX_PENDING:], finish_one]
 
 
 def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
@@ -204,16 +251,18 @@ def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
         if id(m) not in inner and id(m) not in seen:
             seen.add(id(m))
             tops.append((k, m))
-    undo, names, models = [], [], []
+    undo, names, models, types = [], [], [], {}
     for k, m in tops:
+        types[k] = type(m).__name__  # the model itself, by its variable: the root of its module tree
         if getattr(m, "_nsight_magic_annotated", False):  # the user's own annotate_modules call already did it
             models.append(k)
             continue
         a = annotate_modules(m, depth=depth, prefix=f"{k}." if len(tops) > 1 else "")
         undo.append(a.remove)
         names += a.names
+        types.update(a.types)
         models.append(k)
-    return Annotation(undo, names, models, skipped)
+    return Annotation(undo, names, models, skipped, types)
 
 
 # ---- functions -------------------------------------------------------------------------------------------------

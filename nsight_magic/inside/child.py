@@ -206,8 +206,13 @@ def _annotate(ann: dict, ns: dict, folder: Path) -> list:
 
             h = annotate_namespace(ns, depth=ann["modules"] or None)
             made["modules"] = h.names
+            made["module_types"] = h.types  # the module tree's types, and its models by variable name
+            made["models"] = h.models
+            made["model_prefixed"] = len(h.models) > 1  # several models: their ranges start with the variable
             handles.append(h)
-            print(f"nsight-magic: --modules: {modules_line(h)}", file=sys.stderr)
+            # what it did is information (stdout); a model it could not annotate, or none, a problem (stderr)
+            print(f"nsight-magic: --modules: {modules_line(h)}", file=sys.stdout if h.models and not h.skipped
+                  else sys.stderr)
         except Exception as e:  # noqa: BLE001 - say it, run the cell without module ranges
             print(f"nsight-magic: --modules: {e}", file=sys.stderr)
     if ann.get("functions"):

@@ -19,9 +19,10 @@ table.nm-lines td,table.nm-lines th{padding:1px 6px;border-bottom:1px solid #eee
 table.nm-lines td.nm-src{text-align:left;white-space:pre;color:#222}
 table.nm-lines td.nm-k{text-align:left;color:#555;font:11px sans-serif;max-width:40em;overflow:hidden;
   text-overflow:ellipsis}
-.nm-bar{display:inline-block;height:10px;background:#4c78a8;vertical-align:middle}
+.nm-lbar{display:inline-block;height:10px;background:#4c78a8;vertical-align:middle}
 table.nm-tree td.nm-mod{text-align:left;white-space:nowrap}
 table.nm-tree .nm-tog{cursor:pointer;color:#1f5fa8}
+table.nm-tree .nm-type{color:#888;font:11px sans-serif}
 """
 
 MODULES_JS = """
@@ -61,7 +62,7 @@ def lines_html(lines: pd.DataFrame) -> str:
     top = metric.max() or 1.0
     rows = []
     for r, m in zip(lines.itertuples(), metric):
-        bar = f'<span class="nm-bar" style="width:{int(round(160 * m / top))}px"></span>' if m > 0 else ""
+        bar = f'<span class="nm-lbar" style="width:{int(round(160 * m / top))}px"></span>' if m > 0 else ""
         hits = "" if pd.isna(r.hits) else f"{int(r.hits):,}"
         rows.append(f'<tr><td>{int(r.line)}</td><td>{hits}</td><td data-v="{r.cpu_ns}">{_time(r.cpu_ns)}</td>'
                     f'<td>{_time(r.gpu_ns)}</td><td style="text-align:left">{bar}</td>'
@@ -82,16 +83,19 @@ def modules_html(mods: pd.DataFrame) -> str:
     rows = []
     for r in mods.itertuples():
         tog = '<span class="nm-tog">▾</span> ' if r.module in children else "&nbsp;&nbsp;"
-        name = r.module.rsplit(".", 1)[-1] if r.parent else r.module
+        # the last part of the path under its parent; the whole path (as PyTorch names it) on hover
+        name = r.module[len(r.parent) + 1:] if r.parent and r.module.startswith(r.parent + ".") else r.module
+        kind = f' <span class="nm-type">{escape(str(r.type))}</span>' if getattr(r, "type", "") else ""
         cells = "".join(f'<td data-v="{getattr(r, c)}">{_time(getattr(r, c))}</td>'
                         for c in ("forward_ns", "forward_gpu_ns", "backward_ns", "backward_gpu_ns"))
         rows.append(f'<tr data-path="{escape(r.module)}" data-parent="{escape(r.parent)}">'
                     f'<td class="nm-mod" data-v="{escape(r.module)}" title="{escape(r.module)}" '
-                    f'style="padding-left:{6 + 14 * int(r.depth)}px">{tog}{escape(name)}</td>'
+                    f'style="padding-left:{6 + 14 * int(r.depth)}px">{tog}{escape(name)}{kind}</td>'
                     f'<td data-v="{r.calls}">{int(r.calls):,}</td>{cells}</tr>')
     return (f"<style>{LINES_CSS}</style><script>{MODULES_JS}</script>"
-            "<p>Modules (forward and backward ranges of --modules / annotate_modules): CPU time of the ranges and "
-            "GPU time of the work launched inside them; click ▾ to fold, a column head to sort.</p>"
+            "<p>Modules (forward and backward ranges of --modules / annotate_modules), named by their path in the "
+            "model as PyTorch names them, with their class: CPU time of the ranges and GPU time of the work launched "
+            "inside them; click ▾ to fold, a column head to sort.</p>"
             '<div class="nm-scroll"><table class="nm-lines nm-tree"><thead><tr><th style="text-align:left">module'
             "</th><th>calls</th><th>forward CPU</th><th>forward GPU</th><th>backward CPU</th><th>backward GPU</th>"
             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>")
