@@ -3,8 +3,10 @@
 For traces of 160k and 1.6M kernels (built with benchmarks/bigtrace.py from an H100 fixture) it prints:
 cell output bytes (the display bundle as stored in the .ipynb, first output of a notebook = with BokehJS
 inline, later outputs = without), standalone HTML bytes, render time in Python (prepare + build +
-serialize, after the reader has loaded its frames), and time to first paint in Debian's Chromium
-(Bokeh's own "document idle" time, measured from navigation start, plus the browser's first contentful paint).
+serialize, after the reader has loaded its frames), time to first paint in Debian's Chromium
+(Bokeh's own "document idle" time, measured from navigation start, plus the browser's first contentful paint),
+and what the static view's exact-zoom events cost (report_view.STATIC_EXACT): the timeline's bytes in the page
+for several budgets, and how many events the page then holds.
 
     python benchmarks/view.py [--src FIXTURE.sqlite] [--workdir DIR] [--sizes 160000 1600000]
 """
@@ -25,7 +27,11 @@ from bigtrace import make_big_trace  # noqa: E402
 
 from nsight_magic import open_report  # noqa: E402
 from nsight_magic.views.bokehjs import bokehjs_html  # noqa: E402
-from nsight_magic.views.report_view import STATIC_BUDGET, NsysView, bundle_bytes  # noqa: E402
+from nsight_magic.views.bokehjs import embed  # noqa: E402
+from nsight_magic.views.output import bundle_bytes  # noqa: E402
+from nsight_magic.views.profile_view import ProfileView  # noqa: E402
+from nsight_magic.views.report_view import STATIC_BUDGET, STATIC_EXACT, NsysView  # noqa: E402
+from nsight_magic.views.timeline import build_timeline  # noqa: E402
 from nsight_magic.views.timeline_prepare import view_glyphs  # noqa: E402
 
 DEFAULT_SRC = HERE.parents[1] / "shared" / "fixtures" / "nsys" / "h100-2025.3" / "a_cuda_nvtx.sqlite"
@@ -64,15 +70,15 @@ def measure(trace: Path, kernels: int) -> None:
 
     t = time.perf_counter()
     view = NsysView(rep)
-    report_out = {"text/plain": view.text(), "text/html": view.static_fragment(include_bokehjs=False)}
+    pv = ProfileView(view)
+    html_part = pv.html()
     render_s = time.perf_counter() - t
     t = time.perf_counter()
-    widget = view.widget()
+    widget = pv.live
     widget_s = time.perf_counter() - t
-    report_out["application/vnd.jupyter.widget-view+json"] = {"model_id": widget.model_id, "version_major": 2,
-                                                               "version_minor": 0}
-    loader = {"text/html": bokehjs_html(), "text/plain": "(BokehJS for the timelines below)"}
-    first_cell = bundle_bytes(loader) + bundle_bytes(report_out)  # what display_nsys publishes the first time
+    report_out = pv.bundle()
+    first_cell = bundle_bytes(pv.bundle(loader=True))  # the first view of a notebook carries BokehJS
+    assert html_part in report_out["text/html"]
     html = trace.with_suffix(".view.html")
     t = time.perf_counter()
     html.write_text(view.html_page(), encoding="utf-8")
@@ -83,7 +89,7 @@ def measure(trace: Path, kernels: int) -> None:
     print(f"--- {kernels:,} kernels ({d.total_events:,} timeline events, {len(d.rows)} rows) from {trace.name}")
     print(f"reader: open + frames + 4 summaries     {read_s:8.2f} s   (the reader's, not the view's)")
     print(f"render in Python (prepare+tables+html)  {render_s:8.2f} s")
-    print(f"live widget build (Tab + BokehModel)    {widget_s:8.2f} s   ({type(widget).__name__})")
+    print(f"live widget build (the timeline)        {widget_s:8.2f} s   ({type(widget).__name__})")
     print(f"standalone page build + write           {page_s:8.2f} s")
     print(f"cell output, first in notebook          {first_cell:>10,} bytes (BokehJS inline, once per notebook)")
     print(f"cell output, later cells                {bundle_bytes(report_out):>10,} bytes")
@@ -94,6 +100,13 @@ def measure(trace: Path, kernels: int) -> None:
     g = view_glyphs(d, width_px=view.width, budget=STATIC_BUDGET)
     print(f"static view glyphs                      {len(g.exact) + len(g.agg):>10,} (budget {STATIC_BUDGET:,}): "
           f"{g.caption}")
+    for budget in (0, 5_000, STATIC_EXACT, 20_000, 40_000):
+        tv = build_timeline(d, width=view.width, budget=STATIC_BUDGET, embed=budget)
+        _, script = embed({"timeline": tv.layout})
+        held = len(tv.all_src.data["left"]) if budget else 0
+        mark = "  <- report_view.STATIC_EXACT" if budget == STATIC_EXACT else ""
+        print(f"static timeline, exact-zoom budget {budget:>6,}: {len(script):>10,} bytes, {held:>7,} events held "
+              f"besides the first view's{mark}")
 
 
 def main(argv=None) -> None:

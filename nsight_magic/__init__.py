@@ -11,10 +11,14 @@ __all__ = ["open_report", "open_job", "last", "readable", "diff", "annotate_modu
            "load_ipython_extension", "__version__"]
 
 
-def open_report(path):
-    """Open an Nsight Systems or Nsight Compute report (file or saved profile folder)."""
+def open_report(path, wait: bool = True):
+    """Open an Nsight Systems or Nsight Compute report (file or saved profile folder).  A profile still loading in
+    the background (in this kernel or another) is waited for, with a line saying so (Ctrl-C stops the wait)."""
+    from .background import wait_for_profile
     from .readers import open_report as _open
 
+    if wait:
+        wait_for_profile(path, lambda text: print(f"nsight-magic: {text}", flush=True))
     return _open(path)
 
 

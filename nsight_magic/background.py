@@ -18,13 +18,14 @@ from __future__ import annotations
 import atexit
 import contextvars
 import json
+import os
 import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from .errors import NsightMagicError, ReportError
-from .store import clear_finishing, mark_finishing
+from .store import FINISHING_FILE, clear_finishing, finishing_state, mark_finishing, mark_interrupted
 
 _JOBS: list["ProfileJob"] = []
 _LOCK = threading.Lock()
@@ -35,8 +36,11 @@ class ProfileJob:
 
     def __init__(self, recording, *, render: bool = True, thresholds: dict | None = None,
                  on_phase: Callable[[str, float], None] | None = None,
-                 on_done: Callable[["ProfileJob"], None] | None = None):
+                 on_done: Callable[["ProfileJob"], None] | None = None, loader: bool = False,
+                 live: bool = True):
         self.recording = recording
+        self.loader = loader        # the view carries BokehJS (the notebook's first view)
+        self.live = live            # with its live part (a frontend that draws later: JupyterLab, Notebook 7)
         self.folder = Path(recording.folder.path)
         self.tool = recording.tool
         self.render, self.thresholds = render, thresholds
@@ -58,6 +62,7 @@ class ProfileJob:
         mark_finishing(self.folder)
         with _LOCK:
             _JOBS.append(self)
+        _beat()
         ctx = contextvars.copy_context()
         self.thread = threading.Thread(target=ctx.run, args=(self._run,), daemon=True,
                                        name=f"nsight-magic finish {self.folder.name}")
@@ -85,7 +90,8 @@ class ProfileJob:
                     from .views.output import profile_bundle
 
                     self.bundle = profile_bundle(self.report, self.folder, render=self.render,
-                                                 thresholds=self.thresholds, lines=self.new_messages())
+                                                 thresholds=self.thresholds, lines=self.new_messages(),
+                                                 loader=self.loader, live=self.live)
             completed = True
         except NsightMagicError as e:
             self.error = str(e)
@@ -154,6 +160,38 @@ class ProfileJob:
         raise ReportError(f"{self.folder.name} left no report{(': ' + msgs) if msgs else ''}")
 
 
+BEAT_S = 5.0  # finishing.json is touched this often while its profile finishes: a frontend that finds it untouched
+#              for much longer (the Lab sidebar: a minute) knows its kernel stopped, also one restarted under its id
+_BEATING: list[threading.Thread] = []
+
+
+def _beat() -> None:
+    """Touch the finishing.json of every profile finishing here, every BEAT_S, while there are any."""
+    with _LOCK:
+        if _BEATING and _BEATING[0].is_alive():
+            return
+
+        def run() -> None:
+            while True:
+                running = pending()
+                if not running:
+                    with _LOCK:  # a job started meanwhile finds this thread still alive: it beats for it
+                        if not any(j.running for j in _JOBS):
+                            _BEATING.clear()
+                            return
+                    continue
+                for j in running:
+                    try:
+                        os.utime(j.folder / FINISHING_FILE)
+                    except OSError:  # removed meanwhile (finished), or the folder went away
+                        pass
+                time.sleep(BEAT_S)
+
+        t = threading.Thread(target=run, daemon=True, name="nsight-magic finishing beat")
+        _BEATING[:] = [t]
+        t.start()
+
+
 def start(recording, **kw) -> ProfileJob:
     """Start the finish stage of `recording` (a profilers.Recording) in the background."""
     return ProfileJob(recording, **kw).start()
@@ -178,21 +216,45 @@ def job_for(path) -> ProfileJob | None:
     return None
 
 
+def _folder_of(path) -> Path | None:
+    """The profile folder `path` is, or is a file of."""
+    p = Path(path).expanduser()
+    for f in (p, p.parent):
+        if f.is_dir() and (f / FINISHING_FILE).exists():
+            return f
+    return None
+
+
+def wait_for_profile(path, say: Callable[[str], None] | None = None, poll_s: float = 0.2) -> None:
+    """Wait while the profile at `path` (a folder, or a file in one) is being finished, here or by another live
+    process (its finishing.json), with a line saying so; Ctrl-C stops the waiting (KeyboardInterrupt)."""
+    j = job_for(path)
+    if j is not None and j.running:
+        if say:
+            say(f"waiting for profile {j.folder.name} to finish loading ({j.phase}); Ctrl-C stops waiting")
+        j.wait()
+        return
+    folder = _folder_of(path)
+    if folder is None or finishing_state(folder) != "finishing":
+        return
+    if say:
+        say(f"waiting for profile {folder.name} to finish loading in the kernel that made it; Ctrl-C stops waiting")
+    while finishing_state(folder) == "finishing":
+        time.sleep(poll_s)
+
+
 def wait_for(paths, say: Callable[[str], None] | None = None) -> None:
-    """Wait for the profiles among `paths` (folders or files in them) that are still being finished here, with a
-    line saying so."""
+    """Wait for the profiles among `paths` (folders or files in them) that are still being finished."""
     for path in paths:
-        j = job_for(path)
-        if j is not None and j.running:
-            if say:
-                say(f"waiting for profile {j.folder.name} to finish loading ({j.phase})")
-            j.wait()
+        wait_for_profile(path, say)
 
 
 def wait_under(root, say: Callable[[str], None] | None = None) -> None:
-    """Wait for the profiles being finished here whose folders are in `root` (a folder of profiles)."""
+    """Wait for the profiles being finished whose folders are in `root` (a folder of profiles)."""
     r = Path(root).expanduser().resolve()
-    wait_for([j.folder for j in pending() if j.folder.resolve().parent == r], say)
+    mine = [j.folder for j in pending() if j.folder.resolve().parent == r]
+    others = [d for d in r.iterdir() if (d / FINISHING_FILE).exists()] if r.is_dir() else []
+    wait_for([*mine, *(d for d in others if d.resolve() not in {m.resolve() for m in mine})], say)
 
 
 def last(wait: bool = True):
@@ -209,9 +271,12 @@ def last(wait: bool = True):
     from .readers import open_report
     from .store import list_profiles, profiles_root
 
-    profiles = list_profiles(profiles_root(None))
+    root = profiles_root(None)
+    if wait:
+        wait_under(root)
+    profiles = list_profiles(root)
     if profiles.empty:
-        raise ReportError(f"no profile yet: {profiles_root(None)} holds none; profile a cell with %%nsys or %%ncu")
+        raise ReportError(f"no profile yet: {root} holds none; profile a cell with %%nsys or %%ncu")
     return open_report(profiles["folder"].iloc[0])
 
 
@@ -232,6 +297,8 @@ def shutdown(timeout: float = 2.0) -> None:
     end = time.monotonic() + timeout
     for j in running:
         j.done.wait(max(0.0, end - time.monotonic()))
+        if not j.done.is_set():
+            mark_interrupted(j.folder)
 
 
 atexit.register(shutdown)

@@ -9,7 +9,6 @@ import shlex
 import signal
 import sys
 import time
-from html import escape
 from pathlib import Path
 
 from IPython.core.error import UsageError
@@ -79,19 +78,15 @@ class _LiveStatus:
         more = "; the profile loads below" if loading else ""
         self._show(f"{self.tool}: {rec.status} in {rec.record_s:.1f} s{more}, saved in {rec.folder.path}/")
 
-    def finished(self, job, script: str = "") -> None:
-        """The profile is loaded (or not); `script` (BokehJS, when this cell carries it) rides along as HTML."""
+    def finished(self, job) -> None:
+        """The profile is loaded (or not)."""
         if job.result is None:
             return
         rec, r = job.recording, job.result
         what = "profile ready" if job.report is not None else "no profile" if not job.cancel.is_set() else \
             "profile not loaded (interrupted)"
-        text = (f"{self.tool}: {r.status} in {rec.record_s:.1f} s, {what} {job.finish_s:.1f} s later, saved in "
-                f"{r.folder.path}/")
-        if script and self.handle is not None:
-            self.handle.update({"text/plain": text, "text/html": f'<pre style="margin:0;padding:0;background:none;border:none">{escape(text)}</pre>{script}'}, raw=True)
-        else:
-            self._show(text)
+        self._show(f"{self.tool}: {r.status} in {rec.record_s:.1f} s, {what} {job.finish_s:.1f} s later, saved in "
+                   f"{r.folder.path}/")
 
     def output(self, stream: str, text: str) -> None:
         """Stream the cell's output, up to MAX_STREAMED_CHARS: a notebook must stay small (all of it is saved)."""
@@ -108,6 +103,8 @@ class _LiveStatus:
 
 def _phase_words(phase: str) -> str:
     return {"importing": "loading setup and variables", "running": "running cell",
+            # a warm cell between its variables' loading and `nsys start` (which waits for the previous `nsys stop`)
+            "loaded": "starting the recording", "ready": "starting the recording",
             "cell-done": "cell finished; the profiler is writing its report",
             "leftovers": "stopping processes the cell left running",
             "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
@@ -115,41 +112,40 @@ def _phase_words(phase: str) -> str:
 
 class _ProfileOutput:
     """The output below the cell's own where its profile appears: "loading" while the finish stage runs in the
-    background, then the view (or one line saying why there is none), replaced in place (a display handle).
-
-    The first view of a notebook needs BokehJS in an output before it (views/bokehjs.py): the status line above
-    carries it when the view arrives, or, without a status line (--quiet), an empty output kept for it."""
+    background (a status line our JupyterLab extension can tell from one whose kernel stopped first), then the view
+    (or one line saying why there is none), replaced in place (a display handle).  The first view of a notebook
+    carries BokehJS (views/bokehjs.py)."""
 
     MIN_UPDATE_S = 0.5  # phase lines at most this often: each update is a message to every open frontend
 
-    def __init__(self, tool: str, status: _LiveStatus, carry_bokehjs: bool):
-        self.tool, self.status, self.last = tool, status, 0.0
-        self.carry = carry_bokehjs
-        self.slot = display({"text/html": ""}, raw=True, display_id=True) \
-            if carry_bokehjs and status.handle is None else None
-        self.handle = display({"text/plain": f"{tool}: loading the profile..."}, raw=True, display_id=True)
+    def __init__(self, tool: str, status: _LiveStatus, folder: Path):
+        from .views.output import status_bundle
+
+        self.tool, self.status, self.folder, self.last = tool, status, folder, 0.0
+        self.handle = display(status_bundle(f"{tool}: loading the profile...{self._hint()}", tool=tool,
+                                            folder=folder), raw=True, display_id=True)
+
+    def _hint(self) -> str:
+        # for frontends without our extension: what to do if this line never changes
+        return f" (if its kernel stops first: %nsys_load {self.folder})"
 
     def phase(self, phase: str, elapsed: float) -> None:
+        from .views.output import status_bundle
+
         now = time.monotonic()
         if now - self.last < self.MIN_UPDATE_S:
             return
         self.last = now
-        self.handle.update({"text/plain": f"{self.tool}: loading the profile: {_phase_words(phase)} "
-                                          f"({elapsed:.1f} s)"}, raw=True)
+        self.handle.update(status_bundle(f"{self.tool}: loading the profile: {_phase_words(phase)} ({elapsed:.1f} s)"
+                                         f"{self._hint()}", tool=self.tool, folder=self.folder), raw=True)
 
     def done(self, job) -> None:
         from .views import bokehjs
         from .views.output import READY_KEY
 
-        script = ""
-        if self.carry:
-            if job.bundle is not None and "text/html" in job.bundle:
-                script = bokehjs.bokehjs_html(sync=True)
-            else:
-                bokehjs.not_sent()
-        self.status.finished(job, script if self.slot is None else "")
-        if self.slot is not None and script:
-            self.slot.update({"text/html": script, "text/plain": "(BokehJS for the views below)"}, raw=True)
+        if job.loader and job.bundle is None:
+            bokehjs.not_sent()  # the next view carries BokehJS
+        self.status.finished(job)
         meta = {READY_KEY: {"state": "ready" if job.bundle else "failed", "folder": str(job.folder)}}
         if job.bundle is not None:
             self.handle.update(job.bundle, metadata=meta, raw=True)
@@ -401,7 +397,12 @@ class NsightMagics(Magics):
             opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self._prompt_number()}")
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
+        from . import tools
         from .run import record_ncu
+
+        if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
+            raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
+                             "and the cell was not run; %%nsys shows its CPU activity and NVTX ranges")
 
         status = _LiveStatus("ncu", opts.quiet)
         try:
@@ -433,7 +434,7 @@ class NsightMagics(Magics):
         sys.stderr.flush()
         from .views.bokehjs import needs_bokehjs
 
-        out = _ProfileOutput(rec.tool, status, carry_bokehjs=render and needs_bokehjs())
+        out = _ProfileOutput(rec.tool, status, Path(rec.folder.path))
         stops = self.sessions.stops
 
         def done(job) -> None:
@@ -443,7 +444,8 @@ class NsightMagics(Magics):
             if self.sessions.session is None and rec.tool == "nsys" and self.sessions.stops == stops:
                 self.prewarm()
 
-        job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done)
+        job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done,
+                               loader=render and needs_bokehjs(), live=_watched(self.shell))
         _catch_idle_interrupts(self.shell)
         if later:
             return
@@ -597,7 +599,8 @@ def _session_line(info: dict | None) -> str:
 
 
 def _say(text: str) -> None:
-    print(f"nsight-magic: {text}", file=sys.stderr)
+    """A line of information (waiting for a profile, ...): on stdout, not in the red of errors."""
+    print(f"nsight-magic: {text}", flush=True)
 
 
 def _draws_later(shell) -> bool:
@@ -606,19 +609,14 @@ def _draws_later(shell) -> bool:
     papermill cannot, and keep only what arrives while a cell runs: there the cell waits for its profile."""
     if os.environ.get(WAIT_ENV, "0") == "1":
         return False
+    return _watched(shell)
+
+
+def _watched(shell) -> bool:
+    """A person's frontend runs the cell (it can answer input()): a view's live part is worth making; a headless
+    run (nbclient, nbconvert, papermill) saves the static view only."""
     kernel = getattr(shell, "kernel", None)
     return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
-
-
-def _bokehjs_once() -> None:
-    """BokehJS inline, in an output of its own before the first view of a notebook (the static part of saved
-    notebooks needs it; the live widget brings its own)."""
-    from IPython.display import publish_display_data
-
-    from .views.bokehjs import bokehjs_html, needs_bokehjs
-
-    if needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the views below)"})
 
 
 def _catch_idle_interrupts(shell) -> None:
@@ -682,11 +680,14 @@ def display_report(report, folder: Path | None, render: bool, thresholds: dict |
     beside an nsys report in a profile folder), or with render=False its text summary."""
     from IPython.display import publish_display_data
 
+    from .views.bokehjs import needs_bokehjs
     from .views.output import profile_bundle
 
     if render:
-        _bokehjs_once()
-        publish_display_data(profile_bundle(report, folder, render=True, thresholds=thresholds))
+        from IPython import get_ipython
+
+        publish_display_data(profile_bundle(report, folder, render=True, thresholds=thresholds,
+                                            loader=needs_bokehjs(), live=_watched(get_ipython())))
     else:
         print(profile_bundle(report, folder, render=False, thresholds=thresholds)["text/plain"])
 

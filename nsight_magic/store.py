@@ -108,10 +108,23 @@ FINISHING_FILE = "finishing.json"  # a profile whose finish stage (export, view)
 
 
 def mark_finishing(folder: Path) -> None:
-    """The profile's finish stage begins (in this process): listings do not count it as finished yet."""
-    from .tools import process_identity
+    """The profile's finish stage begins (in this process): listings do not count it as finished yet.  The
+    Jupyter kernel's id is there too: the Lab sidebar, which cannot see processes, asks the server for it."""
+    from .tools import jupyter_kernel_id, process_identity
 
-    (Path(folder) / FINISHING_FILE).write_text(json.dumps({**process_identity(), "since": time.time()}) + "\n")
+    (Path(folder) / FINISHING_FILE).write_text(json.dumps({**process_identity(), "since": time.time(),
+                                                           "kernel_id": jupyter_kernel_id()}) + "\n")
+
+
+def mark_interrupted(folder: Path) -> None:
+    """The kernel ends before the profile's finish stage did: its finishing.json says so (a restarted kernel keeps
+    its id, so the sidebar cannot tell from the running kernels alone)."""
+    p = Path(folder) / FINISHING_FILE
+    try:
+        data = json.loads(p.read_text())
+        p.write_text(json.dumps({**(data if isinstance(data, dict) else {}), "interrupted": True}) + "\n")
+    except (OSError, ValueError):
+        pass
 
 
 def clear_finishing(folder: Path) -> None:
@@ -132,6 +145,8 @@ def finishing_state(p: Path) -> str | None:
         return None
     except (OSError, ValueError):
         owner = None
+    if not isinstance(owner, dict) or owner.get("interrupted"):
+        return "interrupted"
     return "finishing" if identity_alive(owner) else "interrupted"
 
 
@@ -171,6 +186,10 @@ def folder_tool(p: Path) -> str | None:
 def describe_reportless(folder: Path) -> str:
     """One line for a folder without a report: what it holds and where the reason is."""
     files = sorted(f.name for f in folder.iterdir() if f.is_file()) if folder.is_dir() else []
+    state = finishing_state(folder) if FINISHING_FILE in files else None
+    if state == "finishing":
+        return (f"{folder.name} is still being loaded by the kernel that made it; nsight_magic.open_report and "
+                f"%nsys_load wait for it")
     if not files:
         return f"{folder}: an empty folder, no report (looked for report.sqlite, report.nsys-rep, report.ncu-rep)"
     tool = folder_tool(folder) or "the profiler"

@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
 bash scripts/setup.sh --quick
-# store_widget_state=False: with widget state saved, nbconvert draws widgets with a script from a CDN (nothing
-# shows offline); without it, each report falls back to its static HTML (timeline and tables, BokehJS inline).
+# store_widget_state=False: no ipywidgets state in the page (a headless run's profiles carry their static view
+# only, timeline and tables with BokehJS inline; views/output.py).
 # The offline template (nsight_magic/templates/offline) leaves out the scripts nbconvert's own template fetches
 # from CDNs (require.js, MathJax, mermaid): the page reads with no network.
 .venv/bin/jupyter nbconvert --to html --execute --ExecutePreprocessor.timeout=600 \

@@ -16,6 +16,7 @@ import nbformat
 import pytest
 
 from conftest import READY_KEY, cell_text, nvtx_ranges, requires_nsys, started_by_this_worker
+from nsight_magic.views.output import STATUS_MIME, VIEW_MIME
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(400)]
 
@@ -141,13 +142,17 @@ def test_the_cell_returns_before_its_profile_is_drawn_and_the_output_fills_in_pl
     placeholders = [m for m in early if m["header"]["msg_type"] == "display_data" and
                     m["content"]["data"].get("text/plain", "").startswith("nsys: loading the profile")]
     assert len(placeholders) == 1, lab.text(reply["msg_id"])
+    # the loading line says which folder and kernel, for the frontend to tell when its kernel stops first
+    status = placeholders[0]["content"]["data"][STATUS_MIME]
+    assert status["state"] == "loading" and status["tool"] == "nsys" and status["rel"].startswith("nsight-profiles/")
     display_id = placeholders[0]["content"]["transient"]["display_id"]
     drawn = lab.drawn(reply["msg_id"])
     # after the reply, the same output is replaced: the view (live widget, static page, text)
     assert drawn["header"]["date"] > reply["header"]["date"]
     assert drawn["content"]["transient"]["display_id"] == display_id
     data = drawn["content"]["data"]
-    assert "application/vnd.jupyter.widget-view+json" in data and "nm-report" in data["text/html"]
+    assert VIEW_MIME in data and "nm-report" in data["text/html"]  # the static view and its live part
+    assert "application/vnd.jupyter.widget-view+json" not in data
     assert data["text/plain"].startswith("Verdict:"), data["text/plain"][:300]
     assert drawn["content"]["metadata"][READY_KEY]["state"] == "ready"
     status = [m["content"]["data"]["text/plain"] for m in lab.of(reply["msg_id"], ("update_display_data",))

@@ -27,7 +27,7 @@ CASES = [
      [needs_shared]),
     ("read", ["--workdir", "{w}", "--repeat", "1", "--small", "3000", "--large", "6000"], "frames", [needs_shared]),
     ("merge", ["--kernels", "3000", "--ranks", "2"], "summary = 2 x single: True", [needs_shared]),
-    ("view", ["--workdir", "{w}", "--sizes", "3000"], "static view glyphs", [needs_shared]),
+    ("view", ["--workdir", "{w}", "--sizes", "3000"], "<- report_view.STATIC_EXACT", [needs_shared]),
     # one workload: tests/test_analysis_diagnosis.py checks them all
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),

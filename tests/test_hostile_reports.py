@@ -178,18 +178,18 @@ def test_a_full_disk_leaves_no_half_page_and_one_line(tmp_path):
 
 
 def test_a_folder_where_the_page_cannot_be_saved_still_shows_the_view(tmp_path):
-    from nsight_magic.views.output import profile_bundle
+    from nsight_magic.views.output import VIEW_MIME, profile_bundle
 
     (tmp_path / "view.html").mkdir()  # stands for a read-only folder (tests run as root, who may write anywhere)
     b = profile_bundle(open_report(OURS), tmp_path)
     assert b["text/plain"].splitlines()[0].startswith(f"view.html could not be saved in {tmp_path}")
-    assert "application/vnd.jupyter.widget-view+json" in b and "nm-messages" in b["text/html"]
+    assert VIEW_MIME in b and "nm-messages" in b["text/html"]
+    assert "application/vnd.jupyter.widget-view+json" not in b  # never "model not found" in a saved notebook
 
 
 def test_a_20_mb_name_is_cut_and_the_output_stays_small(tmp_path):
     from nsight_magic.readers.nsys_sql import MAX_TEXT
-    from nsight_magic.views.output import profile_bundle
-    from nsight_magic.views.report_view import bundle_bytes
+    from nsight_magic.views.output import bundle_bytes, profile_bundle
 
     p = altered(tmp_path, "bigname", "UPDATE StringIds SET value = printf('%.*c', 20000000, 'k') WHERE id = "
                 "(SELECT demangledName FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid LIMIT 1)",

@@ -9,6 +9,7 @@ import pytest
 from nbclient import NotebookClient
 
 from conftest import cell_text, nvtx_ranges, requires_nsys
+from nsight_magic.views.output import VIEW_MIME
 
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(300)]
 
@@ -50,7 +51,9 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     assert "back in the notebook: y = 42" in cell_text(cells[4])
     for view_cell in (cells[3], cells[5]):  # the run's view, and the saved folder shown again
         bundles = [o.data for o in view_cell.outputs if o.output_type == "display_data"]
-        report_bundle = [d for d in bundles if "application/vnd.jupyter.widget-view+json" in d]
+        report_bundle = [d for d in bundles if "nm-report" in d.get("text/html", "")]
+        # headless: the static view only (no live part no frontend could show), never a bare widget
+        assert not [d for d in bundles if VIEW_MIME in d or "application/vnd.jupyter.widget-view+json" in d]
         assert len(report_bundle) == 1
         assert "Timeline" in report_bundle[0]["text/html"] and "outer" in report_bundle[0]["text/plain"]
 

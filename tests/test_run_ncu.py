@@ -41,3 +41,19 @@ def test_missing_ncu_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("NSIGHT_MAGIC_NCU", str(tmp_path / "nope"))
     with pytest.raises(RunFailed, match=r"NSIGHT_MAGIC_NCU=.*install Nsight Compute.*kept in"):
         run_ncu("pass", RunOptions(directory=str(tmp_path)), NcuOptions())
+
+
+@pytest.mark.skipif(gpu_visible(), reason="a GPU is visible: %%ncu runs the cell")
+def test_ncu_magic_without_a_gpu_says_so_before_the_cell_runs(tmp_path, monkeypatch, capsys):
+    """No GPU, no kernel to profile: one line at once, and the cell does not run (it used to run whole first)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("NSIGHT_MAGIC_PREWARM", "0")
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "nsight_magic")
+    result = shell.run_cell("%%ncu\nopen('ran', 'w').write('the cell ran')")
+    err = capsys.readouterr()
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "nsight-profiles").exists()
+    assert "no NVIDIA GPU is visible to this kernel" in err.out + err.err and "%%nsys" in err.out + err.err
+    assert result.error_in_exec is None or type(result.error_in_exec).__name__ == "UsageError"

@@ -82,3 +82,45 @@ def test_a_copied_profile_is_its_own_profile_and_failed_runs_are_not_the_newest(
         from nsight_magic import open_report
 
         open_report(failed)
+
+
+def test_open_report_waits_for_a_profile_another_process_is_finishing(tmp_path, capsys):
+    """A notebook's next cell reads the profile while its kernel still finishes it (Run All): open_report(folder)
+    waits with a line, and reads it once finishing.json is gone; a folder whose owner ended is not waited for."""
+    import subprocess
+    import sys
+    import time
+
+    import nsight_magic
+    from nsight_magic.store import FINISHING_FILE, finishing_state, mark_finishing
+
+    folder = _profile(tmp_path, "loading", 1_700_000_000)
+    # the owner: a live process that removes the mark after a second, as a kernel's finish stage does
+    owner = subprocess.Popen([sys.executable, "-c", "import os, sys, time; time.sleep(1.5); os.remove(sys.argv[1])",
+                              str(folder / FINISHING_FILE)])
+    from nsight_magic.tools import process_identity
+
+    (folder / FINISHING_FILE).write_text(json.dumps({**process_identity(owner.pid), "since": time.time()}))
+    assert finishing_state(folder) == "finishing"
+    t0 = time.monotonic()
+    rep = nsight_magic.open_report(folder)
+    waited = time.monotonic() - t0
+    owner.wait(10)
+    assert rep.kernel_summary()["count"].sum() > 0 and waited >= 1.0
+    assert f"waiting for profile {folder.name} to finish loading" in capsys.readouterr().out
+    # a mark left by a process that ended first: nothing to wait for, what is in the folder opens at once
+    mark_finishing(folder)
+    data = json.loads((folder / FINISHING_FILE).read_text())
+    (folder / FINISHING_FILE).write_text(json.dumps({**data, "pid": owner.pid}))  # a process that is gone
+    assert finishing_state(folder) == "interrupted"
+    t0 = time.monotonic()
+    nsight_magic.open_report(folder)
+    assert time.monotonic() - t0 < 1.0 and "waiting" not in capsys.readouterr().out
+
+
+def test_the_default_sort_passes_over_a_column_of_zeros():
+    from nsight_magic.views.tables import default_sort
+
+    cpu_only = pd.DataFrame({"op": ["a", "b"], "cpu_ns": [5, 9], "gpu_ns": [0, 0]})
+    assert default_sort(cpu_only) == "cpu_ns"  # the Ops table of a CPU-only profile: by CPU time
+    assert default_sort(cpu_only.assign(gpu_ns=[1, 0])) == "gpu_ns"

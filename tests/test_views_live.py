@@ -2,6 +2,7 @@
 widget's sources are refilled with the exact events of the visible window."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -14,31 +15,32 @@ def _fixture(name: str) -> Path:
     return fixture_path("nsys", "h100-2025.3", name)
 
 
-def _bokeh_model(widget):
-    from jupyter_bokeh import BokehModel
+def _zoom_spans(html: str, name: str) -> tuple[str, list]:
+    """The plot a table name zooms and its instances' spans (ms), as the static table carries them."""
+    import json
+    from html import escape, unescape
 
-    stack = [widget]
-    while stack:
-        w = stack.pop()
-        if isinstance(w, BokehModel):
-            return w
-        stack.extend(getattr(w, "children", ()))
-    raise AssertionError("no BokehModel in the view")
+    m = re.search(r'<table class="nm-table" id="[^"]*-kernels" data-filter-id="[^"]*" data-plot="([^"]*)">', html)
+    cell = re.search(r'<td class="nm-zoom" data-v="' + re.escape(escape(name, quote=True)) +
+                     r'" data-spans="([^"]*)"', html)
+    assert m and cell, name
+    return m.group(1), json.loads(unescape(cell.group(1)))
 
 
 def test_zoom_message_from_the_browser_fetches_exact_events_of_the_window():
     pytest.importorskip("jupyter_bokeh")
-    import ipywidgets as w
+    from jupyter_bokeh import BokehModel
 
     from nsight_magic import open_report
     from nsight_magic.views import show_nsys
 
     rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
-    tab = show_nsys(rep)
-    assert [tab.get_title(i) for i in range(len(tab.children))] == [
+    view = show_nsys(rep)
+    html = view.html()
+    assert re.findall(r'data-tab="\d">([^<]+)</button>', html) == [
         "Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files"]
-    tv = tab._nsight_timeline
-    model = _bokeh_model(tab)
+    model, tv = view.live, view.timeline
+    assert isinstance(model, BokehModel)  # the live part is the timeline; the tables are the static view's
     assert tv.glyphs.shown < tv.glyphs.total  # zoomed out, 35k OS runtime calls are binned
     k = rep.kernels
     t0 = (k["start_ns"].min() - tv.data.origin_ns) / 1e6
@@ -52,39 +54,30 @@ def test_zoom_message_from_the_browser_fetches_exact_events_of_the_window():
     expected = int(((k["start_ns"] - tv.data.origin_ns) / 1e6 < t0 + 5.0).sum())
     assert (np.asarray(tv.exact_src.data["cat"]) == kcat).sum() == expected
     assert tv.glyphs.shown == tv.glyphs.total and tv.figure.title.text.startswith("showing all")
-    # the caption shows once: as the plot's title (no label above the legend repeats it)
-    labels = [c for c in tab.children[0].children if isinstance(c, w.Label)]
-    assert labels == [] and tv.figure.title.text == tv.glyphs.caption
+    assert tv.figure.title.text == tv.glyphs.caption  # the caption shows once: as the plot's title
 
 
-def test_picking_a_kernel_name_in_the_table_zooms_the_timeline_to_its_instances():
+def test_a_kernel_name_in_the_table_zooms_the_live_timeline_to_its_instances():
+    """The table's names carry their instances; the live timeline has the static one's name, so a click
+    (view.js, clicked in tests/test_saved_notebook.py) zooms it, and its zoom fetches the exact events."""
     pytest.importorskip("jupyter_bokeh")
-    import ipywidgets as w
-
     from nsight_magic import open_report
     from nsight_magic.views import show_nsys
 
     rep = open_report(_fixture("a_cuda_nvtx.sqlite"))
-    tab = show_nsys(rep)
-    tv = tab._nsight_timeline
-    tab.selected_index = 1
-    row = next(c for c in tab.children[1].children if isinstance(c, w.HBox)
-               and any(isinstance(x, w.Dropdown) and x.description == "zoom to" for x in c.children))
-    pick = next(x for x in row.children if isinstance(x, w.Dropdown))
-    prev, nxt, where = (x for x in row.children if not isinstance(x, w.Dropdown))
+    view = show_nsys(rep)
+    tv = view.timeline
     ks = rep.kernel_summary()
     name = ks[ks["count"] >= 2]["name"].iloc[-1]  # a rare kernel that ran at least twice
     inst = rep.kernels[rep.kernels["name"] == name].sort_values("start_ns")
-    xr = tv.figure.x_range
-    pick.value = name  # the first instance ...
+    plot, spans = _zoom_spans(view.html(), str(name))
+    assert plot == tv.plot_name
+    assert len(spans) == min(len(inst), 100)
     for i in (0, 1):
         t0 = (inst["start_ns"].iloc[i] - tv.data.origin_ns) / 1e6
         t1 = (inst["end_ns"].iloc[i] - tv.data.origin_ns) / 1e6
-        assert xr.start <= t0 and xr.end >= t1 and (xr.end - xr.start) <= 1.2 * (t1 - t0) + 0.01
-        assert tab.selected_index == 0 and where.value == f"instance {i + 1} of {len(inst)}"
-        if i == 0:
-            tab.selected_index = 1
-            nxt.click()  # ... then the next one
+        assert spans[i] == pytest.approx([t0, t1], abs=1e-5)
+    tv.show_range(*spans[1])  # what the click sets on the plot's range
     kcat = tv.data.categories.index("kernel")
     names = np.asarray(tv.exact_src.data["name"])[np.asarray(tv.exact_src.data["cat"]) == kcat]
     assert (names == tv.data.names.index(str(inst["short_name"].iloc[0]))).sum() >= 1
@@ -109,27 +102,29 @@ def test_table_widget_filters_and_sorts_by_raw_values():
 
 
 def test_files_tab_lists_the_profile_folder_and_the_advice_tab_shows_the_findings(tmp_path):
+    from html import unescape
+
     from nsight_magic import open_report
     from nsight_magic.views import show_nsys
+    from nsight_magic.views.advice import bands_ms, focus_ms
 
     (tmp_path / "report.sqlite").write_bytes(_fixture("c_range.sqlite").read_bytes())
     (tmp_path / "stdout <b>x.txt").write_text("cell output")
-    tab = show_nsys(open_report(tmp_path / "report.sqlite"), folder=tmp_path)
-    advice, files = tab.children[5], tab.children[6]
-    rep = open_report(tmp_path / "report.sqlite")
-    findings = rep.findings()
-    assert findings and findings[0].title in advice.children[1].children[0].value
-    # "show on timeline" zooms the live timeline to the evidence and shades it
-    tv = tab._nsight_timeline
-    advice.children[1].children[1].click()
-    bands = list(zip(tv.band_src.data["left"], tv.band_src.data["right"]))
-    from nsight_magic.views.advice import bands_ms, focus_ms
-
-    t0, _t1 = focus_ms(bands_ms(findings[0], tv.data.origin_ns))
-    assert bands and abs(bands[0][0] - (findings[0].ranges[0][0] - tv.data.origin_ns) / 1e6) < 1e-6
-    assert tv.figure.x_range.start <= t0 <= tv.figure.x_range.end and tab.selected_index == 0
-    listing = files.children[1].children[-1].value
-    assert "report.sqlite" in listing and "stdout &lt;b&gt;x.txt" in listing and "<b>x" not in listing
+    (tmp_path / "finishing.json").write_text("{}")  # the profile being drawn: not listed, it goes once drawn
+    view = show_nsys(open_report(tmp_path / "report.sqlite"), folder=tmp_path)
+    html = view.html()
+    findings = open_report(tmp_path / "report.sqlite").findings()
+    first = re.search(r'<div class="nm-finding"[^>]*data-plot="([^"]*)" data-t0="([^"]*)" data-t1="([^"]*)" '
+                      r'data-bands="([^"]*)"', html)
+    assert findings and first and unescape(findings[0].title) in unescape(html)
+    # a click (view.js) zooms the plot of that name, the live timeline's too, to the evidence and shades it
+    tv = view.timeline
+    assert first.group(1) == tv.plot_name
+    t0, t1 = focus_ms(bands_ms(findings[0], tv.data.origin_ns))
+    assert float(first.group(2)) == pytest.approx(t0, abs=1e-5) and float(first.group(3)) == pytest.approx(t1, abs=1e-5)
+    files = html[html.index("<summary>Files</summary>"):]
+    assert "report.sqlite" in files and "stdout &lt;b&gt;x.txt" in files and "<b>x" not in files
+    assert "view.html" in files and "finishing.json" not in files
 
 
 def test_a_microsecond_event_late_in_a_long_capture_keeps_its_width_in_the_live_window():

@@ -83,7 +83,7 @@ def test_user_controlled_names_stay_text(evil_report):
 
 
 def test_widget_has_tabs_and_searchable_metrics(h100):
-    box = show_ncu(h100)
+    box = show_ncu(h100).live  # the live view: tables searched in Python over all rows
     tab = box.children[1]
     assert [tab.get_title(i) for i in range(len(TABS))] == list(TABS)
     metrics_tab = tab.children[3]
@@ -95,21 +95,25 @@ def test_widget_has_tabs_and_searchable_metrics(h100):
     assert before > after == 1 + 20  # header + one row per kernel
 
 
-def test_bundle_has_html_text_and_widget(h100):
+def test_bundle_has_html_text_and_the_live_part_never_a_bare_widget(h100):
+    from nsight_magic.views.output import VIEW_MIME
+
     b = ncu_bundle(h100, include_bokehjs=False)
-    assert set(b) == {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"}
+    # the live widget rides by its model id in our own type: no frontend shows "model not found" for it
+    assert set(b) == {"text/plain", "text/html", VIEW_MIME} and b[VIEW_MIME]["model_id"]
     assert "Bokeh.embed" in b["text/html"] and len(b["text/html"]) < 1_500_000
 
 
-def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_widget(h100):
-    """BokehJS goes in an output of its own (JupyterLab never renders a widget bundle's text/html), once per
-    notebook for both views: the nsys view shown after an ncu view does not send it again."""
+def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_view(h100):
+    """BokehJS rides in the first view's own HTML, once per notebook for both views: the nsys view shown after
+    an ncu view does not send it again."""
     from IPython.core.interactiveshell import InteractiveShell
     from IPython.utils.capture import capture_output
 
     import nsight_magic.views.ncu as view
     import nsight_magic.views.bokehjs as bokehjs
     import nsight_magic.views.report_view as nsys_view
+    from nsight_magic.views.output import VIEW_MIME
 
     InteractiveShell.instance()
     bokehjs._bokehjs_cell[:] = []
@@ -117,15 +121,13 @@ def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_widget(h100)
         view.display_ncu(h100)
         view.display_ncu(h100)
         nsys_view.display_nsys(open_report(NSYS_DATA / "nsys_h100_a_cuda_nvtx.sqlite"))
-    loader, first, second, nsys = (o.data for o in cap.outputs)
-    assert set(loader) == {"text/html", "text/plain"} and len(loader["text/html"]) > 400_000
-    assert loader["text/html"] == nsys_view.bokehjs_html(sync=True)  # before live views: Bokeh at once
-    bundle = {"text/plain", "text/html", "application/vnd.jupyter.widget-view+json"}
-    assert set(first) == set(second) == set(nsys) == bundle
-    for out in (first, second, nsys):  # the charts' script, never BokehJS itself
+    first, second, nsys = (o.data for o in cap.outputs)
+    assert set(first) == set(second) == set(nsys) == {"text/plain", "text/html", VIEW_MIME}
+    assert first["text/html"].startswith(bokehjs.bokehjs_html()) and LOADER_MARKER in first["text/html"]
+    for out in (second, nsys):  # the charts' script, never BokehJS itself
         assert "Bokeh.embed" in out["text/html"] and LOADER_MARKER not in out["text/html"]
     assert not hasattr(view, "_bokehjs_sent")
-    assert type(h100.show()).__name__ == "VBox"
+    assert type(h100.show()).__name__ == "ProfileView" and type(h100.show().live).__name__ == "VBox"
 
 
 def test_files_tab_lists_the_folder(h100, tmp_path):

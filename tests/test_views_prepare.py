@@ -152,7 +152,7 @@ def test_busy_rows_become_busy_fraction_bins_under_the_budget():
     g = view_glyphs(data, 0, 10_000 + 20_000 * 1000, width_px=400, budget=1000)
     assert len(g.exact) + len(g.agg) <= 1000
     assert g.total == 40_000 and g.shown < g.total
-    assert re.fullmatch(r"showing [\d,]+ of 40,000 events; .*", g.caption)
+    assert re.fullmatch(r"[\d,]+ of 40,000 events exact, the rest as busy bins; .*", g.caption)
     krow = data.rows.index[data.rows["label"] == "stream 7"][0]
     bins = g.agg[g.agg["row"] == krow]
     assert len(bins) > 10
@@ -210,7 +210,7 @@ def test_report_without_gpu_work_still_prepares():
     rep.nvtx = _nvtx([(0, 100, "only", 0)])
     data = prepare_timeline(rep)
     assert data.rows["kind"].tolist() == ["process", "nvtx"]
-    assert view_glyphs(data).caption == "showing all 1 events"
+    assert view_glyphs(data).caption == "showing the one event"
 
 
 def test_tables_escape_names_and_sort_by_raw_values():
@@ -263,7 +263,8 @@ def test_fixture_tables_show_the_same_numbers_as_the_reader_summaries():
 def test_fixture_view_text_html_and_files(tmp_path):
     from nsight_magic import open_report
     from nsight_magic.views import nsys_html, nsys_text, write_view_html
-    from nsight_magic.views.report_view import bundle_bytes, nsys_bundle
+    from nsight_magic.views.output import bundle_bytes
+    from nsight_magic.views.report_view import nsys_bundle
 
     src = _fixture("c_range.sqlite")
     folder = tmp_path / "prof"
@@ -275,7 +276,7 @@ def test_fixture_view_text_html_and_files(tmp_path):
     assert "Kernels (top" in text and "cudaLaunchKernel" in text
     page = nsys_html(rep, folder=folder)
     assert "cdn.bokeh.org" not in page and "Bokeh" in page
-    assert "finding(s), most time at stake first" in page and 'class="nm-finding"' in page
+    assert "findings, most time at stake first" in page and 'class="nm-finding"' in page
     assert "Advice (top" in text
     assert "report.sqlite" in page and "stdout &lt;img src=x onerror=alert(1)&gt;.txt" in page and XSS not in page
     out = write_view_html(rep, tmp_path / "view.html", folder=folder)
@@ -318,3 +319,15 @@ def test_every_nvtx_table_row_zooms_including_ranges_of_a_named_domain():
     nv = rep.nvtx
     sel = nv[(nv["domain"] == "CCCL") & (nv["name"] == "cub::DeviceReduce::Sum")].sort_values("start_ns")
     assert a == (sel["start_ns"].iloc[0] / 1e6) and b == (sel["end_ns"].iloc[0] / 1e6)
+
+
+def test_two_views_never_share_a_bokeh_model_id():
+    """Two notebooks' views in one browser window (BokehJS keys its views by model id): ids are UUIDs, not the
+    process's counter, which restarts at p1000 in every kernel."""
+    from nsight_magic import open_report
+    from nsight_magic.views.report_view import NsysView
+
+    ids = [re.findall(r'data-root-id="([^"]+)"', NsysView(open_report(_fixture("c_range.sqlite"))).static_fragment(
+        include_bokehjs=False)) for _ in range(2)]
+    assert ids[0] and ids[1] and not set(ids[0]) & set(ids[1])
+    assert all(re.fullmatch(r"[0-9a-f-]{36}", i) for i in ids[0] + ids[1])

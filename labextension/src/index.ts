@@ -24,11 +24,13 @@ import {
 import { CodeCell } from '@jupyterlab/cells';
 import { INotebookTracker, NotebookActions, NotebookPanel } from '@jupyterlab/notebook';
 import { OutputArea } from '@jupyterlab/outputarea';
+import { IRenderMimeRegistry } from '@jupyterlab/rendermime';
 import { Contents } from '@jupyterlab/services';
 import { LabIcon } from '@jupyterlab/ui-components';
 import { Menu } from '@lumino/widgets';
 
-import { dirname, IProfile, joinPath, PROFILES_DIR, ProfilesPanel } from './profiles';
+import { LiveRenderer, settleOnStop, STATUS_MIME, StatusRenderer, VIEW_MIME, ViewRenderer } from './output';
+import { dirname, IProfile, joinPath, PROFILES_DIR, ProfilesPanel, stateWords } from './profiles';
 import { addStyles } from './style';
 import { ProfileViewer } from './viewer';
 
@@ -52,6 +54,46 @@ const CMD = {
 };
 
 const MAGIC_FIRST_LINE = /^\s*%%(nsys|ncu)\b/;
+const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
+
+/**
+ * Our renderers in a notebook: the view (static, upgraded to its live widget) and the loading line.  The live
+ * widget comes from the notebook's ipywidgets renderer once its widget manager is there (ipywidgets swaps the
+ * panel's factory when the kernel is ready); a notebook without a kernel never gets one and keeps static views.
+ */
+function addRenderers(panel: NotebookPanel, contents: Contents.IManager): void {
+  const rm = panel.content.rendermime;
+  const first = rm.getFactory(WIDGET_MIME);
+  const live: LiveRenderer = async () => {
+    for (let i = 0; i < 150 && !panel.isDisposed; i++) {
+      const f = rm.getFactory(WIDGET_MIME);
+      if (f && f !== first) {
+        return rm.createRenderer(WIDGET_MIME);
+      }
+      await new Promise(r => setTimeout(r, 200));
+    }
+    return null;
+  };
+  rm.addFactory({ safe: false, mimeTypes: [VIEW_MIME], createRenderer: o => new ViewRenderer(o, live) }, 0);
+  rm.addFactory({ safe: true, mimeTypes: [STATUS_MIME], createRenderer: () => new StatusRenderer(panel, contents) }, 0);
+  settleOnStop(panel);
+}
+
+/** A cell below the active one that runs `code` (the sidebar's compare), the IPython extension loaded first. */
+async function runBelow(panel: NotebookPanel, code: string): Promise<void> {
+  await panel.sessionContext.ready;
+  const kernel = panel.sessionContext.session?.kernel;
+  if (kernel) {
+    // once per kernel (a no-op when loaded already); silent: no output, no history
+    await kernel.requestExecute({ code: '%load_ext nsight_magic', silent: true, store_history: false }).done;
+  }
+  NotebookActions.insertBelow(panel.content);
+  const cell = panel.content.activeCell;
+  if (cell) {
+    cell.model.sharedModel.setSource(code);
+    await NotebookActions.run(panel.content, panel.sessionContext);
+  }
+}
 /** Display metadata of the update that draws a profile loaded in the background (nsight_magic/views/output.py). */
 const READY_KEY = 'application/vnd.nsight-magic+json';
 
@@ -126,28 +168,35 @@ const plugin: JupyterFrontEndPlugin<void> = {
   description: 'Profile cells with Nsight Systems / Nsight Compute; browse saved profiles.',
   autoStart: true,
   requires: [INotebookTracker],
-  optional: [ICommandPalette, ILayoutRestorer, ILabShell],
+  optional: [ICommandPalette, ILayoutRestorer, ILabShell, IRenderMimeRegistry],
   activate: (
     app: JupyterFrontEnd,
     tracker: INotebookTracker,
     palette: ICommandPalette | null,
     restorer: ILayoutRestorer | null,
-    labShell: ILabShell | null
+    labShell: ILabShell | null,
+    rendermime: IRenderMimeRegistry | null
   ) => {
     addStyles();
     const { commands, serviceManager } = app;
     const contents = serviceManager.contents;
     let menuTarget: IProfile | null = null;
+    if (rendermime) {
+      // outside notebooks (an output view, a console): the static view and the line, no live part
+      rendermime.addFactory({ safe: false, mimeTypes: [VIEW_MIME], createRenderer: o => new ViewRenderer(o, null) }, 0);
+      rendermime.addFactory(
+        { safe: true, mimeTypes: [STATUS_MIME], createRenderer: () => new StatusRenderer(null, contents) },
+        0
+      );
+    }
+    tracker.widgetAdded.connect((_, panel) => addRenderers(panel, contents));
 
     const panelDir = (): string => (tracker.currentWidget ? dirname(tracker.currentWidget.context.path) : '');
 
     const openProfile = async (p: IProfile): Promise<void> => {
-      if (!p.hasView) {
-        await showErrorMessage(
-          'Nsight profile',
-          `${p.name} has no view.html (Nsight Compute profiles are shown in the notebook): run %nsys_load ` +
-            `${PROFILES_DIR}/${p.name} in a cell.`
-        );
+      const why = stateWords(p).why;
+      if (p.state !== 'finished' || !p.hasView) {
+        await showErrorMessage('Nsight profile', why || `${p.name} cannot be opened here.`);
         return;
       }
       const file = await contents.get(joinPath(p.path, 'view.html'), { content: true, format: 'text' });
@@ -169,11 +218,30 @@ const plugin: JupyterFrontEndPlugin<void> = {
     menu.addItem({ type: 'separator' });
     menu.addItem({ command: CMD.remove });
 
+    // a profile's path as the notebook's kernel reads it: relative to the notebook's folder
+    const relative = (p: IProfile): string => p.path.slice(panelDir() ? panelDir().length + 1 : 0);
     const sidebar = new ProfilesPanel(serviceManager, {
       open: p => void openProfile(p),
       contextMenu: (p, event) => {
         menuTarget = p;
         menu.open(event.clientX, event.clientY);
+      },
+      compare: (a, b) => {
+        const panel = tracker.currentWidget;
+        if (!panel) {
+          void showErrorMessage('Nsight profiles', 'Open the notebook the profiles belong to, then compare.');
+          return;
+        }
+        app.shell.activateById(panel.id);
+        void runBelow(panel, `%nsys_diff ${JSON.stringify(relative(a))} ${JSON.stringify(relative(b))}`);
+      },
+      running: async () => {
+        try {
+          await serviceManager.kernels.refreshRunning();
+          return new Set(Array.from(serviceManager.kernels.running()).map(k => k.id));
+        } catch {
+          return null; // the server did not answer: finishing.json's word only
+        }
       }
     });
     sidebar.title.icon = nsightIcon;
@@ -242,7 +310,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       label: 'Open last Nsight profile',
       execute: async () => {
         await sidebar.refresh();
-        const last = sidebar.profiles.find(p => p.hasView) || sidebar.profiles[0];
+        const last = sidebar.profiles[0]; // the newest run (its folder's time stamp), whatever its state
         if (last) {
           await openProfile(last);
         } else {
@@ -269,8 +337,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         NotebookActions.insertBelow(panel.content);
         const cell = panel.content.activeCell;
         if (cell) {
-          const rel = menuTarget.path.slice(panelDir() ? panelDir().length + 1 : 0);
-          cell.model.sharedModel.setSource(`%nsys_load ${JSON.stringify(rel)}`);
+          cell.model.sharedModel.setSource(`%nsys_load ${JSON.stringify(relative(menuTarget))}`);
         }
         // the new cell has the focus (not the sidebar): Shift+Enter runs it
         app.shell.activateById(panel.id);

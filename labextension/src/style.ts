@@ -67,9 +67,38 @@ const CSS = `
   text-overflow: ellipsis;
 }
 
-.nm-profile-loading {
-  opacity: 0.6;
+.nm-profile-head {
+  display: flex;
+  align-items: center;
+  gap: 4px;
+}
+
+.nm-profile-pick {
+  margin: 0;
+}
+
+.nm-profile-loading,
+.nm-profile-interrupted,
+.nm-profile-failed {
+  opacity: 0.7;
   font-style: italic;
+}
+
+.nm-profile-top.nm-profile-state {
+  white-space: normal;
+}
+
+.nm-profiles-compare:disabled {
+  opacity: 0.4;
+}
+
+/* a profile's view in a notebook (labextension/src/output.ts): the live widget fills the timeline's width */
+.nm-output .nm-live {
+  width: 100%;
+}
+
+.nm-output .nm-live-slot.nm-live-on > :not(.nm-live) {
+  display: none !important;
 }
 
 .nm-profiles-empty {

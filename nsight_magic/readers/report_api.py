@@ -50,7 +50,8 @@ class NsysActions:
         return _analysis().ops_summary(self, by)
 
     def show(self, **kw):
-        """The live view (an ipywidgets Tab: timeline, tables, advice)."""
+        """The view (views.profile_view.ProfileView): displayed in a notebook, the static view with its live
+        timeline; saved, the static view, which shows wherever the notebook is opened."""
         return _views().show_nsys(self, **kw)
 
 
@@ -65,5 +66,5 @@ class NcuActions:
         return _analysis().findings_frame(self.findings())
 
     def show(self, folder=None):
-        """The rich view (ipywidgets tabs)."""
+        """The view (views.profile_view.ProfileView): the static view, with the live one while its kernel lives."""
         return _views().show_ncu(self, folder=folder)

@@ -7,9 +7,11 @@ from __future__ import annotations
 import functools
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 
 def gpu_visible() -> bool:
@@ -99,6 +101,19 @@ def process_identity(pid: int | None = None) -> dict:
     """A process as it can be recognised later: its pid and start time (a pid alone can be reused)."""
     pid = os.getpid() if pid is None else pid
     return {"pid": pid, "start": _start_time(pid)}
+
+
+def jupyter_kernel_id() -> str | None:
+    """The id Jupyter's server knows this kernel by (its connection file is kernel-<id>.json); None outside a
+    Jupyter kernel."""
+    try:
+        from ipykernel.connect import get_connection_file
+
+        name = Path(get_connection_file()).name
+    except Exception:  # noqa: BLE001 - not in a kernel (a script, the command line, a test)
+        return None
+    m = re.fullmatch(r"kernel-(.+)\.json", name)
+    return m.group(1) if m else None
 
 
 def identity_alive(ident: dict | None) -> bool:

@@ -1,9 +1,9 @@
 """Views: prepare (DataFrames -> plot-ready frames) and build (Bokeh models, ipywidgets).
 
 Public API, used by the magics and the command line:
-show_nsys(report, folder=None) -> widget; display_nsys(report, folder=None) -> None;
-nsys_html(report, folder=None) -> str; write_view_html(report, path, folder=None) -> Path; nsys_text(report) -> str;
-show_ncu(report, folder=None) -> widget.
+show_nsys(report, folder=None) -> ProfileView (displays as the bundle a notebook saves; .live is the live widget);
+display_nsys(report, folder=None) -> None; nsys_html(report, folder=None) -> str;
+write_view_html(report, path, folder=None) -> Path; nsys_text(report) -> str; show_ncu(report, folder=None) -> ProfileView.
 
 Imported on first use (PEP 562): a module of this package that needs no Bokeh (bokehjs, output) loads without it.
 """

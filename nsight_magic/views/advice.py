@@ -1,7 +1,7 @@
 """The Advice tab: findings sorted by time at stake; a click zooms the timeline to the evidence and shades it.
 
-Static (`advice_html`): each finding carries its evidence ranges in ms from the timeline's origin; ADVICE_JS zooms
-the Bokeh plot and fills its band source.  Live (`advice_widget`): buttons that do the same through Python.
+Static (`advice_html`): each finding carries its evidence ranges in ms from the timeline's origin; a click (view.js)
+zooms the Bokeh plot and fills its band source.  Live (`advice_widget`): buttons that do the same through Python.
 Every text is escaped; `code` spans of the suggestions are escaped first, then wrapped in <code>.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from html import escape
 
 import pandas as pd
 
+from .assets import view_css
 from .tables import table_html
 
 MAX_FINDINGS = 30         # more than this is noise; the rest are in report.findings()
@@ -19,36 +20,6 @@ MAX_EVIDENCE_ROWS = 8     # rows of evidence shown under each finding
 SEVERITY_COLORS = {"high": "#c0392b", "medium": "#d68910", "low": "#2e86c1", "info": "#7f8c8d"}
 EVIDENCE_COLUMNS = ("name", "start_ns", "duration_ns", "nvtx_range", "bytes", "cpu_nvtx", "cpu_cuda_api", "cpu_osrt",
                     "in_use_pct", "blocks", "sm_count", "launch_ns", "speedup_pct", "section", "stream_id", "tid")
-
-ADVICE_CSS = """
-.nm-finding{border-left:4px solid #999;padding:4px 8px;margin:6px 0;cursor:pointer;background:#fafafa}
-.nm-finding:hover{background:#f0f4fa}
-.nm-finding .nm-sev{color:#fff;padding:0 5px;border-radius:3px;font-size:11px;margin-right:6px}
-.nm-finding .nm-title{font-weight:bold}
-.nm-finding .nm-where{color:#555;font-size:11px}
-.nm-finding p{margin:3px 0;white-space:normal;max-width:70em}
-.nm-finding code{background:#eef;padding:0 2px}
-"""
-
-# Clicking a finding: zoom the plot named data-plot to [t0, t1] ms and shade the evidence (the plot's band source).
-ADVICE_JS = """
-(function () {
-  if (window.nmAdviceJs) return; window.nmAdviceJs = true;
-  document.addEventListener('click', function (ev) {
-    const f = ev.target.closest('.nm-finding[data-t0]'); if (!f || !window.Bokeh) return;
-    const t0 = parseFloat(f.dataset.t0), t1 = parseFloat(f.dataset.t1), bands = JSON.parse(f.dataset.bands || '[]');
-    const pad = Math.max((t1 - t0) * 0.05, 1e-3);
-    for (const doc of Bokeh.documents) {
-      const p = doc.get_model_by_name(f.dataset.plot), src = doc.get_model_by_name(f.dataset.plot + '-bands');
-      if (p) p.x_range.setv({start: t0 - pad, end: t1 + pad});
-      if (src) src.data = {left: bands.map(b => b[0]), right: bands.map(b => b[1])};
-    }
-    const root = f.closest('.nm-report');
-    if (root) { const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click(); }
-  });
-})();
-"""
-
 
 def _code(text: str) -> str:
     """Escape, then turn `...` spans into <code> (the backticks themselves are not markup in escaped text)."""
@@ -84,21 +55,17 @@ def _evidence_table(ev: pd.DataFrame, uid: str, origin_ns: int) -> str:
         shown.insert(cols.index("start_ns"), "at_ms", (shown.pop("start_ns") - origin_ns) / 1e6)
     return table_html(shown, table_id=f"nm-ev-{uid}", formats={"at_ms": "float"},
                       filter_box=False, max_rows=MAX_EVIDENCE_ROWS,
-                      caption=f"evidence: {len(ev):,} event(s), the longest {min(len(ev), MAX_EVIDENCE_ROWS)} shown")
+                      caption=f"evidence: {_count(len(ev), 'event')}, the longest {min(len(ev), MAX_EVIDENCE_ROWS)} shown")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
 def _fmt_ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms" if ns >= 1e5 else f"{ns / 1e3:,.1f} µs"
 
 
-VERDICT_CSS = """
-.nm-verdict{border:1px solid #ccd;padding:6px 10px;margin:4px 0 10px;background:#f6f8fc}
-.nm-verdict .nm-kind{font-weight:bold;text-transform:uppercase;margin-right:6px}
-.nm-bar{display:flex;height:14px;margin:6px 0 2px;max-width:70em;border:1px solid #ccd}
-.nm-bar span{display:block;height:100%}
-.nm-bar-legend{font-size:11px;color:#444}
-.nm-bar-legend i{display:inline-block;width:10px;height:10px;margin:0 3px 0 8px;vertical-align:middle}
-"""
 CATEGORY_COLORS = {"compute": "#2e7d32", "communication": "#6a1b9a", "copy": "#ef6c00", "input": "#c62828",
                    "sync": "#f9a825", "allocator": "#00838f", "module load": "#8d6e63", "host wait": "#546e7a",
                    "launch": "#1565c0",
@@ -116,7 +83,7 @@ def verdict_html(verdict) -> str:
                   for c, p, t in zip(b["category"], b["pct"], b["time_ns"]))
     legend = "".join(f'<i style="background:{CATEGORY_COLORS.get(c, "#999")}"></i>{escape(str(c))} {p:.0f}%'
                      for c, p in zip(b["category"], b["pct"]))
-    return (f'<style>{VERDICT_CSS}</style><div class="nm-verdict"><span class="nm-kind">{escape(verdict.kind)}'
+    return (f'<div class="nm-verdict"><span class="nm-kind">{escape(verdict.kind)}'
             f'</span>{escape(verdict.summary)}<div class="nm-bar">{bar}</div>'
             f'<div class="nm-bar-legend">{legend}</div></div>')
 
@@ -149,8 +116,9 @@ def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str, verdict=N
             f"{_evidence_table(f.evidence, f'{uid}-{i}', origin_ns)}</div>")
     more = (f"<p>{len(findings) - MAX_FINDINGS} more in report.findings()</p>" if len(findings) > MAX_FINDINGS
             else "")
-    return (f"<style>{ADVICE_CSS}</style><script>{ADVICE_JS}</script>" + verdict_html(verdict)
-            + f"<p>{len(findings)} finding(s), most time at stake first; click one to see it on the timeline.</p>"
+    return (verdict_html(verdict)
+            + f"<p>{_count(len(findings), 'finding')}, most time at stake first; click one to see it on the "
+            "timeline.</p>"
             + "".join(items) + more)
 
 
@@ -172,8 +140,8 @@ def advice_widget(findings, *, on_show, verdict=None):
     if not findings:
         return w.HTML(verdict_html(verdict)
                       + "<p>No findings: none of the rules found anything to change in this profile.</p>")
-    blocks = [w.HTML(f"<style>{ADVICE_CSS}</style>{verdict_html(verdict)}<p>{len(findings)} finding(s), most time "
-                     f"at stake first.</p>")]
+    blocks = [w.HTML(f"<style>{view_css()}</style>{verdict_html(verdict)}<p>{_count(len(findings), 'finding')}, "
+                     "most time at stake first.</p>")]
     for i, f in enumerate(findings[:MAX_FINDINGS]):
         color = SEVERITY_COLORS.get(f.severity, "#999")
         html = w.HTML(

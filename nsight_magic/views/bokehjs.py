@@ -1,20 +1,17 @@
-"""BokehJS for static pages and saved notebooks: inline (no CDN, works offline).
+"""BokehJS for views: inline (no CDN, works offline), once per page or notebook.
 
-Two loaders, both from the installed bokeh package:
-- `bokehjs_html()`: deflated and base64'd (1.46 MB of JavaScript in 0.54 MB), inflated by the browser's own
-  DecompressionStream; `window.nmBokehReady` is the promise every plot script of ours waits for (embed_script).
-  For pages whose plots are ours: view.html, the diff and ncu pages, the static part of saved notebooks.
-- `bokehjs_html(sync=True)`: the plain script, run as it is inserted, so `window.Bokeh` exists as soon as that
-  output has run.  For the notebook output that precedes a live view: jupyter_bokeh's widget needs Bokeh the moment
-  its view is created, and does not wait for a promise (an asynchronous loader lost that race now and then).
-A page that already has the same BokehJS reuses it.
+`bokehjs_html()`: the installed bokeh's JavaScript, deflated and base64'd (1.46 MB in 0.54 MB), inflated by the
+browser's own DecompressionStream; `window.nmBokehReady` is the promise every plot script of ours waits for
+(`embed`), and our JupyterLab renderer waits for it before it creates a live widget.  A page that already has the
+same BokehJS reuses it.  In a notebook the first view carries it inside its own HTML (`needs_bokehjs`).
 """
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
-import re
+import uuid
 import zlib
 
 LOADER_MARKER = "nsight-magic BokehJS loader"  # in the loader's script: tests and tools find the output by it
@@ -29,30 +26,19 @@ def _bokehjs() -> tuple[str, str]:
     return bokeh.__version__, "\n;\n".join(res.js_raw)
 
 
-@functools.lru_cache(maxsize=2)
-def bokehjs_html(sync: bool = False) -> str:
+@functools.lru_cache(maxsize=1)
+def bokehjs_html() -> str:
     """A <script> that loads BokehJS (core + WebGL) from an inline copy; once per page (see the module doc)."""
     version, code = _bokehjs()
-    head = f"""<script type="text/javascript">
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: DecompressionStream("deflate-raw")
+    packed = base64.b64encode(deflate.compress(code.encode("utf-8")) + deflate.flush()).decode("ascii")
+    return f"""<script type="text/javascript">
 /* {LOADER_MARKER} */
 (function(root) {{
   if (root.nmBokehReady && root.Bokeh) return;
   const version = {json.dumps(version)};
   if (root.Bokeh && root.Bokeh.version === version) {{ root.nmBokehReady = Promise.resolve(); return; }}
-"""
-    if sync:
-        # the code itself, as a JSON string: no </script> inside can end this script early
-        literal = json.dumps(code).replace("</", "<" + "\\" + "/")
-        return head + f"""  const s = document.createElement("script");
-  s.text = {literal};
-  document.head.appendChild(s);  // an inline script runs as it is inserted: Bokeh is defined from here on
-  root.nmBokehReady = Promise.resolve();
-}})(window);
-</script>"""
-    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: DecompressionStream("deflate-raw")
-    raw = code.encode("utf-8")
-    packed = base64.b64encode(deflate.compress(raw) + deflate.flush()).decode("ascii")
-    return head + f"""  const bin = atob("{packed}"), bytes = new Uint8Array(bin.length);
+  const bin = atob("{packed}"), bytes = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
   const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
   root.nmBokehReady = new Response(stream).text().then(function(text) {{
@@ -65,21 +51,51 @@ def bokehjs_html(sync: bool = False) -> str:
 </script>"""
 
 
-_SCRIPT = re.compile(r"^\s*<script[^>]*>(.*)</script>\s*$", re.S)
+@contextlib.contextmanager
+def unique_ids():
+    """Bokeh models made inside get UUIDs instead of Bokeh's counter (p1001, p1002, ...): two notebooks, or a
+    notebook and a page, drawn in one browser window never share a model id (BokehJS keys its views by them)."""
+    from bokeh.settings import settings
+
+    settings.simple_ids.set_value(False)
+    try:
+        yield
+    finally:
+        settings.simple_ids.unset_value()
 
 
-def embed_script(script: str) -> str:
-    """A bokeh.embed.components() script that waits for bokehjs_html()'s loader before it draws."""
-    m = _SCRIPT.match(script)
-    if not m:
-        return script
-    return ('<script type="text/javascript">(window.nmBokehReady || Promise.resolve()).then(function() {'
-            f"{m.group(1)}}});</script>")
+def embed(models: dict) -> tuple[dict, str]:
+    """Bokeh models as divs (by key) and one <script> that draws them, one document for all (links between them
+    hold), once BokehJS is loaded (bokehjs_html()); then it hides the pictures that stood for them
+    (views/picture.py).  The script must follow the view's root element: it finds that root from its own position
+    (document.currentScript), never by a page-wide id."""
+    from bokeh.core.json_encoder import serialize_json
+    from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
+
+    if not models:
+        return {}, ""
+    keys, values = list(models), list(models.values())
+    with OutputDocumentFor(values):
+        docs_json, [item] = standalone_docs_json_and_render_items(values)
+    divs = {k: f'<div class="nm-bokeh" id="{root.elementid}" data-root-id="{root.id}"></div>'
+            for k, root in zip(keys, item.roots)}
+    # JSON as a JS string literal: no </script> inside can end the script early
+    def literal(obj) -> str:
+        return json.dumps(serialize_json(obj, pretty=False)).replace("</", "<" + "\\" + "/")
+
+    script = ("<script>(function(me){var root=me;"
+              "while(root&&!(root.classList&&root.classList.contains('nm-report')))root=root.previousElementSibling;"
+              "(window.nmBokehReady||Promise.resolve()).then(function(){"
+              "if(!window.Bokeh)return;"
+              f"return Bokeh.embed.embed_items(JSON.parse({literal(docs_json)}),"
+              f"JSON.parse({literal([item.to_json()])}));"
+              "}).then(function(v){if(v&&window.nmView)nmView.drawn(root);})"
+              ".catch(function(e){console.error('nsight-magic: could not draw the plot',e);});"
+              "})(document.currentScript);</script>")
+    return divs, script
 
 
-# Where BokehJS went inline in this kernel: the cell id of that output (None: not yet sent).  It goes into
-# an output of its own, text/html only, so it runs both live (JupyterLab renders the widget view of the
-# report bundle, never its text/html) and in saved/nbconvert'd notebooks.
+# Where BokehJS went inline in this kernel: the cell id of the view that carried it (None: not yet sent).
 _bokehjs_cell: list = []
 
 

@@ -8,8 +8,10 @@ from html import escape
 import numpy as np
 import pandas as pd
 
-from .bokehjs import bokehjs_html, embed_script
-from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text
+from .assets import SETUP, head, noscript
+from .bokehjs import bokehjs_html, embed, unique_ids
+from .picture import picture_html
+from .tables import static_tabs_html, table_html, table_text
 
 TITLES = {"kernels": "Kernels", "nvtx": "NVTX", "api": "CUDA API", "memcpy": "Memory"}
 SLOWER, FASTER, SAME = "#d62728", "#2ca02c", "#b0b0b0"  # SAME: a change the table calls noise
@@ -90,8 +92,8 @@ def delta_chart(d, n: int = 15, width: int = 1100):
 
 
 def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
-    """The two timelines' layouts (before, after), each from its capture start, their x axes linked both ways
-    (BokehJS links models across the roots of one components() call)."""
+    """The two timelines (TimelineViews: before, after), each from its capture start, their x axes linked both
+    ways (one document: views.bokehjs.embed)."""
     from .timeline import build_timeline
     from .timeline_prepare import prepare_timeline
 
@@ -111,22 +113,22 @@ def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
     for attr in ("start", "end"):
         a.js_link(attr, b, attr)
         b.js_link(attr, a, attr)
-    return [v.layout for v in views]
+    return views
 
 
 def diff_fragment(d, include_bokehjs: bool = True) -> str:
-    from bokeh.embed import components
-
     uid = f"nm-diff-{id(d):x}"
-    head = "".join(f"<p>{escape(x)}</p>" if i else f"<h3>{escape(x)}</h3>" for i, x in enumerate(headline_lines(d)))
+    head_html = "".join(f"<p>{escape(x)}</p>" if i else f"<h3>{escape(x)}</h3>"
+                        for i, x in enumerate(headline_lines(d)))
     models = {}
-    chart = delta_chart(d)
-    if chart is not None:
-        models["chart"] = chart
-    timelines = stacked_timelines(d)
+    with unique_ids():
+        chart = delta_chart(d)
+        if chart is not None:
+            models["chart"] = chart
+        timelines = stacked_timelines(d)
     if timelines is not None:
-        models["tl_before"], models["tl_after"] = timelines
-    script, divs = components(models) if models else ("", {})
+        models["tl_before"], models["tl_after"] = (v.layout for v in timelines)
+    divs, script = embed(models)
     names, panes = [], []
     for key, t in d.tables().items():
         if t.empty:
@@ -141,14 +143,16 @@ def diff_fragment(d, include_bokehjs: bool = True) -> str:
         panes.append(table_html(d.findings, table_id=f"{uid}-findings"))
     # the timelines stay outside the tabs: a plot laid out while hidden would get no width
     tl = ""
-    if "tl_before" in divs:
+    if timelines is not None:
+        pics = [picture_html(v) for v in timelines]  # where no script runs
         tl = ("<h4>Timelines (x = 0 at each capture's start; zoom one, the other follows)</h4>"
-              f"<p><b>{escape(d.before_label)}</b></p>{divs['tl_before']}"
-              f"<p><b>{escape(d.after_label)}</b></p>{divs['tl_after']}")
-    body = (f"{head}{divs.get('chart', '<p>No differences.</p>')}"
+              f"<p><b>{escape(d.before_label)}</b></p>{pics[0]}{divs['tl_before']}"
+              f"<p><b>{escape(d.after_label)}</b></p>{pics[1]}{divs['tl_after']}")
+    body = (f"{head_html}{divs.get('chart', '<p>No differences.</p>')}"
             f"{static_tabs_html(tuple(names), panes) if names else ''}{tl}")
-    return ((bokehjs_html() if include_bokehjs else "") + f"<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-            f'<div class="nm-report nm-diff" id="{uid}">{body}</div>{embed_script(script) if script else ""}')
+    return ((bokehjs_html() if include_bokehjs else "") + head()
+            + f'<div class="nm-report nm-diff" id="{uid}">{noscript("the timelines are pictures")}{body}</div>'
+            f"{SETUP}{script}")
 
 
 def _shown(t: pd.DataFrame) -> pd.DataFrame:
@@ -165,7 +169,7 @@ def diff_page(d) -> str:
 
 
 def display_diff(d, render: bool = True) -> None:
-    """Publish the diff in IPython: static HTML (BokehJS inline the first time) and plain text."""
+    """Publish the diff in IPython: static HTML (BokehJS inline the first time in a notebook) and plain text."""
     from IPython.display import publish_display_data
 
     from .bokehjs import needs_bokehjs
@@ -174,6 +178,4 @@ def display_diff(d, render: bool = True) -> None:
     if not render:
         print(text)
         return
-    if needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(), "text/plain": "(BokehJS for the charts below)"})
-    publish_display_data({"text/html": diff_fragment(d, include_bokehjs=False), "text/plain": text})
+    publish_display_data({"text/html": diff_fragment(d, include_bokehjs=needs_bokehjs()), "text/plain": text})

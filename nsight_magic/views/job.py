@@ -12,8 +12,9 @@ from html import escape
 import pandas as pd
 
 from .advice import advice_html, advice_text, advice_widget
-from .bokehjs import bokehjs_html, embed_script
-from .tables import TABLE_CSS, TABLE_JS, static_tabs_html, table_html, table_text, table_widget
+from .assets import SETUP, head, noscript
+from .bokehjs import bokehjs_html, embed, unique_ids
+from .tables import static_tabs_html, table_html, table_text, table_widget
 
 RANK_COLUMNS = ["rank", "host", "kind", "like", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
                 "straggler_steps", "steps", "step_med_ns"]
@@ -63,11 +64,11 @@ def _errors_html(job) -> str:
 
 def job_html(job, include_bokehjs: bool = True) -> str:
     """The static view (works offline: BokehJS inline)."""
-    from bokeh.embed import components
-
     uid = uuid.uuid4().hex[:8]
-    hm = heatmap(job)
-    script, div = components(hm) if hm is not None else ("", "<p>No GPU work in any rank.</p>")
+    with unique_ids():
+        hm = heatmap(job)
+    divs, script = embed({"heatmap": hm} if hm is not None else {})
+    div = divs.get("heatmap", "<p>No GPU work in any rank.</p>")
     strag = job.stragglers_by_step()
     verdict = job.bottleneck()
     ranks_pane = (_intro(job) + _errors_html(job) + div + table_html(_ranks_frame(job), table_id=f"nm-{uid}-ranks")
@@ -77,10 +78,30 @@ def job_html(job, include_bokehjs: bool = True) -> str:
     advice = advice_html(job.findings(), origin_ns=0, plot_name="", uid=uid, verdict=verdict)
     timeline = ("<p>Open chosen ranks' timelines from Python: <code>job.timeline_report("
                 f"{escape(str(job.suggested_ranks()))}).show()</code> (the straggler and a typical rank).</p>")
-    return ((bokehjs_html() if include_bokehjs else "") + f"<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-            f'<div class="nm-report" id="nm-{uid}">'
+    # the live view (its rank chooser opens timelines) takes the place of the whole view (views/output.py)
+    return ((bokehjs_html() if include_bokehjs else "") + head()
+            + f'<div class="nm-report nm-live-slot" id="nm-{uid}">{noscript("the heat maps are not drawn")}'
             + static_tabs_html(("Ranks", "Advice", "Timeline"), [ranks_pane, advice, timeline]) + "</div>"
-            + (embed_script(script) if script else ""))
+            + SETUP + script)
+
+
+class JobView:
+    """A job's view for views/output.py: the static page, the live widget, the text."""
+
+    def __init__(self, job):
+        self.job = job
+        self._static: str | None = None
+
+    def static_fragment(self, *, include_bokehjs: bool) -> str:
+        if self._static is None:
+            self._static = job_html(self.job, include_bokehjs=False)
+        return (bokehjs_html() if include_bokehjs else "") + self._static
+
+    def live_widget(self):
+        return show_job(self.job)
+
+    def text(self) -> str:
+        return job_text(self.job)
 
 
 def _intro(job) -> str:
@@ -147,21 +168,13 @@ def show_job(job, width: int = 1000):
 
 
 def display_job(job, render: bool = True) -> None:
-    """Publish a job in IPython: widget view, static HTML, text."""
-    from IPython.display import display
-
+    """Publish a job in IPython: the static view with the live one on top (views/output.py), text."""
     if not render:
         print(job_text(job))
         return
     from IPython.display import publish_display_data
 
     from .bokehjs import needs_bokehjs
+    from .profile_view import ProfileView
 
-    if needs_bokehjs():  # an output of its own before the live view (see views.bokehjs)
-        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
-    widget = show_job(job)
-    display({"application/vnd.jupyter.widget-view+json": {"model_id": widget.model_id, "version_major": 2,
-                                                          "version_minor": 0},
-             "text/html": job_html(job, include_bokehjs=False), "text/plain": job_text(job)}, raw=True)
-
-
+    publish_display_data(ProfileView(JobView(job)).bundle(loader=needs_bokehjs()))

@@ -1,9 +1,10 @@
 """The Nsight Compute view: Kernels | Memory workload | Rules | Raw metrics | Files.
 
 Same shape as the nsys view (`report_view.py`) and built on its generic table helpers (`views/tables.py`):
-- live (`show_ncu`): an ipywidgets Tab, tables filter/sort in Python over all rows;
-- static (`ncu_html`, the text/html part of `display_ncu`): HTML tables + Bokeh charts; BokehJS inline in the
-  standalone page, and in a notebook once, in an output of its own (`display_ncu`, shared with the nsys view).
+- static (`ncu_html`, the text/html of its output): HTML tables + Bokeh charts, BokehJS inline in the standalone
+  page and once per notebook; without scripts, the tables;
+- live (`live_widget`, views/output.py): an ipywidgets Tab whose tables filter and sort in Python over all rows
+  (the static raw metrics hold the first STATIC_METRIC_ROWS), in place of the static view while its kernel lives.
 Kernel and NVTX names are user-controlled: they only ever reach the page as escaped text or Bokeh data.
 """
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis.memory_workload import kernel_transfers, module_scatter, range_transfers
-from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
+from .assets import SETUP, head, noscript
+from .bokehjs import bokehjs_html, embed, unique_ids
+from .tables import folder_files, static_tabs_html, table_html, table_text, table_widget
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
 KERNEL_TABLE = ("id", "short_name", "nvtx", "duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -138,15 +141,12 @@ class NcuView:
         return table_html(df, table_id=f"nc-{self.uid}-{key}", formats=FORMATS, max_rows=max_rows, caption=caption)
 
     def static_fragment(self, *, include_bokehjs: bool) -> str:
-        from bokeh.embed import components
-
-        from .bokehjs import bokehjs_html, embed_script
-
         t = self.t
-        charts = {"sol": sol_chart(t.kernels)} if not t.kernels.empty else {}
-        if not t.scatter.empty:
-            charts["scatter"] = scatter_chart(t.scatter)
-        script, divs = components(charts) if charts else ("", {})
+        with unique_ids():
+            charts = {"sol": sol_chart(t.kernels)} if not t.kernels.empty else {}
+            if not t.scatter.empty:
+                charts["scatter"] = scatter_chart(t.scatter)
+        divs, script = embed(charts)
         js = bokehjs_html() if include_bokehjs and charts else ""
         no_bytes = ("" if not t.scatter.empty else
                     "<p>No L2 &lt;-&gt; device memory byte counts in this report (collect the "
@@ -162,9 +162,11 @@ class NcuView:
                         caption=f"{len(t.metrics):,} metrics; type in the box to search"),
             f"<p>{escape(str(self.folder or Path(self.report.path).parent))}</p>" + self._table("files", t.files),
         ]
-        return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-                f'<div class="nm-report" id="nc-{self.uid}"><div>{escape(self.headline())}</div>'
-                f'{static_tabs_html(TABS, panes)}</div>{embed_script(script) if script else ""}')
+        # the live view takes the place of the whole view (views/output.py)
+        return (f"{js}{head()}"
+                f'<div class="nm-report nm-live-slot" id="nc-{self.uid}">{noscript("the charts are not drawn")}'
+                f'<div>{escape(self.headline())}</div>'
+                f'{static_tabs_html(TABS, panes)}</div>{SETUP}{script}')
 
     def headline(self) -> str:
         r = self.report
@@ -176,7 +178,8 @@ class NcuView:
         return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
                 f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
 
-    def widget(self):
+    def live_widget(self):
+        """The live view: an ipywidgets Tab whose tables are searched in Python over all rows."""
         import ipywidgets as w
 
         t = self.t
@@ -226,8 +229,10 @@ class NcuView:
 # ---- public API -----------------------------------------------------------------------------------------
 
 def show_ncu(report, folder=None):
-    """The live ipywidgets view of an NcuReport."""
-    return NcuView(report, folder).widget()
+    """The report's view (views.output.ProfileView): displayed, the static view with the live one on top."""
+    from .profile_view import ProfileView
+
+    return ProfileView(NcuView(report, folder))
 
 
 def ncu_html(report, folder=None) -> str:
@@ -241,25 +246,17 @@ def ncu_text(report) -> str:
 
 
 def ncu_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
-    view = NcuView(report, folder)
-    bundle = {"text/plain": view.text(), "text/html": view.static_fragment(include_bokehjs=include_bokehjs)}
-    if widget:
-        w = view.widget()
-        bundle["application/vnd.jupyter.widget-view+json"] = {"model_id": w.model_id, "version_major": 2,
-                                                               "version_minor": 0}
-    return bundle
+    """The display bundle (views/output.py); include_bokehjs: BokehJS inline before the view."""
+    from .profile_view import ProfileView
+
+    return ProfileView(NcuView(report, folder)).bundle(live=widget, loader=include_bokehjs)
 
 
 def display_ncu(report, folder=None) -> None:
-    """Publish the report in IPython as display_nsys does: one bundle (widget view, static text/html,
-    text/plain), preceded by BokehJS inline in an output of its own the first time in a notebook (shared with
-    the nsys view: one copy per notebook, sent again when the cell that carried it runs again)."""
+    """Publish the report in IPython as display_nsys does: one bundle, BokehJS inline the first time in a notebook
+    (shared with the nsys view: one copy per notebook, sent again when the cell that carried it runs again)."""
     from IPython.display import publish_display_data
 
-    from .bokehjs import bokehjs_html
     from .bokehjs import needs_bokehjs
 
-    bundle = ncu_bundle(report, folder, include_bokehjs=False)
-    if needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the charts below)"})
-    publish_display_data(bundle)
+    publish_display_data(ncu_bundle(report, folder, include_bokehjs=needs_bokehjs()))

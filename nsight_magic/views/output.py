@@ -1,58 +1,89 @@
-"""A profile's output in its cell: the view of its report (live widget, static HTML, plain text) under the lines
-the run has to say, as one display bundle; and its standalone page, view.html, written whole or not at all."""
+"""A profile's output in its cell: one display bundle that shows wherever the notebook is opened, and its standalone
+page, view.html, written whole or not at all.
+
+The bundle (as Bokeh's own show() and Plotly persist their figures, a representation that needs no kernel):
+- `text/html`: the static view (tabs, timeline, tables, advice); with scripts (a trusted notebook, nbconvert's page,
+  VS Code) interactive, without them (untrusted, static renderers) plain HTML with a picture of the timeline;
+- `text/plain`: the verdict, the summaries and the top findings;
+- VIEW_MIME: the live part while the kernel that made it lives, by its ipywidgets model id.  Our JupyterLab /
+  Notebook 7 extension renders the static view and puts the live widget in the place the view marks
+  (`.nm-live-slot`: the timeline of an nsys view, whose zoom then fetches exact events from the kernel).  When the
+  model is gone (a new kernel, none, a reload after the kernel ended) the static view stays.  Frontends without
+  our extension ignore this type, so no frontend ever shows "model not found".
+
+While the finish stage runs in the background the cell shows a status line: `text/plain` plus STATUS_MIME (its
+folder and kernel), with which the extension tells a profile still loading from one whose kernel stopped first.
+"""
 from __future__ import annotations
 
-from html import escape
+import json
 from pathlib import Path
 
 from .pages import write_page
 
+from .profile_view import VIEW_MIME, ProfileView
+
 READY_KEY = "application/vnd.nsight-magic+json"  # display metadata: {"state": "ready" | "failed", "folder": ...}
+STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading", "folder", "tool", "kernel_id"}
+
+
+def view_of(report, folder=None, thresholds: dict | None = None):
+    """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
+    from ..readers.nsys import NsysReport
+
+    if isinstance(report, NsysReport):
+        from .report_view import NsysView
+
+        return NsysView(report, folder, thresholds=thresholds)
+    from .ncu import NcuView
+
+    return NcuView(report, folder)
 
 
 def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict | None = None,
-                   lines=()) -> dict:
-    """The bundle that shows `report` (NsysReport or NcuReport): with render, the live widget, the static HTML
-    and text (and view.html beside an nsys report in a profile folder); without, the text summary."""
+                   lines=(), loader: bool = False, live: bool = True) -> dict:
+    """The bundle that shows `report` (NsysReport or NcuReport) under `lines`: with render, the static view, its
+    live part (unless not `live`: a headless run, where no frontend could show it) and text (and view.html beside
+    an nsys report in a profile folder); without render, the text summary.
+    loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when)."""
     from ..readers.nsys import NsysReport
 
     lines = [str(x) for x in lines]
-    if isinstance(report, NsysReport):
-        if not render:
+    if not render:
+        if isinstance(report, NsysReport):
             from .report_view import nsys_text
 
-            return {"text/plain": _joined(lines, nsys_text(report, thresholds))}
-        from .report_view import NsysView
+            return {"text/plain": "\n".join([*lines, nsys_text(report, thresholds)])}
+        from .ncu import ncu_text
 
-        view = NsysView(report, folder, thresholds=thresholds)
-        if folder is not None:
-            page = Path(folder) / "view.html"
-            try:
-                write_page(page, view.html_page())
-            except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
-                lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is shown "
-                             "here only")
-        return _bundle(view, lines)
-    from .ncu import NcuView, ncu_text
-
-    if not render:
-        return {"text/plain": _joined(lines, ncu_text(report))}
-    return _bundle(NcuView(report, folder), lines)
+        return {"text/plain": "\n".join([*lines, ncu_text(report)])}
+    view = view_of(report, folder, thresholds)
+    if isinstance(report, NsysReport) and folder is not None:
+        page = Path(folder) / "view.html"
+        try:
+            write_page(page, view.html_page())
+        except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
+            lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is shown "
+                         "here only")
+    return ProfileView(view, lines).bundle(live=live, loader=loader)
 
 
-def _joined(lines: list[str], text: str) -> str:
-    return "\n".join([*lines, text]) if lines else text
+def status_bundle(text: str, *, tool: str, folder, state: str = "loading") -> dict:
+    """The status line of a profile being loaded in the background (see the module docstring): the folder also
+    relative to the notebook's (the frontend reads it through the contents API), and the kernel loading it."""
+    import os
+
+    from ..store import notebook_dir
+    from ..tools import jupyter_kernel_id
+
+    try:
+        rel = Path(os.path.relpath(Path(folder).resolve(), notebook_dir())).as_posix()
+    except ValueError:  # another drive
+        rel = None
+    return {"text/plain": text, STATUS_MIME: {"state": state, "tool": tool, "folder": str(folder), "rel": rel,
+                                              "kernel_id": jupyter_kernel_id()}}
 
 
-def _bundle(view, lines: list[str]) -> dict:
-    import ipywidgets as w
-
-    widget = view.widget()
-    html = view.static_fragment(include_bokehjs=False)
-    if lines:
-        said = f'<pre class="nm-messages">{escape(chr(10).join(lines))}</pre>'
-        widget = w.VBox([w.HTML(said), widget])
-        html = said + html
-    return {"text/plain": _joined(lines, view.text()), "text/html": html,
-            "application/vnd.jupyter.widget-view+json": {"model_id": widget.model_id, "version_major": 2,
-                                                         "version_minor": 0}}
+def bundle_bytes(bundle: dict) -> int:
+    """Size of a bundle as it lands in the .ipynb (JSON-encoded)."""
+    return len(json.dumps(bundle).encode())

@@ -6,7 +6,8 @@ from html import escape
 
 import pandas as pd
 
-from .tables import TABLE_CSS, TABLE_JS, table_html, table_text
+from .assets import SETUP, head
+from .tables import table_html, table_text
 
 MAX_ROWS = 200  # a notebook output stays small however many profiles a folder collects
 
@@ -40,6 +41,6 @@ def profiles_html(profiles: pd.DataFrame, shown: str | None = None) -> str:
     more = f"; the newest {MAX_ROWS} are listed" if len(profiles) > MAX_ROWS else ""
     note = f"; showing <b>{escape(shown)}</b> below" if shown else ""
     uid = uuid.uuid4().hex[:8]
-    return (f"<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
+    return (f"{head()}"
             f'<div class="nm-report"><p>{len(profiles)} profiles, newest first{escape(more)}{note}</p>'
-            f"{table_html(_rows(profiles), table_id=f'nm-profiles-{uid}')}</div>")
+            f"{table_html(_rows(profiles), table_id=f'nm-profiles-{uid}')}</div>{SETUP}")

@@ -1,10 +1,10 @@
 """The report view: Timeline | Kernels | Memory | CUDA API | NVTX | Advice | Files.
 
-Two renderings of the same prepared data:
-- live (`show_nsys`): an ipywidgets Tab; the timeline is a jupyter_bokeh BokehModel whose zoom fetches the
-  exact events of the visible window from Python;
-- static (`nsys_html`, the `text/html` part of `display_nsys`): Bokeh's coarse level plus HTML tables, with
-  BokehJS inline (no CDN) so saved notebooks, nbconvert HTML and standalone files work offline.
+One static view (`static_fragment`): Bokeh's coarse level of the timeline (with the exact events of its quieter
+rows for zooming, and a picture of it for pages without scripts) plus HTML tables and the findings; BokehJS inline,
+so saved notebooks, nbconvert HTML and view.html work offline.  Its live part (`live_widget`): the same timeline as a
+jupyter_bokeh widget whose zoom fetches the window's exact events from Python; our JupyterLab extension puts it in
+the static timeline's place while its kernel lives (views/output.py).
 """
 from __future__ import annotations
 
@@ -18,10 +18,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
-from .advice import advice_html, advice_text, advice_widget, bands_ms, focus_ms, verdict_text
-from .bokehjs import bokehjs_html, embed_script, needs_bokehjs
+from .advice import advice_html, advice_text, verdict_text
+from .assets import SETUP, head, noscript
+from .bokehjs import bokehjs_html, embed, unique_ids
 from .lines import lines_html, modules_html
-from .tables import TABLE_CSS, TABLE_JS, folder_files, static_tabs_html, table_html, table_text, table_widget
+from .picture import picture_html
+from .tables import folder_files, static_tabs_html, table_html, table_text
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 
@@ -32,6 +34,7 @@ def _lines_and_modules(report, folder):
     if not hasattr(report, "nvtx_gpu_projection"):
         return pd.DataFrame(), pd.DataFrame()
     source, names, first = None, None, 1
+    types, models, prefixed = None, None, False
     if folder is not None:
         cell = Path(folder) / "cell.py"
         source = cell.read_text() if cell.exists() else None
@@ -42,11 +45,16 @@ def _lines_and_modules(report, folder):
         ann = Path(folder) / "annotations.json"
         if ann.exists():
             try:
-                names = json.loads(ann.read_text()).get("modules")
+                made = json.loads(ann.read_text())
+                made = made if isinstance(made, dict) else {}
             except ValueError:
-                names = None
+                made = {}
+            names, types = made.get("modules"), made.get("module_types")
+            models, prefixed = made.get("models"), bool(made.get("model_prefixed"))
+    types = types if isinstance(types, dict) else None  # annotations.json is a file: checked, never trusted
+    models = models if isinstance(models, list) else None
     try:
-        return lines_table(report, source, first), module_table(report, names)
+        return lines_table(report, source, first), module_table(report, names, types, models, prefixed)
     except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
         return pd.DataFrame(), pd.DataFrame()
 
@@ -134,6 +142,7 @@ def _findings(report, thresholds: dict | None = None) -> list:
 
 
 STATIC_BUDGET = 10000   # glyphs in saved output: keeps a cell under 2 MB with BokehJS inline
+STATIC_EXACT = 10000    # events besides those kept in the saved output for exact zoom without a kernel (benchmarks/view.py)
 LIVE_BUDGET = 30000     # glyphs per refresh through the widget comm
 TABS = ("Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files")
 
@@ -232,6 +241,7 @@ class NsysView:
         self.ops, self.ops_zoom, self.ops_source = _ops(report, self.data.origin_ns)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
+        self.plot_name = ""
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
         self._static: str | None = None
@@ -244,14 +254,16 @@ class NsysView:
         return (bokehjs_html() if include_bokehjs else "") + self._static
 
     def _build_static(self) -> str:
-        from bokeh.embed import components
-
-        tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET)
-        script, div = components(tv.layout)
-        js = ""
+        with unique_ids():
+            tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET, embed=STATIC_EXACT)
+        self.plot_name = tv.plot_name
+        divs, script = embed({"timeline": tv.layout})
         t = self.tables
+        # the live view (views/output.py) takes the place of what this slot holds
+        timeline = (f'{legend_html(self.data.categories, self.data.colors)}<div class="nm-live-slot">'
+                    f'{picture_html(tv, self.width)}{divs["timeline"]}</div>')
         panes = [
-            f"{legend_html(self.data.categories, self.data.colors)}{div}",
+            timeline,
             self._table("kernels", t.kernels, t.kernel_zoom, tv.plot_name),
             self._table("memory", t.memory, None, tv.plot_name),
             self._table("cudaapi", t.cuda_api, None, tv.plot_name),
@@ -270,9 +282,9 @@ class NsysView:
                                                                       zoom_col="op"))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
-        return (f"{js}<style>{TABLE_CSS}</style><script>{TABLE_JS}</script>"
-                f'<div class="nm-report" id="nm-{self.uid}">{static_tabs_html(self.tabs, panes)}</div>'
-                f"{embed_script(script)}")
+        return (f"{head()}"
+                f'<div class="nm-report" id="nm-{self.uid}">{noscript()}{static_tabs_html(self.tabs, panes)}</div>'
+                f"{SETUP}{script}")
 
     def _table(self, key, df, zoom, plot_name, zoom_col: str = "name") -> str:
         if df is None or df.empty:
@@ -282,9 +294,10 @@ class NsysView:
     def _files_html(self) -> str:
         if self.folder is None:
             return "<p>This report is not in a profile folder.</p>"
-        if self.files.empty:
-            return f"<p>{escape(str(self.folder))} is empty.</p>"
-        return f"<p>{escape(str(self.folder))}</p>" + table_html(self.files, table_id=f"nm-{self.uid}-files")
+        files = self.files
+        if "view.html" not in set(files["file"]):  # the page this view is saved as, written with it
+            files = pd.concat([files, pd.DataFrame({"file": ["view.html"], "bytes": [None]})], ignore_index=True)
+        return f"<p>{escape(str(self.folder))}</p>" + table_html(files, table_id=f"nm-{self.uid}-files")
 
     @property
     def tabs(self) -> tuple:
@@ -298,80 +311,25 @@ class NsysView:
                 f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
 
     # ---- live ---------------------------------------------------------------------------------------
-    def widget(self):
-        import ipywidgets as w
-
-        t = self.tables
-        tv = build_timeline(self.data, width=self.width, budget=LIVE_BUDGET)
-        timeline = _bokeh_widget(tv)  # the caption is the plot's own title, updated with each window
-        legend = w.HTML(legend_html(self.data.categories, self.data.colors))
-
-
-        def zoom_to(spans):
-            def go(name, i=0):
-                """Zoom to instance i of `name`; returns how many instances there are (0: none)."""
-                if name not in spans:
-                    return 0
-                inst = spans[name]
-                a, b = inst[i % len(inst)]
-                pad = max((b - a) * 0.05, 1e-3)
-                # the range's Python callback (live refresh) fetches the window's exact events
-                tv.figure.x_range.update(start=a - pad, end=b + pad)
-                tab.selected_index = 0
-                return len(inst)
-            return go
-
-        def tbl(df, spans=None, name_col="name"):
-            if df is None or df.empty:
-                return w.HTML("<p>No rows in this report.</p>")
-            return table_widget(df, on_name=zoom_to(spans) if spans else None, name_col=name_col)
-
-        if self.folder is None:
-            files = w.HTML("<p>This report is not in a profile folder.</p>")
-        elif self.files.empty:
-            files = w.HTML(f"<p>{escape(str(self.folder))} is empty.</p>")
-        else:
-            files = w.VBox([w.HTML(f"<p>{escape(str(self.folder))}</p>"), table_widget(self.files)])
-        def show_finding(f):
-            bands = bands_ms(f, self.data.origin_ns)
-            tv.show_range(*focus_ms(bands), bands)
-            tab.selected_index = 0
-
-        advice = advice_widget(self.findings, on_show=show_finding, verdict=self.verdict)
-        tab = w.Tab(children=[w.VBox([legend, timeline]), tbl(t.kernels, t.kernel_zoom), tbl(t.memory),
-                              tbl(t.cuda_api), w.VBox([w.HTML(modules_html(self.modules)), tbl(t.nvtx, t.nvtx_zoom)]),
-                              advice, files])
-        if self.ranks:
-            r = self.ranks
-            tab.children = tab.children[:5] + (w.VBox([
-                w.HTML(_ranks_intro(r)), tbl(r["ranks"]), w.HTML("<h4>NCCL collectives</h4>"), tbl(r["nccl"]),
-                w.HTML("<h4>Straggler per step</h4>"), tbl(r["stragglers"])]),) + tab.children[5:]
-        if not self.ops.empty:
-            tab.children = tab.children[:5] + (w.VBox([w.HTML(OPS_INTRO + self.ops_source), tbl(self.ops, self.ops_zoom, "op")]),) \
-                + tab.children[5:]
-        if not self.lines.empty:
-            tab.children = tab.children[:5] + (w.HTML(lines_html(self.lines)),) + tab.children[5:]
-        for i, n in enumerate(self.tabs):
-            tab.set_title(i, n)
-        tab._nsight_timeline = tv  # keep the view reachable (tests, refresh)
-        return tab
+    def live_widget(self):
+        """The live part: the timeline as a jupyter_bokeh widget whose zoom fetches the window's exact events from
+        Python; it takes the place of the static timeline (same plot name: the tables' and findings' clicks reach
+        it).  None without jupyter_bokeh."""
+        try:
+            from jupyter_bokeh import BokehModel
+        except ImportError:
+            return None
+        self.static_fragment(include_bokehjs=False)  # the plot name comes from the static timeline
+        with unique_ids():
+            tv = build_timeline(self.data, width=self.width, budget=LIVE_BUDGET, name=self.plot_name)
+        tv.attach_live_refresh()
+        widget = BokehModel(tv.layout)
+        widget._nsight_timeline = tv  # keep the view reachable (tests, refresh)
+        return widget
 
     def text(self) -> str:
         return _with_verdict(self.verdict, _text(self.report, self.tables) + _ranks_text(self.ranks) + "\n\n"
                              + advice_text(self.findings))
-
-
-def _bokeh_widget(tv):
-    """The timeline as a widget that talks back to Python; without jupyter_bokeh, say what to install."""
-    import ipywidgets as w
-
-    try:
-        from jupyter_bokeh import BokehModel
-    except ImportError:
-        return w.HTML("<p>The live timeline needs the jupyter_bokeh package (pip install jupyter_bokeh); "
-                      "the static timeline is in the saved output.</p>")
-    tv.attach_live_refresh()
-    return BokehModel(tv.layout)
 
 
 def _text(report, t: ReportTables) -> str:
@@ -398,9 +356,11 @@ def _text(report, t: ReportTables) -> str:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-def show_nsys(report, folder=None):
-    """The live ipywidgets Tab for a report."""
-    return NsysView(report, folder).widget()
+def show_nsys(report, folder=None, thresholds: dict | None = None):
+    """The report's view (views.output.ProfileView): displayed, the static view with the live timeline."""
+    from .profile_view import ProfileView
+
+    return ProfileView(NsysView(report, folder, thresholds=thresholds))
 
 
 def _ranks_text(ranks: dict) -> str:
@@ -435,36 +395,29 @@ def write_view_html(report, path, folder=None, thresholds: dict | None = None) -
 
 
 def nsys_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
-    """The display bundle: widget view (live), text/html (static, for saved/nbconvert'd notebooks), text/plain."""
-    return _bundle(NsysView(report, folder), include_bokehjs=include_bokehjs, widget=widget)
+    """The display bundle (views.output): static text/html (BokehJS inline with include_bokehjs), text/plain and,
+    with widget, the live part."""
+    from .profile_view import ProfileView
 
-
-def _bundle(view: NsysView, *, include_bokehjs: bool, widget: bool) -> dict:
-    bundle = {"text/plain": view.text(), "text/html": view.static_fragment(include_bokehjs=include_bokehjs)}
-    if widget:
-        w = view.widget()
-        bundle["application/vnd.jupyter.widget-view+json"] = {
-            "model_id": w.model_id, "version_major": 2, "version_minor": 0}
+    pv = ProfileView(NsysView(report, folder))
+    bundle = pv.bundle(live=widget)
+    if include_bokehjs:
+        bundle["text/html"] = bokehjs_html() + bundle["text/html"]
     return bundle
 
 
 def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = None) -> None:
-    """Publish the report in IPython: one bundle (widget view, static text/html, text/plain), preceded by
-    BokehJS inline the first time in a notebook.  save_html: also write the standalone page there.
+    """Publish the report in IPython: one bundle (static text/html, text/plain, the live part), with BokehJS
+    inline the first time in a notebook.  save_html: also write the standalone page there.
     thresholds: of the Advice rules (thresholds.py)."""
     from IPython.display import publish_display_data
 
+    from .bokehjs import needs_bokehjs
+    from .profile_view import ProfileView
+
     view = NsysView(report, folder, thresholds=thresholds)
-    bundle = _bundle(view, include_bokehjs=False, widget=True)
-    if needs_bokehjs():
-        publish_display_data({"text/html": bokehjs_html(sync=True), "text/plain": "(BokehJS for the timelines below)"})
-    publish_display_data(bundle)
+    publish_display_data(ProfileView(view).bundle(loader=needs_bokehjs()))
     if save_html is not None:
         from .pages import write_page
 
         write_page(Path(save_html), view.html_page())
-
-
-def bundle_bytes(bundle: dict) -> int:
-    """Size of a bundle as it lands in the .ipynb (JSON-encoded)."""
-    return len(json.dumps(bundle).encode())

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from ..store import FINISHING_FILE
+from .assets import view_css
 
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
 
@@ -95,12 +97,13 @@ def header_label(name: str, kind: str) -> str:
 
 
 def default_sort(df: pd.DataFrame, kinds: dict | None = None) -> str | None:
-    """The column a table starts sorted by (descending): total time where there is one, else the first time."""
+    """The column a table starts sorted by (descending): total time where there is one, else the first time; a
+    column of zeros only (GPU time on a CPU-only profile) says nothing about the order and is passed over."""
     kinds = kinds or {c: column_kind(c, df[c]) for c in df.columns}
-    for c in ("total_ns", "gpu_ns", "delta_ns"):
-        if c in df.columns:
-            return c
-    return next((c for c in df.columns if kinds.get(c) == "time"), None)
+    times = [c for c in ("total_ns", "gpu_ns", "delta_ns") if c in df.columns]
+    times += [c for c in df.columns if kinds.get(c) == "time" and c not in times]
+    informative = [c for c in times if pd.to_numeric(df[c], errors="coerce").fillna(0).abs().sum() > 0]
+    return (informative or times or [None])[0]
 
 
 def format_table(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
@@ -136,104 +139,9 @@ def _sort_values(s: pd.Series, kind: str) -> pd.Series:
     return x.map(lambda v: "" if pd.isna(v) else repr(float(v)))
 
 
-# Sort, filter and click-to-zoom for every `table.nm-table` on the page (included once per page).
-TABLE_JS = r"""
-(function () {
-  if (window.__nsightTables) return; window.__nsightTables = true;
-  function rows(t) { return Array.from(t.tBodies[0].rows); }
-  document.addEventListener('click', function (ev) {
-    const th = ev.target.closest('table.nm-table th');
-    if (th) {
-      const t = th.closest('table'), col = th.cellIndex, num = th.dataset.num === '1';
-      const dir = th.dataset.dir === 'desc' ? 'asc' : 'desc';
-      t.querySelectorAll('th').forEach(h => { if (h !== th) delete h.dataset.dir; });
-      th.dataset.dir = dir;
-      const key = r => { const v = r.cells[col].dataset.v; return num ? (v === '' ? -Infinity : parseFloat(v)) : v; };
-      const sorted = rows(t).sort((a, b) => { const x = key(a), y = key(b);
-        const c = x < y ? -1 : x > y ? 1 : 0; return dir === 'asc' ? c : -c; });
-      const body = t.tBodies[0]; sorted.forEach(r => body.appendChild(r));
-      return;
-    }
-    // a name zooms the timeline to its first instance; the stepper shown above the timeline (and the arrows in
-    // the cell) go to the previous / next one
-    const stepper = ev.target.closest('.nm-stepper .nm-step');
-    const td = stepper ? null : ev.target.closest('table.nm-table td.nm-zoom');
-    if ((td || stepper) && window.Bokeh) {
-      const src = td || stepper.closest('.nm-stepper');
-      const spans = JSON.parse(src.dataset.spans || '[]'), step = ev.target.closest('.nm-step');
-      if (!spans.length) return;
-      const i = step ? (parseInt(src.dataset.i || '0') + parseInt(step.dataset.d) + spans.length) % spans.length : 0;
-      const root = src.closest('.nm-report'), plot = src.dataset.plot || src.closest('table').dataset.plot;
-      const label = src.dataset.label || (td ? td.childNodes[0].textContent : '');
-      zoomTo(root, plot, spans, i, label);
-      return;
-    }
-  });
-  function zoomTo(root, plot, spans, i, label) {
-    const t0 = spans[i][0], t1 = spans[i][1], pad = Math.max((t1 - t0) * 0.05, 1e-3);
-    for (const doc of Bokeh.documents) {
-      const p = doc.get_model_by_name(plot);
-      if (p) { p.x_range.setv({start: t0 - pad, end: t1 + pad}); }
-    }
-    if (!root) return;
-    const pane = root.querySelector(':scope > .nm-pane');
-    let st = root.querySelector('.nm-stepper');
-    if (!st && pane) {
-      st = document.createElement('div'); st.className = 'nm-stepper';
-      st.innerHTML = '<span class="nm-step" data-d="-1" title="previous instance">&#9664;</span> ' +
-        '<span class="nm-what"></span> <span class="nm-pos"></span> ' +
-        '<span class="nm-step" data-d="1" title="next instance">&#9654;</span>';
-      pane.insertBefore(st, pane.firstChild);
-    }
-    if (st) {
-      Object.assign(st.dataset, {spans: JSON.stringify(spans), i: String(i), plot: plot, label: label});
-      st.querySelector('.nm-what').textContent = label;  // text, never markup: names are the user's
-      st.querySelector('.nm-pos').textContent = `${i + 1}/${spans.length}`;
-      st.style.display = spans.length > 1 ? '' : 'none';
-    }
-    root.querySelectorAll('td.nm-zoom').forEach(c => {  // the name's cell keeps the same position
-      if (!c.childNodes[0] || c.childNodes[0].textContent !== label) return;
-      c.dataset.i = String(i);
-      const pos = c.querySelector('.nm-pos'); if (pos) pos.textContent = `${i + 1}/${spans.length}`;
-    });
-    const b = root.querySelector('.nm-tabbtn[data-tab="0"]'); if (b) b.click();
-  }
-  document.addEventListener('input', function (ev) {
-    const inp = ev.target.closest('input.nm-filter'); if (!inp) return;
-    const t = document.getElementById(inp.dataset.table), q = inp.value.toLowerCase();
-    rows(t).forEach(r => { r.style.display = r.textContent.toLowerCase().includes(q) ? '' : 'none'; });
-  });
-  document.addEventListener('click', function (ev) {
-    const b = ev.target.closest('.nm-tabbtn'); if (!b) return;
-    const root = b.closest('.nm-report');
-    root.querySelectorAll(':scope > .nm-tabs > .nm-tabbtn').forEach(x => x.classList.toggle('nm-on', x === b));
-    root.querySelectorAll(':scope > .nm-pane').forEach((p, i) => {
-      p.style.display = String(i) === b.dataset.tab ? '' : 'none'; });
-  });
-})();
-"""
-
-TABLE_CSS = """
-.nm-report{font:12px sans-serif}
-.nm-tabs{margin:4px 0 8px 0}
-.nm-tabbtn{border:1px solid #ccc;background:#f4f4f4;padding:3px 10px;cursor:pointer;margin-right:2px}
-.nm-tabbtn.nm-on{background:#fff;border-bottom-color:#fff;font-weight:bold}
-table.nm-table{border-collapse:collapse;font:12px monospace}
-table.nm-table th{cursor:pointer;background:#eee;text-align:left;padding:2px 6px;position:sticky;top:0}
-table.nm-table th::after{content:" \2195";color:#999}
-table.nm-table th[data-dir=desc]::after{content:" \25BC";color:#333}
-table.nm-table th[data-dir=asc]::after{content:" \25B2";color:#333}
-table.nm-table .nm-step{color:#666;padding:0 3px;cursor:pointer}
-table.nm-table .nm-pos{color:#999;font-size:10px}
-.nm-stepper{font:12px sans-serif;margin:2px 0 4px;color:#333}
-.nm-stepper .nm-step{cursor:pointer;padding:0 6px;color:#1f5fa8}
-.nm-stepper .nm-pos{color:#777}
-table.nm-table td{padding:1px 6px;border-bottom:1px solid #eee;white-space:nowrap;max-width:60em;overflow:hidden;
-  text-overflow:ellipsis}
-table.nm-table td.nm-num{text-align:right}
-table.nm-table td.nm-zoom{color:#1f5fa8;cursor:pointer;text-decoration:underline dotted}
-.nm-scroll{max-height:480px;overflow:auto}
-"""
+# The browser side of every table (sort, filter, click-to-zoom) lives in assets/view.js and view.css; a page
+# carries them once (assets.head()).  TABLE_CSS is the style alone, for places without scripts (widgets).
+TABLE_CSS = view_css()
 
 
 def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, zoom: dict | None = None,
@@ -266,10 +174,11 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
     body = "".join("<tr>" + "".join(r) + "</tr>" for r in zip(*cols)) if cols else ""
     more = (f"<div>first {max_rows:,} of {len(df):,} rows</div>" if len(df) > max_rows else "")
     cap = f"<div>{escape(caption)}</div>" if caption else ""
+    # the filter box works with scripts only: hidden until view.js shows it
     box = (f'<input class="nm-filter" data-table="{escape(table_id)}" placeholder="filter rows" '
-           f'style="margin:4px 0;width:24em"/>' if filter_box else "")
-    return (f'{cap}{box}{more}<div class="nm-scroll"><table class="nm-table" '
-            f'id="{escape(table_id)}" data-plot="{escape(plot_name)}"><thead><tr>{head}</tr></thead>'
+           f'style="display:none;margin:4px 0;width:24em"/>' if filter_box else "")
+    return (f'{cap}{box}{more}<div class="nm-scroll"><table class="nm-table" id="{escape(table_id)}" '
+            f'data-filter-id="{escape(table_id)}" data-plot="{escape(plot_name)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{body}</tbody></table></div>')
 
 
@@ -360,12 +269,14 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
 
 
 def static_tabs_html(titles, panes) -> str:
-    """The tab strip of a static page: one button and one pane per title (TABLE_JS switches them)."""
+    """A view's sections: without scripts, one <details> per title (the first open), which every sanitizer keeps;
+    view.js turns them into tabs (the strip of buttons, hidden until then)."""
     buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'
                       for i, n in enumerate(titles))
-    body = "".join(f'<div class="nm-pane"{"" if i == 0 else " style=display:none"}>{p}</div>'
-                   for i, p in enumerate(panes))
-    return f'<div class="nm-tabs">{buttons}</div>{body}'
+    body = "".join(f'<details class="nm-pane"{" open" if i == 0 else ""}><summary>{escape(n)}</summary>{p}</details>'
+                   for i, (n, p) in enumerate(zip(titles, panes)))
+    # hidden by style: sanitizers drop an empty `hidden` attribute, they keep `display`
+    return f'<div class="nm-tabs" style="display:none">{buttons}</div>{body}'
 
 
 def folder_files(folder) -> pd.DataFrame:
@@ -376,5 +287,5 @@ def folder_files(folder) -> pd.DataFrame:
     p = Path(folder)
     if not p.is_dir():
         raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
-    files = sorted(f for f in p.rglob("*") if f.is_file())
+    files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != FINISHING_FILE)  # gone once it is drawn
     return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})

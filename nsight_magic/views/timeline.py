@@ -21,7 +21,8 @@ from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColumnDataS
 from bokeh.layouts import row
 from bokeh.plotting import figure
 
-from .timeline_prepare import KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, default_folds, fold_layout, view_glyphs
+from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, default_folds, embeddable_rows, exact_frame,
+                               fold_layout, view_glyphs)
 
 ROW_PX = 22
 LABEL_PX = 250  # width of the row names on the left
@@ -165,11 +166,14 @@ class TimelineView:
     """A Bokeh layout for one report; `set_window` refreshes it with exact events (live kernel only), `fold`
     re-lays out the rows with some groups folded."""
 
-    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None):
+    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None,
+                 name: str | None = None, embed: int = 0):
         self.data = data
         self.width = width
         self.budget = budget
-        self.plot_name = f"nsight-timeline-{uuid.uuid4().hex[:8]}"
+        self.embed = embed  # static pages: events embedded for exact zoom without a kernel (_embed_exact)
+        # the live view takes its static twin's name: clicks in the tables and findings find both
+        self.plot_name = name or f"nsight-timeline-{uuid.uuid4().hex[:8]}"
         self.folded = set(default_folds(data.rows) if folded is None else folded)
         self.rows_y = fold_layout(data.rows, self.folded)       # labels: hidden rows have none
         self.event_y = fold_layout(data.rows, self.folded, strip=True)  # events: a folded group's on its header
@@ -275,7 +279,36 @@ class TimelineView:
         self.figure = p
         self._initial_labels()
         self.label_plot = self._label_plot(p)
+        if self.embed:
+            self._embed_exact(self.embed)
         return row(self.label_plot, p, sizing_mode="stretch_width")
+
+    def _embed_exact(self, limit: int) -> None:
+        """For pages without a kernel: the events of the quietest rows (up to `limit` of them, besides those the
+        first view draws exactly already) go into the page, and a zoom to a window that holds at most `limit`
+        of them draws them exactly (ZOOM_JS); busier rows keep their bins and the caption says how to see them."""
+        data = self.data
+        first = set(np.unique(self.glyphs.exact["row"].to_numpy()).tolist()) if len(self.glyphs.exact) else set()
+        ptr = data._index["ptr"]
+        extra_limit = limit + sum(int(ptr[r + 1] - ptr[r]) for r in first)
+        rows = embeddable_rows(data, extra_limit)
+        extra = [r for r in rows if r not in first]
+        idx = np.concatenate([np.arange(ptr[r], ptr[r + 1]) for r in extra]) if extra else np.empty(0, np.int64)
+        e = exact_frame(data, idx)
+        self.embedded_rows = sorted(first | set(extra))
+        busy_rows = {int(r) for r in data.rows["row"]} - set(self.embedded_rows) - set(data._index["util"])
+        partial = any(int(ptr[r + 1] - ptr[r]) for r in busy_rows)
+        self.all_src = ColumnDataSource({
+            "left": e["left"].to_numpy(np.float64) / 1e6, "right": e["right"].to_numpy(np.float64) / 1e6,
+            "row": e["row"].to_numpy().astype(np.int16), "cat": e["cat"].to_numpy().astype(np.uint8),
+            "name": e["name"].to_numpy().astype(np.int32), "detail": e["detail"].to_numpy().astype(np.int32),
+            "color": e["color"].to_numpy().astype(np.int16), "bytes": e["bytes"].to_numpy().astype(np.float32),
+            "link": e["link"].to_numpy().astype(np.int32)})
+        zoom = CustomJS(args={"all": self.all_src, "exact": self.exact_src, "agg": self.agg_src, "plot": self.figure,
+                              "rows": self.rows_src, "embedded": self.embedded_rows, "budget": int(limit),
+                              "width": self.width, "partial": partial}, code=ZOOM_JS)
+        for attr in ("start", "end"):
+            self.figure.x_range.js_on_change(attr, zoom)
 
     def _label_plot(self, p):
         """The rows' names as a tree on the left, sharing the timeline's y range; a click on a process, thread,
@@ -349,6 +382,7 @@ class TimelineView:
         d = dict(self.rows_src.data)
         d["folded"] = [k in self.folded for k in d["key"]]
         d["y"] = self.rows_y.astype(float).tolist()
+        d["strip"] = self.event_y.astype(float).tolist()
         d["text"] = [_label_text(lab, g, f) for lab, g, f in zip(d["label"], d["group"], d["folded"])]
         self.rows_src.data = d
         for src in (self.exact_src, self.agg_src, self.hl_src):
@@ -403,6 +437,7 @@ class TimelineView:
             "key": rows["key"].astype(str).tolist(), "anc": rows["ancestors"].astype(str).tolist(),
             "label": rows["label"].astype(str).tolist(), "level": rows["level"].astype(int).tolist(),
             "group": group, "folded": folded, "y": self.rows_y.astype(float).tolist(),
+            "strip": self.event_y.astype(float).tolist(),  # where the row's events are drawn (a folded group's header)
             "x": [0.02 + 0.07 * lv for lv in rows["level"].astype(int)],
             "text": [_label_text(lab, g, f) for lab, g, f in zip(rows["label"].astype(str), group, folded)],
             "weight": ["bold" if lv == 0 else "normal" for lv in rows["level"].astype(int)],
@@ -435,7 +470,7 @@ for (let i = 0; i < n; i++) {  // a folded group draws its children's activity a
   strip[i] = outer === undefined ? y[i] : yOf[outer];
 }
 const text = R.label.map((l, i) => (R.group[i] ? (folded[i] ? '▸ ' : '▾ ') : '') + l);
-rows.data = Object.assign({}, R, {folded: folded, y: y, text: text});
+rows.data = Object.assign({}, R, {folded: folded, y: y, strip: strip, text: text});
 for (const r of plot.renderers) {  // every source with rows gets new y (the bar labels follow the events')
   const src = r.data_source;
   if (!src || !src.data || !('row' in src.data) || !('y' in src.data)) continue;
@@ -446,6 +481,45 @@ plot.y_range.setv({start: nv - 0.5, end: -0.5});
 band.top = nv - 0.5;
 const h = Math.min(Math.max(90 + 22 * nv, 200), 1600);
 plot.height = h; labels.height = h;
+"""
+
+
+# Static pages (no kernel to ask): a zoom to a window holding at most `budget` of the embedded events draws them
+# exactly, with the events the first view drew exactly already; the bins of those rows go.  Back out, the first view.
+ZOOM_JS = """
+if (all._nm_init === undefined) all._nm_init = {exact: exact.data, agg: agg.data, caption: plot.title.text};
+const init = all._nm_init, strip = rows.data.strip;
+const x0 = plot.x_range.start, x1 = plot.x_range.end;
+const withY = (d) => Object.assign({}, d, {y: Array.from(d.row, w => strip[w])});
+const inWin = (d) => { const out = []; for (let i = 0; i < d.left.length; i++)
+  if (d.right[i] >= x0 && d.left[i] <= x1) out.push(i); return out; };
+const a = inWin(all.data), f = inWin(init.exact);
+if (a.length + f.length > budget) {
+  if (all._nm_zoomed) { all._nm_zoomed = false; exact.data = withY(init.exact); agg.data = withY(init.agg);
+                        plot.title.text = init.caption; }
+  return;
+}
+all._nm_zoomed = true;
+const minw = (x1 - x0) / Math.max(plot.inner_width || width, 1);
+const cols = ['left', 'right', 'row', 'cat', 'name', 'detail', 'color', 'bytes', 'link'], out = {};
+for (const c of cols) out[c] = [];
+out.dur_us = [];
+for (const [d, idx] of [[init.exact, f], [all.data, a]]) for (const i of idx) {
+  for (const c of cols) out[c].push(d[c][i]);
+  const n = out.left.length - 1;
+  out.dur_us.push('dur_us' in d ? d.dur_us[i] : (d.right[i] - d.left[i]) * 1e3);
+  out.right[n] = Math.max(out.right[n], out.left[n] + minw);
+}
+out.y = out.row.map(w => strip[w]);
+const keep = new Set(embedded), A = init.agg, bins = {};
+for (const c of Object.keys(A)) bins[c] = [];
+for (let i = 0; i < A.left.length; i++) if (!keep.has(A.row[i]) || A.count[i] < 0)
+  for (const c of Object.keys(A)) bins[c].push(A[c][i]);
+agg.data = withY(bins);
+exact.data = out;
+const n = out.left.length;
+plot.title.text = (n === 1 ? 'the one event' : n.toLocaleString() + ' events') + ' in view, exact' +
+  (partial ? '; busiest rows binned (exact live: %nsys_load)' : '');
 """
 
 
@@ -462,6 +536,8 @@ def legend_html(categories, colors) -> str:
     return f'<div style="font:11px sans-serif">{names}{items}</div>'
 
 
-def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None) -> TimelineView:
-    """The Bokeh timeline for prepared data (coarse level for the whole capture)."""
-    return TimelineView(data, width=width, budget=budget, folded=folded)
+def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None,
+                   name: str | None = None, embed: int = 0) -> TimelineView:
+    """The Bokeh timeline for prepared data (coarse level for the whole capture); `name`: the plot's name;
+    `embed`: events kept in the page for exact zoom without a kernel (static pages)."""
+    return TimelineView(data, width=width, budget=budget, folded=folded, name=name, embed=embed)

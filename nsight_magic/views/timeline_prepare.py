@@ -675,9 +675,8 @@ class Glyphs:
     @property
     def caption(self) -> str:
         if self.shown >= self.total:
-            return f"showing all {self.total:,} events"
-        return (f"showing {self.shown:,} of {self.total:,} events; the rest as busy fraction per pixel bin "
-                f"(zoom in for exact events)")
+            return "showing the one event" if self.total == 1 else f"showing all {self.total:,} events"
+        return f"{self.shown:,} of {self.total:,} events exact, the rest as busy bins; zoom in for exact events"
 
 
 def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None = None,
@@ -743,17 +742,38 @@ def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None 
         agg_parts.append(pd.DataFrame({"left": uedges[:-1][keep], "right": uedges[1:][keep], "row": r, "cat": ucat,
                                        "name": -1, "color": ucolor, "count": -1, "busy": busy[keep]}))
     idx = np.concatenate(exact_parts) if exact_parts else np.empty(0, np.int64)
-    ev = data.events
-    sel = ev.iloc[idx]
-    st = sel["start_ns"].to_numpy()
-    en = sel["end_ns"].to_numpy()
-    exact = pd.DataFrame({
-        "left": st, "right": np.maximum(en, st + min_w), "row": sel["row"].to_numpy(),
-        "cat": sel["cat"].to_numpy(), "name": sel["name"].to_numpy(), "detail": sel["detail"].to_numpy(),
-        "color": sel["color"].to_numpy(), "dur_us": (en - st) / 1e3, "bytes": sel["bytes"].to_numpy(), "link": sel["link"].to_numpy(),
-    })
+    exact = exact_frame(data, idx, min_w)
     agg = pd.concat(agg_parts, ignore_index=True) if agg_parts else pd.DataFrame(columns=AGG_COLUMNS)
     return Glyphs(exact=exact, agg=agg[AGG_COLUMNS], shown=shown, total=total, t0_ns=t0, t1_ns=t1)
+
+
+def exact_frame(data: TimelineData, idx: np.ndarray, min_w: int = 0) -> pd.DataFrame:
+    """The glyph columns (GLYPH_COLUMNS) of the events at positions idx; bars at least min_w ns wide."""
+    sel = data.events.iloc[idx]
+    st = sel["start_ns"].to_numpy()
+    en = sel["end_ns"].to_numpy()
+    return pd.DataFrame({
+        "left": st, "right": np.maximum(en, st + min_w), "row": sel["row"].to_numpy(),
+        "cat": sel["cat"].to_numpy(), "name": sel["name"].to_numpy(), "detail": sel["detail"].to_numpy(),
+        "color": sel["color"].to_numpy(), "dur_us": (en - st) / 1e3, "bytes": sel["bytes"].to_numpy(),
+        "link": sel["link"].to_numpy(),
+    })
+
+
+def embeddable_rows(data: TimelineData, limit: int) -> list[int]:
+    """The event rows whose events, all of them, fit `limit` events together: the quietest rows first (as
+    view_glyphs serves them), so the rows drawn exactly at the first view are among them."""
+    ptr, util = data._index["ptr"], set(data._index["util"])
+    counts = sorted((int(ptr[r + 1] - ptr[r]), int(r)) for r in data.rows["row"].tolist() if r not in util)
+    chosen, total = [], 0
+    for c, r in counts:
+        if c == 0:
+            continue
+        if total + c > limit:
+            break
+        chosen.append(r)
+        total += c
+    return chosen
 
 
 def _bin_row(data, r, s, e_sorted, cs, ce, lo, edges) -> pd.DataFrame:

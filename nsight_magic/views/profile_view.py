@@ -1,0 +1,54 @@
+"""A view as a notebook displays it: the bundle of views/output.py (static HTML, text, and the live part by its
+widget's model id), for any view object with static_fragment(), live_widget() and text()."""
+from __future__ import annotations
+
+from html import escape
+
+VIEW_MIME = "application/vnd.nsight-magic.view+json"  # {"model_id": ...}: the live part of a view
+
+
+class ProfileView:
+    """A report's view as a notebook displays it (`report.show()`, `show_nsys()`): the bundle above.
+    `.live` is the live widget (None where there is none); `.html()` the static fragment."""
+
+    def __init__(self, view, lines=()):
+        self.view = view
+        self.lines = [str(x) for x in lines]
+        self._live = None
+
+    @property
+    def live(self):
+        if self._live is None:
+            self._live = self.view.live_widget()
+        return self._live
+
+    @property
+    def timeline(self):
+        """The live timeline's TimelineView (views.timeline), for nsys views with jupyter_bokeh."""
+        return getattr(self.live, "_nsight_timeline", None)
+
+    def html(self, loader: bool = False) -> str:
+        """The static view; with loader, BokehJS inline before it (the first view of a notebook carries it)."""
+        html = self.view.static_fragment(include_bokehjs=loader)
+        if self.lines:
+            return f'<pre class="nm-messages">{escape(chr(10).join(self.lines))}</pre>' + html
+        return html
+
+    def text(self) -> str:
+        return _joined(self.lines, self.view.text())
+
+    def bundle(self, live: bool = True, loader: bool = False) -> dict:
+        out = {"text/plain": self.text(), "text/html": self.html(loader)}
+        widget = self.live if live else None
+        if widget is not None:
+            out[VIEW_MIME] = {"model_id": widget.model_id, "version_major": 2, "version_minor": 0}
+        return out
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from .bokehjs import needs_bokehjs
+
+        return self.bundle(loader=needs_bokehjs())
+
+
+def _joined(lines: list[str], text: str) -> str:
+    return "\n".join([*lines, text]) if lines else text
