@@ -26,7 +26,6 @@ sys.path.insert(0, str(HERE))
 from bigtrace import make_big_trace  # noqa: E402
 
 from nsight_magic import open_report  # noqa: E402
-from nsight_magic.views.bokehjs import bokehjs_html  # noqa: E402
 from nsight_magic.views.bokehjs import embed  # noqa: E402
 from nsight_magic.views.output import bundle_bytes  # noqa: E402
 from nsight_magic.views.profile_view import ProfileView  # noqa: E402

@@ -1,5 +1,6 @@
 """Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`,
-`nsight-magic diff A B [-o page.html]`, `nsight-magic doctor`."""
+`nsight-magic diff A B [-o page.html]`, `nsight-magic doctor`, `nsight-magic kernel install|list|remove` (the
+in-place kernel)."""
 from __future__ import annotations
 
 import argparse
@@ -40,13 +41,33 @@ def _parser() -> argparse.ArgumentParser:
     dif.add_argument("--match", choices=("name", "order"), default="name",
                      help="order: number kernels repeated within a step (gemm #0, gemm #1, ...)")
     sub.add_parser("doctor", help="check nsys, ncu, GPU, NVTX and the profile folder")
+    ker = sub.add_parser("kernel", help="the in-place kernel: a Jupyter kernel under nsys launch, whose %%nsys "
+                                        "records a cell in the kernel itself (nothing re-run, models held once)")
+    ksub = ker.add_subparsers(dest="kernel_command", required=True)
+    ins = ksub.add_parser("install", help="write the kernelspec for this Python environment")
+    where = ins.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="for this user (~/.local/share/jupyter)")
+    where.add_argument("--sys-prefix", action="store_true", help=f"in this environment ({sys.prefix}; the default "
+                                                                 "inside a virtual environment)")
+    where.add_argument("--prefix", default=None, metavar="DIR", help="under DIR/share/jupyter/kernels")
+    ins.add_argument("--name", default="nsight-magic", help="the kernelspec's name (default nsight-magic)")
+    ins.add_argument("--trace", default="cuda,nvtx",
+                     help="what nsys traces, fixed for the kernel's life (default cuda,nvtx; with osrt `nsys stop` "
+                          "takes about three times as long)")
+    ins.add_argument("--env", default="", metavar="NAME,NAME",
+                     help="environment variables the kernel gets beyond the allow-list (each is recorded in the "
+                          "reports)")
+    ksub.add_parser("list", help="the in-place kernels Jupyter finds")
+    rem = ksub.add_parser("remove", help="remove an in-place kernelspec")
+    rem.add_argument("name")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor}[args.command](args)
+        return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor,
+                "kernel": _kernel}[args.command](args)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return 2
@@ -57,6 +78,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("nsight-magic: stopped (Ctrl-C); files already written are kept", file=sys.stderr)
         return 130
+
+
+def _kernel(args) -> int:
+    from . import inplace_kernel as k
+
+    if args.kernel_command == "install":
+        in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
+        user = args.user or not (args.sys_prefix or args.prefix or in_venv)
+        prefix = args.prefix or (sys.prefix if (args.sys_prefix or (in_venv and not args.user)) else None)
+        where = k.install(args.name, trace=args.trace, env_names=[n for n in args.env.split(",") if n],
+                          user=user, prefix=prefix)
+        print(f"nsight-magic: installed the in-place kernel {args.name!r} in {where} (tracing {args.trace}); "
+              "choose it in JupyterLab's launcher or kernel picker")
+    elif args.kernel_command == "list":
+        found = k.installed()
+        for name, info in found.items():
+            print(f"{name}\t{info['trace']}\t{info['dir']}")
+        if not found:
+            print("nsight-magic: no in-place kernel installed (nsight-magic kernel install)", file=sys.stderr)
+    else:
+        print(f"nsight-magic: removed {k.remove(args.name)}")
+    return 0
 
 
 def check_output_file(path: Path) -> None:
@@ -199,11 +242,12 @@ def _doctor(args) -> int:
             say("warn", pitfall)
         else:
             say("ok", f"nvtx {nvtx_version} ranges are recorded by this nsys")
-    from .run import child_environment
+    from .tools.environment import profiled_environment
 
-    hidden = sorted(set(os.environ) - set(child_environment()))
+    _, hidden = profiled_environment()
     if hidden:
-        say("ok", f"kept out of profiled processes (names or values look secret): {', '.join(hidden)}")
+        say("ok", f"not passed to profiled processes (outside the allow-list, or secret-looking): {', '.join(hidden)}"
+                  " (pass one with --env NAME)")
     return 1 if failed else 0
 
 

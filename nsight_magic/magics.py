@@ -5,16 +5,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import re
 import shlex
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
+from traitlets import List, Unicode
 
 from .errors import NsightMagicError
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
@@ -160,8 +163,16 @@ class _ProfileOutput:
 
 @magics_class
 class NsightMagics(Magics):
-    def __init__(self, shell):
-        super().__init__(shell)
+    """%%nsys, %%ncu and their companions.  Settings users change live here, as %config NsightMagics.NAME = ..."""
+
+    pass_env = List(Unicode(), help="environment variables passed to every profiled process beyond the allow-list "
+                                    "(nsight_magic/tools/environment.py); each is recorded in the reports, as nsys "
+                                    "records the profiled process's environment").tag(config=True)
+
+    def __init__(self, shell, **kwargs):
+        super().__init__(shell, **kwargs)
+        self._said_env = False  # the withheld variables are counted once per kernel
+        self._in_place = None  # this kernel's in-place session (False: not an in-place kernel)
         self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
         self.last_result = None
         self.history: list[Path] = []  # profile folders made in this kernel, oldest first (for %nsys_diff)
@@ -174,7 +185,7 @@ class NsightMagics(Magics):
         """Prepare the warm worker for the next %%nsys in the background (the setup code, trace and environment as
         they are now), while the user writes the next cell.  Nothing to see, nothing when nsys is missing or
         NSIGHT_MAGIC_PREWARM=0; a worker that cannot start is started by the next %%nsys as before."""
-        if os.environ.get(PREWARM_ENV, "1") == "0":
+        if os.environ.get(PREWARM_ENV, "1") == "0" or self._inplace() is not None:  # in place: no worker
             return
         from . import tools
         from .options import DEFAULT_TRACE, trace_for_machine
@@ -187,7 +198,7 @@ class NsightMagics(Magics):
             trace, _ = trace_for_machine(self.trace or DEFAULT_TRACE, tools.gpu_visible())
         except NsightMagicError:
             return
-        env = {**child_environment(), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
         self.sessions.prewarm(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
                               cwd=notebook_dir(), umask=_current_umask())
 
@@ -235,6 +246,45 @@ class NsightMagics(Magics):
               f"{'s' if len(self.setup_sources) != 1 else ''})")
         self.prewarm()
 
+    def _inplace(self):
+        """This kernel's in-place session (profilers/inplace.py) when it runs under nsys launch, else None."""
+        if self._in_place is None:
+            from .profilers.inplace import InPlaceSession, inplace_config
+
+            cfg = inplace_config()
+            self._in_place = InPlaceSession(cfg) if cfg is not None else False
+        return self._in_place or None
+
+    @staticmethod
+    def _guard_gpu_memory(fresh: bool) -> None:
+        """Subprocess mode starting a new process: say at once when the notebook's own GPU memory would not fit a
+        second time, instead of an out-of-memory error in the worker."""
+        if not fresh:
+            return
+        from .profilers.inplace import gpu_memory_guard
+
+        said = gpu_memory_guard()
+        if said:
+            raise UsageError(said)
+
+    def _with_env(self, opts):
+        """The options with %config NsightMagics.pass_env added to --env, and, once per kernel, a line saying how
+        many of the kernel's variables the profiled process does not get."""
+        from .options import valid_names
+        from .tools.environment import profiled_environment
+
+        passed = valid_names(tuple(dict.fromkeys([*self.pass_env, *opts.pass_env])))
+        # in place the kernel is the profiled process: its launcher gave it the allow-listed environment already
+        if not self._said_env and not opts.quiet and self._inplace() is None:
+            self._said_env = True
+            _, withheld = profiled_environment(passed=passed)
+            if withheld:
+                print(f"nsight-magic: {len(withheld)} of this kernel's environment variables are not passed to the "
+                      "profiled process (it gets what Python, CUDA, NCCL, PyTorch and the locale need: secrets "
+                      "hide in any name, and nsys records the environment); %nsys_session --env names them, "
+                      "--env NAME or %config NsightMagics.pass_env = ['NAME'] passes one")
+        return replace(opts, pass_env=passed)
+
     def _prompt_number(self) -> int:
         """The number of the cell being run as the user sees it ([2]): the shell's counter is already one ahead
         while a cell runs; its display hook knows the prompt's."""
@@ -262,12 +312,29 @@ class NsightMagics(Magics):
         """
         try:
             args = parse_line(self.nsys, line)
-            opts = nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}")
+            opts = self._with_env(nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}"))
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         from .run import record_nsys
 
         status = _LiveStatus("nsys", opts.quiet)
+        if self._inplace() is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
+            from .profilers.inplace import why_not_in_place
+
+            given = args.trace if re.search(r"(^|\s)(-t|--trace)(\s|=|$)", line) else None
+            why = why_not_in_place(opts, given, self._inplace().trace)
+            if why is None:
+                try:
+                    rec = self._inplace().record(cell, opts, self.shell, on_status=status,
+                                                 cell_first_line=args.cell_line)
+                except NsightMagicError as e:
+                    raise UsageError(str(e)) from None
+                self._after_record(rec, status, opts.render, opts.thresholds, args.wait)
+                return
+            print(f"nsight-magic: in a fresh process, not in place: {why}")
+            opts = replace(opts, fresh=True)
+        else:
+            self._guard_gpu_memory(fresh=opts.fresh or self.sessions.session is None)
         try:
             rec = record_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
                               on_output=status.output, on_status=status,
@@ -282,6 +349,8 @@ class NsightMagics(Magics):
 
     # ---- %nsys_session -------------------------------------------------------------------------------------
     @magic_arguments()
+    @argument("--env", action="store_true", help="name the kernel's environment variables the profiled process "
+                                                 "does not get (their values are never shown)")
     @argument("--stop", action="store_true", help="end the warm session (the next %%%%nsys starts a new one)")
     @argument("--restart", action="store_true", help="end the warm session and start a new one now (runs the "
                                                      "setup code again)")
@@ -289,6 +358,19 @@ class NsightMagics(Magics):
     def nsys_session(self, line):
         """Show the warm %%nsys session (worker pid, age, cells run, memory); --stop ends it, --restart renews it."""
         args = parse_line(self.nsys_session, line)
+        if args.env:
+            from .tools.environment import profiled_environment
+
+            _, withheld = profiled_environment(passed=self.pass_env)
+            print(f"nsight-magic: not passed to the profiled process ({len(withheld)}): {', '.join(withheld) or '-'}"
+                  f"; passed beyond the allow-list: {', '.join(self.pass_env) or '-'}")
+            return
+        if self._inplace() is not None:
+            ip = self._inplace()
+            print(f"nsight-magic: in place: this kernel runs under nsys session {ip.name}, tracing {ip.trace}; "
+                  f"{ip.cells} cell{'s' if ip.cells != 1 else ''} recorded (there is no worker to stop or restart: "
+                  "restart the kernel for a new session)")
+            return
         old = self.sessions.session
         if args.stop or args.restart:
             stopped = self.sessions.stop(replaced=True)
@@ -312,7 +394,7 @@ class NsightMagics(Magics):
             raise UsageError(str(e)) from None
         if trace is None:
             trace, _ = trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())
-        env = {**child_environment(), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
         session = self.sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
                                     cwd=notebook_dir(), umask=_current_umask())
         status = _LiveStatus("nsys session", False)
@@ -395,6 +477,7 @@ class NsightMagics(Magics):
         try:
             args = parse_line(self.ncu, line)
             opts, ncu_opts = ncu_options_from_args(args, default_name=f"cell{self._prompt_number()}")
+            opts = self._with_env(opts)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         from . import tools
@@ -403,6 +486,7 @@ class NsightMagics(Magics):
         if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
             raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
                              "and the cell was not run; %%nsys shows its CPU activity and NVTX ranges")
+        self._guard_gpu_memory(fresh=True)  # %%ncu always runs the cell in a process of its own
 
         status = _LiveStatus("ncu", opts.quiet)
         try:
@@ -714,6 +798,8 @@ for _name in ("nsys", "ncu", "nsight_setup"):
 
 
 def register(ipython) -> None:
-    magics = NsightMagics(ipython)
+    magics = NsightMagics(ipython, parent=ipython)
     ipython.register_magics(magics)
+    if magics not in ipython.configurables:  # %config NsightMagics.pass_env = [...] reaches it
+        ipython.configurables.append(magics)
     magics.prewarm()

@@ -59,6 +59,7 @@ class RunOptions:
     quiet: bool = False
     modules: int | None = None       # --modules [DEPTH]: None = off, 0 = every depth
     functions: tuple[str, ...] = ()  # --functions a.b,c.d: wrapped in NVTX ranges in the profiled process
+    pass_env: tuple[str, ...] = ()   # --env A,B: environment variables passed beyond the allow-list (tools/environment)
 
     def __post_init__(self):
         if self.modules is not None and self.modules < 0:
@@ -197,6 +198,10 @@ COMMON_ARGS = (
     (("--functions",), dict(default=None, metavar="A.B,C.D",
                             help="wrap these functions or methods (dotted paths, e.g. torch.optim.Optimizer.step) in "
                                  "NVTX ranges named after them")),
+    (("--env",), dict(default=None, metavar="NAME,NAME",
+                      help="pass these environment variables to the profiled process beyond the allow-list (what "
+                           "Python, CUDA, NCCL, PyTorch and the locale need): a token a setup needs, say. A passed "
+                           "variable is recorded in the report, as nsys records the profiled process's environment")),
 )
 
 NSYS_ARGS = (
@@ -236,11 +241,21 @@ NSYS_ARGS = (
 )
 
 
+def valid_names(names) -> tuple[str, ...]:
+    """Names given with --env, checked: an environment variable's name, or a one-line OptionError."""
+    for n in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n):
+            raise OptionError(f"--env {n!r}: give the names of environment variables (letters, digits, _), "
+                              "comma-separated; their values stay in the kernel's environment")
+    return tuple(names)
+
+
 def _common(args, default_name: str) -> dict:
     return dict(name=args.name or default_name, directory=args.dir, timeout=args.timeout,
                 send_vars=split_names(args.vars) if args.vars is not None else None, no_vars=args.no_vars,
                 return_vars=split_names(args.returns), render=not args.no_render, quiet=args.quiet,
-                modules=getattr(args, "modules", None), functions=split_names(getattr(args, "functions", None)))
+                modules=getattr(args, "modules", None), functions=split_names(getattr(args, "functions", None)),
+                pass_env=valid_names(split_names(getattr(args, "env", None))))
 
 
 def nsys_options_from_args(args, default_name: str) -> NsysOptions:

@@ -16,7 +16,7 @@ LAYERS = (
     ("analysis",),
     ("views",),
     ("jobs",),
-    ("run", "background", "magics", "cli", ""),            # the Python API and its front ends ("" = __init__)
+    ("run", "background", "magics", "cli", "inplace_kernel", ""),  # the Python API, its front ends ("" = __init__)
 )
 MAX_UPWARD = 2
 

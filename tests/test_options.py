@@ -71,13 +71,30 @@ def test_secret_values_whatever_the_name(value, secret):
     assert is_secret("SOME_SETTING", value) is secret
 
 
-def test_child_environment_is_configurable(monkeypatch):
-    base = {"MY_TOKEN": "1", "KEEP_TOKEN": "2", "COMPANY_BADGE": "3", "PLAIN": "4"}
-    monkeypatch.setenv("NSIGHT_MAGIC_KEEP_ENV", "KEEP_TOKEN")
-    monkeypatch.setenv("NSIGHT_MAGIC_SECRET_PATTERNS", "badge")
-    env = child_environment(base)
-    assert "MY_TOKEN" not in env and "COMPANY_BADGE" not in env
-    assert env["KEEP_TOKEN"] == "2" and env["PLAIN"] == "4"
+def test_child_environment_is_an_allow_list_with_what_the_user_passes(monkeypatch):
+    base = {"MY_TOKEN": "1", "KEEP_TOKEN": "2", "MY_PASSPHRASE": "3", "PLAIN": "4", "PATH": "/usr/bin",
+            "CUDA_VISIBLE_DEVICES": "0", "LC_ALL": "C", "OMP_NUM_THREADS": "4", "CUDA_API_TOKEN": "5",
+            "PIP_INDEX_URL": "https://u:p@pypi.example/simple", "TORCH_HOME": "/cache",
+            "NSIGHT_MAGIC_SECRET_PATTERNS": "home"}
+    monkeypatch.setenv("NSIGHT_MAGIC_PASS_ENV", "KEEP_TOKEN")
+    env = child_environment(base, passed=("PLAIN",))
+    # what Python, CUDA, the thread pools and the locale need, and what the user passed, nothing else
+    assert {k: env[k] for k in ("PATH", "CUDA_VISIBLE_DEVICES", "LC_ALL", "OMP_NUM_THREADS")} == {
+        "PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0", "LC_ALL": "C", "OMP_NUM_THREADS": "4"}
+    assert env["KEEP_TOKEN"] == "2" and env["PLAIN"] == "4"  # passed by name, as they are
+    assert not {"MY_TOKEN", "MY_PASSPHRASE", "PIP_INDEX_URL"} & set(env)
+    # the secret rules are a second net under the allow-list: a token name, extra patterns
+    assert "CUDA_API_TOKEN" not in env and "TORCH_HOME" not in env
+
+
+def test_env_names_are_checked():
+    from nsight_magic.magics import NsightMagics, parse_line
+    from nsight_magic.options import nsys_options_from_args
+
+    opts = nsys_options_from_args(parse_line(NsightMagics.nsys, "--env HF_TOKEN,MY_MODE"), default_name="c")
+    assert opts.pass_env == ("HF_TOKEN", "MY_MODE")
+    with pytest.raises(OptionError, match="--env 'A=1': give the names of environment variables"):
+        nsys_options_from_args(parse_line(NsightMagics.nsys, "--env A=1"), default_name="c")
 
 
 def test_free_names_skip_setup_definitions_and_builtins():

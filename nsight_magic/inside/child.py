@@ -194,11 +194,11 @@ def _wait_for(path: Path, timeout_s: float) -> None:
         time.sleep(0.002)
 
 
-def _annotate(ann: dict, ns: dict, folder: Path) -> list:
+def annotate_cell(ann: dict, ns: dict, folder: Path) -> list:
     """--modules / --functions: NVTX ranges for the models in the namespace and the named functions, before the
     cell runs (outside the capture).  A problem is reported and the cell runs anyway; annotations.json lists the
     range names (the views tell module ranges from other ones with it).  Returns the handles (a warm worker takes
-    the annotations off again after the cell)."""
+    the annotations off again after the cell; so does an in-place kernel, profilers/inplace.py)."""
     made, handles = {}, []
     if ann.get("modules") is not None:
         try:
@@ -406,7 +406,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     script = cfg.get("script")
     code_path = Path(script) if script else folder / "cell.py"
     ann = cfg.get("annotations") or {}
-    handles = _annotate(ann, ns, folder)
+    handles = annotate_cell(ann, ns, folder)
     handles.append(_training_ranges())
     if ann.get("lines"):
         from .line_ranges import helpers, instrument

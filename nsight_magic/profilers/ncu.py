@@ -46,7 +46,7 @@ def record_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), names
     folder.command.write_text(shlex.join(argv) + "\n")
     folder.write_json(folder.versions, _versions(ncu, "ncu", version))
 
-    run = ChildRun(argv, prep, child_environment(), on_output, on_status)
+    run = ChildRun(argv, prep, child_environment(passed=opts.pass_env), on_output, on_status)
     run.record(opts.timeout, stop_grace_s)
     returned = _load_returns(folder, messages)
     status = run.status_so_far

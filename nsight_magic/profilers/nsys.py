@@ -174,7 +174,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     if note:
         notes.append(note)
     folder.write_json(folder.versions, _versions(nsys, "nsys", version))
-    env = child_environment()
+    env = child_environment(passed=opts.pass_env)
     # Our capture range is not a registered NVTX string; without this nsys would never start collecting.
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
 

@@ -20,16 +20,14 @@ from typing import Callable
 
 from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files, tool_files_named_in
 from ..errors import NsightMagicError
-from ..options import is_secret
 from ..store import ProfileFolder
 from ..tools import orphan_guard
+from ..tools.environment import profiled_environment
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
 StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)
 
 RUN_ID_ENV = "NSIGHT_MAGIC_RUN_ID"
-SECRET_PATTERNS_ENV = "NSIGHT_MAGIC_SECRET_PATTERNS"   # extra comma-separated name fragments to drop
-KEEP_ENV_ENV = "NSIGHT_MAGIC_KEEP_ENV"                 # comma-separated names to keep even if they look secret
 POLL_S = 0.05
 
 
@@ -94,18 +92,11 @@ class Recording:
         return self._result is not None
 
 
-def child_environment(base: dict | None = None) -> dict:
-    """The kernel's environment minus secret-looking names.
+def child_environment(base: dict | None = None, passed=()) -> dict:
+    """The profiled process's environment: the allow-list of tools/environment.py plus the names `passed`.
 
-    nsys stores the target's whole environment inside the report, and reports get shared.
-    """
-    base = dict(os.environ if base is None else base)
-    extra = tuple(p.strip().upper() for p in os.environ.get(SECRET_PATTERNS_ENV, "").split(",") if p.strip())
-    keep = {n.strip() for n in os.environ.get(KEEP_ENV_ENV, "").split(",") if n.strip()}
-    from ..options import SECRET_NAME_PATTERNS
-
-    patterns = SECRET_NAME_PATTERNS + extra
-    env = {k: v for k, v in base.items() if k in keep or not is_secret(k, v, patterns)}
+    nsys stores the target's whole environment inside the report, and reports get shared."""
+    env, _ = profiled_environment(base, passed)
     # ipykernel's inline backend means nothing outside the kernel.
     if env.get("MPLBACKEND", "").startswith("module://"):
         env["MPLBACKEND"] = "Agg"

@@ -11,7 +11,6 @@ import base64
 import contextlib
 import functools
 import json
-import uuid
 import zlib
 
 LOADER_MARKER = "nsight-magic BokehJS loader"  # in the loader's script: tests and tools find the output by it

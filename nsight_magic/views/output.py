@@ -23,6 +23,8 @@ from .pages import write_page
 
 from .profile_view import VIEW_MIME, ProfileView
 
+__all__ = ["READY_KEY", "STATUS_MIME", "VIEW_MIME", "view_of", "profile_bundle", "status_bundle", "bundle_bytes"]
+
 READY_KEY = "application/vnd.nsight-magic+json"  # display metadata: {"state": "ready" | "failed", "folder": ...}
 STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading", "folder", "tool", "kernel_id"}
 

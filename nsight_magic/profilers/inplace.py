@@ -1,0 +1,261 @@
+"""Profile in place: a kernel that runs under `nsys launch` (nsight_magic/inplace_kernel.py) records a cell in its
+own process and namespace, between `nsys start` and `nsys stop` of its session.  Nothing is sent, nothing re-run:
+the cell's variables stay, a model loaded in the notebook is profiled as it is (GPU memory held once).
+
+    record   the profile folder, `nsys start --session=S` (waits for the previous cell's `nsys stop`), the cell
+             inside our NVTX range (its kernels synchronised when torch is in use), what the cell waits for;
+    finish   `nsys stop --session=S` (the report is written), the import and export, in the background.
+
+The kernel's environment is the profiled process's: the launcher starts the kernel from the allow-list
+(tools/environment.py), so no secret of the server's environment reaches the reports.
+"""
+from __future__ import annotations
+
+import _thread
+import json
+import os
+import shlex
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from ..errors import NsightMagicError
+from ..inside.child import CAPTURE_DOMAIN, annotate_cell
+from ..store import ProfileFolder, create_profile_folder, profiles_root
+from .nsys import finish_nsys
+from .prepare import _versions
+from .process import Recording, RunResult
+
+INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"  # set by the launcher: {"session", "nsys", "trace", "launch"} as JSON
+START_ARGS = ("--sample=none", "--cpuctxsw=none")  # refused by `nsys launch`, taken by `nsys start`
+START_TIMEOUT_S = 120
+STOP_TIMEOUT_S = 600
+
+
+class SessionGone(NsightMagicError):
+    """The kernel's nsys session cannot record (nsys died, or the session was shut down)."""
+
+
+def inplace_config() -> dict | None:
+    """The nsys session this kernel runs under (its launcher says so), or None: not an in-place kernel."""
+    raw = os.environ.get(INPLACE_ENV)
+    if not raw:
+        return None
+    try:
+        cfg = json.loads(raw)
+        return cfg if isinstance(cfg, dict) and cfg.get("session") and cfg.get("nsys") else None
+    except ValueError:
+        return None
+
+
+def why_not_in_place(opts, trace_given: str | None, kernel_trace: str) -> str | None:
+    """Why this %%nsys cannot be recorded in place (it runs in a fresh process instead), or None."""
+    if opts.fresh:
+        return "--fresh"
+    if opts.nproc:
+        return "--nproc starts its ranks with torchrun"
+    if opts.capture != "cell":
+        return "--capture all records a whole process"
+    if opts.nsys_args:
+        return "--nsys-args are flags of nsys profile (this kernel's nsys was launched with its flags)"
+    if getattr(opts, "lines", False) or getattr(opts, "ops", None):
+        return "--lines and --ops instrument the code the profiled process runs"
+    if trace_given is not None:
+        norm = lambda t: sorted({x.strip() for x in t.split(",") if x.strip()})  # noqa: E731
+        if norm(trace_given) != norm(kernel_trace):
+            return (f"this kernel traces {kernel_trace}, fixed when nsys launched it (install a kernel that traces "
+                    f"{trace_given}: nsight-magic kernel install --trace {trace_given} --name ...)")
+    return None
+
+
+class InPlaceSession:
+    """This kernel's nsys session; one recording at a time (a `nsys start` waits for the previous `nsys stop`)."""
+
+    def __init__(self, cfg: dict):
+        self.name, self.nsys, self.trace = cfg["session"], Path(cfg["nsys"]), cfg.get("trace", "")
+        self.launch = cfg.get("launch", "")
+        self.version = cfg.get("version")
+        self.cells = 0
+        self._stopped = threading.Event()
+        self._stopped.set()  # nothing recording yet
+        self._lock = threading.Lock()
+
+    def _nsys(self, verb: str, *args: str, timeout: float) -> tuple[int | None, str]:
+        argv = [str(self.nsys), verb, f"--session={self.name}", *args]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            return p.returncode, (p.stdout + p.stderr).strip()
+        except subprocess.TimeoutExpired:
+            return None, f"nsys {verb} did not answer within {timeout:.0f} s"
+        except OSError as e:
+            return None, f"nsys {verb} could not run ({e.strerror or e})"
+
+    def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1) -> Recording:
+        """Run `cell` in this kernel (shell.run_cell) between `nsys start` and `nsys stop`; the Recording whose
+        finish() stops the recording and exports the report."""
+        t0 = time.monotonic()
+        root = profiles_root(opts.directory)
+        folder = ProfileFolder(create_profile_folder(root, opts.name))
+        folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
+        folder.write_json(folder.run_config, {"tool": "nsys", "mode": "in place", "session": self.name,
+                                              "trace": self.trace, "cell_first_line": cell_first_line})
+        start_args = [f"--output={folder.report_base}", *START_ARGS, "--force-overwrite=true"]
+        start = shlex.join([str(self.nsys), "start", f"--session={self.name}", *start_args])
+        folder.command.write_text(f"in place: {self.launch}\n{start}\n")
+        folder.write_json(folder.versions, _versions(self.nsys, "nsys", self.version))
+        messages: list[str] = []
+        notes = [f"profiled in place (cell {self.cells + 1} of this kernel's nsys session, tracing {self.trace})"]
+        if opts.send_vars or opts.no_vars or opts.return_vars:
+            notes.append("in place nothing is sent or returned: the cell runs in this kernel, with its variables")
+        if not self._stopped.is_set():
+            if on_status:
+                on_status("waiting for the previous profile's recording to be written", time.monotonic() - t0)
+            self._stopped.wait()  # Ctrl-C here: nothing started, the folder says so
+        with self._lock:
+            rc, out = self._nsys("start", *start_args, timeout=START_TIMEOUT_S)
+        if rc != 0:
+            folder.tool_log.write_text(out + "\n")
+            raise SessionGone(f"nsys start failed in this kernel's session {self.name} ({out.splitlines()[-1] if out else rc}"
+                              f"); the session may be gone: restart the kernel, or profile in a fresh process with "
+                              f"%%nsys --fresh; nsys's output is in {folder.tool_log}")
+        self._stopped.clear()
+        self.cells += 1
+        status, annotations = "ok", []
+        timer = _Timeout(opts.timeout)
+        record_start = time.monotonic()
+        try:
+            if opts.modules is not None or opts.functions:  # on the kernel's own objects, taken off after the cell
+                annotations = annotate_cell({"modules": opts.modules, "functions": list(opts.functions)},
+                                            shell.user_ns, folder.path)
+            with _cell_range(folder.path.name):
+                timer.start()
+                try:
+                    result = shell.run_cell(cell, store_history=False)
+                finally:
+                    timer.cancel()
+                _synchronize_gpu()
+            err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+            if timer.fired:
+                status = "timeout"
+            elif isinstance(err, KeyboardInterrupt):
+                status = "interrupted"
+            elif err is not None:
+                status = "cell-error"
+        except KeyboardInterrupt:  # between our steps, not inside the cell: the recording still ends
+            status = "timeout" if timer.fired else "interrupted"
+        finally:
+            for h in annotations:
+                h.remove()
+        cell_s = time.monotonic() - record_start
+        if status == "timeout":
+            messages.append(f"the cell ran past --timeout {opts.timeout:g} s and was interrupted (KeyboardInterrupt "
+                            "in the cell; the kernel lives on, with what the cell had done)")
+        record_s = time.monotonic() - t0
+
+        def finish(on_status_cb=None, cancel=None) -> RunResult:
+            return self._finish(folder, status, messages, notes, t0, record_s, cell_s, on_status_cb or on_status)
+
+        return Recording(folder, "nsys", status, record_s, {}, [], messages, notes, finish)
+
+    def _finish(self, folder: ProfileFolder, status: str, messages: list[str], notes: list[str], t0: float,
+                record_s: float, cell_s: float, on_status) -> RunResult:
+        """`nsys stop` (let finish even on Ctrl-C: it writes the report), then the import and export."""
+        t_stop = time.monotonic()
+        if on_status:
+            on_status("stopping the recording", time.monotonic() - t0)
+        try:
+            with self._lock:
+                rc, out = self._nsys("stop", timeout=STOP_TIMEOUT_S)
+        finally:
+            self._stopped.set()
+        stop_s = time.monotonic() - t_stop
+        with open(folder.tool_log, "a") as f:
+            f.write(out + "\n")
+        messages = list(messages)
+        if rc != 0:
+            messages.append(f"nsys stop failed ({out.splitlines()[-1] if out else rc}); what it wrote is in "
+                            f"{folder.path}/")
+        if on_status:
+            on_status("exporting", time.monotonic() - t0)
+        rep, sqlite = finish_nsys(folder, self.nsys, messages)
+        if rep is None and sqlite is None:
+            messages.append(f"nsys wrote no report; its own output is in {folder.tool_log}")
+        timings = {"record_s": round(record_s, 3), "cell_s": round(cell_s, 3), "nsys_stop_s": round(stop_s, 3),
+                   "report_s": round(time.monotonic() - t_stop - stop_s, 3)}
+        return RunResult(folder, status, 0 if status == "ok" else None, time.monotonic() - t0, rep, sqlite,
+                         messages, {}, [], timings, list(notes))
+
+
+class _Timeout:
+    """--timeout in place: KeyboardInterrupt in the cell after `seconds` (the kernel is not killed)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds, self.fired, self._timer = seconds, False, None
+
+    def start(self) -> None:
+        if self.seconds:
+            self._timer = threading.Timer(self.seconds, self._fire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        _thread.interrupt_main()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+
+class _cell_range:
+    """Our NVTX range around the cell (the capture span of readers/capture_span.py): what the magic does outside
+    it is not the cell's."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __enter__(self):
+        import nvtx
+
+        nvtx.push_range(self.name, domain=CAPTURE_DOMAIN)
+        return self
+
+    def __exit__(self, *exc):
+        import nvtx
+
+        nvtx.pop_range(domain=CAPTURE_DOMAIN)
+        return False
+
+
+def _synchronize_gpu() -> None:
+    """The cell's queued GPU work inside the capture: torch's, when torch is in use here."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a failed sync is the cell's own error; it shows at its next use
+        pass
+
+
+def gpu_memory_guard() -> str | None:
+    """Before a profiled copy of the notebook starts (subprocess mode): when the notebook's own torch holds more
+    GPU memory than is free, the copy cannot fit; the line that says so and what to do, else None."""
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        for d in range(torch.cuda.device_count()):
+            held = torch.cuda.memory_reserved(d)
+            if not held:
+                continue
+            free, _total = torch.cuda.mem_get_info(d)
+            if held > free:
+                return (f"the notebook holds {held / 1e9:.1f} GB on GPU {d}; a profiled copy needs as much and "
+                        f"{free / 1e9:.1f} GB are free: profile it in place (nsight-magic kernel install, then "
+                        "choose the kernel 'Python 3 (nsight-magic, profile in place)'), or free the notebook's "
+                        "copy first")
+    except Exception:  # noqa: BLE001 - no answer from the driver: nothing to say
+        return None
+    return None

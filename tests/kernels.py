@@ -1,0 +1,91 @@
+"""Kernels as JupyterLab starts and drives them, for tests and benchmarks: the in-place kernel (issue 44)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def nsys_of(session: str) -> list[str]:
+    """Processes whose command line names this nsys session (nsys launch, its agents)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if session in cmd:
+                out.append(f"{d.name} {cmd[:160]}")
+    return out
+
+
+def install_inplace_kernel(prefix: Path, trace: str) -> Path:
+    """`nsight-magic kernel install --prefix PREFIX --trace TRACE`; the folder Jupyter finds kernels in."""
+    subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", str(prefix),
+                    "--trace", trace], check=True, capture_output=True, timeout=60)
+    return prefix / "share" / "jupyter" / "kernels"
+
+
+class DrivenKernel:
+    """A kernel (`name`: a kernelspec; kernels_dir: where more are) driven as JupyterLab drives it (allow_stdin:
+    profiles load in the background and fill their output after the cell returns)."""
+
+    def __init__(self, cwd: Path, name: str = "python3", kernels_dir: Path | None = None, env: dict | None = None):
+        from jupyter_client.manager import KernelManager
+
+        self.cwd = cwd
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self.km = KernelManager(kernel_name=name)
+        if kernels_dir is not None:
+            self.km.kernel_spec_manager.kernel_dirs.insert(0, str(kernels_dir))
+        self.km.start_kernel(cwd=str(cwd), env={**os.environ, **(env or {})})
+        self.kc = self.km.client()
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=180)
+
+    @property
+    def session(self) -> str | None:
+        raw = self.run("import os; print(os.environ.get('NSIGHT_MAGIC_INPLACE', '{}'))")
+        return json.loads(raw).get("session")
+
+    def run(self, code: str, timeout: float = 300, interrupt_after: float | None = None) -> str:
+        """Run a cell; its output once it settles (a profile's view fills its output after the cell returns)."""
+        msg_id = self.kc.execute(code, allow_stdin=True)
+        out, done, t0 = [], False, time.monotonic()
+        while True:
+            if interrupt_after is not None and time.monotonic() - t0 > interrupt_after:
+                self.km.interrupt_kernel()
+                interrupt_after = None
+            try:
+                m = self.kc.get_iopub_msg(timeout=0.5)
+            except Exception:  # noqa: BLE001 - no message for a moment
+                if done and not any("loading the profile" in o for o in out[-1:]):
+                    return "".join(out)
+                if time.monotonic() - t0 > timeout:
+                    raise AssertionError(f"no answer: {''.join(out)[-2000:]}") from None
+                continue
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            t, c = m["header"]["msg_type"], m["content"]
+            if t == "stream":
+                out.append(c["text"])
+            elif t in ("display_data", "execute_result", "update_display_data"):
+                out.append(c["data"].get("text/plain", "") + "\n")
+            elif t == "error":
+                out.append(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(c["traceback"])))  # without the colours
+            elif t == "status" and c["execution_state"] == "idle":
+                done = True
+
+    def close(self, now: bool = False) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=now)
+
+
+def inplace_kernel(tmp: Path, trace: str = "nvtx,osrt", env: dict | None = None) -> DrivenKernel:
+    kernels = install_inplace_kernel(tmp / "prefix", trace)
+    return DrivenKernel(tmp / "work", "nsight-magic", kernels, env)
