@@ -80,8 +80,10 @@ def _date(msg) -> float:
 class Frontend:
     """A kernel driven like JupyterLab: every iopub message kept, displays followed by their display ids."""
 
-    def __init__(self, cwd: Path, env: dict):
-        self.km = KernelManager(kernel_name="python3")
+    def __init__(self, cwd: Path, env: dict, kernel: str = "python3", kernels_dir: Path | None = None):
+        self.km = KernelManager(kernel_name=kernel)
+        if kernels_dir is not None:  # a kernelspec installed into a prefix of its own (the in-place kernel)
+            self.km.kernel_spec_manager.kernel_dirs.insert(0, str(kernels_dir))
         self.km.start_kernel(cwd=str(cwd), env=env)
         self.kc = self.km.blocking_client()
         self.kc.start_channels()

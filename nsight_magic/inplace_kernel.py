@@ -109,8 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     session = f"nsight-magic-{(m.group(1) if m else uuid.uuid4().hex)[:12]}"
     launch = launch_argv(nsys, session, trace, a.connection_file)
     env, _withheld = profiled_environment(passed=[n for n in a.env.split(",") if n])
+    # exec keeps this pid: the kernel watches it to know its session lives (profilers/inplace.py)
     env[INPLACE_ENV] = json.dumps({"session": session, "nsys": nsys, "trace": trace, "version": version,
-                                   "launch": " ".join(launch)})
+                                   "launch": " ".join(launch), "pid": os.getpid()})
     # our cell ranges are not registered NVTX strings: without this nsys would drop them
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     os.execvpe(nsys, launch, env)

@@ -187,6 +187,10 @@ class NsightMagics(Magics):
         NSIGHT_MAGIC_PREWARM=0; a worker that cannot start is started by the next %%nsys as before."""
         if os.environ.get(PREWARM_ENV, "1") == "0" or self._inplace() is not None:  # in place: no worker
             return
+        from .profilers.inplace import gpu_memory_guard
+
+        if gpu_memory_guard():  # a copy of the notebook's GPU memory would not fit: %%nsys says so when run
+            return
         from . import tools
         from .options import DEFAULT_TRACE, trace_for_machine
         from .profilers import child_environment
@@ -333,8 +337,10 @@ class NsightMagics(Magics):
                 return
             print(f"nsight-magic: in a fresh process, not in place: {why}")
             opts = replace(opts, fresh=True)
-        else:
-            self._guard_gpu_memory(fresh=opts.fresh or self.sessions.session is None)
+        else:  # a new worker starts unless the warm one has this setup
+            s = self.sessions.session
+            warm = s is not None and not s.retired and s.setup_sources == tuple(self.setup_sources.values())
+            self._guard_gpu_memory(fresh=opts.fresh or not warm)
         try:
             rec = record_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
                               on_output=status.output, on_status=status,
@@ -803,3 +809,6 @@ def register(ipython) -> None:
     if magics not in ipython.configurables:  # %config NsightMagics.pass_env = [...] reaches it
         ipython.configurables.append(magics)
     magics.prewarm()
+    from .background import import_finish_stage
+
+    import_finish_stage()

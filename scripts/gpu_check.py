@@ -48,6 +48,8 @@ Sections (pick with --only):
             phase: where tracing slows a step down
   ops_warm  the first operators under --ops's two ways (the dispatch mode, warmed or not, and emit_nvtx), in fresh
             processes without nsys: what torch loads on first use
+  inplace   (issue 44) the in-place kernel: a transformer cell profiled in the kernel (nbclient), its kernels
+            against nsys stats, then benchmarks/inplace.py --workload torch --big 0.65: $OUT/inplace_torch.json
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -829,6 +831,79 @@ def check_analysis(work: Path) -> None:
         say("analysis", f"kernels_{n}", "\n" + (p.stdout + p.stderr)[-1500:])
 
 
+INPLACE_CELLS = [
+    """import torch, torch.nn as nn, nvtx
+torch.manual_seed(0)
+layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True)
+model = nn.TransformerEncoder(layer, num_layers=6).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+x = torch.randn(32, 128, 512, device="cuda")
+def step():
+    loss = model(x).square().mean()
+    opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+""",
+    """%%nsys --name inplace-e2e
+for i in range(10):
+    with nvtx.annotate(f"step {i}"):
+        step()
+""",
+    "print('adam_steps', int(opt.state[next(iter(model.parameters()))]['step']))",
+]
+
+
+def check_inplace(work: Path) -> None:
+    """The in-place kernel (issue 44): a transformer cell profiled in the kernel itself, executed by nbclient with
+    the kernelspec `nsight-magic kernel install` writes; its kernels against `nsys stats` on the same report and
+    the optimizer's step count after it; then benchmarks/inplace.py (blocked, drawn, not-recording cost, GPU
+    memory by nvidia-smi, the big-model case and the subprocess guard): $OUT/inplace_torch.json."""
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo))
+    subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", "/tmp/site"],
+                   check=True, timeout=120)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in INPLACE_CELLS]
+    t0 = time.perf_counter()
+    NotebookClient(nb, timeout=600, kernel_name="nsight-magic", allow_errors=True,
+                   resources={"metadata": {"path": str(work)}}).execute()
+    say("inplace", "notebook_wall_s", round(time.perf_counter() - t0, 1))
+    say("inplace", "profiled_cell_output", cell_text(nb.cells[1])[-1200:])
+    say("inplace", "after", cell_text(nb.cells[2]).strip())
+    from nsight_magic import open_report
+
+    folder = sorted((work / "nsight-profiles").glob("inplace-e2e-*"))[-1]
+    rep = open_report(folder)
+    ours = rep.kernel_summary()
+    say("inplace", "kernels", len(rep.kernels))
+    say("inplace", "timings", json.loads((folder / "timings.json").read_text()))
+    p = subprocess.run(["nsys", "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv", "--force-export=false",
+                        "--output", "-", str(folder / "report.sqlite")], capture_output=True, text=True, timeout=300)
+    import io
+
+    import pandas as pd
+
+    text = p.stdout[p.stdout.find("Time (%)"):] if "Time (%)" in p.stdout else ""
+    stats = pd.read_csv(io.StringIO(text)) if text else pd.DataFrame()
+    if len(stats):
+        theirs = dict(zip(stats["Name"], stats["Instances"]))
+        mine = dict(zip(ours["name"], ours["count"]))
+        say("inplace", "stats_kernels", int(stats["Instances"].sum()))
+        say("inplace", "stats_total_ns", int(stats["Total Time (ns)"].sum()))
+        say("inplace", "our_total_ns", int(ours["total_ns"].sum()))
+        say("inplace", "per_name_counts_equal", mine == theirs)
+    else:
+        say("inplace", "stats_output", (p.stdout + p.stderr)[-1500:])
+    shutil.copy(folder / "report.sqlite", OUT / "inplace_e2e_report.sqlite")
+    b = subprocess.run([sys.executable, str(repo / "benchmarks" / "inplace.py"), "--workload", "torch",
+                        "--repeat", "3", "--big", os.environ.get("NM_INPLACE_BIG", "0.65"),
+                        "--json", str(OUT / "inplace_torch.json")], capture_output=True, text=True, timeout=560,
+                       cwd=work)
+    say("inplace", "benchmark", "\n" + "\n".join(x for x in (b.stdout + b.stderr).splitlines()
+                                                  if "WARNING" not in x)[-5000:])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -848,7 +923,7 @@ def main() -> None:
              "emit_nvtx": check_emit_nvtx, "latency": check_latency,
              "ops": check_ops, "jobtime": check_jobtime, "jobbench": check_jobbench, "analysis": check_analysis,
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
-             "ops_warm": check_ops_warm,
+             "ops_warm": check_ops_warm, "inplace": check_inplace,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

@@ -32,8 +32,11 @@ requires_chromium = pytest.mark.skipif(not CHROMIUM.exists(),
 
 # pytest-xdist runs the suite in several worker processes (scripts/test.sh): each gets its own TMPDIR (warm
 # sessions' folders, nsys's private folders), and tests that look for "processes of ours" count only those started
-# by their own worker (every process a worker starts, kernels and nsys included, inherits PYTEST_XDIST_WORKER)
+# by their own worker: every process a worker starts, kernels and nsys included, inherits NSIGHT_MAGIC_TEST_WORKER
+# (a name the profiled processes' allow-list lets through, as it does not PYTEST_XDIST_WORKER)
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+if WORKER is not None:
+    os.environ["NSIGHT_MAGIC_TEST_WORKER"] = WORKER
 
 
 def pytest_configure(config):
@@ -54,7 +57,7 @@ def pytest_configure(config):
 def started_by_this_worker(environ: bytes) -> bool:
     """Whether a process (its /proc/PID/environ) was started by this test process's worker (always, without
     xdist)."""
-    return WORKER is None or f"PYTEST_XDIST_WORKER={WORKER}".encode() in environ.split(b"\0")
+    return WORKER is None or f"NSIGHT_MAGIC_TEST_WORKER={WORKER}".encode() in environ.split(b"\0")
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ CASES = [
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),
     ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
     ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),
+    ("inplace", ["--workload", "cpu", "--repeat", "1", "--pause", "0.2"], "not recording:", [requires_nsys]),
     ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default"], "launch+setup", [requires_nsys]),
     ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu"], "ratio",
      [requires_nsys, needs_torch]),

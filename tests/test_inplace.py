@@ -154,3 +154,26 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
             b.close()
     names = [p.name for p in (root / "nsight-profiles").iterdir()]
     assert len(names) == 1 and names[0].startswith("lab-")
+
+
+def test_when_nsys_dies_the_kernel_lives_and_says_the_session_is_gone(kernel):
+    """nsys's agent killed: `nsys launch` exits (Jupyter would restart the kernel: its handle is that process);
+    until then the kernel answers, and %%nsys says the session has ended instead of recording nothing."""
+    import os
+    import signal
+
+    assert "profile ready" in kernel.run("%%nsys --name before\nkept = 7")
+    session = kernel.session
+    agents = [int(line.split()[0]) for line in nsys_of(session) if "--start-agent" in line]
+    assert agents, nsys_of(session)
+    for pid in agents:
+        os.kill(pid, signal.SIGKILL)
+    end = time.monotonic() + 20
+    while any(" launch " in line for line in nsys_of(session)) and time.monotonic() < end:
+        time.sleep(0.2)
+    out = kernel.run("%%nsys --name after\nprint('not run', kept)")
+    assert f"nsys session {session} has ended" in out and "%%nsys --fresh" in out, out
+    assert "not run" not in out.replace("was not run", "")
+    assert "kept 7" in kernel.run("print('kept', kept)")
+    after = next((kernel.cwd / "nsight-profiles").glob("after-*"))
+    assert (after / "cell.py").read_text().strip() == "print('not run', kept)"  # nothing lost: the cell stays

@@ -77,10 +77,30 @@ class InPlaceSession:
         self.name, self.nsys, self.trace = cfg["session"], Path(cfg["nsys"]), cfg.get("trace", "")
         self.launch = cfg.get("launch", "")
         self.version = cfg.get("version")
+        self.pid = cfg.get("pid")
         self.cells = 0
         self._stopped = threading.Event()
         self._stopped.set()  # nothing recording yet
         self._lock = threading.Lock()
+
+    def alive(self) -> bool:
+        """Whether `nsys launch` of this kernel still runs.  When it ends (its agent killed, say), `nsys start`
+        still answers 0 and records nothing, and Jupyter, whose handle on the kernel is that process, restarts
+        the kernel within seconds (measured with Jupyter Server 2.21: the old kernel exits with its launcher)."""
+        if not self.pid:
+            return True
+        try:  # a zombie's cmdline is empty; another process that took the pid does not name our session
+            return self.name.encode() in Path(f"/proc/{int(self.pid)}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            return True  # no /proc to ask: assume it runs
+
+    def _gone(self, folder: ProfileFolder) -> SessionGone:
+        return SessionGone(f"this kernel's nsys session {self.name} has ended (its nsys launch process exited), so "
+                           "nothing can be recorded in place: restart the kernel (Jupyter does when it notices; "
+                           f"the kernel's variables go with it), or profile in a fresh process with %%nsys --fresh; "
+                           f"the cell was not run ({folder.path})")
 
     def _nsys(self, verb: str, *args: str, timeout: float) -> tuple[int | None, str]:
         argv = [str(self.nsys), verb, f"--session={self.name}", *args]
@@ -113,6 +133,8 @@ class InPlaceSession:
             if on_status:
                 on_status("waiting for the previous profile's recording to be written", time.monotonic() - t0)
             self._stopped.wait()  # Ctrl-C here: nothing started, the folder says so
+        if not self.alive():
+            raise self._gone(folder)
         with self._lock:
             rc, out = self._nsys("start", *start_args, timeout=START_TIMEOUT_S)
         if rc != 0:
@@ -174,7 +196,10 @@ class InPlaceSession:
         with open(folder.tool_log, "a") as f:
             f.write(out + "\n")
         messages = list(messages)
-        if rc != 0:
+        if not self.alive():
+            messages.append(f"this kernel's nsys session {self.name} ended during the cell (its nsys launch process "
+                            "exited): restart the kernel to profile in place again")
+        elif rc != 0:
             messages.append(f"nsys stop failed ({out.splitlines()[-1] if out else rc}); what it wrote is in "
                             f"{folder.path}/")
         if on_status:

@@ -108,6 +108,7 @@ class NsysSession:
     def __init__(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path, umask: int):
         self.nsys, self.trace, self.cwd = Path(nsys), trace, Path(cwd)
         self.key = session_key(self.nsys, trace, env, setup_sources, self.cwd)
+        self.setup_sources = tuple(setup_sources)
         self.id = uuid.uuid4().hex[:12]
         self.name = f"nsight-magic-{self.id}"
         self.dir = Path(tempfile.mkdtemp(prefix=f"{SESSION_DIR_PREFIX}{self.id}-"))
