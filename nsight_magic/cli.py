@@ -57,6 +57,9 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--env", default="", metavar="NAME,NAME",
                      help="environment variables the kernel gets beyond the allow-list (each is recorded in the "
                           "reports)")
+    ins.add_argument("--memory", action="store_true",
+                     help="nsys records every device allocation too (--cuda-memory-usage; about a third slower "
+                          "GPU work while recording); torch's allocator history is recorded either way")
     ksub.add_parser("list", help="the in-place kernels Jupyter finds")
     rem = ksub.add_parser("remove", help="remove an in-place kernelspec")
     rem.add_argument("name")
@@ -88,7 +91,7 @@ def _kernel(args) -> int:
         user = args.user or not (args.sys_prefix or args.prefix or in_venv)
         prefix = args.prefix or (sys.prefix if (args.sys_prefix or (in_venv and not args.user)) else None)
         where = k.install(args.name, trace=args.trace, env_names=[n for n in args.env.split(",") if n],
-                          user=user, prefix=prefix)
+                          user=user, prefix=prefix, memory=args.memory)
         print(f"nsight-magic: installed the in-place kernel {args.name!r} in {where} (tracing {args.trace}); "
               "choose it in JupyterLab's launcher or kernel picker")
     elif args.kernel_command == "list":

@@ -2,6 +2,7 @@
 in the kernel itself (profilers/inplace.py) instead of running it again in a second process.
 
     nsight-magic kernel install [--user | --sys-prefix | --prefix DIR] [--name NAME] [--trace T] [--env A,B]
+                                [--memory]
     nsight-magic kernel list | remove NAME
 
 The kernelspec starts `python -m nsight_magic.inplace_kernel -f {connection_file} ...`, which execs
@@ -35,7 +36,7 @@ def _manager():
 
 
 def install(name: str = KERNEL_NAME, *, display_name: str | None = None, trace: str = DEFAULT_TRACE,
-            env_names=(), user: bool = False, prefix: str | None = None) -> Path:
+            env_names=(), user: bool = False, prefix: str | None = None, memory: bool = False) -> Path:
     """Write the kernelspec (for this Python environment) and return where it went."""
     from .options import valid_names
 
@@ -47,10 +48,12 @@ def install(name: str = KERNEL_NAME, *, display_name: str | None = None, trace: 
     names = valid_names(tuple(n for n in env_names if n))
     if names:
         argv += ["--env", ",".join(names)]
+    if memory:
+        argv.append("--memory")
     spec = {"argv": [*argv, "-f", "{connection_file}"],
             "display_name": display_name or (DISPLAY_NAME if name == KERNEL_NAME else f"{DISPLAY_NAME}: {name}"),
             "language": "python", "interrupt_mode": "message",
-            "metadata": {"nsight_magic": {"trace": trace, "env": list(names)}}}
+            "metadata": {"nsight_magic": {"trace": trace, "env": list(names), "memory": memory}}}
     with tempfile.TemporaryDirectory() as d:
         (Path(d) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         where = _manager().install_kernel_spec(d, kernel_name=name, user=user, prefix=prefix)
@@ -78,8 +81,8 @@ def remove(name: str) -> Path:
     return Path(_manager().remove_kernel_spec(name))
 
 
-def launch_argv(nsys: str, session: str, trace: str, connection_file: str) -> list[str]:
-    return [nsys, "launch", f"--session-new={session}", f"--trace={trace}", sys.executable, "-m",
+def launch_argv(nsys: str, session: str, trace: str, connection_file: str, launch_args=()) -> list[str]:
+    return [nsys, "launch", f"--session-new={session}", f"--trace={trace}", *launch_args, sys.executable, "-m",
             "ipykernel_launcher", "--ext=nsight_magic", "-f", connection_file]
 
 
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import tools
     from .options import trace_for_machine
+    from .profilers.extras import choose, split_for_session
     from .profilers.inplace import INPLACE_ENV
     from .tools.environment import profiled_environment
 
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-f", dest="connection_file", required=True)
     ap.add_argument("--trace", default=DEFAULT_TRACE)
     ap.add_argument("--env", default="")
+    ap.add_argument("--memory", action="store_true")
     a = ap.parse_args(argv)
     try:
         nsys = str(tools.find_nsys())
@@ -107,11 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     trace, _ = trace_for_machine(a.trace, tools.gpu_visible())
     m = re.fullmatch(r"kernel-(.+)\.json", Path(a.connection_file).name)
     session = f"nsight-magic-{(m.group(1) if m else uuid.uuid4().hex)[:12]}"
-    launch = launch_argv(nsys, session, trace, a.connection_file)
+    # what nsys records beyond the trace (profilers/extras.py), fixed at launch: --memory adds its device-memory
+    # record (Python samples and torch's allocator history are taken by the kernel itself, cell by cell)
+    extras = choose(None, a.memory or None, trace, tools.nsys_switches(nsys, "profile"), version=version)
+    launch_args, start_args = split_for_session(extras.args, tools.nsys_switches(nsys, "launch"))
+    launch = launch_argv(nsys, session, trace, a.connection_file, launch_args)
     env, _withheld = profiled_environment(passed=[n for n in a.env.split(",") if n])
     # exec keeps this pid: the kernel watches it to know its session lives (profilers/inplace.py)
     env[INPLACE_ENV] = json.dumps({"session": session, "nsys": nsys, "trace": trace, "version": version,
-                                   "launch": " ".join(launch), "pid": os.getpid()})
+                                   "launch": " ".join(launch), "pid": os.getpid(), "start_args": start_args,
+                                   "memory": extras.memory})
     # our cell ranges are not registered NVTX strings: without this nsys would drop them
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     os.execvpe(nsys, launch, env)

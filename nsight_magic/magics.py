@@ -203,7 +203,10 @@ class NsightMagics(Magics):
         except NsightMagicError:
             return
         env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        from .profilers.nsys import default_launch_args
+
         self.sessions.prewarm(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
+                              launch_args=default_launch_args(nsys, trace),
                               cwd=notebook_dir(), umask=_current_umask())
 
     # ---- %%nsight_setup -------------------------------------------------------------------------------------
@@ -401,7 +404,10 @@ class NsightMagics(Magics):
         if trace is None:
             trace, _ = trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())
         env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
+        from .profilers.nsys import default_launch_args
+
         session = self.sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
+                                    launch_args=default_launch_args(nsys, trace),
                                     cwd=notebook_dir(), umask=_current_umask())
         status = _LiveStatus("nsys session", False)
         try:

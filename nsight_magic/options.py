@@ -1,6 +1,7 @@
 """Options shared by %%nsys, %%ncu and the command line: frozen dataclasses and their validation."""
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ class NsysOptions(RunOptions):
     nproc: int | None = None         # --nproc N: the cell in N ranks under torchrun (one report, every rank)
     return_all: bool = False         # --return-all: --return values of every rank (a list per name)
     per_rank_reports: bool = False   # --per-rank-reports: one nsys per rank, merged on one clock for the view
+    samples: bool | None = None      # --samples / --no-samples: Python call stacks (None: on)
+    memory: bool | None = None       # --memory / --no-memory: None: torch's allocator history; True: + nsys's
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -217,6 +220,15 @@ NSYS_ARGS = (
     (("--lines",), dict(action="store_true",
                         help="put each line of the cell (and of its top-level loops) in an NVTX range: the Lines tab "
                              "shows hits, CPU and GPU time per line, like a line profiler")),
+    (("--samples",), dict(action=argparse.BooleanOptionalAction, default=None,
+                          help="sample the Python call stacks of the profiled process's threads every 5 ms during "
+                               "the cell (default: on): the Python tab, the timeline's Python rows and the advice "
+                               "name the code the host ran; --no-samples leaves them out")),
+    (("--memory",), dict(action=argparse.BooleanOptionalAction, default=None,
+                         help="with torch, its caching allocator's history is recorded around the cell by default "
+                              "(the memory track, the Memory tab and its advice); --memory adds nsys's record of every "
+                              "device allocation (--cuda-memory-usage: GPU work about a third slower while "
+                              "recording), --no-memory records neither")),
     (("--fresh",), dict(action="store_true",
                         help="run in a fresh process instead of the notebook's warm session (the setup code runs "
                              "again; nothing of earlier cells is left)")),
@@ -268,6 +280,7 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
                        ops=getattr(args, "ops", None),
                        nproc=getattr(args, "nproc", None), return_all=bool(getattr(args, "return_all", False)),
                        per_rank_reports=bool(getattr(args, "per_rank_reports", False)),
+                       samples=getattr(args, "samples", None), memory=getattr(args, "memory", None),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 

@@ -50,6 +50,11 @@ Sections (pick with --only):
             processes without nsys: what torch loads on first use
   inplace   (issue 44) the in-place kernel: a transformer cell profiled in the kernel (nbclient), its kernels
             against nsys stats, then benchmarks/inplace.py --workload torch --big 0.65: $OUT/inplace_torch.json
+  planted_sixth  the sixth planted set (issues 45, 48), with each report's Python samples and allocator history
+  sampler_cost  nsight-magic's Python sampler on a GPU and a CPU-bound step, alone and under nsys
+  recording (issues 45, 48) nsys's switches, benchmarks/recording_cost.py (Python samples, device memory, torch's
+            allocator history) on the GPU and CPU workloads, and a cell recorded with both fresh, in a warm session
+            and in place: $OUT/recording.tar.xz
 Results print as lines and go to $OUT/gpu_check.json; small reports are copied to $OUT.
 """
 from __future__ import annotations
@@ -495,11 +500,16 @@ def _planted(work: Path, suite: str) -> None:
     out = work / f"planted_{suite}"
     only = ["--only", os.environ["NM_PLANTED_ONLY"]] if os.environ.get("NM_PLANTED_ONLY") else []
     reps = os.environ.get("NM_PLANTED_REPS", "2" if suite == "ddp" else "3")
-    p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"), str(out),
-                        "--suite", suite, "--reps", reps, *only],
-                       capture_output=True, text=True, timeout=1200, cwd=work)
-    say(f"planted_{suite}", "rc", p.returncode)
-    say(f"planted_{suite}", "output", "\n" + (p.stdout + p.stderr)[-6000:])
+    # NM_PLANTED_TIMEOUT: stop there and keep what was recorded (the manifest is written after each workload)
+    try:
+        p = subprocess.run([sys.executable, str(repo / "tests" / "data" / "planted" / "make_planted_reports.py"),
+                            str(out), "--suite", suite, "--reps", reps, *only], capture_output=True, text=True,
+                           timeout=float(os.environ.get("NM_PLANTED_TIMEOUT", "1200")), cwd=work)
+        rc, text = p.returncode, p.stdout + p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, text = "timeout", (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+    say(f"planted_{suite}", "rc", rc)
+    say(f"planted_{suite}", "output", "\n" + text[-6000:])
     if out.exists():
         tag = os.environ.get("NM_PLANTED_TAG", "")
         tar = OUT / f"planted_{suite}{tag}.tar.xz"
@@ -535,6 +545,25 @@ def check_planted_fifth(work: Path) -> None:
     """The fifth planted set (expectations written first: see the module docstring); NM_PLANTED_ONLY,
     NM_PLANTED_TAG."""
     _planted(work, "fifth")
+
+
+def check_planted_sixth(work: Path) -> None:
+    """The sixth planted set (issues 45 and 48: code the samples name, cuDNN autotuning, growth that is work, a
+    stall nsys makes, GPU memory: a leak, out of memory, fragmentation), recorded with the Python samples and
+    torch's allocator history beside each report; NM_PLANTED_ONLY, NM_PLANTED_TAG."""
+    _planted(work, "sixth")
+
+
+def check_sampler_cost(work: Path) -> None:
+    """What nsight-magic's Python sampler costs a GPU training step and a CPU-bound step, alone and under nsys
+    (benchmarks/recording_cost.py): $OUT/sampler_cost_*.json."""
+    repo = Path(__file__).resolve().parents[1]
+    for wl in ("gpu", "cpu"):
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "recording_cost.py"), "--workloads", wl,
+                            "--variants", "sampler,base,base_sampler", "--repeat", os.environ.get("NM_RC_REPEAT", "3"),
+                            "--steps", "30", "--json", str(OUT / f"sampler_cost_{wl}.json")],
+                           capture_output=True, text=True, timeout=400, cwd=work)
+        say("sampler_cost", wl, "\n" + (p.stdout + p.stderr)[-2500:])
 
 
 def check_call_overhead(work: Path) -> None:
@@ -904,6 +933,106 @@ def check_inplace(work: Path) -> None:
                                                   if "WARNING" not in x)[-5000:])
 
 
+RECORDING_SETUP = """import torch, torch.nn as nn, nvtx, json, os, tempfile
+torch.manual_seed(0)
+model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(2048, 2048), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(512, 2048, device="cuda")
+ckpt = os.path.join(tempfile.mkdtemp(), "ckpt.pt")
+def bookkeeping(step):
+    stats = {f"w{i}": [float(v) for v in range(2000)] for i in range(40)}
+    return len(json.dumps(stats))
+model(x).sum().backward(); torch.cuda.synchronize()
+"""
+RECORDING_CELL = """kept = []
+for step in range(12):
+    with nvtx.annotate(f"step {step}"):
+        out = model(x)
+        loss = out.square().mean()
+        opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
+        kept.append(model(x))          # an output kept with its graph: memory grows
+        bookkeeping(step)
+        if step % 4 == 0:
+            torch.save(model.state_dict(), ckpt)
+torch.cuda.synchronize()
+"""
+
+
+def check_recording(work: Path) -> None:
+    """What recording Python samples and device memory costs and what it holds (issues 45, 48): nsys's switches
+    (--probe), benchmarks/recording_cost.py on the GPU and CPU workloads, then one cell recorded as %%nsys records
+    it (fresh with and without native symbols, in a warm session by nbclient, in the in-place kernel):
+    $OUT/recording.tar.xz (made whatever failed)."""
+    repo = Path(__file__).resolve().parents[1]
+    keep = work / "recording"
+    keep.mkdir()
+    sys.path.insert(0, str(repo))
+    sys.path.insert(0, str(repo / "tests" / "data"))
+    try:
+        _recording_parts(work, keep, repo)
+    except Exception as e:  # noqa: BLE001 - what was recorded still comes back
+        say("recording", "error", f"{type(e).__name__}: {e}")
+    finally:
+        tar = OUT / "recording.tar.xz"
+        subprocess.run(["tar", "-cJf", str(tar), "-C", str(work), "recording"], check=True)
+        say("recording", "tar_bytes", tar.stat().st_size)
+
+
+def _recording_parts(work: Path, keep: Path, repo: Path) -> None:
+    from make_findings_reports import scrub_export
+
+    from nsight_magic.options import NsysOptions
+    from nsight_magic.run import run_nsys
+
+    for wl, variants, probe in (("gpu", os.environ.get("NM_RC_GPU", "base,samples,samples_nosym,history"), []),
+                                ("cpu", os.environ.get("NM_RC_CPU", "base,samples,samples_nosym"), [])):
+        if not variants:
+            continue
+        p = subprocess.run([sys.executable, str(repo / "benchmarks" / "recording_cost.py"), *probe, "--workloads", wl,
+                            "--variants", variants, "--repeat", os.environ.get("NM_RC_REPEAT", "2"), "--steps", "30",
+                            "--keep", str(keep), "--json", str(keep / f"recording_cost_{wl}.json")],
+                           capture_output=True, text=True, timeout=420, cwd=work)
+        say("recording", f"cost_{wl}", "\n" + (p.stdout + p.stderr)[-3000:])
+    for name, extra in (("fresh-recording", ()), ("fresh-nosym-recording", ("--resolve-symbols=false",))):
+        r = run_nsys(RECORDING_CELL, NsysOptions(name=name, directory=str(work / "profiles"), fresh=True,
+                                                 render=False, quiet=True, memory=True, nsys_args=extra),
+                     setup_sources=[RECORDING_SETUP], namespace={})
+        say("recording", name, {"status": r.status, "notes": r.notes, "messages": r.messages, "timings": r.timings})
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in
+                ["%load_ext nsight_magic", "%%nsight_setup\n" + RECORDING_SETUP,
+                 "%%nsys --name warm-recording --no-render\n" + RECORDING_CELL,
+                 "%%nsys --name warm2-recording --no-render\n" + RECORDING_CELL,
+                 "%%nsys --name warm-nosamples-recording --no-render --no-samples\n" + RECORDING_CELL]]
+    NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(work / "profiles")}}).execute()
+    for i in (2, 3, 4):
+        say("recording", f"warm_output_{i}", cell_text(nb.cells[i])[-700:])
+    subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", "/tmp/site"],
+                   check=True, timeout=120)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in
+                [RECORDING_SETUP, "%%nsys --name inplace-recording --no-render\n" + RECORDING_CELL]]
+    try:
+        NotebookClient(nb, timeout=600, kernel_name="nsight-magic", allow_errors=True,
+                       resources={"metadata": {"path": str(work / "profiles")}}).execute()
+        say("recording", "inplace_output", cell_text(nb.cells[1])[-1500:])
+    except Exception as e:  # noqa: BLE001
+        say("recording", "inplace_error", f"{type(e).__name__}: {e}")
+    roots = [work / "profiles" / "nsight-profiles", work / "profiles"]
+    for folder in sorted(f for root in roots if root.exists() for f in root.iterdir() if f.is_dir()
+                         and "recording" in f.name):
+        dest = keep / folder.name
+        dest.mkdir()
+        for name in ("report.sqlite", "memory_snapshot.pickle", "run.json", "command.txt", "timings.json",
+                     "tool-output.txt", "stderr.txt", "stdout.txt"):
+            if (folder / name).exists():
+                shutil.copy(folder / name, dest / name)
+        if (dest / "report.sqlite").exists():
+            scrub_export(dest / "report.sqlite")
+        say("recording", folder.name, sorted(x.name for x in folder.iterdir()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default="nsys,capture,ncu")
@@ -924,11 +1053,14 @@ def main() -> None:
              "ops": check_ops, "jobtime": check_jobtime, "jobbench": check_jobbench, "analysis": check_analysis,
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
              "ops_warm": check_ops_warm, "inplace": check_inplace,
+             "recording": check_recording, "planted_sixth": check_planted_sixth,
+             "sampler_cost": check_sampler_cost,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
         say(section, "section_wall_s", round(time.perf_counter() - t0, 1))
-    (OUT / "gpu_check.json").write_text(json.dumps(_str_keys(RESULTS), indent=2, default=str))
+        # after each section: a call cut short by its time limit still brings back what was done
+        (OUT / "gpu_check.json").write_text(json.dumps(_str_keys(RESULTS), indent=2, default=str))
 
 
 def _str_keys(value):

@@ -182,7 +182,8 @@ def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedPr
 
 def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
     """A front for the real nsys that fails its first `nsys VERB` as nsys 2022.4 sometimes does at start-up
-    (its message, exit 1, nothing started) and passes every other call to the real one: (the front, a file that
+    (its message, exit 1, nothing started) and passes every other call (`--help` too: we read the verb's switches
+    from it) to the real one: (the front, a file that
     exists once it failed).  Set $NSIGHT_MAGIC_NSYS to the front."""
     from nsight_magic.tools import find_qdstrm_importer
 
@@ -195,7 +196,7 @@ def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
     front = root / "target-linux-x64" / "nsys"
     front.write_text(f"""#!{sys.executable}
 import os, sys
-if sys.argv[1:2] == [{verb!r}] and not os.path.exists({str(marker)!r}):
+if sys.argv[1:2] == [{verb!r}] and "--help" not in sys.argv and not os.path.exists({str(marker)!r}):
     open({str(marker)!r}, "w").close()
     print("std::exception::what: RuntimeException")
     print("[QuadDCommon::tag_message*] = Local Endpoint is not available.")

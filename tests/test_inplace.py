@@ -135,8 +135,9 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
             page.wait_for_timeout(1500)
             editor = page.locator(".jp-Notebook .jp-Cell .cm-content").first
             editor.click()
-            page.keyboard.type("%%nsys --name lab\nimport nvtx\nwith nvtx.annotate('in the lab'):\n")
-            page.keyboard.type("value = 41 + 1\nprint('value', value)")
+            # no indented block: whether the editor auto-indents depends on when its Python mode loaded
+            page.keyboard.type("%%nsys --name lab\nimport nvtx\nnvtx.push_range('in the lab')\n")
+            page.keyboard.type("value = 41 + 1\nprint('value', value)\nnvtx.pop_range()")
             out = page.locator(".jp-Notebook .jp-CodeCell").first.locator(".jp-OutputArea")
             for _ in range(3):  # a request sent while the kernel connection settles can be lost: again
                 page.keyboard.press("Shift+Enter")

@@ -88,7 +88,7 @@ def test_secret_looking_variables_never_reach_the_report(tmp_path, monkeypatch):
                "SLACK_HOOK": f"https://hooks.slack.com/services/T0/B0/{tok}"}
     for k, v in secrets.items():
         monkeypatch.setenv(k, v)
-    monkeypatch.setenv("NSIGHT_TEST_PLAIN", plain)
+    monkeypatch.setenv("NSIGHT_MAGIC_TEST_PLAIN", plain)  # allow-listed (tools/environment.py)
     r = run_nsys("print('x')", _opts(tmp_path, capture="all"))
     blob = r.sqlite.read_bytes() + r.report_file.read_bytes()
     assert plain.encode() in blob  # nsys does record the environment...

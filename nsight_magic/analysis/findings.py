@@ -23,14 +23,14 @@ import pandas as pd
 
 from .. import thresholds as T
 from .bottleneck import diagnose
-from .rules import NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
+from .rules import GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
 from .rules.comm import straggler_of
 
 __all__ = ["Finding", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "SEVERITY_ORDER", "nsys_findings", "findings_frame",
            "sort_findings"]
 
 FINDING_COLUMNS = ["rule", "severity", "title", "time_at_stake_ns", "estimate", "count", "first_ns", "last_ns",
-                   "explanation", "suggestion"]
+                   "explanation", "suggestion", "code"]
 SYMPTOMS = ("gpu_gaps", "gpu_time_util")  # run last: they keep what the causes before them do not explain
 
 
@@ -40,7 +40,7 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
              "estimate": f.estimate, "count": f.count,
              "first_ns": min((a for a, _ in f.ranges), default=pd.NA),
              "last_ns": max((b for _, b in f.ranges), default=pd.NA),
-             "explanation": f.explanation, "suggestion": f.suggestion} for f in findings]
+             "explanation": f.explanation, "suggestion": f.suggestion, "code": f.code} for f in findings]
     return pd.DataFrame(rows, columns=FINDING_COLUMNS)
 
 
@@ -64,7 +64,21 @@ def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Fi
         if got and name not in SYMPTOMS and any(f.time_at_stake_ns > 0 for f in got):
             ctx.fired.add(name)
         out += got
-    return sort_findings(_within_capture(out, ctx))
+    return sort_findings(_within_capture([_with_code(f, ctx) for f in out], ctx))
+
+
+def _with_code(f: Finding, ctx: Context) -> Finding:
+    """A host-side cause says which of the user's code the host ran in its evidence's stretches (the Python
+    samples: analysis/python_code.py), unless its rule said so itself."""
+    if f.code or f.severity == "info" or f.rule in GPU_SIDE or f.rule in SYMPTOMS or f.evidence is None \
+            or f.evidence.empty or "tid" not in f.evidence or f.evidence["tid"].isna().all():
+        return f
+    from .python_code import code_words
+
+    said = code_words(ctx.report, f.evidence)
+    if not said.code:  # said only where the samples name something: the rules' own words stay otherwise
+        return f
+    return dataclasses.replace(f, explanation=f.explanation + said.words, code=said.code)
 
 
 def _within_capture(findings: list[Finding], ctx: Context) -> list[Finding]:

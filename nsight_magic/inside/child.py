@@ -420,6 +420,12 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     rng = None
     rank, world = rank_of(cfg)
     ops = _op_ranges(ann.get("ops"), ns)  # made and warmed before the capture: torch's lazy imports are not the cell's
+    if (cfg.get("extras") or {}).get("history"):  # torch's allocator history, saved after the capture
+        from .memory_history import AllocatorHistory
+
+        history = AllocatorHistory.start(folder, rank)
+        if history is not None:
+            handles.append(history)
     if rank is not None:
         _barrier(folder, "start", rank, world)
     if cfg.get("capture") == "cell" or rank is not None:
@@ -435,6 +441,11 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             _wait_for(folder / ".ranks" / "recording", 10.0)  # what a rank marks before that is not recorded
         nvtx.push_range(name, domain=CAPTURE_DOMAIN)
         rng = True
+    if (cfg.get("extras") or {}).get("samples"):  # inside the capture: its clock mark must be recorded
+        from .python_samples import PythonSampler, samples_name
+
+        handles.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN).start())
+    if rng:
         if rank is not None:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
             if rank == 0:

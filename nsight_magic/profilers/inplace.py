@@ -23,13 +23,15 @@ from pathlib import Path
 
 from ..errors import NsightMagicError
 from ..inside.child import CAPTURE_DOMAIN, annotate_cell
+from ..inside.memory_history import AllocatorHistory
+from ..inside.python_samples import SAMPLES_FILE, PythonSampler
+from ..options import nsys_default_args
 from ..store import ProfileFolder, create_profile_folder, profiles_root
 from .nsys import finish_nsys
 from .prepare import _versions
 from .process import Recording, RunResult
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"  # set by the launcher: {"session", "nsys", "trace", "launch"} as JSON
-START_ARGS = ("--sample=none", "--cpuctxsw=none")  # refused by `nsys launch`, taken by `nsys start`
 START_TIMEOUT_S = 120
 STOP_TIMEOUT_S = 600
 
@@ -78,6 +80,8 @@ class InPlaceSession:
         self.launch = cfg.get("launch", "")
         self.version = cfg.get("version")
         self.pid = cfg.get("pid")
+        self.start_args = tuple(cfg.get("start_args") or ())  # what `nsys start` records beyond the trace
+        self.memory = bool(cfg.get("memory"))  # nsys's device-memory record, fixed at launch
         self.cells = 0
         self._stopped = threading.Event()
         self._stopped.set()  # nothing recording yet
@@ -120,13 +124,20 @@ class InPlaceSession:
         folder = ProfileFolder(create_profile_folder(root, opts.name))
         folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
         folder.write_json(folder.run_config, {"tool": "nsys", "mode": "in place", "session": self.name,
-                                              "trace": self.trace, "cell_first_line": cell_first_line})
-        start_args = [f"--output={folder.report_base}", *START_ARGS, "--force-overwrite=true"]
+                                              "trace": self.trace, "cell_first_line": cell_first_line,
+                                              "extras": {"samples": opts.samples is not False,
+                                                         "memory": self.memory,
+                                                         "history": opts.memory is not False}})
+        start_args = [f"--output={folder.report_base}", *nsys_default_args(self.start_args), *self.start_args,
+                      "--force-overwrite=true"]
         start = shlex.join([str(self.nsys), "start", f"--session={self.name}", *start_args])
         folder.command.write_text(f"in place: {self.launch}\n{start}\n")
         folder.write_json(folder.versions, _versions(self.nsys, "nsys", self.version))
         messages: list[str] = []
         notes = [f"profiled in place (cell {self.cells + 1} of this kernel's nsys session, tracing {self.trace})"]
+        if opts.memory and not self.memory:
+            notes.append("this kernel's nsys makes no device-memory record (its launch fixed that): torch's allocator "
+                         "history is recorded; `%%nsys --fresh --memory` records nsys's too")
         if opts.send_vars or opts.no_vars or opts.return_vars:
             notes.append("in place nothing is sent or returned: the cell runs in this kernel, with its variables")
         if not self._stopped.is_set():
@@ -151,7 +162,13 @@ class InPlaceSession:
             if opts.modules is not None or opts.functions:  # on the kernel's own objects, taken off after the cell
                 annotations = annotate_cell({"modules": opts.modules, "functions": list(opts.functions)},
                                             shell.user_ns, folder.path)
+            if opts.memory is not False:  # torch's allocator history, saved after the capture
+                history = AllocatorHistory.start(folder.path)
+                if history is not None:
+                    annotations.append(history)
             with _cell_range(folder.path.name):
+                if opts.samples is not False:  # its clock mark inside the capture
+                    annotations.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN).start())
                 timer.start()
                 try:
                     result = shell.run_cell(cell, store_history=False)

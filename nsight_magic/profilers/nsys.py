@@ -24,15 +24,16 @@ from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, To
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
 from ..store import ProfileFolder
+from .extras import Extras, choose, split_for_session
 from .prepare import _current_umask, _load_returns, _prepare_with_tool, _versions
 from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
                       child_environment, describe_outcome, outcome_notes, rank_outcome)
 
 
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str],
-              output: str | None = None) -> list[str]:
-    """The full `nsys profile ...` argv for one run (pure)."""
-    argv = [str(nsys), "profile", f"--trace={trace}", *nsys_default_args(opts.nsys_args),
+              output: str | None = None, extra=()) -> list[str]:
+    """The full `nsys profile ...` argv for one run (pure); `extra`: what profilers/extras.py chose to record."""
+    argv = [str(nsys), "profile", f"--trace={trace}", *nsys_default_args((*extra, *opts.nsys_args)), *extra,
             f"--output={output or folder.report_base}"]
     if opts.capture == "cell":
         argv += ["--capture-range=nvtx", f"--nvtx-capture={folder.path.name}@{CAPTURE_DOMAIN}",
@@ -52,13 +53,27 @@ def _torchrun(nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
 
 
-def profile_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder) -> list[str]:
+def profile_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, extra=()) -> list[str]:
     """What runs in the PID namespace: nsys over the child (or over torchrun and its ranks), or with
     --per-rank-reports torchrun starting one nsys per rank, each writing report.rankR (nsys expands %q{RANK})."""
     if opts.nproc and opts.per_rank_reports:
-        one = nsys_argv(nsys, opts, trace, folder, child_argv(folder), output=f"{folder.report_base}.rank%q{{RANK}}")
+        one = nsys_argv(nsys, opts, trace, folder, child_argv(folder), output=f"{folder.report_base}.rank%q{{RANK}}",
+                        extra=extra)
         return [*_torchrun(opts.nproc), "--no-python", *one]
-    return nsys_argv(nsys, opts, trace, folder, child_argv(folder, opts.nproc))
+    return nsys_argv(nsys, opts, trace, folder, child_argv(folder, opts.nproc), extra=extra)
+
+
+def recording_extras(opts: NsysOptions, trace: str, nsys: Path, version: str | None, folder: ProfileFolder):
+    """What this run records beyond the trace (profilers/extras.py), written into run.json for the profiled
+    process (the allocator's history) and the views."""
+    extras = choose(opts.samples, opts.memory, trace, tools.nsys_switches(nsys, "profile"), opts.nsys_args, version)
+    try:
+        cfg = json.loads(folder.run_config.read_text())
+        cfg["extras"] = extras.config()
+        folder.write_json(folder.run_config, cfg)
+    except (OSError, ValueError):
+        pass
+    return extras
 
 
 def _check_nproc(opts: NsysOptions, script: str | None) -> None:
@@ -174,6 +189,8 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     if note:
         notes.append(note)
     folder.write_json(folder.versions, _versions(nsys, "nsys", version))
+    extras = recording_extras(opts, trace, nsys, version, folder)
+    notes += extras.notes
     env = child_environment(passed=opts.pass_env)
     # Our capture range is not a registered NVTX string; without this nsys would never start collecting.
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
@@ -181,12 +198,13 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     capture = None
     refusal = _cold_reason(opts, script) if sessions is not None else ""
     if refusal is None:
-        capture, how = _record_warm(sessions, prep, nsys, trace, env, setup_sources, opts, on_output, on_status)
+        capture, how = _record_warm(sessions, prep, nsys, trace, env, setup_sources, opts, on_output, on_status,
+                                    extras)
         notes.append(how)
     if capture is None:
         if refusal:
             notes.append(f"fresh process ({refusal})")
-        capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s)
+        capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s, extras)
     returned = _load_returns(folder, messages, opts.nproc, opts.return_all)
     so_far = _judged(capture.provisional(), opts, folder)
     said = _outcome_message(so_far, opts, folder)
@@ -380,13 +398,13 @@ def _cold_reason(opts: NsysOptions, script: str | None) -> str | None:
 
 
 def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, messages: list[str], on_output,
-                 on_status, stop_grace_s: float) -> _Cold:
+                 on_status, stop_grace_s: float, extras: Extras = Extras()) -> _Cold:
     """A fresh process under `nsys profile`, in its own PID namespace, until the cell's part is over."""
     folder = prep.folder
     prefix, isolation_note = tools.isolation_prefix()
     if isolation_note:
         messages.append(isolation_note)
-    argv = [*prefix, *profile_argv(nsys, opts, trace, folder)]
+    argv = [*prefix, *profile_argv(nsys, opts, trace, folder, extras.args)]
     folder.command.write_text(shlex.join(argv) + "\n")
     # nsys writes its raw stream under TMPDIR and leaves it there when the run fails (a full disk): a private
     # folder, tidied after the run, keeps /tmp clean; the cell gets the user's TMPDIR back (inside.child)
@@ -421,8 +439,20 @@ def _failed_before_any_rank_started(run: ChildRun) -> bool:
     return all(tail.path.stat().st_size == 0 if tail.path.exists() else True for tail in run.progress)
 
 
+def default_launch_args(nsys: Path, trace: str) -> list[str]:
+    """What a warm session started ahead (or by %nsys_session --restart) records beyond the trace, as a cell with
+    default options would ask: so that the cell finds it matching."""
+    extras = choose(None, None, trace, tools.nsys_switches(nsys, "profile"))
+    return session_args(nsys, extras)[0]
+
+
+def session_args(nsys: Path, extras: Extras) -> tuple[list[str], list[str]]:
+    """(what the warm session's `nsys launch` records beyond the trace, what each cell's `nsys start` adds)."""
+    return split_for_session(extras.args, tools.nsys_switches(nsys, "launch"))
+
+
 def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_sources, opts: NsysOptions,
-                 on_output, on_status):
+                 on_output, on_status, extras: Extras = Extras()):
     """The cell in the notebook's warm session (prepared ahead, started or replaced as needed): (capture, note), or
     (None, note) when nsys could not give a session and the cell must run cold."""
     from .session import SessionUnavailable
@@ -430,14 +460,16 @@ def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_source
     folder = prep.folder
     t0 = time.monotonic()
     had = sessions.session is not None
-    session = sessions.current(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd)
+    launch_args, start_args = session_args(nsys, extras)
+    session = sessions.current(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd,
+                               launch_args=launch_args)
     records = None
     setup_s = None
     try:
         if session is None:
             replaced = had or sessions.session is not None
             session = sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd,
-                                   umask=_current_umask())
+                                   umask=_current_umask(), launch_args=launch_args)
             folder.command.write_text(f"warm session {session.name}: {shlex.join(_launch_words(session))}\n")
             session.launch(folder)
             how = ("restarted ({}): the setup, trace or environment changed" if replaced else
@@ -470,7 +502,8 @@ def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_source
                 how = f"prepared in the background ({{}}; the cell waited {setup_s:.1f} s for the end of its setup)"
         elif session.cells == 0:
             session._copy_setup_output(folder.path)
-        cell = session.record_cell(folder, opts.timeout, on_output, on_status, t0=t0, records=records)
+        cell = session.record_cell(folder, opts.timeout, on_output, on_status, t0=t0, records=records,
+                                   start_args=start_args)
     except SessionUnavailable as e:
         sessions.stop()
         return None, f"fresh process (warm session unavailable: {e})"
@@ -490,7 +523,7 @@ def _keep_session_log(folder: ProfileFolder, session) -> None:
 
 def _launch_words(session) -> list[str]:
     return [str(session.nsys), "launch", f"--session-new={session.name}", f"--trace={session.trace}",
-            sys.executable, "-m", "nsight_magic.inside.worker", str(session.dir)]
+            *session.launch_args, sys.executable, "-m", "nsight_magic.inside.worker", str(session.dir)]
 
 
 def _age(seconds: float) -> str:

@@ -42,11 +42,11 @@ from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
 from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files
+from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
 from .process import (POLL_S, OrphanWatch, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
                       process_argv, run_processes)
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
-START_ARGS = ("--sample=none", "--cpuctxsw=none")   # refused by `nsys launch`, taken by `nsys start`
 STOP_TIMEOUT_S = 300
 
 
@@ -54,12 +54,13 @@ class SessionUnavailable(NsightMagicError):
     """nsys could not start a session (not the user's code): the cell runs cold instead."""
 
 
-def session_key(nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> str:
-    """What must match for a cell to run in an existing session: tool, traced APIs (in any order), environment,
-    setup, folder."""
+def session_key(nsys: Path, trace: str, env: dict, setup_sources, cwd: Path, launch_args=()) -> str:
+    """What must match for a cell to run in an existing session: tool, traced APIs (in any order), what `nsys
+    launch` records beyond them (device memory), environment, setup, folder."""
     h = hashlib.sha1()
     traced = ",".join(sorted({t.strip() for t in trace.split(",") if t.strip()}))
-    for part in (str(nsys), traced, json.dumps(sorted(env.items())), str(cwd), *setup_sources):
+    for part in (str(nsys), traced, json.dumps(sorted(launch_args)), json.dumps(sorted(env.items())), str(cwd),
+                 *setup_sources):
         h.update(part.encode() + b"\0")
     return h.hexdigest()
 
@@ -105,9 +106,10 @@ class WarmCell:
 class NsysSession:
     """One warm worker under `nsys launch`; see the module docstring."""
 
-    def __init__(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path, umask: int):
+    def __init__(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path, umask: int, launch_args=()):
         self.nsys, self.trace, self.cwd = Path(nsys), trace, Path(cwd)
-        self.key = session_key(self.nsys, trace, env, setup_sources, self.cwd)
+        self.launch_args = tuple(launch_args)  # what `nsys launch` records beyond the trace (profilers/extras.py)
+        self.key = session_key(self.nsys, trace, env, setup_sources, self.cwd, self.launch_args)
         self.setup_sources = tuple(setup_sources)
         self.id = uuid.uuid4().hex[:12]
         self.name = f"nsight-magic-{self.id}"
@@ -140,6 +142,7 @@ class NsysSession:
         self.setup_records = _Records(path / "progress.jsonl")
         (self.dir / "session.json").write_text(json.dumps({
             "nsys": str(self.nsys), "name": self.name, "trace": self.trace, "cwd": str(self.cwd),
+            "launch_args": list(self.launch_args),
             "umask": self.umask, "folder": str(path)}))
         commands.make(self.dir / "host.fifo")
         commands.make(self.dir / "worker.fifo")
@@ -264,8 +267,9 @@ class NsysSession:
 
     # ---- one cell: record ------------------------------------------------------------------------------------
     def record_cell(self, folder, timeout: float | None, on_output=None, on_status=None, stop_grace_s: float = 10.0,
-                    t0: float | None = None, records: _Records | None = None) -> WarmCell:
-        """Load the cell's variables, `nsys start`, run the cell until its --return values are written, send
+                    t0: float | None = None, records: _Records | None = None, start_args=()) -> WarmCell:
+        """Load the cell's variables, `nsys start` (with `start_args`: what this cell records beyond the trace
+        that `nsys start` takes, Python samples), run the cell until its --return values are written, send
         `nsys stop`; see the module docstring."""
         t0 = time.monotonic() if t0 is None else t0
         path = Path(folder.path)
@@ -296,7 +300,8 @@ class NsysSession:
             return cell
         if self.pending and on_status:
             on_status("waiting for the previous profile's recording to be written", time.monotonic() - t0)
-        seq = self._send("start", *START_ARGS, f"--output={path / 'report'}", timeout=120)
+        start = [*nsys_default_args(start_args), *start_args]  # START_ARGS but what the cell records instead
+        seq = self._send("start", *start, f"--output={path / 'report'}", timeout=120)
         try:
             answer = self._answer(seq, timeout=STOP_TIMEOUT_S + 120)  # behind the previous cell's `nsys stop`
         except KeyboardInterrupt:
@@ -568,7 +573,8 @@ class SessionManager:
         atexit.register(self.shutdown)
         remove_stale_session_dirs()
 
-    def current(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path) -> NsysSession | None:
+    def current(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path,
+                launch_args=()) -> NsysSession | None:
         """The session if the cell can use it (started, starting or prepared in the background); otherwise None
         (and a session that died, failed its setup or was retired is let go)."""
         self._wait_preparing()
@@ -580,7 +586,7 @@ class SessionManager:
             if s.retired or state in ("ended", "failed"):
                 self._let_go(s)
                 return None
-            if s.key == session_key(Path(nsys), trace, env, setup_sources, Path(cwd)):
+            if s.key == session_key(Path(nsys), trace, env, setup_sources, Path(cwd), launch_args):
                 return s
             return None
 
@@ -597,7 +603,8 @@ class SessionManager:
         %nsys_session and the next cell starts a session as usual."""
         def work():
             try:
-                key = session_key(Path(kw["nsys"]), kw["trace"], kw["env"], kw["setup_sources"], Path(kw["cwd"]))
+                key = session_key(Path(kw["nsys"]), kw["trace"], kw["env"], kw["setup_sources"], Path(kw["cwd"]),
+                                  kw.get("launch_args", ()))
                 with self._lock:
                     s = self.session
                     if s is not None and s.key == key and not s.retired and s.state() not in ("ended", "failed"):

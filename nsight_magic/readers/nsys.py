@@ -509,6 +509,35 @@ class NsysReport(NsysActions):
         return build_nvtx(raw, self._strings)
 
     @functools.cached_property
+    def python_samples(self):
+        """The Python call stacks sampled in the profiled process during the cell (readers/python_samples.py:
+        samples, stacks, frames; empty when none were recorded), placed on this report's clock."""
+        from .python_samples import read_python_samples
+
+        _, marks = self._own_rows()
+        return read_python_samples(self.path.parent, marks)
+
+    @functools.cached_property
+    def gpu_memory(self):
+        """GPU memory during the cell (readers/gpu_memory.py): torch's allocator history beside the export and
+        nsys's record of device allocations (`--cuda-memory-usage`); empty when neither was recorded."""
+        from .gpu_memory import read_gpu_memory
+
+        t = self._table("CUDA_GPU_MEMORY_USAGE_EVENTS")
+        raw = None
+        if t:
+            raw = self._query(lambda: pd.read_sql_query(
+                f'SELECT start, deviceId, bytes, memKind, memoryOperationType FROM "{t}"', self._con))
+        gpus = self.gpus
+        capacity = {int(i): int(m) for i, m in zip(gpus["id"], gpus["memory_bytes"]) if pd.notna(i) and pd.notna(m)}
+        return read_gpu_memory(self.path.parent, self.meta.utc_start_ns, raw, capacity)
+
+    def memory_timeline(self) -> pd.DataFrame:
+        """GPU memory in use over time: start_ns, device_id, bytes, allocated and reserved (where torch's
+        allocator history was recorded), source ('torch' or 'nsys'); empty when memory was not recorded."""
+        return self.gpu_memory.timeline
+
+    @functools.cached_property
     def cell_range(self) -> tuple[int, int] | None:
         """(start, end) of nsight-magic's own cell range (domain nsight-magic) when the report has a closed one."""
         a = self._nvtx_arrays

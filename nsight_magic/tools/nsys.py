@@ -61,6 +61,29 @@ def nsys_version(nsys: Path | str | None = None) -> str:
     return _version_of(str(nsys or find_nsys()))
 
 
+@functools.lru_cache(maxsize=32)
+def _switches_of(exe: str, verb: str) -> frozenset[str]:
+    try:
+        out = subprocess.run([exe, verb, "--help"], capture_output=True, text=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired):
+        return frozenset()
+    found = set()
+    for line in (out.stdout + out.stderr).splitlines():
+        # an entry's own line ("  -s, --sample=", "\t--cuda-memory-usage="), not a mention in another's text, and
+        # not one nsys 2025 lists as "(Deprecated)" for this verb (`launch` refuses --sample since 2021.5)
+        m = re.match(r"\s*(?:-\w, )?(--[a-z][a-z0-9-]*)", line)
+        if m and "(Deprecated)" not in line:
+            found.add(m.group(1))
+    return frozenset(found)
+
+
+def nsys_switches(nsys: Path | str | None = None, verb: str = "profile") -> frozenset[str]:
+    """The long switches `nsys VERB` takes, read from its --help: what this version can record (2022.4 has no
+    --python-sampling; its --cuda-memory-usage is a switch of `launch`, not of `start`)."""
+    return _switches_of(str(nsys or find_nsys()), verb)
+
+
 def find_qdstrm_importer(nsys: Path | str | None = None) -> Path | None:
     """QdstrmImporter beside nsys.
 

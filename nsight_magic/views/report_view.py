@@ -115,6 +115,34 @@ def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
         return pd.DataFrame(), {}, ""
 
 
+PYTHON_INTRO = ("<p>What the profiled process's threads were running in Python, sampled every {interval} during "
+                "the cell ({samples:,} samples of {threads} thread{s}): per function the time it was on top of the "
+                "stack (own) and anywhere on it (total), then per line of the cell what it spent its time in. "
+                "The timeline's Python rows show the same samples in time.</p>")
+PYTHON_ROWS = 60
+
+
+def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
+    from ..analysis.python_code import cell_lines, functions
+
+    ps = getattr(report, "python_samples", None)
+    try:
+        if ps is None or ps.empty:
+            return pd.DataFrame(), pd.DataFrame(), ""
+        fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
+        lines = cell_lines(ps)
+        threads = ps.samples.groupby(["pid", "tid"]).ngroups
+        intro = PYTHON_INTRO.format(interval=f"{ps.interval_ns / 1e6:g} ms", samples=len(ps.samples),
+                                    threads=threads, s="s" if threads != 1 else "")
+        if not ps.placed:
+            intro += ("<p>These samples could not be placed on the timeline: the report has no clock mark of "
+                      "theirs.</p>")
+        return fn, lines, intro
+    except Exception as e:  # noqa: BLE001 - an odd samples file: the other tabs still show, this one says why
+        return pd.DataFrame(), pd.DataFrame(), f"<p>The Python samples could not be read: {escape(str(e))}</p>"
+
+
 def _verdict(report):
     """report.bottleneck(), or None for a report without one (or where it cannot be computed: the view shows the
     rest)."""
@@ -239,6 +267,7 @@ class NsysView:
         self.verdict = _verdict(report)
         self.lines, self.modules = _lines_and_modules(report, self.folder)
         self.ops, self.ops_zoom, self.ops_source = _ops(report, self.data.origin_ns)
+        self.python, self.python_lines, self.python_intro = _python(report)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.plot_name = ""
@@ -277,6 +306,10 @@ class NsysView:
             panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, tv.plot_name)
                          + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
                          + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
+        if self.python_intro:  # Python samples: after NVTX (and Lines, Ops, Ranks)
+            panes.insert(5, self.python_intro + self._table("python", self.python, None, tv.plot_name)
+                         + "<h4>Lines of the cell</h4>"
+                         + self._table("pylines", self.python_lines, None, tv.plot_name))
         if not self.ops.empty:  # --ops: operators, after NVTX
             panes.insert(5, OPS_INTRO + self.ops_source + self._table("ops", self.ops, self.ops_zoom, tv.plot_name,
                                                                       zoom_col="op"))
@@ -302,7 +335,7 @@ class NsysView:
     @property
     def tabs(self) -> tuple:
         extra = (("Lines",) if not self.lines.empty else ()) + (("Ops",) if not self.ops.empty else ()) \
-            + (("Ranks",) if self.ranks else ())
+            + (("Python",) if self.python_intro else ()) + (("Ranks",) if self.ranks else ())
         return TABS[:5] + extra + TABS[5:]
 
     def html_page(self) -> str:

@@ -26,13 +26,15 @@ from ..readers.capture_span import OWN_SOURCES
 
 # Thread sub-rows, in display order after the NVTX levels (0..255 are NVTX depths).
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
-                   "cublas": (258, "cuBLAS"), "cudnn": (259, "cuDNN")}
+                   "cublas": (258, "cuBLAS"), "cudnn": (259, "cuDNN"), "python": (260, "Python")}
+_READER_SOURCES = ("cuda_api", "osrt", "cublas", "cudnn")  # frames of the report; "python" is the samples' runs
 _UTIL_SUB = -1  # the utilization strip sorts first within its GPU
 
 # Fixed colours for the categories we know; anything new gets a palette colour in order of appearance.
 _COLORS = {
     "kernel": "#4c78a8", "memset": "#b279a2", "CUDA API": "#72b7b2", "NVTX": "#54a24b",
     "OS runtime": "#bab0ac", "cuBLAS": "#eeca3b", "cuDNN": "#ff9da6", "GPU utilization": "#2f4b7c",
+    "Python": "#3776ab",
     "memcpy HtoD pageable": "#e45756", "memcpy HtoD pinned": "#f58518",
     "memcpy DtoH pageable": "#9d755d", "memcpy DtoH pinned": "#a0cbe8", "memcpy DtoD": "#79706e",
 }
@@ -333,11 +335,33 @@ def prepare_timeline(report) -> TimelineData:
         df = _frame(report, attr)
         if len(df):
             parts.append(make(df, st))
-    for attr in _THREAD_SOURCES:
+    for attr in _READER_SOURCES:
         df = _frame(report, attr)
         if len(df):
             parts.append(_thread_part(df, attr, st))
+    runs = _python_runs(report)
+    if len(runs):
+        parts.append(_python_part(runs, st))
     return _assemble(report, parts, st)
+
+
+def _python_runs(report) -> pd.DataFrame:
+    """The sampled Python code as runs of one summary per thread (analysis/python_code.py), when the profile has
+    samples placed on its clock."""
+    ps = getattr(report, "python_samples", None)
+    if ps is None or getattr(ps, "empty", True):
+        return pd.DataFrame()
+    from ..analysis.python_code import segments
+
+    return segments(ps)
+
+
+def _python_part(runs: pd.DataFrame, st: _Strings) -> dict:
+    """A Python row per sampled thread: each run named by its summary (cell line › function), its detail the
+    innermost frames; one colour per summary."""
+    names = _codes(runs["name"], st.names)
+    return _part(runs, _THREAD_SOURCES["python"][0], st.cat("Python"), names, _codes(runs["detail"], st.details),
+                 _int(runs["pid"]), _int(runs["tid"]), color=st.name_colors(names))
 
 
 def _assemble(report, parts: list, st: _Strings) -> TimelineData:

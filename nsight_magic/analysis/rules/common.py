@@ -28,6 +28,7 @@ class Finding:
     evidence: pd.DataFrame = field(repr=False)  # the events concerned: start_ns/end_ns on the report's clock, ...
     ranges: tuple = ()            # ((start_ns, end_ns), ...) on the same clock: where to look on the timeline
     related: tuple = ()           # rules whose findings are about the same time (merged into this one)
+    code: str = ""                # the user's code the host ran in the evidence's stretches (Python samples)
 
     @property
     def count(self) -> int:

@@ -13,6 +13,7 @@ import pandas as pd
 from .. import intervals as I
 from .. import text as tx
 from ..bottleneck import HOST_CALLS, quiet_gaps
+from ..python_code import code_words
 from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
@@ -87,15 +88,19 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     worst = ev.loc[ev["idle_ns"].idxmax()]
     doing = "; ".join(f"{w} {worst[k]}" for k, w in (("nvtx_range", "in NVTX range"), ("os_call", "in OS call"))
                       if pd.notna(worst[k]) and worst[k])
+    said = code_words(ctx.report, ev)
+    code, code_said = said.code, said.words
+    kinds = ("" if code else ": Python or CPU work inside the step (preprocessing or augmentation on the CPU, "
+             "metrics and logging, a schedule or bookkeeping computed in Python, inputs built element by element, a "
+             "checkpoint serialised, recompilation)")
+    title_code = f", mostly in {said.top}" if said.top else ""
     return [Finding(
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
-        f"{min_ms:g} ms or more (median {med:.1f} ms)",
+        f"{min_ms:g} ms or more (median {med:.1f} ms){title_code}",
         f"In these stretches the thread that launches the GPU's work ran for {min_ms:g} ms or more launching nothing "
         f"(at most {th['host_code.max_calls']:g} CUDA calls per {min_ms:g} ms: copies, syncs), and the GPU had "
-        "nothing queued: Python or CPU work inside the step (preprocessing or augmentation on the CPU, metrics and "
-        "logging, a schedule or bookkeeping computed in Python, inputs built element by element, a checkpoint "
-        "serialised, recompilation). This is not launch overhead: CUDA graphs and fusion would not remove it."
+        f"nothing queued{kinds}.{code_said} This is not launch overhead: CUDA graphs and fusion would not remove it."
         + (f" For {blocked / 1e6:,.1f} ms of these stretches the thread was blocked in the OS (writing a file, a "
            "sleep, a lock): part of the same work, counted here." if blocked >= 0.05 * at_stake else "")
         + (f" The longest ({worst['idle_ns'] / 1e6:.1f} ms) was {doing}." if doing else "")
@@ -108,10 +113,12 @@ def rule_host_code(ctx: Context) -> list[Finding]:
         ("Recompiles: `TORCH_LOGS=recompiles` says which guard failed; give torch.compile `dynamic=True` or "
          "`torch._dynamo.mark_dynamic(x, dim)` for the dimension that varies, pad inputs to a few fixed shapes, or "
          "warm every shape up before the loop. " if code_share >= COMPILED_MIN_SHARE else "")
-        + "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
-        "calls), `--ops` names the PyTorch operators, py-spy shows the Python stack. Then take it out of the step: "
-        "compute it once before the loop or every N steps (checkpoints too), move input work into DataLoader workers "
+        + ("Take that code out of the step: " if code else
+           "Find the code: `%%nsys --lines` times each line of the cell (and `--functions mod.fn` the functions it "
+           "calls), `--ops` names the PyTorch operators, the Python tab shows what the samples caught. Then take it "
+           "out of the step: ")
+        + "compute it once before the loop or every N steps (checkpoints too), move input work into DataLoader workers "
         "(`num_workers`), or do it on the GPU with tensor operations; with torch.compile, check for recompiles "
         "(`TORCH_LOGS=recompiles`).",
         at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
-                                      "launching nothing"), ev, ranges_of(ev))]
+                                      "launching nothing"), ev, ranges_of(ev), code=code)]

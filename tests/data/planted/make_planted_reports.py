@@ -1,6 +1,6 @@
 """Record the planted diagnosis suite: workloads with one known bottleneck each and a fixed twin.
 
-    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|third|fourth|fifth]
+    python tests/data/planted/make_planted_reports.py OUTDIR [--suite single|ddp|second|...|sixth]
                                                       [--only a,b] [--reps 2]
 
 Run it on a machine with NVIDIA GPUs, PyTorch and Nsight Systems 2023+ on PATH (the lent H100 for `single`, two
@@ -34,6 +34,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # make_findings_reports (scrub_export)
 
 
+SIDECARS = ("python_samples.json", "memory_snapshot.pickle", "run.json")
+
+
 @dataclass(frozen=True)
 class Planted:
     name: str
@@ -47,6 +50,10 @@ class Planted:
     nproc: int | None = None
     ops: str | None = None  # profiled with %%nsys --ops (names / shapes): the advice names the operator
     reps: int | None = None  # fresh timing processes per variant, where the suite's default is too few for the gain
+    expect_code: str | None = None    # a word the first finding's `code` (the Python samples' summary) must hold
+    expect_memory: str | None = None  # the memory finding the bad variant must raise (issue 48)
+    nsys_memory: bool = False         # recorded with --memory too (nsys's own device-memory record)
+    expect_growth: str | None = None  # growing_steps's kind of growth: "work" (inputs grow) or "collection"
 
 
 MODEL = """
@@ -1105,6 +1112,182 @@ WORKLOADS += [
             RECOMPILE_SETUP.replace("DYNAMIC", "False"), RECOMPILE_LOOP, RECOMPILE_LOOP,
             RECOMPILE_SETUP.replace("DYNAMIC", "True")),
 ]
+METRICS_SETUP = TF32 + """
+import json
+model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(1024, 2048, device="cuda")
+history = {f"layer{i}.{k}": [] for i in range(100) for k in ("mean", "std", "norm", "grad")}
+def log_metrics(step):
+    # every metric of the run so far, serialised for a dashboard: pure Python, a few ms and growing
+    for k, v in history.items():
+        v.append(step * 0.5)
+    return json.dumps(history)
+model(x).sum().backward(); torch.cuda.synchronize()
+"""
+METRICS_LOOP = """
+for step in range(40):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        LOG
+torch.cuda.synchronize()
+"""
+
+AUTOTUNE_SETUP = TF32 + """
+torch.backends.cudnn.benchmark = BENCHMARK
+model = nn.Sequential(nn.Conv2d(3, 64, 3, padding=1), nn.ReLU(), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(),
+                      nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(64, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+model(torch.randn(8, 3, 32, 32, device="cuda")).sum().backward(); torch.cuda.synchronize()
+"""
+AUTOTUNE_LOOP = """
+for step in range(12):
+    with nvtx.annotate("step"):
+        side = 96 + 8 * step          # images of a new size every step (multi-scale training)
+        xb = torch.randn(32, 3, side, side, device="cuda")
+        loss = model(xb).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
+PREFIX_SETUP = TF32 + """
+mlp = nn.Sequential(nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 4096), nn.GELU(), nn.Linear(4096, 4096)).cuda()
+seq = torch.randn(64, 512, 4096, device="cuda")
+with torch.no_grad():
+    mlp(seq[:, :8]); torch.cuda.synchronize()
+"""
+PREFIX_LOOP = """
+outs = []
+with torch.no_grad():
+    for t in range(16, 513, 16):   # one new position every step, 32 steps
+        with nvtx.annotate("step"):
+            STEP
+torch.cuda.synchronize()
+"""
+
+SMIGPU_SETUP = TF32 + """
+import subprocess
+w = [torch.randn(8192, 8192, device="cuda") / 90 for _ in range(4)]
+x = torch.randn(8192, 8192, device="cuda")
+for m in w:
+    x = torch.tanh(x @ m)
+torch.cuda.synchronize()
+"""
+SMIGPU_LOOP = """
+log = []
+h = x
+for step in range(20):
+    with nvtx.annotate("step"):
+        for _ in range(4):                 # about 45 ms of GPU work queued per step
+            for m in w:
+                h = torch.tanh(h @ m)
+        LOG
+total = h.sum().item()
+torch.cuda.synchronize()
+"""
+
+EVALGRAPH_SETUP = TF32 + """
+model = nn.Sequential(*[m for _ in range(8) for m in (nn.Linear(4096, 4096), nn.ReLU())]).cuda()
+batches = [torch.randn(2048, 4096, device="cuda") for _ in range(4)]
+model(batches[0]).sum().backward(); model.zero_grad(set_to_none=True); torch.cuda.synchronize()
+"""
+EVALGRAPH_LOOP = """
+outputs, _mem = [], []
+GRAD
+    for step in range(12):
+        with nvtx.annotate("step"):
+            outputs.append(model(batches[step % 4]))   # kept for the metrics after the loop
+        _mem.append(torch.cuda.memory_allocated())
+accuracy = sum(float(o.mean()) for o in outputs) / len(outputs)
+torch.cuda.synchronize()
+"""
+
+OOM_SETUP = TF32 + """
+model = nn.Sequential(nn.Linear(4096, 4096), nn.ReLU(), nn.Linear(4096, 4096)).cuda()
+x = torch.randn(4096, 4096, device="cuda")
+model(x).sum().backward(); model.zero_grad(set_to_none=True); torch.cuda.synchronize()
+"""
+OOM_LOOP = """
+cache, _mem = [], []
+for step in range(1000):
+    with nvtx.annotate("step"):
+        y = model(x)
+        KEEP
+        _mem.append(torch.cuda.memory_allocated())
+torch.cuda.synchronize()
+"""
+
+FRAG_SETUP = MODEL + """
+SETTINGS
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()
+"""
+FRAG_LOOP = """
+_mem = []
+keep = []
+for step in range(24):
+    with nvtx.annotate("step"):
+        # activations of changing sizes, most freed at once: the caching allocator splits its segments and cannot
+        # reuse the holes for the next, larger requests
+        temps = [torch.empty((20 + 3 * ((step * 7 + i) % 11)) << 20, dtype=torch.uint8, device="cuda")
+                 for i in range(24)]
+        keep.append(temps[::6])
+        del temps
+        big = torch.empty((64 + 8 * step) << 20, dtype=torch.uint8, device="cuda")
+        del big
+        _mem.append(torch.cuda.memory_allocated())
+torch.cuda.synchronize()
+"""
+
+WORKLOADS += [
+    Planted("metrics_json", "every metric of the run serialised to JSON every step by a function of the setup "
+            "(log_metrics: pure Python, a few ms, growing); fixed: every 10 steps", "cpu", "host_code",
+            METRICS_SETUP, METRICS_LOOP.replace("LOG", "log_metrics(step)       # planted"),
+            METRICS_LOOP.replace("LOG", "if step % 10 == 9:\n            log_metrics(step)"),
+            expect_code="log_metrics"),
+    Planted("cudnn_autotune", "torch.backends.cudnn.benchmark = True while the images change size every step: "
+            "cuDNN tries every convolution algorithm again for each new shape, inside the loop; fixed: "
+            "benchmark off", "sync", "autotune",
+            AUTOTUNE_SETUP.replace("BENCHMARK", "True   # planted"), AUTOTUNE_LOOP, AUTOTUNE_LOOP,
+            AUTOTUNE_SETUP.replace("BENCHMARK", "False")),
+    Planted("growing_prefix", "a position-wise MLP run again over the whole growing prefix at every step to get "
+            "the newest position's output (32 steps, 16 to 512 positions); fixed: the newest position only (the "
+            "same outputs)", "gpu", "growing_steps", PREFIX_SETUP,
+            PREFIX_LOOP.replace("STEP", "outs.append(mlp(seq[:, :t])[:, -1])   # planted"),
+            PREFIX_LOOP.replace("STEP", "outs.append(mlp(seq[:, t - 1]))"), expect_growth="work"),
+    Planted("smi_gpu_bound", "nvidia-smi run every step of a GPU-bound loop (about 45 ms of queued GPU work a "
+            "step): the plain run hides it behind the queue, under nsys every spawned process is slowed; fixed: "
+            "no nvidia-smi (the gain is small: no finding at medium or high is right)", "gpu", None,
+            SMIGPU_SETUP, SMIGPU_LOOP.replace("LOG", "log.append(subprocess.run(['nvidia-smi', "
+                                                     "'--query-gpu=memory.used', '--format=csv,noheader'], "
+                                                     "capture_output=True, text=True).stdout)   # planted"),
+            SMIGPU_LOOP.replace("LOG", "pass")),
+    Planted("eval_keeps_graph", "an evaluation loop without torch.no_grad() that keeps each output: every output "
+            "keeps its autograd graph (the activations of 8 layers), memory grows every step; fixed: under "
+            "torch.no_grad()", "gpu", None, EVALGRAPH_SETUP,
+            EVALGRAPH_LOOP.replace("GRAD", "if True:                 # planted: gradients recorded"),
+            EVALGRAPH_LOOP.replace("GRAD", "with torch.no_grad():"),
+            expect_memory="memory_growth", nsys_memory=True),
+    Planted("oom_cell", "a cache of every step's output (64 MiB each) kept until the GPU is full: the cell fails "
+            "with OutOfMemoryError; fixed: only the last output kept", "gpu", None, OOM_SETUP,
+            OOM_LOOP.replace("KEEP", "cache.append(y)          # planted: never trimmed")
+            .replace("range(1000)", "range(4000)"),   # 250 GiB asked: fails on any GPU lent
+            OOM_LOOP.replace("KEEP", "cache = [y]").replace("range(1000)", "range(100)"),
+            expect_memory="out_of_memory"),
+    Planted("fragmentation", "tensors of changing sizes allocated and freed in bulk every step, a few kept, then a "
+            "larger one: the caching allocator's segments fill with holes it cannot reuse (reserved far above "
+            "allocated); fixed: expandable_segments:True", "cpu", None,
+            FRAG_SETUP.replace("SETTINGS", "pass"), FRAG_LOOP, FRAG_LOOP,
+            FRAG_SETUP.replace("SETTINGS", "torch.cuda.memory._set_allocator_settings('expandable_segments:True')"),
+            expect_memory="memory_fragmentation"),
+]
+SIXTH = ["metrics_json", "cudnn_autotune", "growing_prefix", "smi_gpu_bound", "eval_keeps_graph", "oom_cell",
+         "fragmentation"]
 FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode",
          "recompile_shapes"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
@@ -1113,9 +1296,9 @@ THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "ma
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS
-                      if not w.nproc and w.name not in SECOND + THIRD + FOURTH + FIFTH],
+                      if not w.nproc and w.name not in SECOND + THIRD + FOURTH + FIFTH + SIXTH],
           "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD, "fourth": FOURTH,
-          "fifth": FIFTH}
+          "fifth": FIFTH, "sixth": SIXTH}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
@@ -1129,7 +1312,9 @@ def variant(w: Planted, which: str) -> tuple[str, str]:
 # ---- timing without the profiler ----------------------------------------------------------------------------
 
 def time_cell(name: str, which: str) -> None:
-    """In a fresh process (or each torchrun rank): setup, then the cell; rank 0 prints {"cell_s": ...}."""
+    """In a fresh process (or each torchrun rank): setup, then the cell; rank 0 prints {"cell_s": ...,
+    "torch_memory": torch's own memory numbers (peaks, per step where the cell keeps `_mem`, out of memory)}."""
+    import numpy as np
     import torch
 
     setup, cell = variant(BY_NAME[name], which)
@@ -1137,12 +1322,23 @@ def time_cell(name: str, which: str) -> None:
     if setup.strip():  # (a DDP cell picks its GPU itself: touching one before would make a context on GPU 0)
         exec(compile(setup, "<setup>", "exec"), ns)
         torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    exec(compile(cell, "<cell>", "exec"), ns)
+    oom = False
+    try:
+        exec(compile(cell, "<cell>", "exec"), ns)
+    except torch.OutOfMemoryError:  # a planted out-of-memory cell: its time and memory up to the failure
+        oom = True
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    mem = ns.get("_mem") or []
+    memory = {"peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
+              "allocated_after": torch.cuda.memory_allocated(), "reserved_after": torch.cuda.memory_reserved(),
+              "per_step": [int(m) for m in mem], "oom": oom,
+              "growth_per_step": (float(np.median(np.diff(mem))) if len(mem) > 2 else None),
+              "capacity": torch.cuda.get_device_properties(0).total_memory}
     if int(os.environ.get("RANK", "0")) == 0:
-        print(json.dumps({"cell_s": dt, "loop_s": ns.get("_loop_s")}), flush=True)
+        print(json.dumps({"cell_s": dt, "loop_s": ns.get("_loop_s"), "torch_memory": memory}), flush=True)
 
 
 def measure(w: Planted, which: str) -> dict:
@@ -1168,13 +1364,19 @@ def profile(w: Planted, which: str, outdir: Path) -> Path:
     # NM_PLANTED_TRACE: record with another trace list (an experiment: what OS runtime tracing costs a workload)
     trace = {"trace": os.environ["NM_PLANTED_TRACE"]} if os.environ.get("NM_PLANTED_TRACE") else {}
     opts = NsysOptions(name=f"{w.name}-{which}", directory=str(outdir / "profiles"), fresh=True, nproc=w.nproc,
-                       render=False, quiet=True, timeout=300, ops=w.ops, **trace)
+                       render=False, quiet=True, timeout=300, ops=w.ops, memory=True if w.nsys_memory else None,
+                       **trace)
     r = run_nsys(cell, opts, setup_sources=[setup] if setup.strip() else [], namespace={})
     if r.sqlite is None:
         raise RuntimeError(f"{w.name}/{which}: no report ({r.status}; {r.messages})")
     dest = outdir / f"{w.name}_{which}.sqlite"
     shutil.copy(r.sqlite, dest)
     scrub_export(dest)
+    # what the profiled process wrote beside the report (Python samples, torch's allocator history, run.json for
+    # the cell's line numbers): kept under the report's name, put back beside it when the report is opened
+    for side in SIDECARS:
+        if (r.folder.path / side).exists():
+            shutil.copy(r.folder.path / side, outdir / f"{w.name}_{which}.{side}")
     print(f"  profiled {w.name}/{which}: {r.status} in {r.wall_s:.1f} s -> {dest.name} "
           f"({dest.stat().st_size / 1e6:.1f} MB)", flush=True)
     return dest
@@ -1189,14 +1391,18 @@ def record(outdir: Path, names: list[str], reps: int, time_only: bool = False) -
         variants = ["bad"] + (["fixed"] if w.fixed else [])
         times: dict[str, list[float]] = {v: [] for v in variants}
         loops: dict[str, list[float]] = {v: [] for v in variants}
+        memory: dict[str, dict] = {}
         for _ in range(max(reps, w.reps or 0)):
             for v in variants:
                 got = measure(w, v)
                 times[v].append(got["cell_s"])
+                memory[v] = got.get("torch_memory") or {}
                 if got.get("loop_s") is not None:
                     loops[v].append(got["loop_s"])
         entry = {"cause": w.cause, "expect_kind": w.expect_kind, "expect_rule": w.expect_rule, "nproc": w.nproc,
                  "ops": w.ops,
+                 **{k: getattr(w, k) for k in ("expect_code", "expect_memory", "expect_growth") if getattr(w, k)},
+                 **({"torch_memory": memory} if w.expect_memory else {}),
                  "cell_s": {v: round(min(t), 4) for v, t in times.items()},
                  "cell_s_all": {v: [round(x, 4) for x in t] for v, t in times.items()}}
         # the gain: the cell's, or where the cell times its loop (DDP: NCCL's start-up varies by seconds), the loop's

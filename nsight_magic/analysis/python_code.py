@@ -1,0 +1,268 @@
+"""Which of the user's code the host ran, from the Python samples (readers/python_samples.py).
+
+Every stack is summarised once, from the cell down: the cell's line, then the user's own functions it went
+through, then the first library or standard-library function they called (the API the user's code used), e.g.
+
+    line 11 › save (torch/serialization.py)
+    line 9 › bookkeeping (setup.py:4) › dumps (json/__init__.py)
+
+Tables: functions (own and total time, as py-spy and pyinstrument show them), cell lines, what ran inside given
+stretches of time (the advice: "the GPU idled 2.1 s while the host was in save ..."), and runs of one summary per
+thread for the timeline.  Sample weights are the time each sample stands for (readers/python_samples.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..readers.python_samples import short_file
+
+SEP = " › "
+MIN_COVERAGE = 0.5   # of a stretch's time the samples must cover for its code to be named
+
+
+@dataclass
+class StackInfo:
+    label: np.ndarray        # per stack: the summary (object array of str)
+    cell_line: np.ndarray    # per stack: the cell's line number as the editor shows it, -1 outside the cell
+    leaf: np.ndarray         # per stack: the innermost frame that is not ours (-1: none)
+    labels: list             # distinct summaries
+    label_code: np.ndarray   # per stack: index into labels
+
+
+def stack_info(ps) -> StackInfo:
+    """Summaries of every stack (cached on the samples object: the stacks are few, the samples many)."""
+    cached = getattr(ps, "_stack_info", None)
+    if cached is not None:
+        return cached
+    kind = ps.frames["kind"].to_numpy(object)
+    func = ps.frames["function"].to_numpy(object)
+    files = [short_file(f) for f in ps.frames["file"]]
+    first = ps.frames["first_line"].to_numpy()
+    n = len(ps.stacks)
+    label = np.empty(n, object)
+    cell_line = np.full(n, -1, np.int64)
+    leaf = np.full(n, -1, np.int64)
+    for s, (fids, lines) in enumerate(zip(ps.stacks, ps.lines)):
+        ids = np.asarray(fids)
+        notours = [j for j in range(len(ids)) if kind[ids[j]] != "ours"]
+        if not notours:
+            label[s] = "(nsight-magic)"
+            continue
+        leaf[s] = ids[notours[0]]
+        # the cell: the outermost frame of a cell's code (the profiled cell's <module>)
+        cells = [j for j in notours if kind[ids[j]] == "cell"]
+        top = cells[-1] if cells else notours[-1]
+        parts = []
+        if cells:
+            cell_line[s] = int(lines[top]) + ps.cell_first_line - 1  # the editor's numbers
+            parts.append(f"line {cell_line[s]}")
+        else:
+            parts.append(f"{func[ids[top]]} ({files[ids[top]]}:{first[ids[top]]})")
+        for j in range(top - 1, -1, -1):  # toward the leaf
+            fid = ids[j]
+            k = kind[fid]
+            if k == "ours":
+                continue
+            if k in ("user", "cell"):
+                parts.append(f"{func[fid]} ({files[fid]}:{first[fid]})")
+                continue
+            parts.append(f"{func[fid]} ({files[fid]})")  # the first library call: the API the code used
+            break
+        label[s] = SEP.join(parts)
+    codes, uniq = pd.factorize(pd.Series(label, dtype=object), sort=False)
+    info = StackInfo(label, cell_line, leaf, list(uniq), codes.astype(np.int32))
+    try:
+        ps._stack_info = info
+    except AttributeError:
+        pass
+    return info
+
+
+def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
+    """Per function: own_ns (on top of the Python stack), total_ns (anywhere on it), their shares of the sampled
+    time, samples; the machinery that runs the cell (ours, IPython) left out.  `mask`: these samples only."""
+    cols = ["function", "file", "line", "kind", "own_ns", "total_ns", "own_pct", "total_pct", "samples"]
+    s = ps.samples if mask is None else ps.samples[mask]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    info = stack_info(ps)
+    w = s.groupby("stack")["weight_ns"].agg(["sum", "size"])
+    sid = w.index.to_numpy(np.int64)
+    wsum, wcnt = w["sum"].to_numpy(float), w["size"].to_numpy(np.int64)
+    kind = ps.frames["kind"].to_numpy(object)
+    nf = len(ps.frames)
+    own = np.zeros(nf)
+    total = np.zeros(nf)
+    count = np.zeros(nf, np.int64)
+    lf = info.leaf[sid]
+    ok = lf >= 0
+    np.add.at(own, lf[ok], wsum[ok])
+    for k, st in enumerate(sid):  # distinct stacks: hundreds to thousands
+        u = np.unique(ps.stacks[st])
+        total[u] += wsum[k]
+        count[u] += wcnt[k]
+    all_ns = float(wsum.sum()) or 1.0
+    keep = (total > 0) & (kind != "ours")
+    fr = ps.frames
+    out = pd.DataFrame({"function": fr["function"].to_numpy(object)[keep],
+                        "file": [short_file(f) for f in fr["file"].to_numpy(object)[keep]],
+                        "line": fr["first_line"].to_numpy()[keep], "kind": kind[keep],
+                        "own_ns": own[keep].round().astype(np.int64), "total_ns": total[keep].round().astype(np.int64),
+                        "own_pct": 100 * own[keep] / all_ns, "total_pct": 100 * total[keep] / all_ns,
+                        "samples": count[keep]})
+    return out.sort_values(["total_ns", "own_ns"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+def cell_lines(ps) -> pd.DataFrame:
+    """Per line of the cell (the editor's numbers): the sampled time spent in it (and below it), its share, and
+    what it spent it in most (the summary below the line)."""
+    cols = ["line", "total_ns", "pct", "top_call", "top_call_pct"]
+    if ps.samples.empty:
+        return pd.DataFrame(columns=cols)
+    info = stack_info(ps)
+    s = ps.samples
+    st = s["stack"].to_numpy(np.int64)
+    line = info.cell_line[st]
+    inside = line >= 0
+    if not inside.any():
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame({"line": line[inside], "label": info.label_code[st][inside],
+                       "w": s["weight_ns"].to_numpy(float)[inside]})
+    per = df.groupby("line")["w"].sum()
+    top = df.groupby(["line", "label"])["w"].sum().reset_index().sort_values("w", ascending=False, kind="stable")
+    top = top.drop_duplicates("line").set_index("line")
+    all_ns = float(s["weight_ns"].sum()) or 1.0
+    out = pd.DataFrame({"line": per.index.to_numpy(np.int64), "total_ns": per.to_numpy().round().astype(np.int64)})
+    out["pct"] = 100 * out["total_ns"] / all_ns
+    labels = np.asarray(info.labels, dtype=object)
+    out["top_call"] = [labels[int(top.loc[ln, "label"])] for ln in out["line"]]
+    out["top_call_pct"] = [100 * float(top.loc[ln, "w"]) / float(per.loc[ln]) for ln in out["line"]]
+    return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def code_in(ps, pid, tid, start_ns, end_ns) -> tuple[pd.DataFrame, float]:
+    """What the samples of threads (pid, tid) show inside the stretches [start, end): per summary its time and
+    share of the sampled time, most first; and the share of the stretches' time the samples cover."""
+    cols = ["label", "ns", "pct"]
+    s = ps.samples
+    if s.empty or not ps.placed or not len(start_ns):
+        return pd.DataFrame(columns=cols), 0.0
+    info = stack_info(ps)
+    pid, tid = np.asarray(pid, np.int64), np.asarray(tid, np.int64)
+    start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
+    t = s["time_ns"].to_numpy(float)
+    spid, stid = s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)
+    picked = np.zeros(len(s), bool)
+    for p, th in set(zip(pid.tolist(), tid.tolist())):  # the threads concerned: a few
+        rows = np.flatnonzero((spid == p) & (stid == th))
+        if not len(rows):
+            continue
+        m = (pid == p) & (tid == th)
+        a, b = np.sort(start_ns[m]), end_ns[m][np.argsort(start_ns[m], kind="stable")]
+        tt = t[rows]  # sorted within a thread (the reader sorts by pid, tid, time)
+        i = np.searchsorted(a, tt, side="right") - 1
+        ok = (i >= 0) & (tt < b[np.clip(i, 0, None)])
+        picked[rows[ok]] = True
+    if not picked.any():
+        return pd.DataFrame(columns=cols), 0.0
+    w = s["weight_ns"].to_numpy(float)[picked]
+    codes = info.label_code[s["stack"].to_numpy(np.int64)[picked]]
+    per = pd.Series(w).groupby(codes).sum().sort_values(ascending=False, kind="stable")
+    labels = np.asarray(info.labels, dtype=object)
+    got = float(w.sum())
+    out = pd.DataFrame({"label": labels[per.index.to_numpy(np.int64)], "ns": per.to_numpy().round().astype(np.int64),
+                        "pct": 100 * per.to_numpy() / got})
+    span = float(np.maximum(end_ns - start_ns, 0).sum()) or 1.0
+    return out, min(got / span, 1.0)
+
+
+def segments(ps) -> pd.DataFrame:
+    """Runs of consecutive samples of a thread with one summary: start_ns, end_ns, pid, tid, name (the summary),
+    detail (the innermost frames of the run's first stack), samples; for the timeline's Python rows."""
+    cols = ["start_ns", "end_ns", "pid", "tid", "name", "detail", "samples"]
+    s = ps.samples
+    if s.empty or not ps.placed:
+        return pd.DataFrame(columns=cols)
+    info = stack_info(ps)
+    st = s["stack"].to_numpy(np.int64)
+    code = info.label_code[st]
+    pid, tid = s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)
+    t = s["time_ns"].to_numpy(float)
+    w = s["weight_ns"].to_numpy(float)
+    new = np.ones(len(s), bool)
+    new[1:] = (code[1:] != code[:-1]) | (pid[1:] != pid[:-1]) | (tid[1:] != tid[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(s)) - 1
+    labels = np.asarray(info.labels, dtype=object)
+    details = {}
+    fr_func = ps.frames["function"].to_numpy(object)
+    fr_file = [short_file(f) for f in ps.frames["file"]]
+    kind = ps.frames["kind"].to_numpy(object)
+
+    def detail(stack_id: int) -> str:
+        if stack_id not in details:
+            ids, lines = ps.stacks[stack_id], ps.lines[stack_id]
+            shown = [f"{fr_func[i]} ({fr_file[i]}:{ln})" for i, ln in zip(ids, lines) if kind[i] != "ours"][:12]
+            details[stack_id] = " ← ".join(shown)
+        return details[stack_id]
+
+    return pd.DataFrame({"start_ns": t[starts].astype(np.int64), "end_ns": (t[ends] + w[ends]).astype(np.int64),
+                         "pid": pid[starts], "tid": tid[starts], "name": labels[code[starts]],
+                         "detail": [detail(int(x)) for x in st[starts]], "samples": ends - starts + 1})
+
+
+def describe(table: pd.DataFrame, coverage: float, total_ns: float, top: int = 2) -> str | None:
+    """'save (torch/serialization.py) called from line 11 of the cell, 2.1 s (91% of the sampled time); ...'
+    for the advice, or None when the samples cover too little of the stretches to say."""
+    if table.empty or coverage < MIN_COVERAGE:
+        return None
+    parts = []
+    for r in table.head(top).itertuples():
+        parts.append(f"`{_readable(r.label)}` {r.pct:.0f}%")
+    return "; ".join(parts)
+
+
+def _readable(label: str) -> str:
+    """'line 11 › save (torch/serialization.py)' -> 'save (torch/serialization.py), called from line 11 of the
+    cell'."""
+    parts = label.split(SEP)
+    if parts[0].startswith("line ") and len(parts) > 1:
+        return f"{SEP.join(parts[1:])} from {parts[0]} of the cell"
+    if parts[0].startswith("line "):
+        return f"{parts[0]} of the cell itself"
+    return label
+
+
+@dataclass(frozen=True)
+class CodeSaid:
+    words: str = ""   # the sentence a finding adds (or how to get samples)
+    code: str = ""    # the summaries with their shares: "`save (...) from line 11 of the cell` 91%; ..."
+    top: str = ""     # the first summary, readable
+
+
+def code_words(report, ev: pd.DataFrame) -> CodeSaid:
+    """What a finding says about the code the host ran in its evidence's stretches (ev: start_ns, end_ns, pid,
+    tid), from the Python samples, or how to get them."""
+    ps = getattr(report, "python_samples", None)
+    if ps is None or ps.empty:
+        return CodeSaid(" Which code that was, Python samples would say: %%nsys records them unless --no-samples "
+                        "is given (this profile has none).")
+    if not ps.placed:
+        return CodeSaid(" The Python samples of this profile could not be placed on its timeline (no clock mark).")
+    if ev.empty or "tid" not in ev or ev["tid"].isna().all():
+        return CodeSaid()
+    e = ev.dropna(subset=["pid", "tid"])
+    table, coverage = code_in(ps, e["pid"].to_numpy(np.int64), e["tid"].to_numpy(np.int64),
+                              e["start_ns"].to_numpy(np.int64), e["end_ns"].to_numpy(np.int64))
+    said = describe(table, coverage, float((e["end_ns"] - e["start_ns"]).sum()))
+    if said is None:
+        if table.empty:
+            return CodeSaid(" No Python sample fell in these stretches.")
+        return CodeSaid(f" The Python samples cover {100 * coverage:.0f}% of these stretches: too little to name "
+                        "the code.")
+    rest = table.iloc[2:]["pct"].sum()
+    return CodeSaid(f" Python samples in these stretches: the host was in {said}"
+                    + (f"; other code {rest:.0f}%" if rest >= 1 else "") + ".", said, _readable(table["label"].iloc[0]))

@@ -1,0 +1,61 @@
+"""torch's caching-allocator history around the cell (issue 48), in the profiled process.
+
+nsys's `--cuda-memory-usage` sees what the allocator reserves from the driver (cudaMalloc / cudaFree of whole
+segments); the allocator's own history says what the program held: each tensor's block allocated and freed, with
+the Python stack that allocated it.  When torch has already initialised CUDA before the cell (setup code, the
+notebook's warm worker, an in-place kernel), the history is recorded during the cell
+(`torch.cuda.memory._record_memory_history`, Python stacks only: the cheaper kind) and its snapshot pickled into
+the profile folder after the cell, outside the capture: memory_snapshot.pickle (readers/memory_snapshot.py).
+A cell that starts CUDA itself gets nsys's view only: starting CUDA ourselves would make a context (and hold
+memory) in processes that never use the GPU.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import sys
+from pathlib import Path
+
+SNAPSHOT = "memory_snapshot.pickle"
+MAX_ENTRIES = 100_000   # alloc/free events kept (a ring): about 40 MB at most with their stacks
+
+
+def snapshot_name(rank: int | None = None) -> str:
+    return SNAPSHOT if rank is None else f"memory_snapshot.rank{rank}.pickle"
+
+
+class AllocatorHistory:
+    """A handle (as annotate_cell's): remove() pickles the snapshot and stops the recording."""
+
+    def __init__(self, torch, path: Path):
+        self.torch, self.path = torch, path
+
+    @classmethod
+    def start(cls, folder: Path, rank: int | None = None) -> "AllocatorHistory | None":
+        torch = sys.modules.get("torch")
+        try:
+            if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+                return None
+            torch.cuda.memory._record_memory_history(max_entries=MAX_ENTRIES, stacks="python")
+        except Exception as e:  # noqa: BLE001 - a torch without it: nsys's view only, said once
+            print(f"nsight-magic: torch's allocator history is not recorded ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+            return None
+        return cls(torch, Path(folder) / snapshot_name(rank))
+
+    def remove(self) -> None:
+        memory = self.torch.cuda.memory
+        try:
+            snap = memory._snapshot()
+            tmp = self.path.with_name(self.path.name + ".part")
+            with open(tmp, "wb") as f:
+                pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, self.path)  # complete or absent
+        except Exception as e:  # noqa: BLE001 - the profile without it
+            print(f"nsight-magic: torch's allocator history could not be saved ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+        finally:
+            try:
+                memory._record_memory_history(enabled=None)
+            except Exception:  # noqa: BLE001
+                pass

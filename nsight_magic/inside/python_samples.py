@@ -1,0 +1,134 @@
+"""Python call stacks sampled in the profiled process while the cell runs (issue 45): which of the user's code the
+host was running at any moment, for the timeline, the Python tab and the advice.
+
+Nsight Systems can sample Python (`--python-sampling`, 2024.1+), but its 2025.3 export to SQLite carries none of
+the Python frames (only the native ones), its `nsys stop` takes 4-5 s longer with them, and Debian's 2022.4 has no
+such switch.  So a thread of ours samples `sys._current_frames()` every `interval` (5 ms: 200 Hz, as py-spy's
+default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, python_samples.json:
+
+    clock     the process's time.monotonic_ns() at an NVTX mark in nsight-magic's domain whose text carries the same
+              value ("nsight-magic clock N"): the reader places every sample on the report's time axis by that mark
+    frames    [file, function, first line] per code object seen
+    stacks    each distinct stack, leaf first, as [frame, line, frame, line, ...]
+    samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
+
+A sample takes the GIL for tens of microseconds; the thread sleeps in between, so a cell that holds the GIL in C
+code for long is sampled when it lets go (its stack did not change meanwhile).  Samples stop at MAX_SAMPLES (then
+every other one is dropped and the interval doubled): a long cell keeps a bounded file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+SAMPLES_FILE = "python_samples.json"
+INTERVAL_S = 0.005
+MAX_SAMPLES = 200_000
+CLOCK_MARK = "nsight-magic clock "
+
+
+def samples_name(rank: int | None = None) -> str:
+    return SAMPLES_FILE if rank is None else f"python_samples.rank{rank}.json"
+
+
+class PythonSampler:
+    """A handle (as annotate_cell's): start() before the cell, remove() after it writes the file."""
+
+    def __init__(self, path: Path, interval: float = INTERVAL_S, domain: str | None = None):
+        self.path, self.interval, self.domain = Path(path), interval, domain
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.frames: list[list] = []
+        self._frame_ids: dict = {}
+        self.stacks: list[list[int]] = []
+        self._stack_ids: dict = {}
+        self.t: list[int] = []
+        self.tid: list[int] = []
+        self.stack: list[int] = []
+        self.clock_ns = 0
+
+    def start(self) -> "PythonSampler":
+        self.clock_ns = time.monotonic_ns()
+        try:
+            import nvtx
+
+            nvtx.mark(f"{CLOCK_MARK}{self.clock_ns}", domain=self.domain)
+        except Exception:  # noqa: BLE001 - without the mark the samples cannot be placed: the reader says so
+            pass
+        self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def _native_ids(self) -> dict[int, int]:
+        return {t.ident: t.native_id for t in threading.enumerate() if t.ident is not None and t.native_id}
+
+    def _run(self) -> None:
+        _name_os_thread(b"nsight-magic-py")  # the report's thread rows name it (its waits are OS runtime calls)
+        me = threading.get_ident()
+        native = self._native_ids()
+        frame_ids, stack_ids = self._frame_ids, self._stack_ids
+        interval = self.interval
+        wait = interval
+        while not self._stop.wait(wait):
+            now = time.monotonic_ns() - self.clock_ns
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                tid = native.get(ident)
+                if tid is None:
+                    native = self._native_ids()
+                    tid = native.get(ident, ident)
+                key = []
+                f = frame
+                while f is not None:
+                    code = f.f_code
+                    fid = frame_ids.get(code)
+                    if fid is None:
+                        fid = frame_ids[code] = len(self.frames)
+                        self.frames.append([code.co_filename, code.co_name, code.co_firstlineno])
+                    key.append(fid)
+                    key.append(f.f_lineno or 0)
+                    f = f.f_back
+                k = tuple(key)
+                sid = stack_ids.get(k)
+                if sid is None:
+                    sid = stack_ids[k] = len(self.stacks)
+                    self.stacks.append(key)
+                self.t.append(now)
+                self.tid.append(tid)
+                self.stack.append(sid)
+            del frame, f
+            if len(self.t) >= MAX_SAMPLES:  # keep a bounded record: every other sample, half the rate from now
+                self.t, self.tid, self.stack = self.t[::2], self.tid[::2], self.stack[::2]
+                interval *= 2
+            # the next sample one interval after this one was due (waiting for the GIL took part of it)
+            wait = max(interval - (time.monotonic_ns() - self.clock_ns - now) / 1e9, interval / 5)
+
+    def remove(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
+                "frames": self.frames, "stacks": self.stacks,
+                "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
+        try:
+            tmp = self.path.with_name(self.path.name + ".part")
+            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8", errors="surrogatepass")
+            os.replace(tmp, self.path)
+        except Exception as e:  # noqa: BLE001 - the profile without them
+            print(f"nsight-magic: the Python samples could not be saved ({type(e).__name__}: {e})", file=sys.stderr)
+
+
+def _name_os_thread(name: bytes) -> None:
+    """The OS thread's name (what nsys shows; Python before 3.14 names only its own Thread object)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, ctypes.c_char_p(name[:15]), 0, 0, 0)  # PR_SET_NAME
+    except Exception:  # noqa: BLE001 - not Linux, no libc: the thread stays unnamed
+        pass

@@ -1,0 +1,225 @@
+"""GPU memory of the profiled process, from two records (issue 48):
+
+    torch   memory_snapshot.pickle beside the export (inside/memory_history.py): the caching allocator's history
+            during the cell (each block allocated and freed, with the Python stack that allocated it; segments
+            reserved from the driver; out-of-memory events) and its state at the end
+    nsys    CUDA_GPU_MEMORY_USAGE_EVENTS (`--cuda-memory-usage=true`): every device allocation and free the driver
+            saw, by any library
+
+Read into frames on the report's clock: torch's times are microseconds since the Unix epoch, placed with the
+report's TARGET_INFO_SESSION_START_TIME.utcEpochNs (measured on an H100: a segment's allocation lands 5-12 us after
+nsys's record of the same cudaMalloc).  The history starts with the cell, so what was held before it (the model's
+weights) is found from the state at the end minus what the history added.  The snapshot is a pickle: it is read
+with an unpickler that builds only plain containers and numbers, so a hostile file cannot run code.
+"""
+from __future__ import annotations
+
+import io
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ReportError
+
+MAX_FILE_BYTES = 1024 * 1024 * 1024
+DEVICE_KINDS = (2, 3, 4)   # ENUM_CUDA_MEM_KIND: device, array, managed (pageable and pinned are host memory)
+_ALLOC, _FREE = ("alloc",), ("free_completed",)
+_SEG_UP, _SEG_DOWN = ("segment_alloc", "segment_map"), ("segment_free", "segment_unmap")
+TIMELINE_COLUMNS = ("start_ns", "device_id", "bytes", "allocated", "reserved", "source")
+
+
+@dataclass
+class GpuMemory:
+    """timeline: start_ns, device_id, bytes (in use on the device: the allocator's reserved memory, or nsys's
+    count), allocated and reserved (torch's view; NaN in nsys's rows), source ('torch' or 'nsys');
+    blocks: every block the history saw allocated: device_id, addr, size, alloc_ns, free_ns (NaN: still held
+    at the end), stack (an index into `stacks`); stacks: per stack, its frames (function, file, line) from the
+    leaf; ooms: start_ns, device_id, size (asked), device_free, stack; capacity: bytes per device;
+    held_before: per device, what torch held when the history started; settings: the allocator's settings."""
+    timeline: pd.DataFrame
+    blocks: pd.DataFrame
+    stacks: list = field(repr=False)
+    ooms: pd.DataFrame = field(repr=False)
+    capacity: dict = field(default_factory=dict)
+    held_before: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
+    sources: tuple = ()
+    placed: bool = True           # torch's history was placed on the report's clock
+    files: tuple = ()
+
+    @property
+    def empty(self) -> bool:
+        return self.timeline.empty
+
+
+def empty_memory(capacity=None) -> GpuMemory:
+    return GpuMemory(_timeline_frame([]), _blocks_frame([], [], [], [], [], []), [], _ooms_frame([]),
+                     dict(capacity or {}))
+
+
+def snapshot_files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).glob("memory_snapshot*.pickle") if p.is_file())
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """dicts, lists, strings and numbers only: torch's snapshot is made of nothing else."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"a memory snapshot holds only plain data, not {module}.{name}")
+
+
+def load_snapshot(path: Path) -> dict:
+    path = Path(path)
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ReportError(f"{path}: {size / 1e9:.1f} GB, larger than a memory snapshot can be "
+                          f"({MAX_FILE_BYTES / 1e9:.0f} GB); remove it to open the report without it")
+    try:
+        data = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
+    except Exception as e:  # noqa: BLE001 - any damage: one line
+        raise ReportError(f"{path}: not a readable torch memory snapshot ({type(e).__name__}: {e}); remove it "
+                          "to open the report without it") from None
+    if not isinstance(data, dict) or not isinstance(data.get("device_traces", []), list) \
+            or not isinstance(data.get("segments", []), list):
+        raise ReportError(f"{path}: not a torch memory snapshot (no segments and device_traces); remove it to "
+                          "open the report without it")
+    return data
+
+
+def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.DataFrame | None = None,
+                    capacity: dict | None = None) -> GpuMemory:
+    """Both records of the report in `folder`: torch's snapshots (every rank's) and `nsys_events` (the rows of
+    CUDA_GPU_MEMORY_USAGE_EVENTS: start, deviceId, bytes, memKind, memoryOperationType), or an empty GpuMemory."""
+    files = snapshot_files(folder)
+    stacks: list = []
+    stack_ids: dict = {}
+    timeline, blocks, ooms = [], [], []
+    held_before, settings = {}, {}
+    cap = dict(capacity or {})
+    for path in files:
+        snap = load_snapshot(path)
+        settings = snap.get("allocator_settings") or settings
+        t, b, o, h = _torch_view(snap, utc_start_ns, stacks, stack_ids)
+        timeline.append(t)
+        blocks.append(b)
+        ooms.append(o)
+        held_before.update(h)
+    if nsys_events is not None and len(nsys_events):
+        timeline.append(_nsys_view(nsys_events))
+    sources = tuple(dict.fromkeys(s for f in timeline for s in f["source"].unique()))
+    tl = pd.concat(timeline, ignore_index=True) if timeline else _timeline_frame([])
+    tl = tl.sort_values(["source", "device_id", "start_ns"], kind="stable", ignore_index=True)
+    return GpuMemory(tl, pd.concat(blocks, ignore_index=True) if blocks else empty_memory().blocks, stacks,
+                     pd.concat(ooms, ignore_index=True) if ooms else _ooms_frame([]), cap, held_before,
+                     settings if isinstance(settings, dict) else {}, sources,
+                     utc_start_ns is not None or not files, tuple(str(p) for p in files))
+
+
+# ---- torch's history ------------------------------------------------------------------------------------------
+
+def _stack_id(frames, stacks: list, ids: dict) -> int:
+    key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
+                for f in (frames or ()) if isinstance(f, dict))
+    got = ids.get(key)
+    if got is None:
+        got = ids[key] = len(stacks)
+        stacks.append(key)
+    return got
+
+
+def _torch_view(snap: dict, utc_start_ns, stacks: list, ids: dict):
+    rows = []   # (device, t_us, action, addr, size, stack, device_free)
+    for device, trace in enumerate(snap.get("device_traces") or []):
+        for e in trace or ():
+            if not isinstance(e, dict):
+                continue
+            rows.append((device, e.get("time_us"), str(e.get("action", "")), int(e.get("addr", 0) or 0),
+                         int(e.get("size", 0) or 0), _stack_id(e.get("frames"), stacks, ids),
+                         int(e.get("device_free", 0) or 0)))
+    ev = pd.DataFrame(rows, columns=["device_id", "t_us", "action", "addr", "size", "stack", "device_free"])
+    ev["t_us"] = pd.to_numeric(ev["t_us"], errors="coerce")
+    offset = None if utc_start_ns is None else int(utc_start_ns)
+    ev["start_ns"] = (ev["t_us"] * 1000.0 - offset) if offset is not None else np.nan
+    ev = ev.sort_values(["device_id", "t_us"], kind="stable", ignore_index=True)
+    # the state at the end: what the history's deltas count back from
+    end_alloc, end_reserved = {}, {}
+    for s in snap.get("segments") or ():
+        if not isinstance(s, dict):
+            continue
+        d = int(s.get("device", 0) or 0)
+        end_reserved[d] = end_reserved.get(d, 0) + int(s.get("total_size", 0) or 0)
+        end_alloc[d] = end_alloc.get(d, 0) + int(s.get("allocated_size", 0) or 0)
+    size = ev["size"].to_numpy(np.int64)
+    act = ev["action"].to_numpy(object)
+    d_alloc = np.where(np.isin(act, _ALLOC), size, np.where(np.isin(act, _FREE), -size, 0))
+    d_res = np.where(np.isin(act, _SEG_UP), size, np.where(np.isin(act, _SEG_DOWN), -size, 0))
+    parts, held = [], {}
+    for device, g in ev.groupby("device_id", sort=True):
+        idx = g.index.to_numpy()
+        ca, cr = np.cumsum(d_alloc[idx]), np.cumsum(d_res[idx])
+        base_a = end_alloc.get(device, int(ca[-1]) if len(ca) else 0) - (int(ca[-1]) if len(ca) else 0)
+        base_r = end_reserved.get(device, int(cr[-1]) if len(cr) else 0) - (int(cr[-1]) if len(cr) else 0)
+        held[int(device)] = max(base_a, 0)
+        alloc, res = base_a + ca, base_r + cr
+        parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(float), "device_id": int(device),
+                                   "bytes": res.astype(float), "allocated": alloc.astype(float),
+                                   "reserved": res.astype(float), "source": "torch"}))
+    tl = pd.concat(parts, ignore_index=True) if parts else _timeline_frame([])
+    blocks = _blocks(ev)
+    o = ev[ev["action"] == "oom"]
+    ooms = pd.DataFrame({"start_ns": o["start_ns"].to_numpy(float), "device_id": o["device_id"].to_numpy(np.int64),
+                         "size": o["size"].to_numpy(np.int64), "device_free": o["device_free"].to_numpy(np.int64),
+                         "stack": o["stack"].to_numpy(np.int64)})
+    return tl, blocks, ooms, held
+
+
+def _blocks(ev: pd.DataFrame) -> pd.DataFrame:
+    """Each allocation paired with the free of the same address after it (merge_asof: no loop over rows)."""
+    a = ev[ev["action"].isin(_ALLOC)][["device_id", "addr", "size", "t_us", "start_ns", "stack"]]
+    f = ev[ev["action"].isin(_FREE)][["device_id", "addr", "t_us", "start_ns"]]
+    if a.empty:
+        return _blocks_frame([], [], [], [], [], [])
+    a = a.assign(key=a["device_id"].astype(str) + ":" + a["addr"].astype(str)).sort_values("t_us", kind="stable")
+    f = f.assign(key=f["device_id"].astype(str) + ":" + f["addr"].astype(str)).sort_values("t_us", kind="stable")
+    f = f.rename(columns={"t_us": "free_us", "start_ns": "free_ns"})[["key", "free_us", "free_ns"]]
+    m = pd.merge_asof(a, f, left_on="t_us", right_on="free_us", by="key", direction="forward",
+                      allow_exact_matches=True)
+    return _blocks_frame(m["device_id"], m["addr"], m["size"], m["start_ns"], m["free_ns"], m["stack"])
+
+
+# ---- nsys's record ---------------------------------------------------------------------------------------------
+
+def _nsys_view(raw: pd.DataFrame) -> pd.DataFrame:
+    """Bytes in use per device from nsys's allocations and frees.  What was allocated before the capture is not in
+    it: the count starts at the least that explains the record (never below zero)."""
+    r = raw[raw["memKind"].isin(DEVICE_KINDS)].sort_values("start", kind="stable")
+    parts = []
+    for device, g in r.groupby("deviceId", sort=True):
+        sign = np.where(g["memoryOperationType"].to_numpy() == 0, 1, -1)
+        c = np.cumsum(sign * g["bytes"].to_numpy(np.int64))
+        c = c - min(int(c.min()), 0)
+        parts.append(pd.DataFrame({"start_ns": g["start"].to_numpy(float), "device_id": int(device),
+                                   "bytes": c.astype(float), "allocated": np.nan, "reserved": np.nan,
+                                   "source": "nsys"}))
+    return pd.concat(parts, ignore_index=True) if parts else _timeline_frame([])
+
+
+def _timeline_frame(rows) -> pd.DataFrame:
+    return pd.DataFrame({"start_ns": pd.Series([], dtype=float), "device_id": pd.Series([], dtype=np.int64),
+                         "bytes": pd.Series([], dtype=float), "allocated": pd.Series([], dtype=float),
+                         "reserved": pd.Series([], dtype=float), "source": pd.Series([], dtype=object)})
+
+
+def _blocks_frame(device, addr, size, alloc_ns, free_ns, stack) -> pd.DataFrame:
+    return pd.DataFrame({"device_id": np.asarray(device, np.int64), "addr": np.asarray(addr, np.int64),
+                         "size": np.asarray(size, np.int64), "alloc_ns": np.asarray(alloc_ns, float),
+                         "free_ns": np.asarray(free_ns, float), "stack": np.asarray(stack, np.int64)})
+
+
+def _ooms_frame(rows) -> pd.DataFrame:
+    return pd.DataFrame({"start_ns": pd.Series([], dtype=float), "device_id": pd.Series([], dtype=np.int64),
+                         "size": pd.Series([], dtype=np.int64), "device_free": pd.Series([], dtype=np.int64),
+                         "stack": pd.Series([], dtype=np.int64)})

@@ -1,0 +1,187 @@
+"""Python call stacks sampled in the profiled process (inside/python_samples.py): python_samples.json beside the
+export, placed on the report's clock by nsight-magic's NVTX clock mark.
+
+    samples   DataFrame: time_ns (report clock; NaN where no mark placed the file), pid, tid, stack (int32),
+              weight_ns (the time the sample stands for: to the thread's next sample, at most 3 intervals)
+    stacks    per stack id: frame ids from the leaf to the root (int32 arrays), and their line numbers
+    frames    DataFrame: function, file, first_line, kind (cell, user, library, stdlib, ours)
+
+Several processes (ranks) each write their own file (python_samples.rankR.json).  The readers know nothing of what
+the samples mean: analysis/python_code.py says which code the host ran.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..errors import ReportError
+
+CLOCK_MARK = "nsight-magic clock "   # inside/python_samples.py writes it (no import: readers stay below inside/)
+MAX_FILE_BYTES = 512 * 1024 * 1024
+KINDS = ("cell", "user", "library", "stdlib", "ours")
+
+# frames of the machinery that runs the cell (ours, runpy, IPython, ipykernel and its event loop, threading's
+# bootstrap): never the user's code
+_OURS = re.compile(r"[/\\]nsight_magic[/\\]|^<frozen runpy>$|[/\\](IPython|ipykernel|tornado|traitlets|jupyter_client|"
+                   r"zmq|comm)[/\\]|[/\\]asyncio[/\\]|[/\\]threading\.py$|[/\\]runpy\.py$")
+_LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]|^<frozen ")
+
+
+@dataclass
+class PythonSamples:
+    samples: pd.DataFrame
+    stacks: list = field(repr=False)
+    lines: list = field(repr=False)
+    frames: pd.DataFrame = field(repr=False)
+    interval_ns: int = 5_000_000
+    placed: bool = True                 # every file's clock mark was found in the report
+    files: tuple = ()
+    cell_first_line: int = 1            # the editor's number of the cell's first line (2 under %%nsys)
+
+    @property
+    def empty(self) -> bool:
+        return self.samples.empty
+
+
+def empty_samples() -> PythonSamples:
+    return PythonSamples(pd.DataFrame({"time_ns": pd.Series([], dtype=float), "pid": pd.Series([], dtype=np.int64),
+                                       "tid": pd.Series([], dtype=np.int64), "stack": pd.Series([], dtype=np.int32),
+                                       "weight_ns": pd.Series([], dtype=float)}),
+                         [], [], pd.DataFrame({"function": [], "file": [], "first_line": [], "kind": []}))
+
+
+def frame_kind(file: str, cell_files=()) -> str:
+    if file in cell_files:
+        return "cell"
+    if _OURS.search(file):
+        return "ours"
+    if _LIBRARY.search(file):
+        return "library"
+    if _STDLIB.search(file):
+        return "stdlib"
+    return "user"
+
+
+def is_cell_file(file: str, cell_names=("cell.py",)) -> bool:
+    """A cell's own code: the profile folder's cell.py (a fresh or warm run), or a cell IPython compiled (the
+    in-place kernel: <ipython-input-N-...>, ipykernel's /tmp/ipykernel_PID/HASH.py; which of them is the profiled
+    one, the stacks tell: analysis/python_code.py)."""
+    name = file.replace("\\", "/").rsplit("/", 1)[-1]
+    return name in cell_names or file.startswith("<ipython-input-") or "/ipykernel_" in file
+
+
+def short_file(file: str) -> str:
+    """A frame's file as a reader knows it: `torch/serialization.py`, `json/encoder.py`, `setup.py`."""
+    for rx in (_LIBRARY, _STDLIB):
+        m = rx.search(file)
+        if m and not file.startswith("<"):
+            return file[m.end():]
+    return file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def sample_files(folder: Path) -> list[Path]:
+    return sorted(p for p in Path(folder).glob("python_samples*.json") if p.is_file())
+
+
+def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> PythonSamples:
+    """The samples of every python_samples*.json in `folder`; `marks`: the report's nsight-magic NVTX marks
+    [(pid, t_ns, text)] (NsysReport._own_rows), which place each file on the report's clock."""
+    files = sample_files(folder)
+    if not files:
+        return empty_samples()
+    by_clock = {}
+    for pid, t, text in marks:
+        if isinstance(text, str) and text.startswith(CLOCK_MARK):
+            by_clock[text[len(CLOCK_MARK):].strip()] = (int(pid), int(t))
+    frames: list = []
+    frame_index: dict = {}
+    stacks, lines, parts = [], [], []
+    placed = True
+    interval = None
+    for path in files:
+        data = _load(path)
+        remap = np.empty(len(data["frames"]), np.int32)
+        for i, (file, func, first) in enumerate(data["frames"]):
+            key = (file, func, first)
+            if key not in frame_index:
+                frame_index[key] = len(frames)
+                frames.append(key)
+            remap[i] = frame_index[key]
+        base = len(stacks)
+        for st in data["stacks"]:
+            a = np.asarray(st, dtype=np.int64)
+            if a.size % 2 or (a.size and (a[0::2].min() < 0 or a[0::2].max() >= len(remap))):
+                raise ReportError(f"{path.name}: a stack names a frame it does not list; the file is damaged")
+            stacks.append(remap[a[0::2]] if a.size else np.empty(0, np.int32))
+            lines.append(a[1::2].astype(np.int32))
+        s = data["samples"]
+        t = np.asarray(s["t"], dtype=np.int64)
+        tid = np.asarray(s["tid"], dtype=np.int64)
+        sid = np.asarray(s["stack"], dtype=np.int64)
+        if not (len(t) == len(tid) == len(sid)) or (len(sid) and (sid.min() < 0 or sid.max() >= len(data["stacks"]))):
+            raise ReportError(f"{path.name}: its sample lists differ in length or name unknown stacks; the file is "
+                              "damaged")
+        mark = by_clock.get(str(data["clock_ns"]))
+        if mark is None:
+            placed = False
+            pid, time_ns = int(data.get("pid", -1)), np.full(len(t), np.nan)
+        else:
+            pid, time_ns = mark[0], (mark[1] + t).astype(float)
+        interval = int(data.get("interval_ns") or 5_000_000)
+        parts.append(pd.DataFrame({"time_ns": time_ns, "pid": np.full(len(t), pid, np.int64), "tid": tid,
+                                   "stack": (sid + base).astype(np.int32), "t": t}))
+    samples = pd.concat(parts, ignore_index=True) if parts else empty_samples().samples
+    samples = samples.sort_values(["pid", "tid", "t"], kind="stable").reset_index(drop=True)
+    samples["weight_ns"] = _weights(samples, interval or 5_000_000)
+    samples = samples.drop(columns="t")
+    fr = pd.DataFrame(frames, columns=["file", "function", "first_line"])
+    cells = {f for f in fr["file"] if is_cell_file(f, cell_names)}
+    fr["kind"] = [frame_kind(f, cells) for f in fr["file"]]
+    return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
+                         interval or 5_000_000, placed, tuple(p.name for p in files), read_cell_first_line(folder))
+
+
+def read_cell_first_line(folder: Path) -> int:
+    """run.json's cell_first_line (the magic's line comes first in the editor), 1 when absent or damaged."""
+    try:
+        v = json.loads((Path(folder) / "run.json").read_text()).get("cell_first_line", 1)
+        return int(v) if isinstance(v, int) and 0 < v < 1_000_000 else 1
+    except (OSError, ValueError, AttributeError):
+        return 1
+
+
+def _weights(samples: pd.DataFrame, interval: int) -> np.ndarray:
+    """Each sample stands for the time to its thread's next sample (at most 3 intervals: the sampler waited for the
+    GIL), the last one for one interval."""
+    t = samples["t"].to_numpy(np.int64)
+    w = np.full(len(t), float(interval))
+    if len(t) > 1:
+        same = (samples["pid"].to_numpy()[1:] == samples["pid"].to_numpy()[:-1]) & \
+               (samples["tid"].to_numpy()[1:] == samples["tid"].to_numpy()[:-1])
+        gap = np.diff(t).astype(float)
+        w[:-1] = np.where(same, np.clip(gap, 0, 3 * interval), interval)
+    return w
+
+
+def _load(path: Path) -> dict:
+    try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ReportError(f"{path.name} is larger than {MAX_FILE_BYTES >> 20} MB; it was not read")
+        data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
+    except (OSError, ValueError) as e:
+        raise ReportError(f"{path.name} could not be read ({type(e).__name__}: {e}); remove it to open the "
+                          "profile without Python samples") from None
+    ok = (isinstance(data, dict) and isinstance(data.get("frames"), list) and isinstance(data.get("stacks"), list)
+          and isinstance(data.get("samples"), dict) and all(isinstance(data["samples"].get(k), list)
+                                                            for k in ("t", "tid", "stack")))
+    if not ok or not all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and isinstance(f[1], str)
+                         for f in data["frames"]):
+        raise ReportError(f"{path.name} is not a samples file nsight-magic wrote (frames, stacks, samples); remove "
+                          "it to open the profile without Python samples")
+    return data
