@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -21,9 +19,12 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 PLANTED = HERE.parent / "tests" / "data" / "planted"
+sys.path.insert(0, str(PLANTED))
 
 
 def main() -> None:
+    from planted_files import unpack
+
     from nsight_magic.readers.nsys import open_nsys_report
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -39,11 +40,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         def opened(name, variant):
-            src = PLANTED / (manifest[name]["reports"][variant] + ".xz")
-            dst = Path(tmp) / manifest[name]["reports"][variant]
-            with lzma.open(src) as f, open(dst, "wb") as out:
-                shutil.copyfileobj(f, out)
-            return open_nsys_report(dst)
+            return open_nsys_report(unpack(manifest[name], variant, Path(tmp)))
 
         for name, e in manifest.items():
             rep = opened(name, "bad")

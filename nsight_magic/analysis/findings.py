@@ -23,7 +23,7 @@ import pandas as pd
 
 from .. import thresholds as T
 from .bottleneck import diagnose
-from .rules import GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
+from .rules import FAILURES, GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
 from .rules.comm import straggler_of
 
 __all__ = ["Finding", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "SEVERITY_ORDER", "nsys_findings", "findings_frame",
@@ -45,8 +45,8 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """Causes by the time their fix saves, notes ("info") last."""
-    return sorted(findings, key=lambda f: (f.severity == "info", -f.time_at_stake_ns,
+    """A failed cell's cause first, then causes by the time their fix saves, notes ("info") last."""
+    return sorted(findings, key=lambda f: (f.rule not in FAILURES, f.severity == "info", -f.time_at_stake_ns,
                                            SEVERITY_ORDER.get(f.severity, 9), f.rule))
 
 

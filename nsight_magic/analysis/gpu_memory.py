@@ -40,11 +40,16 @@ class MemorySummary:
         return self.devices.empty
 
 
+def empty_summary(settings=None) -> MemorySummary:
+    return MemorySummary(pd.DataFrame(columns=list(DEVICE_COLUMNS)), _live_frame([]), _growth_frame([]), (),
+                         dict(settings or {}))
+
+
 def memory_summary(report) -> MemorySummary:
+    """The summary of report.gpu_memory (empty when the report has no memory record)."""
     mem = report.gpu_memory
     if mem.empty:
-        return MemorySummary(pd.DataFrame(columns=list(DEVICE_COLUMNS)), _live_frame([]), _growth_frame([]),
-                             (), mem.settings)
+        return empty_summary(mem.settings)
     labels, lines = _site_labels(mem, report.path.parent)
     steps = _step_ends(report)
     rows, live, growth = [], [], []

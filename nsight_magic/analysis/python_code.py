@@ -69,7 +69,14 @@ def stack_info(ps) -> StackInfo:
             if k in ("user", "cell"):
                 parts.append(f"{func[fid]} ({files[fid]}:{first[fid]})")
                 continue
-            parts.append(f"{func[fid]} ({files[fid]})")  # the first library call: the API the code used
+            # the first library call: the API the code used (past the library's private plumbing, as
+            # nn.Module's _wrapped_call_impl -> _call_impl -> forward, where a public function follows)
+            for jj in range(j, -1, -1):
+                name = str(func[ids[jj]])
+                if kind[ids[jj]] in ("library", "stdlib") and (not name.startswith("_") or name.startswith("__")):
+                    fid = ids[jj]
+                    break
+            parts.append(f"{func[fid]} ({files[fid]})")
             break
         label[s] = SEP.join(parts)
     codes, uniq = pd.factorize(pd.Series(label, dtype=object), sort=False)
@@ -153,7 +160,8 @@ def code_in(ps, pid, tid, start_ns, end_ns) -> tuple[pd.DataFrame, float]:
     info = stack_info(ps)
     pid, tid = np.asarray(pid, np.int64), np.asarray(tid, np.int64)
     start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
-    t = s["time_ns"].to_numpy(float)
+    # a sample stands for the time before it: it belongs to the stretch that holds the middle of that time
+    t = s["time_ns"].to_numpy(float) - s["weight_ns"].to_numpy(float) / 2
     spid, stid = s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)
     picked = np.zeros(len(s), bool)
     for p, th in set(zip(pid.tolist(), tid.tolist())):  # the threads concerned: a few
@@ -209,7 +217,8 @@ def segments(ps) -> pd.DataFrame:
             details[stack_id] = " ← ".join(shown)
         return details[stack_id]
 
-    return pd.DataFrame({"start_ns": t[starts].astype(np.int64), "end_ns": (t[ends] + w[ends]).astype(np.int64),
+    # a sample stands for the time before it (readers/python_samples.py): a run spans its first sample's share
+    return pd.DataFrame({"start_ns": (t[starts] - w[starts]).astype(np.int64), "end_ns": t[ends].astype(np.int64),
                          "pid": pid[starts], "tid": tid[starts], "name": labels[code[starts]],
                          "detail": [detail(int(x)) for x in st[starts]], "samples": ends - starts + 1})
 

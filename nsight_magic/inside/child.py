@@ -481,7 +481,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
                 _barrier(folder, "end", rank, world)
             if rng:
                 nvtx.pop_range(domain=CAPTURE_DOMAIN)
-            for h in handles:
+            for h in reversed(handles):  # last started, first stopped: the sampler before the history's snapshot
                 h.remove()
         except KeyboardInterrupt:
             pass

@@ -5,7 +5,7 @@ segments); the allocator's own history says what the program held: each tensor's
 the Python stack that allocated it.  When torch has already initialised CUDA before the cell (setup code, the
 notebook's warm worker, an in-place kernel), the history is recorded during the cell
 (`torch.cuda.memory._record_memory_history`, Python stacks only: the cheaper kind) and its snapshot pickled into
-the profile folder after the cell, outside the capture: memory_snapshot.pickle (readers/memory_snapshot.py).
+the profile folder after the cell, outside the capture: memory_snapshot.pickle (readers/gpu_memory.py).
 A cell that starts CUDA itself gets nsys's view only: starting CUDA ourselves would make a context (and hold
 memory) in processes that never use the GPU.
 """
@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import pickle
 import sys
+import time
 from pathlib import Path
 
 SNAPSHOT = "memory_snapshot.pickle"
+SLOW_S = 2.0             # a snapshot slower than this is said in the cell's output
 MAX_ENTRIES = 100_000   # alloc/free events kept (a ring): about 40 MB at most with their stacks
 
 
@@ -45,12 +47,22 @@ class AllocatorHistory:
 
     def remove(self) -> None:
         memory = self.torch.cuda.memory
+        t0 = time.monotonic()
         try:
-            snap = memory._snapshot()
+            # torch's C function itself: the Python wrapper has imported lazy torch modules on its first call (seen
+            # on the H100: 8 s of torch.distributed imports in a process without an optimizer)
+            try:
+                snap = self.torch._C._cuda_memorySnapshot(None)
+            except (AttributeError, TypeError):  # another torch: its own way
+                snap = memory._snapshot()
             tmp = self.path.with_name(self.path.name + ".part")
             with open(tmp, "wb") as f:
                 pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, self.path)  # complete or absent
+            took = time.monotonic() - t0
+            if took > SLOW_S:
+                print(f"nsight-magic: saving torch's allocator history took {took:.1f} s (--no-memory leaves it "
+                      "out)", file=sys.stderr)
         except Exception as e:  # noqa: BLE001 - the profile without it
             print(f"nsight-magic: torch's allocator history could not be saved ({type(e).__name__}: {e})",
                   file=sys.stderr)

@@ -185,7 +185,7 @@ class InPlaceSession:
         except KeyboardInterrupt:  # between our steps, not inside the cell: the recording still ends
             status = "timeout" if timer.fired else "interrupted"
         finally:
-            for h in annotations:
+            for h in reversed(annotations):  # the sampler first, then the history's snapshot
                 h.remove()
         cell_s = time.monotonic() - record_start
         if status == "timeout":

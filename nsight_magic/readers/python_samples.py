@@ -2,7 +2,7 @@
 export, placed on the report's clock by nsight-magic's NVTX clock mark.
 
     samples   DataFrame: time_ns (report clock; NaN where no mark placed the file), pid, tid, stack (int32),
-              weight_ns (the time the sample stands for: to the thread's next sample, at most 3 intervals)
+              weight_ns (the time the sample stands for: since the thread's previous sample)
     stacks    per stack id: frame ids from the leaf to the root (int32 arrays), and their line numbers
     frames    DataFrame: function, file, first_line, kind (cell, user, library, stdlib, ours)
 
@@ -156,16 +156,20 @@ def read_cell_first_line(folder: Path) -> int:
         return 1
 
 
+MAX_WEIGHT_NS = 250_000_000   # a sample stands for at most this (a thread that appeared late, a stopped sampler)
+
+
 def _weights(samples: pd.DataFrame, interval: int) -> np.ndarray:
-    """Each sample stands for the time to its thread's next sample (at most 3 intervals: the sampler waited for the
-    GIL), the last one for one interval."""
+    """Each sample stands for the time since its thread's previous sample: a late sample comes when the code that
+    held the GIL lets go, and shows that code (the frame that made a long C call is still on the stack); the
+    first of each thread for one interval."""
     t = samples["t"].to_numpy(np.int64)
     w = np.full(len(t), float(interval))
     if len(t) > 1:
         same = (samples["pid"].to_numpy()[1:] == samples["pid"].to_numpy()[:-1]) & \
                (samples["tid"].to_numpy()[1:] == samples["tid"].to_numpy()[:-1])
         gap = np.diff(t).astype(float)
-        w[:-1] = np.where(same, np.clip(gap, 0, 3 * interval), interval)
+        w[1:] = np.where(same, np.clip(gap, 0, MAX_WEIGHT_NS), interval)
     return w
 
 

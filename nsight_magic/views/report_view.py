@@ -143,6 +143,50 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         return pd.DataFrame(), pd.DataFrame(), f"<p>The Python samples could not be read: {escape(str(e))}</p>"
 
 
+GPU_MEMORY_INTRO = ("<p>GPU memory during the cell ({sources}): the peak per device and when, then what was live "
+                    "at the peak (or when the cell ran out) by where it was allocated, and the memory held after "
+                    "each step. The timeline's memory track shows it in time.</p>")
+
+
+def _gpu_memory(report) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The GPU memory tab: (intro, devices, live at the peak, per step); ('', ...) without a memory record."""
+    from ..analysis.gpu_memory import memory_summary
+
+    empty = pd.DataFrame()
+    if not hasattr(type(report), "gpu_memory"):  # a report type without memory (a test fake, an old reader)
+        return "", empty, empty, empty
+    try:
+        s = memory_summary(report)
+        if s.empty:
+            return "", empty, empty, empty
+        names = {"torch": "torch's allocator history", "nsys": "nsys's device-memory record"}
+        intro = GPU_MEMORY_INTRO.format(sources=" and ".join(names.get(x, x) for x in s.sources))
+        d = s.devices
+        dev = pd.DataFrame({"device": d["device_id"], "peak GB": d["peak_bytes"] / 1e9,
+                            "at ms": (d["peak_ns"] - _origin(report)) / 1e6,
+                            "allocated peak GB": d["peak_allocated"] / 1e9, "reserved peak GB": d["peak_reserved"] / 1e9,
+                            "held before GB": d["held_before"] / 1e9, "capacity GB": d["capacity"] / 1e9,
+                            "growth per step MB": d["growth_per_step"] / 1e6, "steps": d["steps"],
+                            "out of memory at ms": (d["oom_ns"] - _origin(report)) / 1e6})
+        dev = dev.dropna(axis=1, how="all")
+        live = s.live.assign(GB=s.live["bytes"] / 1e9).drop(columns=["bytes"])
+        live = live.rename(columns={"site": "allocated at", "line": "cell line", "nvtx": "NVTX range"})
+        growth = s.growth.assign(GB=s.growth["allocated"] / 1e9,
+                                 end_ms=(s.growth["end_ns"] - _origin(report)) / 1e6)[["device_id", "step", "end_ms",
+                                                                                        "GB"]]
+        return intro, dev, live, growth
+    except Exception as e:  # noqa: BLE001 - an odd memory record: the other tabs still show, this one says why
+        return f"<p>The GPU memory record could not be read: {escape(str(e))}</p>", empty, empty, empty
+
+
+def _origin(report) -> int:
+    """x = 0 of the timeline: the cell's range start, else the capture's."""
+    cr = getattr(report, "cell_range", None)
+    if cr:
+        return int(cr[0])
+    return int(getattr(getattr(report, "meta", None), "start_ns", 0) or 0)
+
+
 def _verdict(report):
     """report.bottleneck(), or None for a report without one (or where it cannot be computed: the view shows the
     rest)."""
@@ -268,6 +312,7 @@ class NsysView:
         self.lines, self.modules = _lines_and_modules(report, self.folder)
         self.ops, self.ops_zoom, self.ops_source = _ops(report, self.data.origin_ns)
         self.python, self.python_lines, self.python_intro = _python(report)
+        self.memory_intro, self.memory_devices, self.memory_live, self.memory_growth = _gpu_memory(report)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.plot_name = ""
@@ -306,6 +351,13 @@ class NsysView:
             panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, tv.plot_name)
                          + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
                          + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
+        if self.memory_intro:  # GPU memory: after NVTX (and Lines, Ops, Python, Ranks)
+            panes.insert(5, self.memory_intro
+                         + self._table("gpumem", self.memory_devices, None, tv.plot_name)
+                         + "<h4>Live at the peak, by where it was allocated</h4>"
+                         + self._table("gpulive", self.memory_live, None, tv.plot_name)
+                         + "<h4>Allocated after each step</h4>"
+                         + self._table("gpusteps", self.memory_growth, None, tv.plot_name))
         if self.python_intro:  # Python samples: after NVTX (and Lines, Ops, Ranks)
             panes.insert(5, self.python_intro + self._table("python", self.python, None, tv.plot_name)
                          + "<h4>Lines of the cell</h4>"
@@ -335,7 +387,8 @@ class NsysView:
     @property
     def tabs(self) -> tuple:
         extra = (("Lines",) if not self.lines.empty else ()) + (("Ops",) if not self.ops.empty else ()) \
-            + (("Python",) if self.python_intro else ()) + (("Ranks",) if self.ranks else ())
+            + (("Python",) if self.python_intro else ()) + (("GPU memory",) if self.memory_intro else ()) \
+            + (("Ranks",) if self.ranks else ())
         return TABS[:5] + extra + TABS[5:]
 
     def html_page(self) -> str:

@@ -17,8 +17,8 @@ import numpy as np
 from bokeh.events import SelectionGeometry
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColumnDataSource, CustomJS, CustomJSHover,
                           CustomJSTransform, FixedTicker, HoverTool, Label, LinearColorMapper, NumeralTickFormatter,
-                          PanTool, Range1d, ResetTool, TapTool, Title, WheelZoomTool)
-from bokeh.layouts import row
+                          PanTool, Range1d, ResetTool, Spacer, TapTool, Title, WheelZoomTool)
+from bokeh.layouts import column, row
 from bokeh.plotting import figure
 
 from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, default_folds, embeddable_rows, exact_frame,
@@ -26,6 +26,8 @@ from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, defau
 
 ROW_PX = 22
 LABEL_PX = 250  # width of the row names on the left
+MEMORY_PX = 130  # height of the GPU memory track under the timeline
+MEMORY_COLORS = ("#d62728", "#ff9896", "#9467bd", "#2ca02c", "#98df8a", "#8c564b")
 UTIL_HEIGHT = 0.45  # the GPU utilization strip is thin (a heat strip); events fill 0.8 of a row
 
 
@@ -281,7 +283,35 @@ class TimelineView:
         self.label_plot = self._label_plot(p)
         if self.embed:
             self._embed_exact(self.embed)
-        return row(self.label_plot, p, sizing_mode="stretch_width")
+        track = self._memory_track(p)
+        if track is None:
+            return row(self.label_plot, p, sizing_mode="stretch_width")
+        return column(row(self.label_plot, p, sizing_mode="stretch_width"), track, sizing_mode="stretch_width")
+
+    def _memory_track(self, p):
+        """GPU memory in use under the timeline, on its x range (zoom and pan move both): torch's reserved and
+        allocated bytes, nsys's device-memory count; None when the report has no memory record."""
+        m = self.data.memory
+        if m is None or m.empty:
+            return None
+        # no y axis: its labels would shift the plot off the timeline's x positions (the hover and title say GB)
+        mp = figure(name=f"{self.plot_name}-memory", height=MEMORY_PX, sizing_mode="stretch_width", min_width=400,
+                    x_range=p.x_range, tools=[], toolbar_location=None, min_border_left=p.min_border_left,
+                    min_border_right=p.min_border_right)
+        mp.yaxis.visible = False
+        mp.title.text = f"GPU memory in use (GB; peak {m['gb'].max():,.2f} GB, hover for values)"
+        mp.title.text_font_size = "9pt"
+        for i, (name, g) in enumerate(m.groupby("series", sort=True)):
+            src = ColumnDataSource({"x": g["t_ms"].to_numpy(float), "y": g["gb"].to_numpy(float),
+                                    "series": [name] * len(g)})
+            mp.step("x", "y", source=src, mode="after", line_width=1.5, legend_label=name,
+                    color=MEMORY_COLORS[i % len(MEMORY_COLORS)])
+        mp.legend.location = "top_left"
+        mp.legend.label_text_font_size = "8pt"
+        mp.legend.background_fill_alpha = 0.6
+        mp.add_tools(HoverTool(tooltips=[("", "@series"), ("GB", "@y{0,0.000}"), ("ms", "@x{0,0.000}")],
+                               mode="vline"))
+        return row(Spacer(width=LABEL_PX, height=MEMORY_PX), mp, sizing_mode="stretch_width")
 
     def _embed_exact(self, limit: int) -> None:
         """For pages without a kernel: the events of the quietest rows (up to `limit` of them, besides those the

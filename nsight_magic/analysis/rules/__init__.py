@@ -18,6 +18,7 @@ from .growth import rule_growing_steps
 from .host_code import rule_host_code
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
+from .memory import rule_memory_fragmentation, rule_memory_growth, rule_near_capacity, rule_out_of_memory
 from .notes import rule_nvtx_other_thread
 from .precision import (rule_attention_unfused, rule_elementwise_fusion, rule_fp32_gemm, rule_fp64_compute,
                         rule_gemm_alignment)
@@ -28,6 +29,7 @@ from .round_trip import rule_host_round_trip
 # In the order they run: causes first, then the twins of nsys's GPU rules (symptoms: their time at stake is what
 # the causes found before them do not explain).
 NSYS_RULES = {
+    "out_of_memory": rule_out_of_memory,
     "collective_wait": rule_collective_wait,
     "extra_copy": rule_extra_copy,
     "host_round_trip": rule_host_round_trip,
@@ -61,7 +63,14 @@ NSYS_RULES = {
     "gpu_gaps": rule_gpu_gaps,
     "gpu_time_util": rule_gpu_time_util,
     "nvtx_other_thread": rule_nvtx_other_thread,
+    "memory_growth": rule_memory_growth,
+    "memory_near_capacity": rule_near_capacity,
+    "memory_fragmentation": rule_memory_fragmentation,
 }
+# a cell that failed: its finding comes before any time saved
+FAILURES = frozenset({"out_of_memory"})
+# findings about memory, not time (their time at stake is 0)
+MEMORY_RULES = frozenset({"out_of_memory", "memory_growth", "memory_near_capacity", "memory_fragmentation"})
 # the rules whose fix changes the kernels themselves (the rest change what the host does)
 GPU_SIDE = frozenset({"fp32_gemm", "fp64_compute", "gemm_alignment", "conv_bias_bn", "attention_unfused",
                       "elementwise_fusion", "layout_transpose", "undersized_launch"})
@@ -72,4 +81,4 @@ NSYS_ANALYZE_NAMES = {
     "gpu_time_util": "gpu-low-util",
 }
 
-__all__ = ["GPU_SIDE", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "Context", "Finding", "SEVERITY_ORDER", "severity"]
+__all__ = ["FAILURES", "GPU_SIDE", "MEMORY_RULES", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "Context", "Finding", "SEVERITY_ORDER", "severity"]

@@ -30,7 +30,7 @@ def _loading_code(report, ev: pd.DataFrame) -> np.ndarray:
         return out
     loads = api[tx.contains(api["name"], HOST_CALLS["module load"])]
     for (pid, tid), g in loads.groupby(["pid", "tid"]):  # the threads that loaded code: a few
-        m = ((ev["pid"] == pid) & (ev["tid"] == tid)).to_numpy(bool)
+        m = ((ev["pid"] == pid) & (ev["tid"] == tid)).fillna(False).to_numpy(bool)  # a stretch of no known thread: NA
         if m.any():
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             out[m] = I.overlap(iv, ev["start_ns"].to_numpy(np.int64)[m], ev["end_ns"].to_numpy(np.int64)[m]) > 0

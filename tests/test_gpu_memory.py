@@ -1,0 +1,139 @@
+"""GPU memory (issue 48) read from reports recorded on the lent H100 with torch's allocator history beside them
+(and nsys's --cuda-memory-usage for eval_keeps_graph): tests/data/gpu_memory, each with torch's own numbers taken
+in a run without the profiler (tests/data/planted/make_planted_reports.py, suite sixth)."""
+from __future__ import annotations
+
+import json
+import lzma
+import pickle
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import DATA
+from nsight_magic.analysis.gpu_memory import memory_summary
+from nsight_magic.errors import ReportError
+from nsight_magic.readers import open_report
+from nsight_magic.readers.gpu_memory import load_snapshot
+from nsight_magic.views.report_view import NsysView
+
+HERE = DATA / "gpu_memory"
+MANIFEST = json.loads((HERE / "gpu_memory.json").read_text())
+ALARM = ("high", "medium")
+
+
+@pytest.fixture(scope="module")
+def opened(tmp_path_factory):
+    root = tmp_path_factory.mktemp("gpu_memory")
+    got = {}
+
+    def get(name: str):
+        if name not in got:
+            folder = root / name
+            folder.mkdir()
+            for f in (HERE / name).iterdir():
+                if f.suffix == ".xz":
+                    with lzma.open(f) as a, open(folder / f.stem, "wb") as b:
+                        shutil.copyfileobj(a, b)
+                else:
+                    shutil.copy(f, folder / f.name)
+            got[name] = open_report(folder / "report.sqlite")
+        return got[name]
+
+    yield get
+    for r in got.values():
+        r.close()
+
+
+@pytest.mark.parametrize("name", sorted(MANIFEST))
+def test_peaks_and_growth_per_step_equal_torchs_own(name, opened):
+    torch_says = MANIFEST[name]["torch_memory"]
+    s = memory_summary(opened(name))
+    d = s.devices.iloc[0]
+    # torch's numbers come from a run without the profiler: the same program, the same allocations
+    assert d["peak_allocated"] == pytest.approx(torch_says["peak_allocated"], rel=0.01)
+    assert d["peak_reserved"] == pytest.approx(torch_says["peak_reserved"], rel=0.01)
+    assert d["capacity"] == torch_says["capacity"]
+    if torch_says["growth_per_step"]:
+        assert d["growth_per_step"] == pytest.approx(torch_says["growth_per_step"], rel=0.10)
+
+
+def test_the_timeline_holds_both_records_on_the_reports_clock(opened):
+    rep = opened("eval_keeps_graph_bad")
+    tl = rep.memory_timeline()
+    assert set(tl["source"]) == {"torch", "nsys"}
+    assert list(tl.columns) == ["start_ns", "device_id", "bytes", "allocated", "reserved", "source"]
+    torch_rows = tl[tl["source"] == "torch"]
+    a, b = rep.cell_range
+    # the allocator's history, placed by the session's UTC start, falls inside the cell
+    assert torch_rows["start_ns"].between(a, b).all()
+    assert (torch_rows["allocated"] <= torch_rows["reserved"]).all()
+    # nsys counts what the driver gave: never less than torch's reserved memory allocated during the capture
+    assert tl[tl["source"] == "nsys"]["bytes"].max() >= 0.95 * torch_rows["reserved"].max() - \
+        rep.gpu_memory.held_before[0]
+
+
+def test_a_leak_is_named_with_its_pace_and_its_line_and_the_fixed_twin_is_no_alarm(opened):
+    bad = [f for f in opened("eval_keeps_graph_bad").findings() if f.rule == "memory_growth"]
+    assert len(bad) == 1 and bad[0].severity in ALARM
+    assert "autograd graph" in bad[0].explanation and "torch.no_grad()" in bad[0].suggestion
+    assert bad[0].code.startswith("line 6")  # outputs.append(model(...)) is line 6 of the cell
+    assert "+0.27 GB a step over 12 steps" in bad[0].title
+    fixed = [f for f in opened("eval_keeps_graph_fixed").findings() if f.rule == "memory_growth"]
+    assert all(f.severity not in ALARM for f in fixed)  # it keeps one 32 MiB output a step: no alarm
+
+
+def test_a_cell_that_ran_out_comes_first_with_what_was_live(opened):
+    rep = opened("oom_cell_bad")
+    first = rep.findings()[0]
+    assert first.rule == "out_of_memory" and first.severity == "high"
+    assert "asked for 64 MiB" in first.title
+    s = memory_summary(rep)
+    d = s.devices.iloc[0]
+    assert np.isfinite(d["oom_ns"]) and d["oom_asked"] == 64 << 20
+    top = s.live.iloc[0]
+    assert top["line"] == 5 and top["bytes"] > 0.9 * d["peak_allocated"] - d["held_before"]
+
+
+@pytest.mark.parametrize("name,fires", [("fragmentation_bad", True), ("fragmentation_fixed", False)])
+def test_fragmentation_is_told_and_expandable_segments_is_not(name, fires, opened):
+    found = [f for f in opened(name).findings() if f.rule == "memory_fragmentation"]
+    assert bool(found) == fires, [str(f) for f in found]
+    if fires:
+        assert "expandable_segments:True" in found[0].suggestion
+
+
+def test_the_view_has_a_memory_track_and_tab(opened):
+    v = NsysView(opened("eval_keeps_graph_bad"))
+    assert "GPU memory" in v.tabs
+    html = v.html_page()
+    assert "Live at the peak" in html and "GPU memory in use" in html
+    assert set(v.data.memory["series"]) == {"device 0 reserved", "device 0 allocated", "device 0 (nsys)"}
+
+
+def test_a_hostile_snapshot_runs_no_code(tmp_path):
+    class Boom:
+        def __reduce__(self):
+            return (print, ("pwned",))
+
+    p = tmp_path / "memory_snapshot.pickle"
+    p.write_bytes(pickle.dumps({"segments": [], "device_traces": [[Boom()]]}))
+    with pytest.raises(ReportError, match="not a readable torch memory snapshot"):
+        load_snapshot(p)
+    p.write_bytes(b"\x80\x05garbage")
+    with pytest.raises(ReportError, match="remove it to open the report without it"):
+        load_snapshot(p)
+
+
+def test_a_damaged_snapshot_beside_a_report_leaves_the_rest_of_the_profile(opened, tmp_path):
+    src = opened("fragmentation_bad").path
+    shutil.copy(src, tmp_path / "report.sqlite")
+    (tmp_path / "memory_snapshot.pickle").write_bytes(b"not a pickle")
+    rep = open_report(tmp_path / "report.sqlite")
+    try:
+        assert rep.findings()  # the time findings stand
+        v = NsysView(rep)
+        assert "The GPU memory record could not be read" in v.html_page()
+    finally:
+        rep.close()
