@@ -29,6 +29,10 @@ from .store import FINISHING_FILE, clear_finishing, finishing_state, mark_finish
 
 _JOBS: list["ProfileJob"] = []
 _LOCK = threading.Lock()
+# finished jobs that keep their opened report (and the view's bundle) in memory: the newest ones (last(), the
+# next %nsys_diff); older ones close theirs and open it again from the folder when asked (a kernel that profiled
+# a hundred cells must not hold a hundred reports: 47-55 MB each measured with 100k NVTX ranges)
+KEEP_OPEN = 2
 
 
 
@@ -74,12 +78,18 @@ class ProfileJob:
         self.t0 = time.monotonic()
         self.finish_s: float | None = None
         self.thread: threading.Thread | None = None
+        self.released = False       # its report was closed to free memory (report_or_raise opens it again)
+        self.had_report = False
 
     # ---- the stage ------------------------------------------------------------------------------------------
     def start(self) -> "ProfileJob":
         mark_finishing(self.folder)
         with _LOCK:
             _JOBS.append(self)
+            done = [j for j in _JOBS if not j.running and not j.released]
+            older = done[:max(0, len(done) - KEEP_OPEN + 1)]  # this one counts as one of the KEEP_OPEN
+        for j in older:
+            j.release()
         _beat()
         ctx = contextvars.copy_context()
         self.thread = threading.Thread(target=ctx.run, args=(self._run,), daemon=True,
@@ -165,10 +175,27 @@ class ProfileJob:
     def running(self) -> bool:
         return not self.done.is_set()
 
+    def release(self) -> None:
+        """Drop what the finished job holds (its opened report, its sqlite connection, the view's bundle, already
+        shown); the files stay, and report_or_raise() opens the report again."""
+        if self.running or self.released:
+            return
+        report, self.report, self.bundle, self.released = self.report, None, None, True
+        self.had_report = report is not None
+        if report is not None:
+            try:
+                report.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
     def report_or_raise(self):
         """The opened report once the job is done; ReportError saying why there is none."""
         if self.report is not None:
             return self.report
+        if self.released and self.had_report:
+            from .readers import open_report
+
+            return open_report(self.folder)
         if self.error:
             raise ReportError(self.error)
         if self.cancel.is_set():

@@ -5,6 +5,8 @@ gpu_gaps.gap_ms=100`.  The twins of `nsys analyze` use its defaults (nsys 2022.4
 """
 from __future__ import annotations
 
+import math
+
 from .errors import OptionError
 
 DEFAULTS: dict[str, float] = {
@@ -39,6 +41,7 @@ DEFAULTS: dict[str, float] = {
     "small_copies.min_per_step": 8,               # idle gaps a step ending with a small host-to-device copy
     "small_copies.min_share_pct": 5,              # ... holding this share of the steady state (launch and sync)
     "growing_steps.min_growth_pct": 50,           # the last quarter of the steps this much slower than the first
+    "autotune.min_share_pct": 2,                  # an autotuner in the loop: the idle time between its trials
     "allocator_churn.min_share_pct": 2,           # the GPU idle while the host is in the allocator: this share
     "module_loading.min_share_pct": 2,            # ... while it loads modules (lazy loading) in the steady state
     "optimizer_single_tensor.min_share_pct": 2,   # the GPU idle during single-tensor optimizer steps
@@ -58,6 +61,9 @@ DEFAULTS: dict[str, float] = {
 }
 
 
+AT_LEAST_ONE = frozenset({"gpu_time_util.chunks"})  # a count that 0 would make meaningless
+
+
 def resolve(overrides: dict | None) -> dict[str, float]:
     """DEFAULTS updated with `overrides`; an unknown key is an OptionError that lists the known ones."""
     out = dict(DEFAULTS)
@@ -68,6 +74,11 @@ def resolve(overrides: dict | None) -> dict[str, float]:
             out[k] = float(v)
         except (TypeError, ValueError):
             raise OptionError(f"advice threshold {k} must be a number, not {v!r}") from None
+        # nan, infinities and negatives would silence a rule or make it fire on everything without a word
+        least = 1 if k in AT_LEAST_ONE else 0
+        if not math.isfinite(out[k]) or out[k] < least:
+            raise OptionError(f"advice threshold {k} must be a finite number >= {least}, not {v!r}; its default "
+                              f"is {DEFAULTS[k]:g}")
     return out
 
 

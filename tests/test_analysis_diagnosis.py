@@ -50,6 +50,8 @@ def planted(tmp_path_factory):
 CASES = sorted(MANIFEST)
 # honest misses, kept visible: each fails today and says why (strict: the day it passes, this list must shrink)
 ESTIMATE_MISSES = {
+    "cudnn_autotune": "autotune takes 2.77 s of a 3.77 s profiled cell; the one plain run of the bad cell took 8.59 s "
+                      "(more than twice the profiled one): to be timed again with more runs",
     "per_sample_loop": "launch_bound takes 5.3 us off the launch gaps for each of 30,754 CUDA calls (0.11 s left); "
                        "on that host tracing added 2.0 us a call (307 ms profiled against 244 ms plain), on "
                        "per_sample_graphs' host 6.8 us: 0.24 s measured",
@@ -60,6 +62,13 @@ FIRST_MISSES: dict[str, str] = {}
 TWIN_ALARMS: dict[str, str] = {
     "growing_prefix": "the fixed loop is 32 steps of one position each (7.5 ms in all): launch-bound for real",
     "metrics_json": "the fixed loop's small MLP steps (3 ms each) are launch-bound for real",
+    "cudnn_autotune": "without benchmark, cuDNN's heuristics still run on the host for each new image size (host_code "
+                      "0.10 s of 0.35 s)",
+}
+# verdicts other than planted (strict, as above)
+KIND_MISSES = {
+    "cudnn_autotune": "planted as sync (the trials synchronise); the breakdown charges most of the tuner's idle time "
+                      "to the host's launch gaps (plans built on the host): cpu",
 }
 # ... of those, the ones whose alarm is the planted rule itself
 TWIN_PLANTED_ALARMS: dict[str, str] = {}
@@ -73,7 +82,8 @@ TWINS = [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=TWIN_ALARMS
          for n in WITH_TWIN]
 
 
-@pytest.mark.parametrize("name", CASES)
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=KIND_MISSES[n]))
+                                  if n in KIND_MISSES else n for n in CASES])
 def test_the_verdict_names_the_planted_kind(name, planted):
     b = planted(name, "bad").bottleneck()
     assert b.kind == MANIFEST[name]["expect_kind"], b.summary
@@ -264,7 +274,8 @@ def test_an_estimate_miss_still_names_its_cause_first(name, planted):
     """The estimate misses above fail on their estimate alone: verdict and first finding hold."""
     e = MANIFEST[name]
     rep = planted(name, "bad")
-    assert rep.bottleneck().kind == e["expect_kind"]
+    if name not in KIND_MISSES:
+        assert rep.bottleneck().kind == e["expect_kind"]
     assert rep.findings()[0].rule == e["expect_rule"]
 
 
@@ -660,3 +671,24 @@ def test_the_host_side_cause_names_the_planted_code(name, planted):
     assert not rep.python_samples.empty and rep.python_samples.placed
     first = rep.findings()[0]
     assert MANIFEST[name]["expect_code"] in first.code, (first.rule, first.code, first.title)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if MANIFEST[n].get("expect_growth")])
+def test_growth_that_is_work_is_told_from_a_growing_collection(name, planted):
+    """Steps whose same matrix kernels grow with their input (work) get other advice than steps that redo an ever
+    larger collection (more kernels, longer copies)."""
+    g = [f for f in planted(name, "bad").findings() if f.rule == "growing_steps"]
+    assert g, name
+    work = "Each step runs the same kernels" in g[0].explanation
+    assert work == (MANIFEST[name]["expect_growth"] == "work"), g[0].explanation
+    assert ("KV cache" in g[0].suggestion) == work
+
+
+def test_a_child_process_in_a_gpu_bound_loop_is_the_profilers_stall_not_an_alarm(planted):
+    """nvidia-smi run every step of a GPU-bound loop costs nothing plain (the queue hides it; gain measured -2 ms),
+    but under nsys every new process is set up for tracing and the GPU idles meanwhile.  nsys lists only 2 of the
+    20 children: the waits are found from the thread's waitpid calls and the Python samples in subprocess."""
+    rep = planted("smi_gpu_bound", "bad")
+    assert rep.bottleneck().kind == "gpu"
+    fs = rep.findings()
+    assert not [f for f in fs if f.severity in ALARM], [str(f) for f in fs[:4]]

@@ -182,6 +182,24 @@ def test_two_cells_in_a_row_give_two_profiles_and_last_and_diff_wait_for_them(la
         assert f"{name} step" in ranges and ({"alpha step", "beta step"} - {f"{name} step"}).isdisjoint(ranges)
 
 
+def test_older_profiles_let_go_of_their_report_and_open_it_again_when_asked(lab, tmp_path):
+    """A kernel that profiles cell after cell keeps the newest reports open (last(), %nsys_diff) and closes the
+    older ones (their frames, their sqlite connection): memory stays bounded; an old report opens again."""
+    lab.run(SETUP)
+    msgs = [lab.execute(CELL.format(name=n)) for n in ("one", "two", "three")]
+    for m in msgs:
+        lab.drawn(m["msg_id"])
+    lab.execute(CELL.format(name="four"))  # the job that releases the oldest when it starts
+    shown = lab.run(
+        "import os\nfrom nsight_magic import background as b\njs = b.jobs()\n"
+        "print('released', [j.released for j in js])\n"
+        "first = str(js[0].folder / 'report.sqlite')\n"
+        "print('open', sum(os.path.realpath(f'/proc/self/fd/{f}') == first for f in os.listdir('/proc/self/fd')))\n"
+        "print('again', sorted(set(js[0].report_or_raise().nvtx_summary()['name'])))")
+    assert "released [True, True, False, False]" in shown, shown
+    assert "open 0" in shown and "again ['one step']" in shown, shown
+
+
 def test_the_first_cell_after_the_setup_is_warm_and_a_user_who_never_profiles_pays_nothing(tmp_path):
     before = _ours()
     fe = Frontend(tmp_path)

@@ -420,12 +420,13 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     rng = None
     rank, world = rank_of(cfg)
     ops = _op_ranges(ann.get("ops"), ns)  # made and warmed before the capture: torch's lazy imports are not the cell's
+    extras: list = []  # what the profile records beyond the trace (allocator history, Python samples)
     if (cfg.get("extras") or {}).get("history"):  # torch's allocator history, saved after the capture
         from .memory_history import AllocatorHistory
 
         history = AllocatorHistory.start(folder, rank)
         if history is not None:
-            handles.append(history)
+            extras.append(history)
     if rank is not None:
         _barrier(folder, "start", rank, world)
     if cfg.get("capture") == "cell" or rank is not None:
@@ -444,7 +445,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     if (cfg.get("extras") or {}).get("samples"):  # inside the capture: its clock mark must be recorded
         from .python_samples import PythonSampler, samples_name
 
-        handles.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN).start())
+        extras.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN).start())
     if rng:
         if rank is not None:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
@@ -481,7 +482,11 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
                 _barrier(folder, "end", rank, world)
             if rng:
                 nvtx.pop_range(domain=CAPTURE_DOMAIN)
-            for h in reversed(handles):  # last started, first stopped: the sampler before the history's snapshot
+            # the cell's annotations first (our own bookkeeping must not show in them), then the sampler, then
+            # the allocator's snapshot (the sampler must not see it: it is not the cell's)
+            for h in handles:
+                h.remove()
+            for h in reversed(extras):
                 h.remove()
         except KeyboardInterrupt:
             pass

@@ -32,6 +32,7 @@ SAMPLES_FILE = "python_samples.json"
 INTERVAL_S = 0.005
 MAX_SAMPLES = 200_000
 CLOCK_MARK = "nsight-magic clock "
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 def samples_name(rank: int | None = None) -> str:
@@ -124,7 +125,8 @@ class PythonSampler:
                 "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
         try:
             tmp = self.path.with_name(self.path.name + ".part")
-            tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8", errors="surrogatepass")
+            # an encoder of our own: the cell may have patched json.dumps (--functions json.dumps annotates it)
+            tmp.write_text(_ENCODER.encode(data), encoding="utf-8", errors="surrogatepass")
             os.replace(tmp, self.path)
         except Exception as e:  # noqa: BLE001 - the profile without them
             print(f"nsight-magic: the Python samples could not be saved ({type(e).__name__}: {e})", file=sys.stderr)

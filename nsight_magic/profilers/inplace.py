@@ -155,7 +155,7 @@ class InPlaceSession:
                               f"%%nsys --fresh; nsys's output is in {folder.tool_log}")
         self._stopped.clear()
         self.cells += 1
-        status, annotations = "ok", []
+        status, annotations, extras = "ok", [], []
         timer = _Timeout(opts.timeout)
         record_start = time.monotonic()
         try:
@@ -165,10 +165,10 @@ class InPlaceSession:
             if opts.memory is not False:  # torch's allocator history, saved after the capture
                 history = AllocatorHistory.start(folder.path)
                 if history is not None:
-                    annotations.append(history)
+                    extras.append(history)
             with _cell_range(folder.path.name):
                 if opts.samples is not False:  # its clock mark inside the capture
-                    annotations.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN).start())
+                    extras.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN).start())
                 timer.start()
                 try:
                     result = shell.run_cell(cell, store_history=False)
@@ -185,7 +185,8 @@ class InPlaceSession:
         except KeyboardInterrupt:  # between our steps, not inside the cell: the recording still ends
             status = "timeout" if timer.fired else "interrupted"
         finally:
-            for h in reversed(annotations):  # the sampler first, then the history's snapshot
+            # the cell's annotations first, then the sampler, then the history's snapshot (not the cell's code)
+            for h in [*annotations, *reversed(extras)]:
                 h.remove()
         cell_s = time.monotonic() - record_start
         if status == "timeout":

@@ -76,6 +76,19 @@ def recording_extras(opts: NsysOptions, trace: str, nsys: Path, version: str | N
     return extras
 
 
+def check_trace(trace: str) -> None:
+    """--trace names only APIs this nsys traces (its --help lists them); an empty list is refused too."""
+    trace_for_machine(trace, True)  # empty: OptionError
+    try:
+        known = tools.nsys_trace_values()
+    except ToolNotFound:  # no nsys here: the run says so in its own words
+        return
+    bad = [t.strip() for t in trace.split(",") if t.strip() and known and t.strip() not in known]
+    if bad:
+        raise OptionError(f"--trace: {', '.join(repr(b) for b in bad)} is not an API this nsys traces; it takes "
+                          f"{', '.join(sorted(known))} (comma-separated, e.g. --trace cuda,nvtx,osrt)")
+
+
 def _check_nproc(opts: NsysOptions, script: str | None) -> None:
     if not opts.nproc:
         return
@@ -177,6 +190,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     t0 = time.monotonic()
     validate_passthrough(shlex.join(opts.nsys_args), NSYS_OWNED_FLAGS, "nsys")
     _check_nproc(opts, script)
+    check_trace(opts.trace)  # before any folder or process: a bad list is the user's to fix, said in one line
     prep, nsys, version = _prepare_with_tool(
         cell, opts, "nsys", tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass
 from importlib import metadata
@@ -22,6 +23,16 @@ class _Prepared:
     folder: ProfileFolder
     manifest: list
     cwd: Path
+
+
+def _check_unicode(text: str, what: str, folder: ProfileFolder) -> None:
+    """A lone surrogate is no character: no file can hold it as UTF-8, so the profiled process could not read it."""
+    m = re.search("[\ud800-\udfff]", text)
+    if m:
+        line = text.count("\n", 0, m.start()) + 1
+        raise OptionError(f"{what} holds a lone surrogate (U+{ord(m.group()):04X}, line {line}): not a character, "
+                          f"so it cannot be run; retype what is there; nothing was run, the cell is kept in "
+                          f"{folder.path}/")
 
 
 def _check_syntax(cell: str, folder: ProfileFolder) -> None:
@@ -50,9 +61,12 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
                           f"choose another place with --dir") from None
     # which profiler the folder is for, first: a run that stops here (a syntax error) still says it
     folder.write_json(folder.run_config, {"tool": tool})
-    folder.cell.write_text(cell)
+    # kept as given, a lone surrogate too (a frontend can send one), then refused in one line
+    folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
     setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
-    folder.setup.write_text(setup_text + ("\n" if setup_text else ""))
+    folder.setup.write_text(setup_text + ("\n" if setup_text else ""), encoding="utf-8", errors="surrogatepass")
+    _check_unicode(cell, "the cell", folder)
+    _check_unicode(setup_text, "the setup code", folder)
     _check_syntax(cell, folder)
     manifest = []
     namespace = namespace or {}

@@ -11,11 +11,16 @@ NCU_SUFFIXES = (".ncu-rep", ".csv")
 
 def open_report(path):
     """Open a report by its kind: nsys (.sqlite/.nsys-rep/.qdrep), ncu (.ncu-rep/.csv) or a profile folder."""
+    if "\x00" in str(path):  # the OS refuses such a path (Python raises ValueError deep inside)
+        raise ReportError(f"{str(path)!r}: a path cannot hold a NUL character; pass the report's path as it is on "
+                          "disk")
     p = Path(path).expanduser()
     if not p.exists():
         raise ReportError(f"{p}: no such file or folder; pass a .nsys-rep, .sqlite, .ncu-rep, .csv or a profile folder")
     if p.is_dir():
         return _open_folder(p)
+    if not p.is_file():  # a FIFO or a device would block the reader forever
+        raise ReportError(f"{p}: not a regular file (a pipe, socket or device); pass the report file itself")
     suffix = p.suffix.lower()
     if suffix in NSYS_SUFFIXES:
         from .nsys import open_nsys_report

@@ -11,13 +11,20 @@ def flag_name(token: str) -> str:
 
 
 def validate_passthrough(text: str, owned: dict[str, str], tool: str) -> tuple[str, ...]:
-    """Split --nsys-args/--ncu-args with shlex and refuse the flags nsight-magic owns (one-line OptionError)."""
+    """Split --nsys-args/--ncu-args with shlex and refuse the flags nsight-magic owns (one-line OptionError).
+    Every nsys switch takes a value (`--sample=none` or `--sample none`): any other word would be read by nsys as
+    the program to profile, and is refused."""
     try:
         tokens = shlex.split(text or "")
     except ValueError as e:
         raise OptionError(f"--{tool}-args could not be parsed ({e}); quote values like --{tool}-args \"--flag value\"")
-    for tok in tokens:
+    for i, tok in enumerate(tokens):
         if not tok.startswith("-"):
+            prev = tokens[i - 1] if i else ""
+            takes_value = prev.startswith("-") and "=" not in prev and (prev.startswith("--") or len(prev) == 2)
+            if tool == "nsys" and not takes_value:
+                raise OptionError(f"--nsys-args takes nsys switches and their values only; {tok!r} would be read "
+                                  "as the program to profile (the cell is the program)")
             continue
         name = flag_name(tok)
         # Short flags with glued values, e.g. -onew: match on the first two characters.

@@ -62,14 +62,19 @@ def nsys_version(nsys: Path | str | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=32)
-def _switches_of(exe: str, verb: str) -> frozenset[str]:
+def _help_of(exe: str, verb: str) -> str:
     try:
         out = subprocess.run([exe, verb, "--help"], capture_output=True, text=True, timeout=60,
                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired):
-        return frozenset()
+        return ""
+    return out.stdout + out.stderr
+
+
+@functools.lru_cache(maxsize=32)
+def _switches_of(exe: str, verb: str) -> frozenset[str]:
     found = set()
-    for line in (out.stdout + out.stderr).splitlines():
+    for line in _help_of(exe, verb).splitlines():
         # an entry's own line ("  -s, --sample=", "\t--cuda-memory-usage="), not a mention in another's text, and
         # not one nsys 2025 lists as "(Deprecated)" for this verb (`launch` refuses --sample since 2021.5)
         m = re.match(r"\s*(?:-\w, )?(--[a-z][a-z0-9-]*)", line)
@@ -82,6 +87,17 @@ def nsys_switches(nsys: Path | str | None = None, verb: str = "profile") -> froz
     """The long switches `nsys VERB` takes, read from its --help: what this version can record (2022.4 has no
     --python-sampling; its --cuda-memory-usage is a switch of `launch`, not of `start`)."""
     return _switches_of(str(nsys or find_nsys()), verb)
+
+
+def nsys_trace_values(nsys: Path | str | None = None) -> frozenset[str]:
+    """The APIs `nsys profile --trace` takes, from its --help ("Possible values are 'cuda', 'nvtx', ... or
+    'none'."); empty when the help does not say (then nothing is refused here and nsys says it)."""
+    text = _help_of(str(nsys or find_nsys()), "profile")
+    m = re.search(r"--trace=\s*\n(.*?)(?:\n\s*\n)", text, re.S)
+    if not m:
+        return frozenset()
+    said = re.search(r"Possible values are (.*?)\.\s*(?:\n|$)", m.group(1), re.S)
+    return frozenset(re.findall(r"'([^']+)'", said.group(1))) if said else frozenset()
 
 
 def find_qdstrm_importer(nsys: Path | str | None = None) -> Path | None:

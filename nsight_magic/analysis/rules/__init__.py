@@ -8,6 +8,7 @@ generic rule of the same time (launch_bound, cuda_api_sync, the copy twins) and 
 each nanosecond is counted once."""
 from __future__ import annotations
 
+from .autotune import rule_autotune
 from .comm import rule_collective_wait, rule_nccl_share
 from .common import Context, Finding, SEVERITY_ORDER, severity
 from .copies import (rule_cuda_memcpy_async, rule_cuda_memcpy_sync, rule_cuda_memset_sync, rule_serialized_copy,
@@ -38,6 +39,7 @@ NSYS_RULES = {
     "cuda_memset_sync": rule_cuda_memset_sync,
     "implicit_sync": rule_implicit_sync,
     "small_copies": rule_small_copies,
+    "autotune": rule_autotune,
     "cuda_api_sync": rule_cuda_api_sync,
     "growing_steps": rule_growing_steps,
     "allocator_churn": rule_allocator_churn,

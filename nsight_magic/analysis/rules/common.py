@@ -66,6 +66,7 @@ class Context:
     growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
     small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
     readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
+    autotune_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps autotune took
     memo: dict = field(default_factory=dict)  # what several rules read, computed once (the memory summary)
 
     @property

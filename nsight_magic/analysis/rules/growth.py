@@ -14,12 +14,27 @@ import numpy as np
 import pandas as pd
 
 from ..bottleneck import IDLE, _by_correlation
+from ..kernel_classes import classify
 from .common import Context, Finding, estimate_words, evidence, ranges_of
 
 MIN_STEPS = 8          # steady steps needed to tell growth from noise
 MIN_RANK_CORR = 0.7    # Spearman correlation of a step's time with its number: a trend, not one slow step
 TOP = 3                # kernels and CUDA calls named as what grew,
 MIN_PART = 0.1         # ... when their growth is at least this share of the steps'
+
+
+WORK = ("Each step runs the same kernels as the first ones, and its matrix kernels take longer: the work grows with "
+        "the input (a sequence or prefix processed whole at every step, images of growing size), not with "
+        "something the loop keeps.")
+WORK_FIX = ("If each step only needs the newest part (the next token's output), process that part alone and keep "
+            "what earlier steps computed (a KV cache, outputs of earlier positions); if the inputs grow by design, "
+            "this is the work itself: bucket the sizes and compare per element.")
+COLLECTION = ("Something the loop keeps grows with every step and is processed whole each time (more kernels, or "
+              "longer copies, every step), so the loop's cost grows with the square of its length.")
+COLLECTION_FIX = ("Find what the loop appends to and then uses whole: `torch.cat`/`torch.stack` onto a growing tensor "
+                  "(append to a list and concatenate once, after the loop), losses or outputs kept with their "
+                  "autograd graph (`.detach()` them, or keep `.item()` values), a Python list or dict scanned every "
+                  "step, a cache never trimmed.")
 
 
 def _quarter(n: int) -> int:
@@ -88,8 +103,9 @@ def _one(ctx: Context, p) -> dict | None:
     kat = launched(kern["correlation_id"].to_numpy(np.int64, na_value=-1)) if len(kern) else np.empty(0, np.int64)
     kstep = np.searchsorted(starts, kat, side="right") - 1 - skip
     ok = (kat >= 0) & (kstep >= 0) & (kstep < n)
-    kernels = _grown(_per_step(kstep[ok], names[ok], kern["duration_ns"].to_numpy(float)[ok], n),
-                     extra.sum()) if ok.any() else []
+    table = _per_step(kstep[ok], names[ok], kern["duration_ns"].to_numpy(float)[ok], n) if ok.any() else None
+    kernels = _grown(table, extra.sum()) if table is not None else []
+    nature = _nature(table, np.bincount(kstep[ok], minlength=n)[:n] if ok.any() else np.zeros(n), q)
     calls = []
     if len(api):
         astep = np.searchsorted(starts, api["start_ns"].to_numpy(np.int64), side="right") - 1 - skip
@@ -109,7 +125,25 @@ def _one(ctx: Context, p) -> dict | None:
                 idle[c] = _growth(np.bincount(gs[ok], weights=v, minlength=n)[:n])
     return {"pair": p, "steps": st, "skip": skip, "first": first[skip:], "ends": ends[skip:], "spans": spans,
             "extra": extra, "base": base, "late": late, "corr": float(corr), "q": q, "kernels": kernels,
-            "calls": calls, "idle": idle, "ns": float(extra.sum()) * p.scale}
+            "calls": calls, "idle": idle, "ns": float(extra.sum()) * p.scale, "nature": nature}
+
+
+def _nature(table: pd.DataFrame | None, counts: np.ndarray, q: int) -> str:
+    """'work' when the steps run as many kernels as at first and the growth is in matrix kernels (the same GEMMs
+    and convolutions on ever larger inputs: a growing sequence, prefix or image); 'collection' when the steps run
+    more kernels, or the growth is in copies (torch.cat onto a growing tensor, a list processed whole); '' when
+    the kernels do not say."""
+    if table is None or table.empty or len(counts) < 2 * q:
+        return ""
+    more = float(np.median(counts[-q:])) > 1.1 * max(float(np.median(counts[:q])), 1.0)
+    growth = pd.Series({str(c): _growth(table[c].to_numpy(float)) for c in table.columns})
+    if growth.sum() <= 0:
+        return ""
+    cls = classify(list(growth.index)).set_index("name")["family"]
+    matrix = float(growth[cls.reindex(growth.index).to_numpy(object) == "matrix"].sum()) / float(growth.sum())
+    if more or matrix < 0.5:
+        return "collection"
+    return "work"
 
 
 def rule_growing_steps(ctx: Context) -> list[Finding]:
@@ -141,14 +175,11 @@ def rule_growing_steps(ctx: Context) -> list[Finding]:
         f"the first {q}",
         f"The {len(x['spans'])} steady steps of '{st.name}' took longer and longer (rank correlation "
         f"{x['corr']:.2f} between a step's time and its number): {x['base'] / 1e6:,.2f} ms each at first, "
-        f"{x['late'] / 1e6:,.2f} ms by the end. Something the loop keeps grows with every step and is processed "
-        f"whole each time, so the loop's cost grows with the square of its length." + what
+        f"{x['late'] / 1e6:,.2f} ms by the end. " + (WORK if x["nature"] == "work" else COLLECTION) + what
         + (" Ever longer allocator calls: each step needs a larger block of GPU memory than the last." if alloc
            else ""),
-        "Find what the loop appends to and then uses whole: `torch.cat`/`torch.stack` onto a growing tensor "
-        "(append to a list and concatenate once, after the loop), losses or outputs kept with their autograd graph "
-        "(`.detach()` them, or keep `.item()` values), a Python list or dict scanned every step, a cache never "
-        "trimmed. The evidence lists each step's time beyond the first ones'.",
+        (WORK_FIX if x["nature"] == "work" else COLLECTION_FIX) + " The evidence lists each step's time beyond the "
+        "first ones'.",
         at_stake, estimate_words(ctx, f"each steady step's time on the GPU beyond the median of the first {q} "
                                       "(what the loop takes if every step costs what the first ones did)"),
         ev, ranges_of(ev[ev["extra_ns"] > 0]))]

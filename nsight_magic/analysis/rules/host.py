@@ -90,8 +90,11 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
     # a process the thread started and waited for (a tool run with subprocess) is slower under nsys, which sets
     # itself up in it: that part of the wait is the profiler's (analysis/overhead.py)
     spawn_ns, spawned = ctx.process_start_stake("host wait")
+    # ... also where nsys did not list the child (it lists only those that made a traced call): the thread waited
+    # for a child process (waitpid, or Python samples in subprocess)
+    child_ns, child_gaps = child_waits(ctx, gaps)
     # host_code's stretches count their own OS calls
-    at_stake = ctx.left("host wait", max(0, ctx.stake("host wait") - spawn_ns))
+    at_stake = ctx.left("host wait", max(0, ctx.stake("host wait") - max(spawn_ns, child_ns)))
     if gaps.empty or ctx.window_share(at_stake) * 100 < th["host_wait.min_share_pct"] / 4:
         return []
     report = ctx.report
@@ -114,6 +117,7 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
         "While the GPU had nothing to do, the thread that launches its work was blocked in operating-system calls, "
         "mostly " + ", ".join(f"{nm} ({v / 1e6:,.1f} ms)" for nm, v in top.items())
         + ": sleeping, waiting for I/O, a lock, or another process or thread." + _spawned_words(report, spawned)
+        + _child_words(child_gaps, child_ns, spawned)
         + (" Its timed waits of about 5 ms are CPython's GIL changing hands (sys.getswitchinterval()): another "
            "Python thread of the process held the interpreter, and this one asked for it back every 5 ms."
            if gil else ""),
@@ -126,7 +130,72 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
            "every N steps, in a thread of its own, or use its library in the process (torch.cuda.memory_allocated(), "
            "NVML through pynvml)." if spawned else ""),
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was blocked"
-                                 + _spawn_words(spawned)), ev, ranges_of(ev))]
+                                 + _spawn_words(spawned or ([0] * child_gaps if child_ns > spawn_ns else []))),
+        ev, ranges_of(ev))]
+
+
+_CHILD_WAIT = r"^(waitpid|wait4|waitid|wait)$"
+
+
+def child_waits(ctx: Context, gaps: pd.DataFrame) -> tuple[int, int]:
+    """(ns, gaps): of the host-wait gaps, those in which the launching thread waited for a child process (a
+    waitpid-like call, or Python samples in subprocess / os.system), and the profiler's part of them: the
+    PROCESS_START_MS nsys adds to each process it follows (at most the gap's wait), scaled to the loop, the
+    largest over pairs."""
+    from ..overhead import PROCESS_START_MS
+
+    g = gaps[gaps["in_window"].to_numpy(bool)].dropna(subset=["tid"]) if len(gaps) else gaps
+    if g.empty:
+        return 0, 0
+    report = ctx.report
+    hit = np.zeros(len(g), bool)
+    o = report.osrt
+    if len(o):
+        o = o[tx.contains(o["name"], _CHILD_WAIT)]
+    ps = getattr(report, "python_samples", None)
+    sp = None
+    if ps is not None and not ps.empty and ps.placed:
+        fr = ps.frames
+        child = (fr["file"].astype(str).str.endswith("subprocess.py")
+                 | (fr["file"].astype(str).str.endswith("os.py") & fr["function"].isin(["system", "popen"])))
+        ids = set(np.flatnonzero(child.to_numpy(bool)).tolist())
+        if ids:
+            in_child = np.array([bool(ids.intersection(st.tolist())) for st in ps.stacks], bool)
+            s = ps.samples
+            sp = s[in_child[s["stack"].to_numpy(np.int64)]]
+    gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+    gp, gt = g["pid"].to_numpy(np.int64), g["tid"].to_numpy(np.int64)
+    for (pid, tid) in set(zip(gp.tolist(), gt.tolist())):  # launching threads: a few
+        m = (gp == pid) & (gt == tid)
+        marks = []
+        if len(o):
+            w = o[(o["pid"] == pid) & (o["tid"] == tid)]
+            marks.append(w["end_ns"].to_numpy(np.int64))
+        if sp is not None:
+            w = sp[(sp["pid"] == pid) & (sp["tid"] == tid)]
+            marks.append((w["time_ns"] - w["weight_ns"] / 2).to_numpy(float).astype(np.int64))
+        t = np.sort(np.concatenate(marks)) if marks else np.empty(0, np.int64)
+        if len(t):
+            lo, hi = np.searchsorted(t, gs[m], side="left"), np.searchsorted(t, ge[m], side="right")
+            hit[np.flatnonzero(m)[hi > lo]] = True
+    if not hit.any():
+        return 0, 0
+    h = g[hit]
+    spent = np.minimum(h["host wait"].to_numpy(float), PROCESS_START_MS * 1e6) * h["scale"].to_numpy(float)
+    by = pd.Series(spent).groupby([h["pid"].to_numpy(), h["device_id"].to_numpy()]).sum()
+    return int(by.max()), int(hit.sum())
+
+
+def _child_words(n_gaps: int, ns: int, spawned: list[int]) -> str:
+    if not n_gaps or spawned:
+        return ""
+    from ..overhead import PROCESS_START_MS
+
+    return (f" In {n_gaps:,} of these waits it waited for a process it started (subprocess): under nsys every new "
+            f"process is set up for tracing first (about {PROCESS_START_MS:g} ms more to start), so that part "
+            f"({ns / 1e6:,.1f} ms) is the profiler's and is left out; a plain run whose GPU queue is full hides "
+            "more of it. Time a step with and without the call (%timeit) to see what it costs without the "
+            "profiler.")
 
 
 # CPython's GIL: a thread that wants it waits on a condition variable for the switch interval (5 ms unless

@@ -54,12 +54,18 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         few = np.isin(g["start_ns"].to_numpy(np.int64), ctx.small_copy_gaps.get((pid, dev), ())) \
             if "small_copies" in fired else np.zeros(len(g), bool)
         few &= ~trip
+        # an autotuner's steps are its own, whatever their categories (when autotune fired)
+        tuned = np.isin(g["start_ns"].to_numpy(np.int64), ctx.autotune_gaps.get((pid, dev), ())) \
+            if "autotune" in fired else np.zeros(len(g), bool)
+        tuned &= ~trip
+        few &= ~tuned
         # and the gaps before read-back copies queued already (their launch time: implicit_sync's)
         back = np.isin(g["start_ns"].to_numpy(np.int64), ctx.readback_gaps.get((pid, dev), ())) \
             if "implicit_sync" in fired else np.zeros(len(g), bool)
-        back &= ~trip & ~few
-        rest = ~trip & ~few
+        back &= ~trip & ~few & ~tuned
+        rest = ~trip & ~few & ~tuned
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
+        parts += [(cat, "autotune", tuned) for cat in EXPLAINED_BY]
         parts += [(cat, "small_copies", few) for cat in ("launch", "sync")]
         parts += [("launch", "implicit_sync", back)]
         parts += [(cat, rule, few) for cat, rule in EXPLAINED_BY.items() if cat not in ("launch", "sync")]

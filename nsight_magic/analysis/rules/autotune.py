@@ -1,0 +1,114 @@
+"""An autotuner running inside the measured steps: cuDNN's `benchmark = True` with shapes that change (every new
+shape tries every algorithm again), Triton / torch.compile autotuning, GEMM heuristics tried at run time.
+
+What it leaves in a report, per steady step: many variants of the same matrix-kernel family (the same name but for
+its tile and configuration: `sm90_xmma_wgrad_..._tilesize64x64x32` and `..._tilesize128x64x32`), and the launching
+thread synchronising between them (each trial is timed).  A loop with fixed shapes autotunes in its first step only,
+which the steady state leaves out.  The time at stake is the GPU's idle time, on the critical path, from the start
+of each autotuning step to its last synchronisation between trials (the tuner builds its plans on the host before
+the first trial): what the steps would not wait for if each shape were tuned once, outside the loop.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..kernel_classes import classify
+from ..steps import find_steps
+from .common import Context, Finding, estimate_words, evidence, ranges_of
+
+MIN_SYNCS = 8        # synchronisations a step, at least
+MIN_VARIANTS = 3     # variants of one matrix-kernel family in a step, at least
+MIN_STEP_SHARE = 0.5  # of the steady steps that autotune
+CATEGORIES = ("launch", "sync", "module load", "allocator")
+_SYNC = r"Synchronize"
+# a kernel's family: its name without template arguments, tile sizes, stage counts and digits
+_TILE = re.compile(r"(tilesize|_tile|_stage|_warpgroup|_execute|_cga|_kernel_trns|_splitk|_sliced|x\d)\w*$", re.I)
+
+
+def family_of(name: str) -> str:
+    base = name.split("<", 1)[0].split("(", 1)[0].replace("void ", "").strip()
+    return re.sub(r"\d+", "#", _TILE.sub("", base))
+
+
+def rule_autotune(ctx: Context) -> list[Finding]:
+    report = ctx.report
+    steps = find_steps(report)
+    if not steps:
+        return []
+    k = report.kernels
+    api = report.cuda_api
+    if k.empty or api.empty:
+        return []
+    names = k["name"].astype(str)
+    cls = classify(names).set_index("name")
+    matrix = names.map(cls["family"]).to_numpy(object) == "matrix"
+    if not matrix.any():
+        return []
+    fam = names[matrix].map(family_of)
+    mk = pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64)[matrix], "name": names[matrix].to_numpy(object),
+                       "family": fam.to_numpy(object)})
+    syncs = api[api["name"].astype(str).str.contains(_SYNC)]
+    windows, rows = [], []
+    for pid, st in steps.items():
+        a, b = st.bounds()
+        if st.count >= 3:  # the steady steps: the first one tunes whatever the loop
+            a, b = a[1:], b[1:]
+        s = syncs[syncs["pid"] == pid].sort_values("start_ns", kind="stable")  # backward tunes on autograd's thread
+        s_start = s["start_ns"].to_numpy(np.int64)
+        s_end = s["end_ns"].to_numpy(np.int64)
+        tuned = 0
+        for lo, hi in zip(a, b):
+            i0, i1 = np.searchsorted(s_start, [lo, hi])
+            n_sync = int(i1 - i0)
+            m = mk[(mk["start_ns"] >= lo) & (mk["start_ns"] < hi)]
+            variants = int(m.groupby("family")["name"].nunique().max()) if len(m) else 0
+            if n_sync >= MIN_SYNCS and variants >= MIN_VARIANTS:
+                tuned += 1
+                windows.append((int(lo), int(s_end[i1 - 1])))  # the plans are built before the first trial
+                rows.append((pid, st.tid, int(lo), int(hi), n_sync, variants, m["name"].nunique()))
+        if len(a) == 0 or tuned < MIN_STEP_SHARE * len(a):
+            windows = [w for w, r in zip(windows, rows) if r[0] != pid]
+            rows = [r for r in rows if r[0] != pid]
+    if not windows:
+        return []
+    g = ctx.diag.gaps()
+    if g.empty:
+        return []
+    w = np.array(windows, np.int64)
+    w = w[np.argsort(w[:, 0])]
+    gs, ge = g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64)
+    j = np.searchsorted(w[:, 0], gs, side="right") - 1
+    inside = (j >= 0) & (gs < w[np.clip(j, 0, None), 1]) & (ge > w[np.clip(j, 0, None), 0])
+    picked = g[inside]
+    for key, gg in picked.groupby(["pid", "device_id"]):  # the symptoms' rules leave these gaps to this one
+        ctx.autotune_gaps[key] = gg["start_ns"].to_numpy(np.int64)
+    at_stake = 0
+    for c in CATEGORIES:
+        got = ctx.left(c, ctx.host_stake(c, picked))
+        ctx.claim(c, got)
+        at_stake += got
+    if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["autotune.min_share_pct"]:
+        return []
+    df = pd.DataFrame(rows, columns=["pid", "tid", "start_ns", "end_ns", "syncs", "variants", "kernels"])
+    ev = evidence(df, pd.Series(["autotuning step"] * len(df)), {"syncs": df["syncs"], "variants": df["variants"],
+                                                                 "matrix_kernels": df["kernels"]})
+    per_sync = int(df["syncs"].median())
+    variants = int(df["variants"].median())
+    return [Finding(
+        "autotune", ctx.severity(at_stake),
+        f"An autotuner runs inside the loop: {len(df)} steady steps each try up to {variants} variants of a matrix "
+        f"kernel, with {per_sync} synchronisations a step between the trials",
+        "Each of these steps runs several versions of the same convolution or GEMM kernel and waits for each "
+        "(synchronisations between them): an autotuner timing its candidates. It runs again whenever it meets a "
+        "shape it has not tuned: cuDNN with torch.backends.cudnn.benchmark = True and inputs whose size changes "
+        "from step to step (multi-scale images, variable sequence lengths, a last partial batch), or Triton / "
+        "torch.compile autotuning a new shape. The GPU waits while the host tries and times.",
+        "Keep shapes fixed (pad or bucket the inputs to a few sizes, drop_last=True) and tune each one once before "
+        "the loop; with shapes that keep changing, set torch.backends.cudnn.benchmark = False (cuDNN's heuristics "
+        "pick an algorithm without trials); for torch.compile, mark dynamic dimensions "
+        "(torch._dynamo.mark_dynamic) or use mode='default' rather than 'max-autotune'.",
+        at_stake, estimate_words(ctx, "the GPU's idle time on the critical path from each autotuning step's start "
+                                      "to its last synchronisation between trials"), ev, ranges_of(ev))]
