@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import contextvars
+import errno
 import json
 import os
 import threading
@@ -125,7 +126,8 @@ class ProfileJob:
             self.error = str(e)
             completed = True
         except Exception as e:  # noqa: BLE001 - a bug of ours: said in one line, the files are kept
-            self.error = f"could not show the profile ({type(e).__name__}: {e}); the files are in {self.folder}/"
+            self.error = _folder_trouble(self.folder, e) or \
+                f"could not show the profile ({type(e).__name__}: {e}); the files are in {self.folder}/"
             completed = True
         finally:
             self.finish_s = time.monotonic() - self.t0
@@ -203,6 +205,18 @@ class ProfileJob:
                               f"{self.folder} shows it")
         msgs = "; ".join(self.result.messages) if self.result is not None else ""
         raise ReportError(f"{self.folder.name} left no report{(': ' + msgs) if msgs else ''}")
+
+
+def _folder_trouble(folder: Path, e: Exception) -> str | None:
+    """What happened to the profile folder itself while the profile was finished (deleted, made read-only), in
+    words; None when the folder is fine."""
+    if not folder.exists():
+        return (f"the profile folder {folder}/ was deleted while its profile was being written (by the cell or "
+                "another program): nothing is left to show; profile the cell again")
+    if isinstance(e, OSError) and e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return (f"cannot write in the profile folder {folder}/ any more ({e.strerror}): make it writable and "
+                f"open what was written with %nsys_load {folder}")
+    return None
 
 
 BEAT_S = 5.0  # finishing.json is touched this often while its profile finishes: a frontend that finds it untouched

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import time
@@ -112,8 +113,11 @@ def mark_finishing(folder: Path) -> None:
     Jupyter kernel's id is there too: the Lab sidebar, which cannot see processes, asks the server for it."""
     from .tools import jupyter_kernel_id, process_identity
 
-    (Path(folder) / FINISHING_FILE).write_text(json.dumps({**process_identity(), "since": time.time(),
-                                                           "kernel_id": jupyter_kernel_id()}) + "\n")
+    try:
+        (Path(folder) / FINISHING_FILE).write_text(json.dumps({**process_identity(), "since": time.time(),
+                                                               "kernel_id": jupyter_kernel_id()}) + "\n")
+    except OSError:  # the folder went away or became read-only (the cell's doing): the finish stage says so
+        pass
 
 
 def mark_interrupted(folder: Path) -> None:
@@ -217,16 +221,37 @@ def list_profiles(root: Path, include_failed: bool = False):
         ok = has_report(d)
         if not ok and not include_failed:
             continue
-        try:
-            data = json.loads((d / SUMMARY_FILE).read_text())
-        except (OSError, ValueError):
-            data = {"created": _created(d), "tool": folder_tool(d)}
-        data["name"] = d.name
+        data = _summary_of(d)
         rows.append({**{k: data.get(k) for k in SUMMARY_KEYS}, "folder": str(d), "has_report": ok,
                      "state": "finished" if ok else (finishing_state(d) or "failed")})
     df = pd.DataFrame(rows, columns=[*SUMMARY_KEYS, "folder", "has_report", "state"])
     # newest first; folders made in the same second by their -n suffix (name order)
     return df.sort_values(["created", "folder"], ascending=False, kind="stable").reset_index(drop=True)
+
+
+_NUMBERS = ("capture_ns", "kernels", "top_kernel_pct", "top_range_pct")
+_TEXTS = ("tool", "created", "top_kernel", "top_range")
+
+
+def _summary_of(d: Path) -> dict:
+    """A folder's summary.json as SUMMARY_KEYS, each of its type (a number where numbers go, text where text goes)
+    or None: a damaged or hand-edited file must not break the listing of every profile."""
+    try:
+        data = json.loads((d / SUMMARY_FILE).read_text())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict):
+        data = {"created": _created(d), "tool": folder_tool(d)}
+    out = {"name": d.name}
+    for k in _NUMBERS:
+        v = data.get(k)
+        out[k] = v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    for k in _TEXTS:
+        v = data.get(k)
+        out[k] = v if isinstance(v, str) else None
+    if out["created"] is None:
+        out["created"] = _created(d)
+    return out
 
 
 def pick_profile(profiles, key: str | None) -> dict:

@@ -292,3 +292,18 @@ def test_session_magic_stop_and_restart(tmp_path):
     finally:
         km.shutdown_kernel(now=True)
         kc.stop_channels()
+
+
+@pytest.mark.parametrize("harm", ["os.close(1); os.close(2)", "sys.stdout = None; sys.stderr = None",
+                                  "sys.stdout.close(); sys.stderr.close()"])
+def test_a_cell_that_takes_its_output_away_leaves_the_next_cells_theirs(tmp_path, sessions, harm):
+    """The warm worker outlives its cells: a cell that closes fds 1 and 2, sets sys.stdout to None or closes it
+    neither kills the worker nor silences the next cell."""
+    a = _run(tmp_path, sessions, f"import os, sys\nprint('before')\n{harm}\n")
+    assert a.ok, a.messages
+    assert "before" in a.folder.stdout.read_text()
+    b = _run(tmp_path, sessions, "print('after, on stdout')\nimport sys\nprint('and stderr', file=sys.stderr)\n")
+    assert b.ok, b.messages
+    assert _worker(a)["started"] == _worker(b)["started"]  # the same worker
+    assert "after, on stdout" in b.folder.stdout.read_text()
+    assert "and stderr" in b.folder.stderr.read_text()

@@ -11,6 +11,7 @@ pop) covers every rank's cell; a mark "rank R of W" in our domain tells the read
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -32,10 +33,38 @@ def _redirect_output(stdout: Path, stderr: Path) -> None:
     # At the file-descriptor level so that C extensions' output (CUDA, torch warnings) is kept too.
     for fd, path in ((1, stdout), (2, stderr)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(f, fd)
-        os.close(f)
-    sys.stdout.reconfigure(line_buffering=True)
-    sys.stderr.reconfigure(line_buffering=True)
+        if f != fd:  # a cell that closed fd 1 or 2 (os.close(1)) makes it the lowest free one: os.open gave it back
+            os.dup2(f, fd)
+            os.close(f)
+    usable_streams()
+
+
+def usable_streams() -> None:
+    """sys.stdout and sys.stderr writing to fds 1 and 2, line-buffered, whatever the cell did to them (set them to
+    None, closed them, replaced them with an object of its own): our messages and the next cell's output must
+    not be lost, nor the process die printing them."""
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name, None)
+        usable = stream is not None and not getattr(stream, "closed", True) and callable(
+            getattr(stream, "reconfigure", None)) and _fileno(stream) == fd
+        if usable:
+            try:
+                stream.reconfigure(line_buffering=True)
+                continue
+            except (OSError, ValueError):
+                pass
+        try:
+            setattr(sys, name, open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
+                                    closefd=False))
+        except OSError:  # fd itself is gone and could not be made again: nothing to write to
+            setattr(sys, name, open(os.devnull, "w"))
+
+
+def _fileno(stream) -> int | None:
+    try:
+        return stream.fileno()
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return None
 
 
 # nsys hands its injection in the profiled process its settings in files under /tmp named in the environment; it
@@ -459,11 +488,13 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         else:
             exec(code, ns)
     except SystemExit as e:
+        usable_streams()
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)  # sys.exit("message") prints its message, as Python does
         status = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         progress("exited", status=status)
     except BaseException as e:
+        usable_streams()  # the cell may have taken sys.stderr away before it raised
         _print_user_traceback((str(code_path),))
         status = EXIT_CELL_ERROR
         if rank is not None:  # the other ranks must not wait for this one at the end barrier
@@ -490,6 +521,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
                 h.remove()
         except KeyboardInterrupt:
             pass
+        usable_streams()  # the cell may have set sys.stdout to None or closed it
         sys.stdout.flush()
         sys.stderr.flush()
     returns = cfg.get("returns") or []

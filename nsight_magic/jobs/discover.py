@@ -54,6 +54,7 @@ def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
             shown = ", ".join(p.name for p in files[:5]) or "nothing"
             raise OptionError(f"{folder} holds no per-rank reports (files whose names end in their rank, as "
                               f"report.%q{{RANK}} makes them; found {shown}); choose them with --pattern GLOB")
+        _check_ranks(folder, ranked)
     else:
         paths = [Path(p).expanduser() for p in source]
         ranks = [rank_of(p) for p in paths]
@@ -74,6 +75,19 @@ def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
         use = use or f["raw"]
         out.append(RankFile(r, use))
     return out
+
+
+def _check_ranks(folder: Path, ranked: list) -> None:
+    """The numbers read as ranks must look like a job's: more files than ranks missing below the highest (a date
+    in a name, a version suffix or a stray number is no rank, and would make millions of missing ranks)."""
+    ranks = {r for r, _ in ranked}
+    top = max(ranks)
+    gaps = top + 1 - len(ranks)
+    if gaps > len(ranks):
+        shown = ", ".join(p.name for _, p in sorted(ranked)[:3])
+        raise OptionError(f"{folder}: the numbers in its report names ({shown}{', ...' if len(ranked) > 3 else ''}; "
+                          f"highest {top:,}) are not a job's ranks: {len(ranks)} file(s) for ranks 0-{top:,}; "
+                          "open a single report with its path, or choose a job's files with --pattern GLOB")
 
 
 def _mtime(p: Path) -> float:

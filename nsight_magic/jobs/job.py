@@ -27,6 +27,8 @@ from ..errors import OptionError
 from .discover import RankFile, find_rank_reports, missing_ranks
 from .rank_task import RankDiagnosis, RankResult, diagnose_rank, summarize_rank
 
+SCHEDULER_TIMEOUT_S = 10  # an address nobody answers at is said in one line, not after 30 s in a traceback
+
 # (done, total, the result that just came): the reports read, then the diagnoses (total grows by their number)
 ProgressCallback = Callable[[int, int, "RankResult | RankDiagnosis"], None]
 
@@ -47,7 +49,15 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
             from distributed import Client
 
             workers = max(1, min(os.cpu_count() or 1, len(files)))
-            client = own = Client(scheduler) if scheduler else Client(local_cluster(workers))
+            if scheduler:
+                try:
+                    client = own = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
+                except (OSError, TimeoutError, ValueError) as e:
+                    raise OptionError(f"--scheduler {scheduler}: no Dask scheduler answered there within "
+                                      f"{SCHEDULER_TIMEOUT_S:g} s ({type(e).__name__}); start one (dask scheduler), "
+                                      "check its address, or leave --scheduler out to use this machine") from None
+            else:
+                client = own = Client(local_cluster(workers))
         results = _run(client, files, progress)
     finally:
         if own is not None:

@@ -271,7 +271,10 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
         rep, sqlite = finish_nsys(folder, nsys, messages, opts.nproc if opts.per_rank_reports else None, cancel)
     timings = {"run_s": outcome.wall_s, "record_s": round(record_s, 3), **outcome.timings,
                "report_s": time.monotonic() - t_report}
-    if rep is None and not any(folder.path.glob("report*.qdstrm")) and not (cancel and cancel.is_set()):
+    if rep is None and not folder.path.exists():
+        messages.append(f"the profile folder {folder.path}/ was deleted before nsys wrote its report there (by the "
+                        "cell or another program): nothing is left to show; profile the cell again")
+    elif rep is None and not any(folder.path.glob("report*.qdstrm")) and not (cancel and cancel.is_set()):
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
             pitfall = tools.nvtx_pitfall(version)

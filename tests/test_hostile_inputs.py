@@ -1,0 +1,125 @@
+"""Hostile and faulty inputs, round 4 (issue 46): each ends at once with one line that says what to do, nothing of
+ours in a traceback, nothing started."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import requires_nsys
+from nsight_magic.errors import OptionError, ReportError
+from nsight_magic.options import NSYS_OWNED_FLAGS, NsysOptions
+from nsight_magic.readers import open_report
+from nsight_magic.thresholds import parse_assignments
+from nsight_magic.tools.argv import validate_passthrough
+
+
+def test_a_path_with_a_nul_or_to_a_pipe_is_refused_without_blocking(tmp_path):
+    with pytest.raises(ReportError, match="cannot hold a NUL"):
+        open_report("run\x00.sqlite")
+    fifo = tmp_path / "run.sqlite"
+    os.mkfifo(fifo)
+    (tmp_path / "link.sqlite").symlink_to(fifo)
+    for p in (fifo, tmp_path / "link.sqlite"):
+        with pytest.raises(ReportError, match="not a regular file"):
+            open_report(p)
+
+
+@pytest.mark.parametrize("value", ["nan", "-5", "inf"])
+def test_thresholds_must_be_finite_and_not_negative(value):
+    with pytest.raises(OptionError, match="finite number >= 0"):
+        parse_assignments([f"gpu_gaps.gap_ms={value}"])
+    with pytest.raises(OptionError, match=">= 1"):
+        parse_assignments(["gpu_time_util.chunks=0"])
+    assert parse_assignments(["gpu_gaps.gap_ms=0"]) == {"gpu_gaps.gap_ms": 0.0}
+
+
+def test_a_word_in_nsys_args_would_be_the_program_and_is_refused():
+    with pytest.raises(OptionError, match="'touch' would be read as the program"):
+        validate_passthrough("touch FILE", NSYS_OWNED_FLAGS, "nsys")
+    # values after their switch, with or without '=', short or long
+    assert validate_passthrough("--sample none -b none --cpuctxsw=none", NSYS_OWNED_FLAGS, "nsys") == (
+        "--sample", "none", "-b", "none", "--cpuctxsw=none")
+
+
+@requires_nsys
+@pytest.mark.parametrize("trace,said", [("bogus", "'bogus' is not an API this nsys traces"),
+                                        ("osrt;x", "'osrt;x' is not an API"), ("", "--trace is empty")])
+def test_a_bad_trace_list_is_refused_before_any_folder_or_process(tmp_path, trace, said):
+    from nsight_magic.run import run_nsys
+
+    with pytest.raises(OptionError, match=said) as e:
+        run_nsys("x = 1\n", NsysOptions(name="t", directory=str(tmp_path), trace=trace, fresh=True), namespace={})
+    assert "nvtx" in str(e.value) or not trace  # the valid values are named
+    assert not any(tmp_path.iterdir())  # no profile folder left behind
+
+
+def test_a_lone_surrogate_in_the_cell_is_refused_and_the_cell_kept(tmp_path):
+    from nsight_magic.run import run_nsys
+
+    with pytest.raises(OptionError, match=r"lone surrogate \(U\+D800, line 2\)") as e:
+        run_nsys("x = 1\ny = 'a\ud800'\n", NsysOptions(name="s", directory=str(tmp_path), fresh=True), namespace={})
+    (folder,) = [p for p in (tmp_path / "nsight-profiles").iterdir()] if (tmp_path / "nsight-profiles").exists() \
+        else [p for p in tmp_path.iterdir()]
+    assert (folder / "cell.py").read_bytes().startswith(b"x = 1\n") and str(folder) in str(e.value)
+
+
+@pytest.mark.parametrize("summary", ['[1, 2, 3]', '{"capture_ns": "lots", "kernels": "x", "top_kernel_pct": "high", '
+                                     '"created": 5, "top_kernel": 7}', '{"capture_ns": NaN}', 'not json'])
+def test_a_damaged_summary_json_is_listed_with_what_the_folder_says(tmp_path, summary):
+    from nsight_magic.store import list_profiles
+    from nsight_magic.views.profiles import profiles_html, profiles_text
+
+    for name, text in (("good-20260101-000000", '{"capture_ns": 1500000, "kernels": 3, "tool": "nsys"}'),
+                       ("bad-20260101-000001", summary)):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "report.sqlite").write_bytes(b"")
+        (d / "summary.json").write_text(text)
+    df = list_profiles(tmp_path)
+    assert sorted(df["name"]) == ["bad-20260101-000001", "good-20260101-000000"]
+    bad = df[df["name"] == "bad-20260101-000001"].iloc[0]
+    assert bad["capture_ns"] is None or bad["capture_ns"] != bad["capture_ns"]  # None (or NaN in the frame)
+    assert "good-20260101-000000" in profiles_text(df) and "bad-20260101-000001" in profiles_html(df)
+
+
+@pytest.mark.parametrize("names", [("report.0.sqlite", "report.3000000.sqlite"), ("myrun-20240101.sqlite",),
+                                   ("profile_v2.sqlite",)])
+def test_numbers_that_are_not_ranks_are_said_at_once(tmp_path, names):
+    from nsight_magic.jobs.discover import find_rank_reports
+
+    for n in names:
+        (tmp_path / n).write_bytes(b"")
+    with pytest.raises(OptionError, match="are not a job's ranks"):
+        find_rank_reports(tmp_path)
+
+
+def test_a_job_with_a_few_ranks_missing_is_still_a_job(tmp_path):
+    from nsight_magic.jobs.discover import find_rank_reports, missing_ranks
+
+    for r in (0, 1, 3):
+        (tmp_path / f"report.{r}.sqlite").write_bytes(b"")
+    files = find_rank_reports(tmp_path)
+    assert [f.rank for f in files] == [0, 1, 3] and missing_ranks(files) == [2]
+
+
+def test_a_scheduler_address_nobody_answers_at_is_one_line(tmp_path):
+    from nsight_magic.jobs.job import open_job
+
+    for r in (0, 1):
+        (tmp_path / f"report.{r}.sqlite").write_bytes(b"")
+    with pytest.raises(OptionError, match="no Dask scheduler answered there"):
+        open_job(tmp_path, scheduler="tcp://127.0.0.1:1")
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_cell_that_deletes_its_own_profile_folder_is_told_in_one_line(tmp_path):
+    from nsight_magic.run import run_nsys
+
+    cell = f"import pathlib, shutil\nfor p in pathlib.Path({str(tmp_path)!r}).glob('gone-*'):\n    shutil.rmtree(p)\n"
+    r = run_nsys(cell, NsysOptions(name="gone", directory=str(tmp_path), fresh=True, render=False, quiet=True,
+                                   trace="nvtx,osrt"), namespace={})
+    assert r.sqlite is None
+    assert any("was deleted before nsys wrote its report" in m for m in r.messages), r.messages
+    assert not any("capture range was never recorded" in m for m in r.messages)
