@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path, requires_nsys
+from conftest import FIXTURES, requires_nsys
 
 ROOT = Path(__file__).resolve().parents[1]
 H100 = ("nsys", "h100-2025.3", "a_cuda_nvtx.sqlite")  # the export the trace benchmarks replicate (their default)
 needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
-needs_shared = pytest.mark.skipif(not fixture_path(*H100).exists(), reason="needs ../shared/fixtures")
+# read at collection: FIXTURES itself, not fixture_path() (which skips, and would take the whole module with it)
+needs_shared = pytest.mark.skipif(not FIXTURES.joinpath(*H100).exists(), reason="needs ../shared/fixtures")
 
 # name, arguments ({w}: a folder of the test's own), the line that carries the figure, marks
 CASES = [

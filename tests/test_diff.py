@@ -12,6 +12,7 @@ from conftest import cell_text, fixture_path, requires_chromium, requires_nsys, 
 from nsight_magic import diff
 from nsight_magic.analysis.diff import DIFF_COLUMNS, kernel_key, nvtx_paths
 from nsight_magic.cli import main as cli_main
+from nsight_magic.errors import OptionError
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import run_nsys
 
@@ -118,7 +119,7 @@ def test_ncu_reports_compare_kernels_and_metrics():
     d = diff(rep, rep)
     assert d.is_zero() and len(d.kernels) == 2
     assert {"sm_throughput_pct_before", "sm_throughput_pct_after"} <= set(d.metrics.columns)
-    with pytest.raises(Exception, match="both must be"):
+    with pytest.raises(OptionError, match="both must be"):
         diff(rep, DATA / "findings_bad.sqlite")
 
 

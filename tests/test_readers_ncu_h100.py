@@ -8,6 +8,7 @@ import pytest
 
 from conftest import DATA
 from nsight_magic import open_report
+from nsight_magic.errors import ReportError
 
 pytest.importorskip("ncu_report")
 
@@ -39,6 +40,6 @@ def test_profile_folder_reads_the_csv_pages(tmp_path):
 def test_ncu_rep_is_read_in_a_worker_and_a_broken_one_fails_in_one_line(tmp_path):
     bad = tmp_path / "broken.ncu-rep"
     bad.write_bytes((DATA / "ncu_h100_module0.ncu-rep").read_bytes()[:4000])
-    with pytest.raises(Exception) as e:
+    with pytest.raises(ReportError) as e:
         open_report(bad)
     assert "\n" not in str(e.value) and "broken.ncu-rep" in str(e.value)

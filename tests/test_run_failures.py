@@ -168,20 +168,18 @@ def test_ctrl_c_after_the_cell_finished_is_not_an_interrupted_cell(tmp_path):
             fired.append(threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT)))
             fired[0].start()
 
-    t_sig = None
     try:
         r = run_nsys(cell, _opts(tmp_path, fresh=True), namespace={}, on_status=status, stop_grace_s=10)
-        t_sig = time.monotonic()
     finally:
         for f in fired:
             f.cancel()
     assert fired and r.status == "ok", (r.status, r.messages)
     assert any("after the cell had finished" in m for m in r.messages), r.messages
-    assert t_sig is not None
 
 
 def test_ctrl_c_in_a_slow_warm_setup_returns_within_3_s(tmp_path, sessions):
     timer = threading.Timer(4.0, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.monotonic()
     timer.start()
     try:
         r = run_nsys("x = 1\n", _opts(tmp_path), setup_sources=["import time\ntime.sleep(25)\n"], namespace={},
@@ -189,11 +187,10 @@ def test_ctrl_c_in_a_slow_warm_setup_returns_within_3_s(tmp_path, sessions):
         back = time.monotonic()
     finally:
         timer.cancel()
-    fired_at = timer_started = None  # noqa: F841 - the timer fired 4 s after it started
     assert r.status == "interrupted", r.messages
-    assert r.wall_s < 4.0 + 3.0, r.wall_s
+    assert back - started < 4.0 + 3.0, back - started  # the Ctrl-C came 4 s in: back within 3 s of it
     _paths_exist(r.messages)
-    assert sessions.session is None and back
+    assert sessions.session is None
 
 
 def test_a_timeout_in_a_hanging_warm_setup_returns_on_time(tmp_path, sessions):

@@ -139,15 +139,6 @@ def kernel_classes(report, window: tuple[int, int] | None = None) -> pd.DataFram
     return out.sort_values("time_ns", ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
-def tensor_core_share(report, window: tuple[int, int] | None = None) -> float | None:
-    """The share (%) of matrix-kernel time (GEMM, conv, attention) that ran on tensor cores; None without any."""
-    kc = kernel_classes(report, window)
-    m = kc[kc["cls"].isin(MATRIX)]
-    if m.empty or m["time_ns"].sum() <= 0:
-        return None
-    return 100.0 * float(m["tc_ns"].sum()) / float(m["time_ns"].sum())
-
-
 # dense matrix throughput (TFLOP/s) by compute capability: fp64, CUDA cores fp32, tensor cores tf32 and bf16/fp16, from
 # NVIDIA's data sheets of each architecture's data-center part (V100, A100, A10/A40-class, L4/L40-class, H100).
 THROUGHPUT = {  # fp64: the tensor cores' where the GPU has fp64 MMA (V100: none; GA102/AD102: 1/64 of fp32)

@@ -30,7 +30,6 @@ import pandas as pd
 # microseconds added to one CUDA runtime/driver call, by whether OS runtime calls were traced as well (a CUDA call
 # makes OS calls of its own, each then intercepted too)
 CUDA_CALL_US = {"with_osrt": 5.3, "cuda_only": 2.0}
-NVTX_RANGE_US = 1.0
 PROCESS_START_MS = 20.7  # a child process nsys follows: its set-up before the process's first call
 
 

@@ -466,16 +466,6 @@ class ChildRun:
         return _status_from(rc, self.phases)
 
 
-def run_child(argv: list[str], prep, env: dict, timeout: float | None,
-              on_output: OutputCallback | None, on_status: StatusCallback | None,
-              stop_grace_s: float = 30.0, ranks: int = 1) -> _ChildOutcome:
-    """Both stages of ChildRun at once: start the profiler over the child, stream until the cell is over, wait for
-    the profiler's report."""
-    run = ChildRun(argv, prep, env, on_output, on_status, ranks)
-    run.record(timeout, stop_grace_s)
-    return run.finish(stop_grace_s=stop_grace_s)
-
-
 def _status_from(rc: int | None, phases: list[str]) -> str:
     if "setup-error" in phases:
         return "setup-error"

@@ -28,7 +28,6 @@ from ..readers.capture_span import OWN_SOURCES
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
                    "cublas": (258, "cuBLAS"), "cudnn": (259, "cuDNN"), "python": (260, "Python")}
 _READER_SOURCES = ("cuda_api", "osrt", "cublas", "cudnn")  # frames of the report; "python" is the samples' runs
-_UTIL_SUB = -1  # the utilization strip sorts first within its GPU
 
 # Fixed colours for the categories we know; anything new gets a palette colour in order of appearance.
 _COLORS = {
@@ -717,7 +716,6 @@ def _busy(t: np.ndarray, s: np.ndarray, e_sorted: np.ndarray, cs: np.ndarray, ce
     return (ns * t - cs[ns]) - (ne * t - ce[ne])
 
 
-GLYPH_COLUMNS = ["left", "right", "row", "cat", "name", "detail", "color", "dur_us", "bytes", "link"]
 AGG_COLUMNS = ["left", "right", "row", "cat", "name", "color", "count", "busy"]
 
 
@@ -808,7 +806,7 @@ def view_glyphs(data: TimelineData, t0_ns: int | None = None, t1_ns: int | None 
 
 
 def exact_frame(data: TimelineData, idx: np.ndarray, min_w: int = 0) -> pd.DataFrame:
-    """The glyph columns (GLYPH_COLUMNS) of the events at positions idx; bars at least min_w ns wide."""
+    """The glyph columns (left, right, row, cat, name, detail, color, dur_us, bytes, link) of the events at positions idx; bars at least min_w ns wide."""
     sel = data.events.iloc[idx]
     st = sel["start_ns"].to_numpy()
     en = sel["end_ns"].to_numpy()
