@@ -31,6 +31,7 @@ CASES = [
     ("view", ["--workdir", "{w}", "--sizes", "3000"], "<- report_view.STATIC_EXACT", [needs_shared]),
     # one workload: tests/test_analysis_diagnosis.py checks them all
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
+    ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),
     ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
     ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),

@@ -7,6 +7,7 @@ import json
 import lzma
 import pickle
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from nsight_magic.readers.gpu_memory import load_snapshot
 from nsight_magic.views.report_view import NsysView
 
 HERE = DATA / "gpu_memory"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 MANIFEST = json.loads((HERE / "gpu_memory.json").read_text())
 ALARM = ("high", "medium")
 
@@ -137,3 +139,57 @@ def test_a_damaged_snapshot_beside_a_report_leaves_the_rest_of_the_profile(opene
         assert "The GPU memory record could not be read" in v.html_page()
     finally:
         rep.close()
+
+
+@pytest.mark.browser
+def test_the_memory_track_and_tab_draw_in_a_browser(opened, tmp_path, browser):
+    """In Chromium: the saved page draws the memory track under the timeline (its steps up to the peak, sharing
+    the timeline's x range), and the GPU memory tab shows the peak and what was live there."""
+    page_file = tmp_path / "view.html"
+    page_file.write_text(NsysView(opened("eval_keeps_graph_bad")).html_page(), encoding="utf-8")
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(page_file.as_uri())
+    views = ("(() => { const i = Bokeh.index; const roots = (i && typeof i.values === 'function') ? [...i.values()]"
+             " : Object.values(i || {}); const all = []; const walk = v => { all.push(v); "
+             "for (const c of (v.child_views || [])) walk(c); }; roots.forEach(walk); return all; })()")
+    page.wait_for_function(f"() => window.Bokeh && Bokeh.index && {views}.some(v => (v.model.name || '')"
+                           ".endsWith('-memory') && v.frame)", timeout=30_000)
+    got = page.evaluate(f"""() => {{
+        const all = {views};
+        const mem = all.find(v => (v.model.name || '').endsWith('-memory') && v.frame);
+        const main = all.find(v => v.frame && mem.model.x_range === v.model.x_range && v !== mem);
+        const peaks = Object.fromEntries(mem.model.renderers.map(r => [r.data_source.data.series[0],
+                                                                      Math.max(...r.data_source.data.y)]));
+        const ys = Object.values(peaks);
+        const mb = mem.el.getBoundingClientRect(), tb = main.el.getBoundingClientRect();
+        return {{peaks: peaks, lines: ys.length, shared: !!main, height: mb.height,
+                 left: mem.frame.bbox.left + mb.left, mainLeft: main.frame.bbox.left + tb.left}};
+    }}""")
+    assert got["shared"] and got["lines"] == 3 and got["height"] > 80, got
+    # GB: torch's own peak_reserved (3,995,074,560 bytes) and peak_allocated; nsys counts the driver's allocations,
+    # cuBLAS's workspace too
+    assert got["peaks"]["device 0 reserved"] == pytest.approx(3.995, abs=0.01), got
+    assert got["peaks"]["device 0 allocated"] == pytest.approx(3.994, abs=0.01), got
+    assert got["peaks"]["device 0 (nsys)"] >= got["peaks"]["device 0 reserved"] - 0.74  # less what was held before
+    assert abs(got["left"] - got["mainLeft"]) <= 2, got  # x positions line up with the timeline's
+    page.locator("text=GPU memory").first.click()
+    live = page.locator("text=Live at the peak, by where it was allocated").first
+    live.wait_for(state="visible", timeout=10_000)
+    assert page.locator("td:visible", has_text="line 6 › forward (torch/nn/modules/container.py)").count() == 1
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "gpu_memory_tab.png"))
+    assert not errors, errors
+    page.close()
+
+
+def test_nsys_diff_compares_the_peaks(opened):
+    from nsight_magic import diff
+    from nsight_magic.views.diff import diff_text
+
+    d = diff(opened("eval_keeps_graph_bad"), opened("eval_keeps_graph_fixed"))
+    before, after = d.headline["memory_peak_before"][0], d.headline["memory_peak_after"][0]
+    assert before == pytest.approx(MANIFEST["eval_keeps_graph_bad"]["torch_memory"]["peak_allocated"], rel=0.01)
+    assert after == pytest.approx(MANIFEST["eval_keeps_graph_fixed"]["torch_memory"]["peak_allocated"], rel=0.01)
+    assert "GPU memory peak: device 0 3.99 GB -> 1.18 GB" in diff_text(d)

@@ -168,6 +168,21 @@ def _gpu_busy_ns(report) -> int:
     return int(round(busy_fraction(s, e, np.array([lo, hi], np.int64))[0] * (hi - lo)))
 
 
+def _memory_peaks(report) -> dict[int, float]:
+    """Peak GPU memory per device: torch's allocated bytes where its history was recorded, else nsys's count; {}
+    without a memory record (or with a damaged one: the rest of the comparison stands)."""
+    from .gpu_memory import memory_summary
+
+    if not hasattr(type(report), "gpu_memory"):
+        return {}
+    try:
+        d = memory_summary(report).devices
+    except Exception:  # noqa: BLE001
+        return {}
+    peak = d["peak_allocated"].where(d["peak_allocated"].notna(), d["peak_bytes"])
+    return {int(k): float(v) for k, v in zip(d["device_id"], peak) if pd.notna(v)}
+
+
 def _ncu_metrics(report) -> pd.DataFrame:
     k = report.kernels
     cols = ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "achieved_occupancy_pct"]
@@ -287,6 +302,9 @@ def _headline(d: ProfileDiff, ncu: bool = False) -> dict:
         h["capture_after_ns"] = int(getattr(d.after.meta, "duration_ns", 0) or 0)
         h["gpu_busy_before_ns"] = _gpu_busy_ns(d.before)
         h["gpu_busy_after_ns"] = _gpu_busy_ns(d.after)
+        mb, ma = _memory_peaks(d.before), _memory_peaks(d.after)
+        if mb or ma:  # device -> peak bytes in use (torch's allocated where recorded, else nsys's count)
+            h["memory_peak_before"], h["memory_peak_after"] = mb, ma
     else:
         h["kernel_time_before_ns"] = int(d.kernels["total_before_ns"].sum())
         h["kernel_time_after_ns"] = int(d.kernels["total_after_ns"].sum())

@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..readers.python_samples import frame_kind, is_cell_file, read_cell_first_line
 from .python_code import stack_info
-from .steps import find_steps
+from .steps import find_steps, user_ranges
 
 TOP_SITES = 10
 DEVICE_COLUMNS = ("device_id", "capacity", "peak_bytes", "peak_ns", "peak_allocated", "peak_allocated_ns",
@@ -168,30 +168,38 @@ def _live_at(mem, device: int, t: float, labels, lines, report) -> pd.DataFrame:
     live = b[(b["alloc_ns"] <= t) & ~(b["free_ns"] <= t)]
     if live.empty:
         return _live_frame([])
-    g = live.groupby("stack", sort=False).agg(blocks=("size", "size"), bytes=("size", "sum"),
-                                              first_ns=("alloc_ns", "median"))
-    g["site"] = [labels[s] if 0 <= s < len(labels) else "?" for s in g.index]
-    g["line"] = [int(lines[s]) if 0 <= s < len(lines) else -1 for s in g.index]
-    g = g.groupby(["site", "line"], sort=False).agg(blocks=("blocks", "sum"), bytes=("bytes", "sum"),
-                                                    first_ns=("first_ns", "median")).reset_index()
+    st = live["stack"].to_numpy(np.int64)
+    live = live.assign(site=[labels[s] if 0 <= s < len(labels) else "?" for s in st],
+                       line=[int(lines[s]) if 0 <= s < len(lines) else -1 for s in st],
+                       nvtx=_ranges_at(report, live["alloc_ns"].to_numpy(float)))
+    g = live.groupby(["site", "line"], sort=False).agg(blocks=("size", "size"), bytes=("size", "sum")).reset_index()
+    # the NVTX range that holds most of a site's bytes (blocks made outside any range count as '')
+    top = live.groupby(["site", "line", "nvtx"], sort=False)["size"].sum().reset_index()
+    top = top.sort_values("size", ascending=False, kind="stable").drop_duplicates(["site", "line"])
+    g = g.merge(top[["site", "line", "nvtx"]], on=["site", "line"], how="left")
     g = g.sort_values("bytes", ascending=False, kind="stable").head(TOP_SITES)
-    g["nvtx"] = [_range_at(report, x) for x in g["first_ns"]]
     g["device_id"] = device
     return g[["device_id", "site", "line", "blocks", "bytes", "nvtx"]].reset_index(drop=True)
 
 
-def _range_at(report, t: float) -> str:
-    """The innermost user NVTX range open at t ('' when none)."""
+def _ranges_at(report, t: np.ndarray) -> np.ndarray:
+    """Per time, the user NVTX range open then that began last (the innermost where they nest; '' when none)."""
+    out = np.full(len(t), "", object)
     try:
-        from .steps import user_ranges
-
         r = user_ranges(report)
-    except Exception:  # noqa: BLE001
-        return ""
-    if r.empty or not np.isfinite(t):
-        return ""
-    hit = r[(r["start_ns"] <= t) & (r["end_ns"] >= t)]
-    return "" if hit.empty else str(hit.sort_values("depth").iloc[-1]["label"])
+    except Exception:  # noqa: BLE001 - memory without ranges
+        return out
+    if r.empty or not len(t):
+        return out
+    r = r.sort_values("start_ns", kind="stable")
+    starts = r["start_ns"].to_numpy(np.int64)
+    ends = pd.to_numeric(r["end_ns"], errors="coerce").fillna(np.inf).to_numpy(float)
+    label = r["label"].astype(str).to_numpy(object)
+    i = np.searchsorted(starts, np.nan_to_num(t, nan=-1.0), side="right") - 1
+    ok = (i >= 0) & np.isfinite(t)
+    ok[ok] &= ends[i[ok]] >= t[ok]
+    out[ok] = label[i[ok]]
+    return out
 
 
 def _live_frame(rows) -> pd.DataFrame:

@@ -15,6 +15,7 @@ with an unpickler that builds only plain containers and numbers, so a hostile fi
 from __future__ import annotations
 
 import io
+import operator
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,9 +121,16 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
 
 # ---- torch's history ------------------------------------------------------------------------------------------
 
+_FRAME = operator.itemgetter("name", "filename", "line")
+
+
 def _stack_id(frames, stacks: list, ids: dict) -> int:
-    key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
-                for f in (frames or ()) if isinstance(f, dict))
+    try:  # the usual frames, keyed at C speed (100,000 entries of a dozen frames each)
+        key = tuple(map(_FRAME, frames or ()))
+        hash(key)
+    except (KeyError, TypeError):  # a frame with a key missing or a value of another type: cleaned one by one
+        key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
+                    for f in (frames or ()) if isinstance(f, dict))
     got = ids.get(key)
     if got is None:
         got = ids[key] = len(stacks)

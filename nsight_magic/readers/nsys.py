@@ -28,7 +28,8 @@ from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .report_api import NsysActions
 from .capture_span import CaptureSpan, foreign_span, own_span
-from .nsys_sql import TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro
+from .nsys_sql import (TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro,
+                       read_ints)
 from ..inside.child import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
@@ -526,8 +527,10 @@ class NsysReport(NsysActions):
         t = self._table("CUDA_GPU_MEMORY_USAGE_EVENTS")
         raw = None
         if t:
-            raw = self._query(lambda: pd.read_sql_query(
-                f'SELECT start, deviceId, bytes, memKind, memoryOperationType FROM "{t}"', self._con))
+            cols = ["start", "deviceId", "bytes", "memKind", "memoryOperationType"]
+            # device memory only (host kinds left in SQL), as integer columns (a million events: no row objects)
+            got = self._query(read_ints, self._con, t, cols, "memKind IN (2, 3, 4)", self.sqlite_path)
+            raw = pd.DataFrame(dict(zip(cols, got)))
         gpus = self.gpus
         capacity = {int(i): int(m) for i, m in zip(gpus["id"], gpus["memory_bytes"]) if pd.notna(i) and pd.notna(m)}
         return read_gpu_memory(self.path.parent, self.meta.utc_start_ns, raw, capacity)

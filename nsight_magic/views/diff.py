@@ -25,6 +25,10 @@ def _signed_ms(ns) -> str:
     return f"{ns / 1e6:+,.3f} ms"
 
 
+def _gb(b) -> str:
+    return "-" if b is None else f"{b / 1e9:,.2f} GB"
+
+
 def headline_lines(d) -> list[str]:
     h = d.headline
     lines = [f"Profile diff: {d.before_label} -> {d.after_label}"]
@@ -33,6 +37,10 @@ def headline_lines(d) -> list[str]:
         gb, ga = h["gpu_busy_before_ns"], h["gpu_busy_after_ns"]
         lines.append(f"capture {_ms(cb)} -> {_ms(ca)} ({_signed_ms(ca - cb)}); GPU busy {_ms(gb)} -> {_ms(ga)} "
                      f"({_signed_ms(ga - gb)})")
+        if "memory_peak_before" in h:
+            mb, ma = h["memory_peak_before"], h["memory_peak_after"]
+            lines.append("GPU memory peak: " + "; ".join(
+                f"device {dev} {_gb(mb.get(dev))} -> {_gb(ma.get(dev))}" for dev in sorted({*mb, *ma})))
     else:
         kb, ka = h["kernel_time_before_ns"], h["kernel_time_after_ns"]
         lines.append(f"kernel time {_ms(kb)} -> {_ms(ka)} ({_signed_ms(ka - kb)})")
