@@ -101,3 +101,33 @@ def test_no_samples_when_asked_for_none(tmp_path):
         assert "Python" not in NsysView(rep).tabs
     finally:
         rep.close()
+
+
+def test_samples_beside_an_nsys_2025_3_report_are_read_on_its_clock(tmp_path):
+    """Recorded on the H100 with nsys 2025.3.1 (tests/data/planted: growing_prefix, its sidecars): the same file,
+    placed by the same NVTX clock mark in a newer export."""
+    import sys
+
+    from conftest import DATA
+
+    sys.path.insert(0, str(DATA / "planted"))
+    from planted_files import unpack
+
+    manifest = json.loads((DATA / "planted" / "planted.json").read_text())
+    rep = open_report(unpack(manifest["growing_prefix"], "bad", tmp_path))
+    try:
+        assert rep.meta.nsys_version.startswith("2025.3")
+        ps = rep.python_samples
+        assert ps.placed and len(ps.samples) > 50
+        a, b = rep.cell_range
+        # the first sample comes one interval (at most two, the sampler waiting for the GIL) after the cell began
+        # (this recording's sampler ran on through torch's allocator snapshot after the cell, since stopped first)
+        assert a < ps.samples["time_ns"].min() < a + 3 * ps.interval_ns
+        lines = cell_lines(ps).set_index("line")
+        # a GPU-bound loop: the host queues the loop's body (line 6, the MLP's forward) and waits at the end
+        # (line 7, torch.cuda.synchronize) for most of the cell
+        assert "forward (torch/nn/modules/container.py)" in lines.loc[6, "top_call"]
+        assert "synchronize (torch/cuda/__init__.py)" in lines.loc[7, "top_call"]
+        assert lines.loc[7, "total_ns"] > lines.loc[6, "total_ns"]
+    finally:
+        rep.close()
