@@ -123,3 +123,40 @@ def test_a_cell_that_deletes_its_own_profile_folder_is_told_in_one_line(tmp_path
     assert r.sqlite is None
     assert any("was deleted before nsys wrote its report" in m for m in r.messages), r.messages
     assert not any("capture range was never recorded" in m for m in r.messages)
+
+
+def test_long_template_names_are_searched_and_shown_by_their_start(tmp_path):
+    """300 kernels with distinct 60 kB template names (a report seen with 3,000 of them gave no answer for 10
+    minutes): patterns read a name's first 1,000 characters, the page shows as much, with an ellipsis."""
+    import shutil
+    import sqlite3
+
+    from conftest import DATA
+    from nsight_magic.views.report_view import NsysView
+
+    db = tmp_path / "long.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
+    con = sqlite3.connect(db)
+    cols = [c[1] for c in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+    rows = con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
+    top = con.execute("SELECT max(id) FROM StringIds").fetchone()[0]
+    name_cols = [cols.index(c) for c in ("shortName", "demangledName", "mangledName") if c in cols]
+    new = []
+    for k in range(300):
+        con.execute("INSERT INTO StringIds(id, value) VALUES (?, ?)",
+                    (top + 1 + k, f"void kern_{k}<" + ",".join(f"T{j}_{k}" for j in range(6000))[:60000] + ">()"))
+        r = list(rows[k % len(rows)])
+        for i in name_cols:
+            r[i] = top + 1 + k
+        new.append(r)
+    con.executemany(f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES ({', '.join('?' * len(cols))})", new)
+    con.commit()
+    con.close()
+    rep = open_report(db)
+    try:
+        assert rep.findings() is not None
+        page = NsysView(rep).html_page()
+        assert len(page) < 5_000_000, len(page)  # 300 x 60 kB of names would be 18 MB, twice over
+        assert "kern_7&lt;T0_7" in page and "T5999_7" not in page
+    finally:
+        rep.close()

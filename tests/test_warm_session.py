@@ -307,3 +307,12 @@ def test_a_cell_that_takes_its_output_away_leaves_the_next_cells_theirs(tmp_path
     assert _worker(a)["started"] == _worker(b)["started"]  # the same worker
     assert "after, on stdout" in b.folder.stdout.read_text()
     assert "and stderr" in b.folder.stderr.read_text()
+
+
+def test_a_cells_chdir_does_not_move_the_next_cells(tmp_path, sessions):
+    a = _run(tmp_path, sessions, "import os\nprint('at', os.getcwd())\nos.chdir('/')\n")
+    b = _run(tmp_path, sessions, "import os\nprint('at', os.getcwd())\n")
+    assert a.ok and b.ok, (a.messages, b.messages)
+    assert _worker(a)["started"] == _worker(b)["started"]
+    first = a.folder.stdout.read_text().split("at ", 1)[1].split()[0]
+    assert first != "/" and f"at {first}" in b.folder.stdout.read_text()

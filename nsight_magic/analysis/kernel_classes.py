@@ -36,6 +36,7 @@ CLASSES = (
     ("elementwise", r"(?i)elementwise|Functor|cupy_|_kernel_impl|fill|activation|relu|gelu|silu|sigmoid|tanh|dropout"),
 )
 MATRIX = ("gemm", "conv", "attention")
+CLASSIFY_CHARS = 1000  # of a kernel's name read by the patterns (classify)
 
 # precision of matrix kernels from the type tokens of their names, checked in order
 PRECISIONS = (
@@ -59,10 +60,13 @@ def classify(names) -> pd.DataFrame:
     """Per distinct name: cls, family ('matrix' for GEMM/conv/attention, else cls), precision (fp8 ... fp32, or
     '' when the name does not say), tensor_cores (True/False, NA unknown), align_elems (NaN when unnamed)."""
     u = list(dict.fromkeys(_distinct(names)[1]))  # a few hundred names: Python's re on each, once
+    # what a name says of its class, precision and alignment is in its start (the kernel's name and first template
+    # arguments): a template name of 60 kB would cost each pattern milliseconds (seen: 3,000 of them, 10 minutes)
+    cut = [v[:CLASSIFY_CHARS] for v in u]
 
     def hits(rx: str) -> np.ndarray:
         r = re.compile(rx)
-        return np.fromiter((r.search(v) is not None for v in u), bool, len(u))
+        return np.fromiter((r.search(v) is not None for v in cut), bool, len(u))
 
     cls = np.full(len(u), "other", object)
     free = np.ones(len(u), bool)
@@ -82,7 +86,7 @@ def classify(names) -> pd.DataFrame:
     tensor = pd.array(tc & ~simt, dtype="boolean")
     tensor[~matrix | (~tc & ~simt)] = pd.NA
     # fp32 kernels that are not SIMT: cuBLAS's sm90 "f32f32_tf32f32" ones are TF32 and matched above
-    align = [ALIGN_RX.search(v) for v in u]
+    align = [ALIGN_RX.search(v) for v in cut]
     return pd.DataFrame({"name": pd.Series(u, dtype=object), "cls": cls, "family": np.where(matrix, "matrix", cls),
                          "precision": precision, "tensor_cores": tensor,
                          "align_elems": np.array([float(m.group(1)) if m else np.nan for m in align], float)})

@@ -15,11 +15,14 @@ import pandas as pd
 # up to this many distinct values a Python loop beats building a pandas string array for them; above it (NVTX
 # ranges named per step, a million of them) pandas' vectorised test wins
 LOOP_MAX = 4096
+# a pattern looks for what a name says in its first characters: a C++ template name can run to 60 kB, and thousands
+# of them searched whole by every rule took minutes
+SEARCH_CHARS = 1000
 
 
-def _per_value(col, one, many) -> np.ndarray:
+def _per_value(col, one, many, limit: int | None = None) -> np.ndarray:
     """A text test asked once per distinct value of col, as a bool array over its rows: one(text) -> bool for a
-    few values, many(pandas strings) -> bools for many."""
+    few values, many(pandas strings) -> bools for many; `limit`: only the values' first characters are tested."""
     cat = col.array if isinstance(col, pd.Series) else col
     if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
         # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
@@ -27,6 +30,8 @@ def _per_value(col, one, many) -> np.ndarray:
     else:
         codes, uniq = pd.factorize(pd.Series(col), sort=False)
     vals = [str(v) for v in np.asarray(uniq, dtype=object)]
+    if limit is not None:
+        vals = [v[:limit] for v in vals]
     vals.append("nan")
     if len(vals) <= LOOP_MAX:
         hit = np.fromiter(map(one, vals), bool, len(vals))
@@ -39,7 +44,7 @@ def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray
     """col.astype(str).str.contains(pat) as a bool array."""
     rx = re.compile(pat if regex else re.escape(pat), 0 if case else re.IGNORECASE)
     return _per_value(col, lambda v: rx.search(v) is not None,
-                      lambda v: v.str.contains(rx, regex=True).fillna(False))
+                      lambda v: v.str.contains(rx, regex=True).fillna(False), limit=SEARCH_CHARS)
 
 
 def eq(col, value: str) -> np.ndarray:

@@ -43,6 +43,8 @@ def main(argv: list[str]) -> int:
     if run_setup(sdir / "setup.py", base, progress):
         return EXIT_SETUP_ERROR
     _write_json(sdir / "worker.json", {"started": STARTED, "pid_in_namespace": os.getpid()})
+    # every cell starts where a fresh process would after the setup: a cell's os.chdir must not move the next ones
+    home = os.getcwd()
     progress("ready")
     cells, folder, cfg, ns, cell_progress = 0, None, {}, {}, progress
     while True:
@@ -64,6 +66,11 @@ def main(argv: list[str]) -> int:
                     if load_variables(folder, ns, cell_progress) == 0:
                         cell_progress("loaded")
                 elif cmd["cmd"] == "run" and folder is not None:
+                    try:
+                        if os.getcwd() != home:
+                            os.chdir(home)
+                    except OSError:  # its folder went away meanwhile: the cell runs where it is
+                        pass
                     before = process_snapshot()
                     run_cell(folder, cfg, ns, cell_progress)
                     ns = {}

@@ -144,6 +144,13 @@ def _sort_values(s: pd.Series, kind: str) -> pd.Series:
 TABLE_CSS = view_css()
 
 
+CELL_CHARS = 1000  # of a value shown in a cell: a 60 kB template name would make the page hundreds of MB
+
+
+def _cut(s: str) -> str:
+    return s if len(s) <= CELL_CHARS else s[:CELL_CHARS] + "…"
+
+
 def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, zoom: dict | None = None,
                zoom_col: str = "name", plot_name: str = "", max_rows: int = 2000, caption: str = "",
                filter_box: bool = True) -> str:
@@ -162,8 +169,8 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
                    f'{" data-dir=desc" if c == by else ""}>{escape(header_label(c, kinds[c]))}</th>' for c in df.columns)
     cols = []
     for c in df.columns:
-        v = _sort_values(shown[c], kinds[c]).map(lambda s: escape(s, quote=True))
-        t = text[c].map(escape)
+        v = _sort_values(shown[c], kinds[c]).map(lambda s: escape(_cut(s), quote=True))
+        t = text[c].map(lambda s: escape(_cut(s)))
         cls = "" if kinds[c] == "text" else ' class="nm-num"'
         if zoom and c == zoom_col:
             spans = [zoom.get(k) for k in shown[c].astype("string").fillna("")]  # summary rows, not events

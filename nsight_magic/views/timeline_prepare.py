@@ -406,6 +406,10 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     last = int(ev["end_ns"].max()) if len(ev) else max(span, 1)
     if frame_rel is not None:
         last = max(last, frame_rel[1])
+    # a name or detail is drawn and shown on hover up to NAME_CHARS: 3,000 template names of 60 kB each would make a
+    # 600 MB page
+    names = [n if len(n) <= NAME_CHARS else n[:NAME_CHARS] + "…" for n in map(str, names)]
+    details = [d if len(d) <= NAME_CHARS else d[:NAME_CHARS] + "…" for d in map(str, details)]
     data = TimelineData(events=ev, rows=rows, names=list(names), details=list(details), categories=cat_list,
                         colors=cat_colors, span_ns=max(span, 1), api_row_of_row=api_row,
                         origin_ns=origin, first_ns=first, palette=list(st.colors), frame_ns=frame_rel,
@@ -414,6 +418,7 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     return data
 
 
+NAME_CHARS = 1000     # of an event's name or detail kept for the page
 MEMORY_POINTS = 2000   # per series on the memory track: the most in use within each of these bins
 
 
