@@ -27,13 +27,21 @@ venv() {
   .venv/bin/python -m pip install -q --upgrade pip
 }
 
+stale_install_json() {
+  # an editable install's extension build leaves install.json in the built extension's folder too; the package maps
+  # labextension/install.json to the same place, and a second install would add it twice (hatchling refuses)
+  rm -f nsight_magic/labextension/install.json
+}
+
 quick_packages() {
+  stale_install_json
   # the package without building the JupyterLab extension (SKIP_JUPYTER_BUILDER: hatch-jupyter-builder), what
   # the quick start runs it with, and Python nvtx 0.2.10 (Debian's nsys 2022.4 records nothing from newer ones)
   SKIP_JUPYTER_BUILDER=1 .venv/bin/python -m pip install -q -e . "nvtx==0.2.10" nbconvert nbclient ipykernel
 }
 
 test_packages() {
+  stale_install_json
   # builds the JupyterLab extension (hatch-jupyter-builder: jlpm install + build in labextension/, npm registry)
   # and installs it into .venv/share/jupyter/labextensions/nsight-magic
   .venv/bin/python -m pip install -q -e ".[test]"

@@ -51,7 +51,7 @@ def opened(tmp_path_factory):
 @pytest.mark.parametrize("name", sorted(MANIFEST))
 def test_peaks_and_growth_per_step_equal_torchs_own(name, opened):
     torch_says = MANIFEST[name]["torch_memory"]
-    s = memory_summary(opened(name))
+    s = opened(name).memory_summary()  # the report's own method: analysis.gpu_memory.memory_summary
     d = s.devices.iloc[0]
     # torch's numbers come from a run without the profiler: the same program, the same allocations
     assert d["peak_allocated"] == pytest.approx(torch_says["peak_allocated"], rel=0.01)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from .bottleneck import bottleneck
 from .findings import findings_frame, nsys_findings
+from .gpu_memory import memory_summary
 from .kernel_classes import kernel_classes
 from .ncu_findings import ncu_findings
 from .ops import ops_summary
 
-__all__ = ["bottleneck", "findings_frame", "kernel_classes", "nsys_findings", "ncu_findings", "ops_summary"]
+__all__ = ["bottleneck", "findings_frame", "kernel_classes", "memory_summary", "nsys_findings", "ncu_findings",
+           "ops_summary"]

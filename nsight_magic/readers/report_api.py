@@ -49,6 +49,13 @@ class NsysActions:
         NVTX range around each call) split the rows.  See analysis.ops."""
         return _analysis().ops_summary(self, by)
 
+    def memory_summary(self):
+        """GPU memory during the cell (analysis.gpu_memory.MemorySummary): `devices` (peak per device and when,
+        allocated and reserved peaks, what was held before the cell, growth per step and the steps left until the
+        device is full, an out-of-memory failure), `live` (what was live at the peak or the failure, by the site and
+        cell line that allocated it, with its NVTX range) and `growth` (allocated after each step)."""
+        return _analysis().memory_summary(self)
+
     def show(self, **kw):
         """The view (views.profile_view.ProfileView): displayed in a notebook, the static view with its live
         timeline; saved, the static view, which shows wherever the notebook is opened."""
