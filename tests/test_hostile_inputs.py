@@ -160,3 +160,36 @@ def test_long_template_names_are_searched_and_shown_by_their_start(tmp_path):
         assert "kern_7&lt;T0_7" in page and "T5999_7" not in page
     finally:
         rep.close()
+
+
+def test_kernels_without_a_start_or_of_absurd_length_are_zero_long(tmp_path):
+    import shutil
+    import sqlite3
+    import warnings
+
+    from conftest import DATA
+    from nsight_magic.errors import ReportWarning
+
+    db = tmp_path / "odd.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
+    con = sqlite3.connect(db)
+    # the same table without its NOT NULL constraints (CREATE TABLE AS keeps none), as a damaged export has it
+    con.executescript("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_old; "
+                      "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_old; DROP TABLE k_old;")
+    ids = [r[0] for r in con.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 4")]
+    con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = {ids[0]}")
+    for i in ids[1:]:
+        con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET [end] = start + {2 ** 59} WHERE rowid = {i}")
+    con.commit()
+    con.close()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        rep = open_report(db)
+        k = rep.kernels
+    try:
+        assert (k["duration_ns"] >= 0).all() and k["duration_ns"].max() < 10 ** 12
+        total = rep.kernel_summary()["total_ns"]
+        assert (total >= 0).all() and total.sum() < 10 ** 12
+        assert any(issubclass(w.category, ReportWarning) and "longer than 13 days" in str(w.message) for w in got)
+    finally:
+        rep.close()

@@ -75,14 +75,24 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
     return out
 
 
+MAX_SPAN_NS = 2 ** 50  # 13 days: a longer event is damage, and a few of them would overflow any int64 total
+
+
 def _no_negative_spans(table: str, start: np.ndarray, end: np.ndarray) -> None:
-    """Rows that end before they start (a damaged or altered report) are read as 0 ns long, with a warning, so
-    that no total goes negative."""
-    bad = (end != NULL) & (end < start)
+    """Rows that end before they start, have an end but no start, or last longer than MAX_SPAN_NS (a damaged or
+    altered report) are read as 0 ns long at their known end (or start), with a warning, so that no total goes
+    negative or overflows."""
+    no_start = (start == NULL) & (end != NULL)
+    start[no_start] = end[no_start]
+    with np.errstate(over="ignore"):
+        bad = (end != NULL) & (start != NULL) & ((end < start) | (end - start > MAX_SPAN_NS))
     if bad.any():
         end[bad] = start[bad]
-        warnings.warn(f"{table}: {int(bad.sum())} row(s) end before they start; read as 0 ns long (the report "
-                      "was damaged or altered)", ReportWarning, stacklevel=2)
+    n = int(bad.sum() + no_start.sum())
+    if n:
+        warnings.warn(f"{table}: {n} row(s) end before they start, have no start or last longer than "
+                      f"{MAX_SPAN_NS / 86.4e12:.0f} days; read as 0 ns long (the report was damaged or altered)",
+                      ReportWarning, stacklevel=2)
 
 
 def empty_frame(frame: str) -> pd.DataFrame:
