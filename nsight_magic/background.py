@@ -20,6 +20,7 @@ import contextvars
 import errno
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -323,6 +324,9 @@ def last(wait: bool = True):
     if js:
         j = js[-1]
         if wait:
+            if j.running:  # seconds of silence read as a hang: say what is waited for
+                print(f"nsight-magic: waiting for profile {j.folder.name} to finish loading ({j.phase}); Ctrl-C "
+                      "stops waiting", file=sys.stderr, flush=True)
             j.wait()
         elif j.running:
             raise ReportError(f"{j.folder.name} is still loading ({j.phase}); last() waits for it")

@@ -382,7 +382,7 @@ class NsightMagics(Magics):
             return
         old = self.sessions.session
         if args.stop or args.restart:
-            stopped = self.sessions.stop(replaced=True)
+            stopped = self.sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
             print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
         if args.restart:
             self._start_session(old.trace if old is not None else None)

@@ -634,10 +634,11 @@ class SessionManager:
             self.retiring.append(s)
         self.retiring = [r for r in self.retiring if r.alive()]
 
-    def stop(self, replaced: bool = False) -> bool:
-        """End the session now (%nsys_session --stop): its recordings still being written are waited for.  With
-        `replaced`, also the replaced sessions still ending in the background, so that nothing of them runs on (the
-        user asked for it; a failed cell does not wait for them).  Whether there was a session."""
+    def stop(self, replaced: bool = False, say=None) -> bool:
+        """End the session now (%nsys_session --stop): its recordings still being written are waited for (`say`,
+        when given, is told so in one line).  With `replaced`, also the replaced sessions still ending in the
+        background, so that nothing of them runs on (the user asked for it; a failed cell does not wait for them).
+        Whether there was a session."""
         self._wait_preparing()
         with self._lock:
             self.stops += 1
@@ -646,6 +647,8 @@ class SessionManager:
             if replaced:
                 self.retiring = []
         end = time.monotonic() + STOP_TIMEOUT_S
+        if say is not None and any(x.pending and x.alive() for x in ending):
+            say("waiting for nsys to finish writing the last recording before the session stops")
         for x in ending:
             while x.pending and x.alive() and time.monotonic() < end:
                 time.sleep(POLL_S)
