@@ -193,3 +193,21 @@ def test_kernels_without_a_start_or_of_absurd_length_are_zero_long(tmp_path):
         assert any(issubclass(w.category, ReportWarning) and "longer than 13 days" in str(w.message) for w in got)
     finally:
         rep.close()
+
+
+def test_a_merged_timeline_names_the_ranks_it_could_not_hold(tmp_path):
+    import warnings
+
+    from conftest import DATA
+    from nsight_magic.errors import ReportWarning
+    from nsight_magic.jobs.job import Job
+    from nsight_magic.jobs.rank_task import RankResult
+
+    job = Job([RankResult(0, str(DATA / "nsys_h100_a_cuda_nvtx.sqlite")),
+               RankResult(1, str(tmp_path / "report.1.sqlite"), error="the report holds a trigger; refused")])
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        rep = job.timeline_report([0, 1])
+    rep.close()
+    said = [str(w.message) for w in got if issubclass(w.category, ReportWarning)]
+    assert said == ["not in the merged timeline: rank 1 (the report holds a trigger; refused)"], said

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from ..errors import OptionError
+from ..errors import OptionError, ReportWarning
 from .discover import RankFile, find_rank_reports, missing_ranks
 from .rank_task import RankDiagnosis, RankResult, diagnose_rank, summarize_rank
 
@@ -488,6 +488,11 @@ class Job:
         chosen = [r for r in self.loaded if r.rank in set(ranks)]
         if not chosen:
             raise OptionError(f"no loaded rank among {list(ranks)}; the ranks are {[r.rank for r in self.loaded]}")
+        got = {r.rank for r in chosen}
+        left_out = [r for r in self.results if r.rank in set(ranks) and r.rank not in got]
+        if left_out:  # asked for and not loadable: said, not dropped without a word
+            warnings.warn("not in the merged timeline: " + "; ".join(
+                f"rank {r.rank} ({r.error or 'not loaded'})" for r in left_out), ReportWarning, stacklevel=2)
         paths = [Path(r.path) if r.path.endswith(".sqlite") else export_report(Path(r.path)) for r in chosen]
         base = self.root if self.root is not None and os.access(self.root, os.W_OK) else Path(
             os.environ.get("TMPDIR", "/tmp"))
