@@ -211,3 +211,35 @@ def test_a_merged_timeline_names_the_ranks_it_could_not_hold(tmp_path):
     rep.close()
     said = [str(w.message) for w in got if issubclass(w.category, ReportWarning)]
     assert said == ["not in the merged timeline: rank 1 (the report holds a trigger; refused)"], said
+
+
+@pytest.mark.parametrize("table,value", [("StringIds", "'abc'"), ("StringIds", "1e30"),
+                                         ("ENUM_CUDA_MEMCPY_OPER", "'x'"), ("ENUM_CUDA_MEMCPY_OPER", "1e30")])
+def test_a_lookup_id_that_is_not_an_integer_is_left_out_and_said(tmp_path, table, value):
+    import shutil
+    import sqlite3
+    import warnings
+
+    from conftest import DATA
+    from nsight_magic.errors import ReportWarning
+    from nsight_magic.views.report_view import NsysView
+
+    db = tmp_path / "odd.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
+    con = sqlite3.connect(db)
+    # the table without its INTEGER PRIMARY KEY (CREATE TABLE AS keeps no constraint), as an altered export has it
+    con.executescript(f"ALTER TABLE {table} RENAME TO t_old; CREATE TABLE {table} AS SELECT * FROM t_old; "
+                      "DROP TABLE t_old;")
+    top = con.execute(f"SELECT max(id) FROM {table}").fetchone()[0]
+    con.execute(f"UPDATE {table} SET id = {value} WHERE id = {top}")
+    con.commit()
+    con.close()
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        rep = open_report(db)
+        try:
+            assert "Timeline" in NsysView(rep).html_page() and rep.findings() is not None
+        finally:
+            rep.close()
+    assert any(issubclass(w.category, ReportWarning) and f"{table}: 1 row(s) whose id is not an integer"
+               in str(w.message) for w in got), [str(w.message) for w in got]

@@ -811,7 +811,8 @@ class NsysReport(NsysActions):
             return {}
         from .nsys_sql import decode_enum
 
-        rows = self._query(lambda: self._con.execute(f'SELECT id, label FROM "{table}"').fetchall())
+        rows = self._query(lambda: self._con.execute(
+            f'SELECT id, label FROM "{table}" WHERE typeof(id) = \'integer\'').fetchall())  # odd ids: decode_enum says
         ids = np.array([r[0] for r in rows], np.int64)
         kinds = np.asarray(decode_enum(self._con, self._tables, "memcpy_kind", ids), dtype=object)
         return {k: str(lab) for k, (_, lab) in zip(kinds, rows) if lab is not None}

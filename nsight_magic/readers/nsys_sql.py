@@ -318,7 +318,10 @@ class Strings:
 
     def __init__(self, con, tables: set[str]):
         if "StringIds" in tables:
-            rows = con.execute(f"SELECT id, {capped('value')} FROM StringIds ORDER BY rowid").fetchall()
+            # an id that is not an integer (text, a real, one beyond int64) names nothing: left out, said once
+            rows = con.execute(f"SELECT id, {capped('value')} FROM StringIds WHERE typeof(id) = 'integer' "
+                               "ORDER BY rowid").fetchall()
+            _odd_ids(con, "StringIds")
             ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
             self._s = pd.Series(np.array([r[1] for r in rows], dtype=object), index=ids, dtype=object)
             twice = self._s.index.duplicated()
@@ -336,6 +339,15 @@ class Strings:
 
     def lookup(self, ids) -> np.ndarray:
         return self._s.reindex(np.asarray(ids, np.int64)).to_numpy(object)
+
+
+def _odd_ids(con, table: str) -> None:
+    """Warn once about the rows of a lookup table whose id is not an integer (a damaged or altered report)."""
+    got = con.execute(f'SELECT count(*), min(CAST(id AS TEXT)) FROM "{table}" WHERE typeof(id) != \'integer\''
+                      ).fetchone()
+    if got and got[0]:
+        warnings.warn(f"{table}: {got[0]} row(s) whose id is not an integer (first: {str(got[1])[:40]!r}) were left "
+                      "out (the report was damaged or altered)", ReportWarning, stacklevel=3)
 
 
 def to_categorical(values) -> pd.Categorical:
@@ -358,8 +370,9 @@ def decode_enum(con, tables: set[str], key: str, ids: np.ndarray) -> pd.Categori
     from_report: dict[int, str] = {}
     if table in tables:
         prefix = ENUM_PREFIXES.get(key, "")
-        for i, name in con.execute(f'SELECT id, name FROM "{table}"'):
+        for i, name in con.execute(f'SELECT id, name FROM "{table}" WHERE typeof(id) = \'integer\''):
             from_report[int(i)] = str(name).removeprefix(prefix)
+        _odd_ids(con, table)
     inv, uniq = pd.factorize(ids)
     inv = np.asarray(inv)
     labels = np.array([None if u == NULL else fallback.get(int(u), from_report.get(int(u), f"id {u}"))
