@@ -243,3 +243,13 @@ def test_a_lookup_id_that_is_not_an_integer_is_left_out_and_said(tmp_path, table
             rep.close()
     assert any(issubclass(w.category, ReportWarning) and f"{table}: 1 row(s) whose id is not an integer"
                in str(w.message) for w in got), [str(w.message) for w in got]
+
+
+@requires_nsys
+def test_an_unknown_nsys_switch_is_refused_before_any_attempt(tmp_path):
+    from nsight_magic.run import run_nsys
+
+    with pytest.raises(OptionError, match="--bogus-flag is not a switch of this nsys"):
+        run_nsys("x = 1\n", NsysOptions(name="t", directory=str(tmp_path), fresh=True,
+                                       nsys_args=("--bogus-flag=1",)), namespace={})
+    assert not any(tmp_path.iterdir())

@@ -24,6 +24,7 @@ from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, To
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
                        validate_passthrough)
 from ..store import ProfileFolder
+from ..tools.argv import flag_name
 from .extras import Extras, choose, split_for_session
 from .prepare import _current_umask, _load_returns, _prepare_with_tool, _versions
 from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
@@ -87,6 +88,25 @@ def check_trace(trace: str) -> None:
     if bad:
         raise OptionError(f"--trace: {', '.join(repr(b) for b in bad)} is not an API this nsys traces; it takes "
                           f"{', '.join(sorted(known))} (comma-separated, e.g. --trace cuda,nvtx,osrt)")
+
+
+def check_nsys_switches(args) -> None:
+    """--nsys-args names only switches this nsys takes (`nsys profile --help`): an unknown one would make every
+    attempt fail and bury the reason under retries."""
+    try:
+        known = tools.nsys_switches(verb="profile")
+    except ToolNotFound:  # no nsys here: the run says so in its own words
+        return
+    if not known:
+        return
+    for a in args:
+        if a.startswith("--"):
+            name = flag_name(a)
+            # nsys takes unambiguous starts of a switch, and still takes those its help lists as deprecated
+            if name not in known and not any(k.startswith(name) for k in known) and \
+                    f"{name}=" not in tools.nsys_help("profile"):
+                raise OptionError(f"--nsys-args: {name} is not a switch of this nsys (nsys profile --help lists "
+                                  "them); nothing was run")
 
 
 def _check_nproc(opts: NsysOptions, script: str | None) -> None:
@@ -191,6 +211,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     validate_passthrough(shlex.join(opts.nsys_args), NSYS_OWNED_FLAGS, "nsys")
     _check_nproc(opts, script)
     check_trace(opts.trace)  # before any folder or process: a bad list is the user's to fix, said in one line
+    check_nsys_switches(opts.nsys_args)
     prep, nsys, version = _prepare_with_tool(
         cell, opts, "nsys", tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,

@@ -89,6 +89,11 @@ def nsys_switches(nsys: Path | str | None = None, verb: str = "profile") -> froz
     return _switches_of(str(nsys or find_nsys()), verb)
 
 
+def nsys_help(verb: str = "profile", nsys: Path | str | None = None) -> str:
+    """`nsys VERB --help`'s text (read once per nsys)."""
+    return _help_of(str(nsys or find_nsys()), verb)
+
+
 def nsys_trace_values(nsys: Path | str | None = None) -> frozenset[str]:
     """The APIs `nsys profile --trace` takes, from its --help ("Possible values are 'cuda', 'nvtx', ... or
     'none'."); empty when the help does not say (then nothing is refused here and nsys says it)."""
