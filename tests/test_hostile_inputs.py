@@ -253,3 +253,18 @@ def test_an_unknown_nsys_switch_is_refused_before_any_attempt(tmp_path):
         run_nsys("x = 1\n", NsysOptions(name="t", directory=str(tmp_path), fresh=True,
                                        nsys_args=("--bogus-flag=1",)), namespace={})
     assert not any(tmp_path.iterdir())
+
+
+def test_a_rank_that_is_a_pipe_is_listed_not_dropped(tmp_path):
+    import os
+
+    from nsight_magic.jobs.discover import find_rank_reports
+
+    (tmp_path / "report.0.sqlite").write_bytes(b"")
+    os.mkfifo(tmp_path / "report.1.sqlite")
+    files = find_rank_reports(tmp_path)
+    assert [f.rank for f in files] == [0, 1]
+    from nsight_magic.readers.nsys import open_nsys_report  # what each rank's task opens it with
+
+    with pytest.raises(ReportError, match="not a regular file"):
+        open_nsys_report(files[1].path)

@@ -46,8 +46,10 @@ def find_rank_reports(source, pattern: str | None = None) -> list[RankFile]:
             raise OptionError(f"{folder}: not a folder of per-rank reports")
         files = sorted(folder.glob(pattern)) if pattern else sorted(
             p for p in folder.iterdir() if p.name.endswith(REPORT_SUFFIXES))
-        # a link to a missing file is kept: its rank's task names it instead of the rank vanishing without a word
-        files = [p for p in files if (p.is_file() or p.is_symlink()) and not p.name.endswith((".part.sqlite",))]
+        # a link to a missing file, or a pipe or socket under a report's name, is kept: its rank's task names it
+        # instead of the rank vanishing without a word
+        files = [p for p in files if (p.is_symlink() or (p.exists() and not p.is_dir()))
+                 and not p.name.endswith((".part.sqlite",))]
         ranked = [(rank_of(p), p) for p in files]
         ranked = [(r, p) for r, p in ranked if r is not None]
         if not ranked:

@@ -61,6 +61,8 @@ def open_nsys_report(path) -> "NsysReport":
         raise ReportError(f"{p}: no such file")
     if p.is_dir():
         raise ReportError(f"{p}: is a folder; pass the .sqlite/.nsys-rep inside it or use open_report()")
+    if not p.is_file():  # a pipe or a socket: reading it would block forever
+        raise ReportError(f"{p}: not a regular file (a pipe, socket or device); pass the report file itself")
     if p.suffix.lower() == RAW_SUFFIX:
         return NsysReport(export_report(import_raw(p)), source=p)
     if p.suffix.lower() in REP_SUFFIXES:
