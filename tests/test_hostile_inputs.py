@@ -14,6 +14,23 @@ from nsight_magic.thresholds import parse_assignments
 from nsight_magic.tools.argv import validate_passthrough
 
 
+
+def _altered_export(tmp_path, table: str | None = None):
+    """(path, connection) of a copy of our H100 export to alter; with `table`, that table made again without its
+    constraints (CREATE TABLE AS keeps none), as a damaged or altered export has it."""
+    import shutil
+    import sqlite3
+
+    from conftest import DATA
+
+    db = tmp_path / "altered.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
+    con = sqlite3.connect(db)
+    if table:
+        con.executescript(f"ALTER TABLE {table} RENAME TO t_old; CREATE TABLE {table} AS SELECT * FROM t_old; "
+                          "DROP TABLE t_old;")
+    return db, con
+
 def test_a_path_with_a_nul_or_to_a_pipe_is_refused_without_blocking(tmp_path):
     with pytest.raises(ReportError, match="cannot hold a NUL"):
         open_report("run\x00.sqlite")
@@ -128,15 +145,9 @@ def test_a_cell_that_deletes_its_own_profile_folder_is_told_in_one_line(tmp_path
 def test_long_template_names_are_searched_and_shown_by_their_start(tmp_path):
     """300 kernels with distinct 60 kB template names (a report seen with 3,000 of them gave no answer for 10
     minutes): patterns read a name's first 1,000 characters, the page shows as much, with an ellipsis."""
-    import shutil
-    import sqlite3
-
-    from conftest import DATA
     from nsight_magic.views.report_view import NsysView
 
-    db = tmp_path / "long.sqlite"
-    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
-    con = sqlite3.connect(db)
+    db, con = _altered_export(tmp_path)
     cols = [c[1] for c in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
     rows = con.execute("SELECT * FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchall()
     top = con.execute("SELECT max(id) FROM StringIds").fetchone()[0]
@@ -163,19 +174,11 @@ def test_long_template_names_are_searched_and_shown_by_their_start(tmp_path):
 
 
 def test_kernels_without_a_start_or_of_absurd_length_are_zero_long(tmp_path):
-    import shutil
-    import sqlite3
     import warnings
 
-    from conftest import DATA
     from nsight_magic.errors import ReportWarning
 
-    db = tmp_path / "odd.sqlite"
-    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
-    con = sqlite3.connect(db)
-    # the same table without its NOT NULL constraints (CREATE TABLE AS keeps none), as a damaged export has it
-    con.executescript("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME TO k_old; "
-                      "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL AS SELECT * FROM k_old; DROP TABLE k_old;")
+    db, con = _altered_export(tmp_path, "CUPTI_ACTIVITY_KIND_KERNEL")  # without its NOT NULL constraints
     ids = [r[0] for r in con.execute("SELECT rowid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 4")]
     con.execute(f"UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = NULL WHERE rowid = {ids[0]}")
     for i in ids[1:]:
@@ -216,20 +219,12 @@ def test_a_merged_timeline_names_the_ranks_it_could_not_hold(tmp_path):
 @pytest.mark.parametrize("table,value", [("StringIds", "'abc'"), ("StringIds", "1e30"),
                                          ("ENUM_CUDA_MEMCPY_OPER", "'x'"), ("ENUM_CUDA_MEMCPY_OPER", "1e30")])
 def test_a_lookup_id_that_is_not_an_integer_is_left_out_and_said(tmp_path, table, value):
-    import shutil
-    import sqlite3
     import warnings
 
-    from conftest import DATA
     from nsight_magic.errors import ReportWarning
     from nsight_magic.views.report_view import NsysView
 
-    db = tmp_path / "odd.sqlite"
-    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", db)
-    con = sqlite3.connect(db)
-    # the table without its INTEGER PRIMARY KEY (CREATE TABLE AS keeps no constraint), as an altered export has it
-    con.executescript(f"ALTER TABLE {table} RENAME TO t_old; CREATE TABLE {table} AS SELECT * FROM t_old; "
-                      "DROP TABLE t_old;")
+    db, con = _altered_export(tmp_path, table)  # without its INTEGER PRIMARY KEY
     top = con.execute(f"SELECT max(id) FROM {table}").fetchone()[0]
     con.execute(f"UPDATE {table} SET id = {value} WHERE id = {top}")
     con.commit()
