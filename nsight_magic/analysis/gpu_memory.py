@@ -95,12 +95,6 @@ def memory_summary(report) -> MemorySummary:
                          mem.settings)
 
 
-def site_of(summary: MemorySummary, device_id: int) -> pd.Series | None:
-    """The allocation site holding the most at the peak on one device (a row of summary.live), or None."""
-    rows = summary.live[summary.live["device_id"] == device_id]
-    return None if rows.empty else rows.iloc[0]
-
-
 # ---- parts ------------------------------------------------------------------------------------------------------
 
 def _site_labels(mem, folder) -> tuple[np.ndarray, np.ndarray]:

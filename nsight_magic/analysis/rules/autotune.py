@@ -16,7 +16,6 @@ import numpy as np
 import pandas as pd
 
 from ..kernel_classes import classify
-from ..steps import find_steps
 from .common import Context, Finding, estimate_words, evidence, ranges_of
 
 MIN_SYNCS = 8        # synchronisations a step, at least
@@ -35,7 +34,7 @@ def family_of(name: str) -> str:
 
 def rule_autotune(ctx: Context) -> list[Finding]:
     report = ctx.report
-    steps = find_steps(report)
+    steps = ctx.diag.steps  # pid -> Steps, found once by the diagnosis
     if not steps:
         return []
     k = report.kernels

@@ -100,7 +100,7 @@ def rule_memory_growth(ctx: Context) -> list[Finding]:
             "medium" if np.isfinite(left) and left <= MEDIUM_STEPS else "low"
         if np.isfinite(d["oom_ns"]):
             sev = "medium"  # out_of_memory says it first
-        cause, fix = _growth_cause(ctx, s, dev)
+        cause, fix = _growth_cause(s, d)
         where, code = _where(s, dev)
         out.append(Finding(
             "memory_growth", sev,
@@ -113,11 +113,11 @@ def rule_memory_growth(ctx: Context) -> list[Finding]:
     return out
 
 
-def _growth_cause(ctx: Context, s: MemorySummary, device: int) -> tuple[str, str]:
-    """What the steps keep: many blocks a step from inside a model's forward (activations: outputs kept with their
-    autograd graph), or about one a step (a list or cache that keeps a tensor)."""
-    rows = s.live[s.live["device_id"] == device]
-    d = s.devices[s.devices["device_id"] == device].iloc[0]
+def _growth_cause(s: MemorySummary, d) -> tuple[str, str]:
+    """What the steps keep (`d`: the device's row of s.devices): many blocks a step from inside a model's forward
+    (activations: outputs kept with their autograd graph), or about one a step (a list or cache that keeps a
+    tensor)."""
+    rows = s.live[s.live["device_id"] == d["device_id"]]
     steps = max(int(d["steps"]), 1)
     blocks = int(rows["blocks"].sum()) if len(rows) else 0
     in_forward = bool(len(rows)) and rows["site"].str.contains(r"torch/nn/modules/|forward", regex=True).any()
