@@ -148,8 +148,9 @@ GPU_MEMORY_INTRO = ("<p>GPU memory during the cell ({sources}): the peak per dev
                     "each step. The timeline's memory track shows it in time.</p>")
 
 
-def _gpu_memory(report) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The GPU memory tab: (intro, devices, live at the peak, per step); ('', ...) without a memory record."""
+def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The GPU memory tab: (intro, devices, live at the peak, per step), times in ms from the timeline's x = 0
+    (`origin_ns`); ('', ...) without a memory record."""
     from ..analysis.gpu_memory import memory_summary
 
     empty = pd.DataFrame()
@@ -163,28 +164,20 @@ def _gpu_memory(report) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         intro = GPU_MEMORY_INTRO.format(sources=" and ".join(names.get(x, x) for x in s.sources))
         d = s.devices
         dev = pd.DataFrame({"device": d["device_id"], "peak GB": d["peak_bytes"] / 1e9,
-                            "at ms": (d["peak_ns"] - _origin(report)) / 1e6,
+                            "at ms": (d["peak_ns"] - origin_ns) / 1e6,
                             "allocated peak GB": d["peak_allocated"] / 1e9, "reserved peak GB": d["peak_reserved"] / 1e9,
                             "held before GB": d["held_before"] / 1e9, "capacity GB": d["capacity"] / 1e9,
                             "growth per step MB": d["growth_per_step"] / 1e6, "steps": d["steps"],
-                            "out of memory at ms": (d["oom_ns"] - _origin(report)) / 1e6})
+                            "out of memory at ms": (d["oom_ns"] - origin_ns) / 1e6})
         dev = dev.dropna(axis=1, how="all")
         live = s.live.assign(GB=s.live["bytes"] / 1e9).drop(columns=["bytes"])
         live = live.rename(columns={"site": "allocated at", "line": "cell line", "nvtx": "NVTX range"})
         growth = s.growth.assign(GB=s.growth["allocated"] / 1e9,
-                                 end_ms=(s.growth["end_ns"] - _origin(report)) / 1e6)[["device_id", "step", "end_ms",
+                                 end_ms=(s.growth["end_ns"] - origin_ns) / 1e6)[["device_id", "step", "end_ms",
                                                                                         "GB"]]
         return intro, dev, live, growth
     except Exception as e:  # noqa: BLE001 - an odd memory record: the other tabs still show, this one says why
         return f"<p>The GPU memory record could not be read: {escape(str(e))}</p>", empty, empty, empty
-
-
-def _origin(report) -> int:
-    """x = 0 of the timeline: the cell's range start, else the capture's."""
-    cr = getattr(report, "cell_range", None)
-    if cr:
-        return int(cr[0])
-    return int(getattr(getattr(report, "meta", None), "start_ns", 0) or 0)
 
 
 def _verdict(report):
@@ -312,7 +305,8 @@ class NsysView:
         self.lines, self.modules = _lines_and_modules(report, self.folder)
         self.ops, self.ops_zoom, self.ops_source = _ops(report, self.data.origin_ns)
         self.python, self.python_lines, self.python_intro = _python(report)
-        self.memory_intro, self.memory_devices, self.memory_live, self.memory_growth = _gpu_memory(report)
+        self.memory_intro, self.memory_devices, self.memory_live, self.memory_growth = _gpu_memory(
+            report, self.data.origin_ns)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.plot_name = ""
