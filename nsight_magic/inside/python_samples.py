@@ -13,9 +13,12 @@ default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, p
     samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
 
 A sample takes the GIL for tens of microseconds; the thread sleeps a random 0.5-1.5 intervals in between (no
-phase lock with a loop whose steps last about an interval), so a cell that holds the GIL in C code for long is
-sampled when it lets go (its stack did not change meanwhile: the reader gives each sample the time since the
-thread's previous one).  Samples stop at MAX_SAMPLES (then
+phase lock with a loop whose steps last about an interval).  While sampling, the interpreter's switch interval is
+at most SWITCH_S: a thread waiting for the GIL makes the running one let go only after that long, and at CPython's
+5 ms the samples fell where the cell released the GIL (its CUDA calls), never in a 4 ms pure-Python function
+between them (seen on the H100).  A C call that holds the GIL (json.dumps, pickling) is still sampled only when it
+returns: the reader gives each sample the time since the thread's previous one, so that time falls on what ran
+next.  Samples stop at MAX_SAMPLES (then
 every other one is dropped and the interval doubled): a long cell keeps a bounded file.
 """
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 SAMPLES_FILE = "python_samples.json"
 INTERVAL_S = 0.005
+SWITCH_S = 0.0005
 MAX_SAMPLES = 200_000
 CLOCK_MARK = "nsight-magic clock "
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -54,6 +58,7 @@ class PythonSampler:
         self.tid: list[int] = []
         self.stack: list[int] = []
         self.clock_ns = 0
+        self._switch: float | None = None
 
     def start(self) -> "PythonSampler":
         self.clock_ns = time.monotonic_ns()
@@ -63,6 +68,10 @@ class PythonSampler:
             nvtx.mark(f"{CLOCK_MARK}{self.clock_ns}", domain=self.domain)
         except Exception:  # noqa: BLE001 - without the mark the samples cannot be placed: the reader says so
             pass
+        old = sys.getswitchinterval()
+        if old > SWITCH_S:
+            sys.setswitchinterval(SWITCH_S)
+            self._switch = old
         self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
         self._thread.start()
         return self
@@ -120,6 +129,8 @@ class PythonSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._switch is not None and sys.getswitchinterval() == SWITCH_S:  # unless the cell set its own
+            sys.setswitchinterval(self._switch)
         data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
                 "frames": self.frames, "stacks": self.stacks,
                 "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}

@@ -1039,7 +1039,7 @@ WORKLOADS += [
             "fixed: once, after the loop (planted as implicit_sync: the copies of the state; most of the time is "
             "serialising and writing it)", "cpu", "host_code", CKPT_SETUP,
             CKPT_LOOP.replace("SAVE", "torch.save(model.state_dict(), ckpt)       # planted: a checkpoint every step"),
-            CKPT_LOOP.replace("SAVE", "pass")),
+            CKPT_LOOP.replace("SAVE", "pass"), expect_code="save"),
     Planted("per_sample_loop", "inference one sample at a time (256 forward passes of batch 1 a step); fixed: the "
             "batch at once (planted as python_loop, whose loops are of elementwise kernels)", "cpu", "launch_bound",
             PERSAMPLE_SETUP, PERSAMPLE_BAD, PERSAMPLE_FIXED),
@@ -1244,12 +1244,45 @@ for step in range(24):
 torch.cuda.synchronize()
 """
 
+JITTER_SETUP = TF32 + """
+import random
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(4096, 1024, device="cuda")
+def jitter_scales(n):
+    # a per-sample augmentation factor drawn in pure Python (eight small jitters each)
+    out = []
+    for _ in range(n):
+        s = 1.0
+        for _ in range(8):
+            s *= 1.0 + (random.random() - 0.5) * 0.01
+        out.append(s)
+    return out
+model(x).square().mean().backward(); torch.cuda.synchronize()
+"""
+JITTER_LOOP = """
+for step in range(40):
+    with nvtx.annotate("step"):
+        SCALES
+        loss = model(x * scales.unsqueeze(1)).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+
 WORKLOADS += [
     Planted("metrics_json", "every metric of the run serialised to JSON every step by a function of the setup "
             "(log_metrics: pure Python, a few ms, growing); fixed: every 10 steps", "cpu", "host_code",
             METRICS_SETUP, METRICS_LOOP.replace("LOG", "log_metrics(step)       # planted"),
             METRICS_LOOP.replace("LOG", "if step % 10 == 9:\n            log_metrics(step)"),
             expect_code="log_metrics"),
+    Planted("python_jitter", "a per-sample augmentation factor drawn in pure Python every step by a function of "
+            "the setup (jitter_scales: 4,096 x 8 random numbers); fixed: drawn on the GPU with torch.rand", "cpu",
+            "host_code", JITTER_SETUP,
+            JITTER_LOOP.replace("SCALES", "scales = torch.tensor(jitter_scales(4096), device='cuda')   # planted"),
+            JITTER_LOOP.replace("SCALES", "scales = (1 + (torch.rand(4096, 8, device='cuda') - 0.5) * 0.01).prod(1)"),
+            expect_code="jitter_scales"),
     Planted("cudnn_autotune", "torch.backends.cudnn.benchmark = True while the images change size every step: "
             "cuDNN tries every convolution algorithm again for each new shape, inside the loop; fixed: "
             "benchmark off", "sync", "autotune",
@@ -1286,8 +1319,8 @@ WORKLOADS += [
             FRAG_SETUP.replace("SETTINGS", "torch.cuda.memory._set_allocator_settings('expandable_segments:True')"),
             expect_memory="memory_fragmentation"),
 ]
-SIXTH = ["metrics_json", "cudnn_autotune", "growing_prefix", "smi_gpu_bound", "eval_keeps_graph", "oom_cell",
-         "fragmentation"]
+SIXTH = ["metrics_json", "python_jitter", "cudnn_autotune", "growing_prefix", "smi_gpu_bound", "eval_keeps_graph",
+         "oom_cell", "fragmentation"]
 FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode",
          "recompile_shapes"]
 FOURTH = ["smi_logging", "cpu_layer", "manual_layernorm", "gc_every_step", "load_every_step"]
