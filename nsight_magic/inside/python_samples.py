@@ -13,10 +13,12 @@ default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, p
     samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
 
 A sample takes the GIL for tens of microseconds; the thread sleeps a random 0.5-1.5 intervals in between (no
-phase lock with a loop whose steps last about an interval).  While sampling, the interpreter's switch interval is
-at most SWITCH_S: a thread waiting for the GIL makes the running one let go only after that long, and at CPython's
-5 ms the samples fell where the cell released the GIL (its CUDA calls), never in a 4 ms pure-Python function
-between them (seen on the H100).  A C call that holds the GIL (json.dumps, pickling) is still sampled only when it
+phase lock with a loop whose steps last about an interval).  While the sampler is the only other Python thread,
+the interpreter's switch interval is at most SWITCH_S: a thread waiting for the GIL makes the running one let go
+only after that long, and at CPython's 5 ms the samples fell where the cell released the GIL (its CUDA calls),
+never in a 4 ms pure-Python function between them (seen on the H100).  As soon as the program has a thread of its
+own the interval is given back: between its threads it sets how the GIL changes hands (the host_wait rule reads
+those 5 ms waits), and the profile must show the program as it runs plain.  A C call that holds the GIL (json.dumps, pickling) is still sampled only when it
 returns: the reader gives each sample the time since the thread's previous one, so that time falls on what ran
 next.  Samples stop at MAX_SAMPLES (then
 every other one is dropped and the interval doubled): a long cell keeps a bounded file.
@@ -59,6 +61,7 @@ class PythonSampler:
         self.stack: list[int] = []
         self.clock_ns = 0
         self._switch: float | None = None
+        self._lowered = False
 
     def start(self) -> "PythonSampler":
         self.clock_ns = time.monotonic_ns()
@@ -68,10 +71,8 @@ class PythonSampler:
             nvtx.mark(f"{CLOCK_MARK}{self.clock_ns}", domain=self.domain)
         except Exception:  # noqa: BLE001 - without the mark the samples cannot be placed: the reader says so
             pass
-        old = sys.getswitchinterval()
-        if old > SWITCH_S:
-            sys.setswitchinterval(SWITCH_S)
-            self._switch = old
+        self._switch = sys.getswitchinterval()
+        self._lowered = False
         self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
         self._thread.start()
         return self
@@ -87,9 +88,12 @@ class PythonSampler:
         interval = self.interval
         rng = random.Random()
         wait = interval
+        self._lower(len(sys._current_frames()) <= 2)
         while not self._stop.wait(wait):
             now = time.monotonic_ns() - self.clock_ns
-            for ident, frame in sys._current_frames().items():
+            current = sys._current_frames()
+            self._lower(len(current) <= 2)
+            for ident, frame in current.items():
                 if ident == me:
                     continue
                 tid = native.get(ident)
@@ -115,7 +119,7 @@ class PythonSampler:
                 self.t.append(now)
                 self.tid.append(tid)
                 self.stack.append(sid)
-            del frame, f
+            del frame, f, current
             if len(self.t) >= MAX_SAMPLES:  # keep a bounded record: every other sample, half the rate from now
                 self.t, self.tid, self.stack = self.t[::2], self.tid[::2], self.stack[::2]
                 interval *= 2
@@ -129,8 +133,18 @@ class PythonSampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._switch is not None and sys.getswitchinterval() == SWITCH_S:  # unless the cell set its own
-            sys.setswitchinterval(self._switch)
+        self._lower(False)
+
+    def _lower(self, alone: bool) -> None:
+        """The switch interval at most SWITCH_S while the sampler and one other thread are all; given back
+        otherwise (unless the cell set one of its own meanwhile)."""
+        if alone and not self._lowered and self._switch is not None and self._switch > SWITCH_S:
+            sys.setswitchinterval(SWITCH_S)
+            self._lowered = True
+        elif not alone and self._lowered:
+            if sys.getswitchinterval() == SWITCH_S:
+                sys.setswitchinterval(self._switch)
+            self._lowered = False
         data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
                 "frames": self.frames, "stacks": self.stacks,
                 "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
