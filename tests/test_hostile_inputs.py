@@ -263,3 +263,19 @@ def test_a_rank_that_is_a_pipe_is_listed_not_dropped(tmp_path):
 
     with pytest.raises(ReportError, match="not a regular file"):
         open_nsys_report(files[1].path)
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_fresh_cell_that_leaves_a_thread_running_is_told_why_the_report_waits(tmp_path):
+    """A non-daemon thread keeps the process alive after the cell (Python waits for it at exit) and nsys writes
+    only after that: the status names the thread, not "the profiler is writing its report", and a note says so."""
+    from nsight_magic.run import run_nsys
+
+    cell = "import threading, time\nthreading.Thread(target=time.sleep, args=(4,), name='uploader').start()\n"
+    said = []
+    r = run_nsys(cell, NsysOptions(name="thr", directory=str(tmp_path), fresh=True, render=False, quiet=True,
+                                   trace="nvtx,osrt"), namespace={}, on_status=lambda text, t: said.append(text))
+    assert r.ok, r.messages
+    assert any("waits for its thread uploader" in s for s in said), said
+    assert any("thread uploader running" in n for n in r.notes), r.notes

@@ -578,7 +578,20 @@ def main(argv: list[str]) -> int:
         pass
     if cfg.get("capture") == "all":
         mark_process(OWN_END_MARK)
+    _say_lingering_threads(progress)
     return status
+
+
+def _say_lingering_threads(progress) -> None:
+    """Threads of the cell's own that are not daemons keep the process alive after main() (Python waits for
+    them at exit, as it would plain), and nsys writes its report only once the process has exited: the notebook
+    says so instead of "the profiler is writing its report"."""
+    import threading
+
+    alive = [t.name for t in threading.enumerate()
+             if t is not threading.current_thread() and not t.daemon and t.is_alive()]
+    if alive:
+        progress("threads", names=alive[:5], count=len(alive))
 
 
 if __name__ == "__main__":

@@ -337,6 +337,7 @@ class ChildRun:
         self.cell_ended: float | None = None       # when every rank had finished its cell (seconds since t0)
         self.record_s: float | None = None
         self.child_pid: int | None = None          # rank 0's pid in its PID namespace (its first record)
+        self.lingering: list[str] = []             # rank 0's threads that keep it alive after the cell
 
     def _pump(self, stream_output: bool = True, last: bool = False) -> None:
         for stream, tail, prefix in self.tails:
@@ -355,6 +356,11 @@ class ChildRun:
                     self.finished[r] = True
                 if phase == "leftovers":
                     self.extras.setdefault("leftovers", []).extend(rec.get("processes", []))
+                if phase == "threads":
+                    names = [str(x)[:80] for x in rec.get("names") or [] if isinstance(x, str)]
+                    self.extras.setdefault("threads", []).extend(names)
+                    if not r:
+                        self.lingering = names
                 if r:
                     continue
                 if phase == "importing" and isinstance(rec.get("pid"), int):
@@ -441,7 +447,12 @@ class ChildRun:
                 if now - last_tick >= 1.0:
                     last_tick = now
                     since = now - (self.cell_ended if self.cell_ended is not None else now)
-                    if since >= FINALIZE_WARN_S:
+                    if self.lingering:  # (once they end, nsys writes a few seconds more under these words)
+                        status_cb(f"the cell ended {since:.0f} s ago; its process waits for its thread"
+                                  f"{'s' if len(self.lingering) > 1 else ''} {', '.join(self.lingering)} to end "
+                                  "(not a daemon: Python waits for it at exit); nsys writes the report after "
+                                  "(Ctrl-C stops it and keeps what it wrote)", now)
+                    elif since >= FINALIZE_WARN_S:
                         status_cb(f"the cell ended {since:.0f} s ago; the profiler is still writing its report "
                                   "(Ctrl-C stops it and keeps what it wrote)", now)
                     else:
@@ -603,6 +614,11 @@ def outcome_notes(outcome: _ChildOutcome) -> list[str]:
         n = len(left)
         notes.append(f"the cell left {n} process{'es' if n > 1 else ''} running ({'; '.join(left[:3])}"
                      f"{'; ...' if n > 3 else ''}); {'they were' if n > 1 else 'it was'} stopped when the cell ended")
+    threads = outcome.details.get("threads") or []
+    if threads:
+        notes.append(f"the cell left thread{'s' if len(threads) > 1 else ''} {', '.join(threads[:3])} running (not "
+                     "daemon): its process, and so the report, waited for "
+                     f"{'them' if len(threads) > 1 else 'it'} to end; join it in the cell or make it a daemon")
     orphans = outcome.details.get("orphans") or []
     if orphans:
         n = len(orphans)
