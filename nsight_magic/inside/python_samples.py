@@ -18,8 +18,8 @@ the interpreter's switch interval is at most SWITCH_S: a thread waiting for the 
 only after that long, and at CPython's 5 ms the samples fell where the cell released the GIL (its CUDA calls),
 never in a 4 ms pure-Python function between them (seen on the H100).  As soon as the program has a thread of its
 own the interval is given back: between its threads it sets how the GIL changes hands (the host_wait rule reads
-those 5 ms waits), and the profile must show the program as it runs plain.  A C call that holds the GIL (json.dumps, pickling) is still sampled only when it
-returns: the reader gives each sample the time since the thread's previous one, so that time falls on what ran
+those 5 ms waits), and the profile must show the program as it runs plain.  A C call that holds the GIL
+(json.dumps, pickling) is still sampled only when it returns: the reader gives each sample the time since the thread's previous one, so that time falls on what ran
 next.  Samples stop at MAX_SAMPLES (then
 every other one is dropped and the interval doubled): a long cell keeps a bounded file.
 """
@@ -134,6 +134,16 @@ class PythonSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._lower(False)
+        data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
+                "frames": self.frames, "stacks": self.stacks,
+                "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
+        try:
+            tmp = self.path.with_name(self.path.name + ".part")
+            # an encoder of our own: the cell may have patched json.dumps (--functions json.dumps annotates it)
+            tmp.write_text(_ENCODER.encode(data), encoding="utf-8", errors="surrogatepass")
+            os.replace(tmp, self.path)
+        except Exception as e:  # noqa: BLE001 - the profile without them
+            print(f"nsight-magic: the Python samples could not be saved ({type(e).__name__}: {e})", file=sys.stderr)
 
     def _lower(self, alone: bool) -> None:
         """The switch interval at most SWITCH_S while the sampler and one other thread are all; given back
@@ -145,16 +155,6 @@ class PythonSampler:
             if sys.getswitchinterval() == SWITCH_S:
                 sys.setswitchinterval(self._switch)
             self._lowered = False
-        data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
-                "frames": self.frames, "stacks": self.stacks,
-                "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
-        try:
-            tmp = self.path.with_name(self.path.name + ".part")
-            # an encoder of our own: the cell may have patched json.dumps (--functions json.dumps annotates it)
-            tmp.write_text(_ENCODER.encode(data), encoding="utf-8", errors="surrogatepass")
-            os.replace(tmp, self.path)
-        except Exception as e:  # noqa: BLE001 - the profile without them
-            print(f"nsight-magic: the Python samples could not be saved ({type(e).__name__}: {e})", file=sys.stderr)
 
 
 def _name_os_thread(name: bytes) -> None:
