@@ -25,7 +25,7 @@ sys.path.insert(0, str(PLANTED))
 def main() -> None:
     from planted_files import unpack
 
-    from nsight_magic.readers.nsys import open_nsys_report
+    from nsight_magic.report import open_report
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="comma-separated workload names")
@@ -40,7 +40,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         def opened(name, variant):
-            return open_nsys_report(unpack(manifest[name], variant, Path(tmp)))
+            return open_report(unpack(manifest[name], variant, Path(tmp)))
 
         for name, e in manifest.items():
             rep = opened(name, "bad")

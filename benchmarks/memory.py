@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     a = ap.parse_args()
     from nsight_magic.analysis.gpu_memory import memory_summary
-    from nsight_magic.readers import open_report
+    from nsight_magic.report import open_report
     from nsight_magic.views.timeline_prepare import memory_series
 
     with tempfile.TemporaryDirectory(dir=a.workdir) as tmp:

@@ -15,7 +15,7 @@ def open_report(path, wait: bool = True):
     """Open an Nsight Systems or Nsight Compute report (file or saved profile folder).  A profile still loading in
     the background (in this kernel or another) is waited for, with a line saying so (Ctrl-C stops the wait)."""
     from .background import wait_for_profile
-    from .readers import open_report as _open
+    from .report import open_report as _open
 
     if wait:
         wait_for_profile(path, lambda text: print(f"nsight-magic: {text}", flush=True))

@@ -112,7 +112,7 @@ class ProfileJob:
             self.result = self.recording.finish(self._status, self.cancel)
             if not self.cancel.is_set() and (self.result.sqlite or self.result.report_file):
                 self._status("reading the report")
-                from .readers import open_report
+                from .report import open_report
 
                 self.report = open_report(self.folder)
                 if not self.cancel.is_set():
@@ -196,7 +196,7 @@ class ProfileJob:
         if self.report is not None:
             return self.report
         if self.released and self.had_report:
-            from .readers import open_report
+            from .report import open_report
 
             return open_report(self.folder)
         if self.error:
@@ -331,7 +331,7 @@ def last(wait: bool = True):
         elif j.running:
             raise ReportError(f"{j.folder.name} is still loading ({j.phase}); last() waits for it")
         return j.report_or_raise()
-    from .readers import open_report
+    from .report import open_report
     from .store import list_profiles, profiles_root
 
     root = profiles_root(None)

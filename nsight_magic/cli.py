@@ -119,14 +119,13 @@ def check_output_file(path: Path) -> None:
 
 
 def _diff(args) -> int:
-    from .analysis.diff import diff
-    from .store import find_profile
+    from .frontend import diff_profiles
     from .views.diff import diff_page, diff_text
 
     root = Path(args.dir) if args.dir else Path.cwd() / "nsight-profiles"
     if args.output:
         check_output_file(Path(args.output))  # before the comparison: a bad path must not cost its time
-    d = diff(find_profile(args.before, root), find_profile(args.after, root), match=args.match)
+    d = diff_profiles(args.before, args.after, root, match=args.match)
     print(diff_text(d))
     if args.output:
         write_page(Path(args.output), diff_page(d))
@@ -166,14 +165,15 @@ def _profile(args) -> int:
 
 
 def _view(args) -> int:
-    from .readers import open_report
+    from .readers.ncu import NcuData
+    from .report import open_report
 
     src = Path(args.report)
     out = Path(args.output) if args.output else (src if src.is_dir() else src.parent) / "view.html"
     check_output_file(out)
     report = open_report(src)
     folder = src if src.is_dir() else None
-    if type(report).__name__ == "NcuReport":
+    if isinstance(report, NcuData):
         from .views.ncu import ncu_html
 
         write_page(out, ncu_html(report, folder=folder))

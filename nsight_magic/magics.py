@@ -17,7 +17,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
-from traitlets import List, Unicode
+from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from .errors import NsightMagicError
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
@@ -25,8 +25,10 @@ from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, ns
 
 PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
 MAX_STREAMED_CHARS = 200_000
+# the defaults of NsightMagics.prewarm and .wait where no %config reaches (headless runs, CI)
 PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
 WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
+TRACE_FLAG = re.compile(r"(^|\s)(-t|--trace)(\s|=|$)")
 
 
 def parse_line(magic, line: str):
@@ -168,46 +170,48 @@ class NsightMagics(Magics):
     pass_env = List(Unicode(), help="environment variables passed to every profiled process beyond the allow-list "
                                     "(nsight_magic/tools/environment.py); each is recorded in the reports, as nsys "
                                     "records the profiled process's environment").tag(config=True)
+    trace = Unicode("", help="what %%nsys traces when its line gives no --trace (nsys's list, e.g. 'cuda,nvtx'); "
+                             "empty: cuda,nvtx,osrt").tag(config=True)
+    wait = Bool(help="every profiled cell waits for its profile, as --wait (default: on where NSIGHT_MAGIC_WAIT=1)"
+                ).tag(config=True)
+    prewarm_worker = Bool(help="prepare the warm worker for the next %%nsys in the background (default: on, off "
+                               "where NSIGHT_MAGIC_PREWARM=0)").tag(config=True)
+
+    @default("wait")
+    def _wait_default(self) -> bool:
+        return os.environ.get(WAIT_ENV, "0") == "1"
+
+    @default("prewarm_worker")
+    def _prewarm_default(self) -> bool:
+        return os.environ.get(PREWARM_ENV, "1") != "0"
+
+    @validate("trace")
+    def _valid_trace(self, proposal) -> str:
+        from .profilers.nsys import check_trace
+
+        value = proposal["value"].strip()
+        if value:
+            try:
+                check_trace(value)
+            except NsightMagicError as e:
+                raise TraitError(str(e)) from None
+        return value
 
     def __init__(self, shell, **kwargs):
         super().__init__(shell, **kwargs)
         self._said_env = False  # the withheld variables are counted once per kernel
         self._in_place = None  # this kernel's in-place session (False: not an in-place kernel)
-        self.setup_sources: dict[str, str] = {}  # cell id (or source hash) -> source, in run order
-        self.last_result = None
-        self.history: list[Path] = []  # profile folders made in this kernel, oldest first (for %nsys_diff)
-        self.trace: str | None = None  # what the next warm worker traces: %%nsight_setup --trace, or the last %%nsys's
-        from .profilers.session import SessionManager
+        from .frontend import Frontend
 
-        self.sessions = SessionManager()  # the warm %%nsys process; stopped when the kernel exits
+        self.frontend = Frontend()  # setup code, the warm worker, the profiles made in this kernel
 
     def prewarm(self) -> None:
         """Prepare the warm worker for the next %%nsys in the background (the setup code, trace and environment as
         they are now), while the user writes the next cell.  Nothing to see, nothing when nsys is missing or
-        NSIGHT_MAGIC_PREWARM=0; a worker that cannot start is started by the next %%nsys as before."""
-        if os.environ.get(PREWARM_ENV, "1") == "0" or self._inplace() is not None:  # in place: no worker
+        NsightMagics.prewarm_worker is off; a worker that cannot start is started by the next %%nsys as before."""
+        if not self.prewarm_worker or self._inplace() is not None:  # in place: no worker
             return
-        from .profilers.inplace import gpu_memory_guard
-
-        if gpu_memory_guard():  # a copy of the notebook's GPU memory would not fit: %%nsys says so when run
-            return
-        from . import tools
-        from .options import DEFAULT_TRACE, trace_for_machine
-        from .profilers import child_environment
-        from .profilers.prepare import _current_umask
-        from .store import notebook_dir
-
-        try:
-            nsys = tools.find_nsys()
-            trace, _ = trace_for_machine(self.trace or DEFAULT_TRACE, tools.gpu_visible())
-        except NsightMagicError:
-            return
-        env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
-        from .profilers.nsys import default_launch_args
-
-        self.sessions.prewarm(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
-                              launch_args=default_launch_args(nsys, trace),
-                              cwd=notebook_dir(), umask=_current_umask())
+        self.frontend.prewarm(self.pass_env, self.trace)
 
     # ---- %%nsight_setup -------------------------------------------------------------------------------------
     @magic_arguments()
@@ -228,12 +232,13 @@ class NsightMagics(Magics):
         As a line magic, `%nsight_setup --list` / `--reset` only lists / forgets.
         """
         args = parse_line(self.nsight_setup, line)
+        fe = self.frontend
         if args.trace:
-            self.trace = args.trace
+            fe.worker_trace = args.trace
         if args.reset:
-            self.setup_sources.clear()
+            fe.forget_setup()
         if args.list:
-            print("\n\n".join(self.setup_sources.values()) or "no setup code remembered")
+            print("\n\n".join(fe.setups) or "no setup code remembered")
         if cell is None or args.list:
             if args.reset:
                 print("nsight-magic: setup code forgotten")
@@ -248,9 +253,9 @@ class NsightMagics(Magics):
         if not result.success:
             print("nsight-magic: the setup cell failed, so it was not remembered", file=sys.stderr)
             return
-        self.setup_sources[args.name or self._cell_key(cell)] = cell
-        print(f"nsight-magic: remembered as setup code ({len(self.setup_sources)} setup cell"
-              f"{'s' if len(self.setup_sources) != 1 else ''})")
+        fe.remember_setup(args.name or self._cell_key(cell), cell)
+        print(f"nsight-magic: remembered as setup code ({len(fe.setups)} setup cell"
+              f"{'s' if len(fe.setups) != 1 else ''})")
         self.prewarm()
 
     def _inplace(self):
@@ -317,18 +322,18 @@ class NsightMagics(Magics):
         %%nsight_setup code once and runs every later cell with the same setup and trace, recorded one by one
         (`%nsys_session` shows it; --fresh runs one cell in a fresh process instead).
         """
+        if self.trace and not TRACE_FLAG.search(line):  # %config NsightMagics.trace: the line's own comes first
+            line = f"--trace {shlex.quote(self.trace)} {line}"
         try:
             args = parse_line(self.nsys, line)
             opts = self._with_env(nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}"))
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        from .run import record_nsys
-
         status = _LiveStatus("nsys", opts.quiet)
         if self._inplace() is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
             from .profilers.inplace import why_not_in_place
 
-            given = args.trace if re.search(r"(^|\s)(-t|--trace)(\s|=|$)", line) else None
+            given = args.trace if TRACE_FLAG.search(line) else None
             why = why_not_in_place(opts, given, self._inplace().trace)
             if why is None:
                 try:
@@ -336,24 +341,20 @@ class NsightMagics(Magics):
                                                  cell_first_line=args.cell_line)
                 except NsightMagicError as e:
                     raise UsageError(str(e)) from None
-                self._after_record(rec, status, opts.render, opts.thresholds, args.wait)
+                self._after_record(self.frontend.made(rec), status, opts.render, opts.thresholds, args.wait)
                 return
             print(f"nsight-magic: in a fresh process, not in place: {why}")
             opts = replace(opts, fresh=True)
         else:  # a new worker starts unless the warm one has this setup
-            s = self.sessions.session
-            warm = s is not None and not s.retired and s.setup_sources == tuple(self.setup_sources.values())
-            self._guard_gpu_memory(fresh=opts.fresh or not warm)
+            self._guard_gpu_memory(fresh=opts.fresh or not self.frontend.warm_for_setup())
         try:
-            rec = record_nsys(cell, opts, setup_sources=list(self.setup_sources.values()), namespace=self.shell.user_ns,
-                              on_output=status.output, on_status=status,
-                              on_prepared=None if opts.quiet else _print_manifest, sessions=self.sessions,
+            rec = self.frontend.record_nsys(cell, opts, namespace=self.shell.user_ns, on_output=status.output,
+                                            on_status=status, on_prepared=None if opts.quiet else _print_manifest,
                               # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab
                               # buttons run a cell's own text under a magic line the editor does not show (1)
                               cell_first_line=args.cell_line)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        self.trace = opts.trace
         self._after_record(rec, status, opts.render, opts.thresholds, args.wait)
 
     # ---- %nsys_session -------------------------------------------------------------------------------------
@@ -380,46 +381,22 @@ class NsightMagics(Magics):
                   f"{ip.cells} cell{'s' if ip.cells != 1 else ''} recorded (there is no worker to stop or restart: "
                   "restart the kernel for a new session)")
             return
-        old = self.sessions.session
+        sessions = self.frontend.sessions
+        old = sessions.session
         if args.stop or args.restart:
-            stopped = self.sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
+            stopped = sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
             print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
         if args.restart:
-            self._start_session(old.trace if old is not None else None)
+            status = _LiveStatus("nsys session", False)
+            try:
+                why = self.frontend.start_session(old.trace if old is not None else None, self.pass_env,
+                                                  status.output, status)
+            except NsightMagicError as e:
+                raise UsageError(str(e)) from None
+            if why:
+                print(f"nsight-magic: {why}", file=sys.stderr)
         if not args.stop:
-            print(f"nsight-magic: {_session_line(self.sessions.describe())}")
-
-    def _start_session(self, trace: str | None) -> None:
-        from . import tools
-        from .options import DEFAULT_TRACE, trace_for_machine
-        from .profilers import child_environment
-        from .profilers.prepare import _current_umask
-        from .profilers.session import SessionUnavailable
-        from .store import notebook_dir
-
-        try:
-            nsys = tools.find_nsys()
-        except NsightMagicError as e:
-            raise UsageError(str(e)) from None
-        if trace is None:
-            trace, _ = trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())
-        env = {**child_environment(passed=self.pass_env), "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
-        from .profilers.nsys import default_launch_args
-
-        session = self.sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=list(self.setup_sources.values()),
-                                    launch_args=default_launch_args(nsys, trace),
-                                    cwd=notebook_dir(), umask=_current_umask())
-        status = _LiveStatus("nsys session", False)
-        try:
-            records = session.start(None, None, status.output, status)
-        except SessionUnavailable as e:
-            self.sessions.stop()
-            print(f"nsight-magic: {e}", file=sys.stderr)
-            return
-        if "ready" not in records.phases:
-            self.sessions.stop()
-            print("nsight-magic: the setup code failed in the warm session (traceback above); no session is running",
-                  file=sys.stderr)
+            print(f"nsight-magic: {_session_line(sessions.describe())}")
 
     # ---- %nsys_diff -----------------------------------------------------------------------------------------
     @magic_arguments()
@@ -436,43 +413,14 @@ class NsightMagics(Magics):
         memory tables with before, after, change and status (new, gone, changed, same), findings that came or
         went, and both timelines on linked axes.  The result is also in `_nsys_diff` (a ProfileDiff)."""
         args = parse_line(self.nsys_diff, line)
-        from .analysis.diff import diff
-        from .store import find_profile, list_profiles, profiles_root
         from .views.diff import display_diff
 
-        from . import background
-
-        root = profiles_root(args.dir)
         try:
-            if len(args.profiles) == 2:
-                background.wait_under(root, say=_say)  # a profile named by name may be loading
-                before, after = (find_profile(p, root) for p in args.profiles)
-            elif not args.profiles:
-                before, after = self._last_two(root, list_profiles)
-            else:
-                raise UsageError("give two profiles (or none: the last two of this notebook)")
-            background.wait_for((before, after), say=_say)
-            d = diff(before, after, match=args.match)
+            d = self.frontend.diff(args.profiles, args.dir, args.match, say=_say)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         self.shell.user_ns["_nsys_diff"] = d
         display_diff(d, render=not args.no_render)
-
-    def _last_two(self, root: Path, list_profiles) -> tuple[Path, Path]:
-        from . import background
-        from .store import folder_tool, has_report
-
-        background.wait_for(self.history[-2:], say=_say)
-        # Nsight Systems profiles with a report: a failed run, or an %%ncu cell in between, is skipped
-        made = [p for p in self.history if p.exists() and has_report(p) and folder_tool(p) == "nsys"]
-        if len(made) >= 2:
-            return made[-2], made[-1]
-        profiles = list_profiles(root)
-        profiles = profiles[profiles["folder"].map(lambda f: folder_tool(Path(f)) == "nsys")]
-        if len(profiles) < 2:
-            raise UsageError(f"%nsys_diff needs two Nsight Systems profiles with a report; {root} has "
-                             f"{len(profiles)}: profile two cells with %%nsys first, or name two profiles")
-        return Path(profiles.iloc[1]["folder"]), Path(profiles.iloc[0]["folder"])
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()
@@ -493,7 +441,6 @@ class NsightMagics(Magics):
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         from . import tools
-        from .run import record_ncu
 
         if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
             raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
@@ -502,9 +449,9 @@ class NsightMagics(Magics):
 
         status = _LiveStatus("ncu", opts.quiet)
         try:
-            rec = record_ncu(cell, opts, ncu_opts, setup_sources=list(self.setup_sources.values()),
-                             namespace=self.shell.user_ns, on_output=status.output, on_status=status,
-                             on_prepared=None if opts.quiet else _print_manifest)
+            rec = self.frontend.record_ncu(cell, opts, ncu_opts, namespace=self.shell.user_ns,
+                                           on_output=status.output, on_status=status,
+                                           on_prepared=None if opts.quiet else _print_manifest)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         self._after_record(rec, status, opts.render, None, args.wait)
@@ -515,9 +462,7 @@ class NsightMagics(Magics):
         only with --wait or when nobody would see the output change (nbclient, nbconvert, papermill)."""
         from . import background
 
-        self.last_result = rec
-        self.history.append(Path(rec.folder.path))
-        later = not wait and _draws_later(self.shell)
+        later = not (wait or self.wait) and _draws_later(self.shell)
         status.recorded(rec, later)
         for m in rec.notes:
             print(f"nsight-magic: {m}")
@@ -531,13 +476,14 @@ class NsightMagics(Magics):
         from .views.bokehjs import needs_bokehjs
 
         out = _ProfileOutput(rec.tool, status, Path(rec.folder.path))
-        stops = self.sessions.stops
+        sessions = self.frontend.sessions
+        stops = sessions.stops
 
         def done(job) -> None:
             out.done(job)
             # its worker was let go: prepare the next, unless the user stopped the sessions meanwhile
             # (%nsys_session --stop while this finished in the background)
-            if self.sessions.session is None and rec.tool == "nsys" and self.sessions.stops == stops:
+            if sessions.session is None and rec.tool == "nsys" and sessions.stops == stops:
                 self.prewarm()
 
         job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done,
@@ -575,13 +521,14 @@ class NsightMagics(Magics):
         args = parse_line(self.nsys_load, line)
         path = Path(args.path).expanduser()
         from . import background
+        from .frontend import is_job
         from .store import is_profile_folder, list_profiles, pick_profile
 
         background.wait_for([path], say=_say)  # a profile of this kernel still loading: shown once it is
         if path.is_dir():
             background.wait_under(path, say=_say)
 
-        if path.is_dir() and not is_profile_folder(path) and _is_job(path, args.pattern):
+        if path.is_dir() and not is_profile_folder(path) and is_job(path, args.pattern):
             _load_job(path, args)
             return
         if path.is_dir() and not is_profile_folder(path):
@@ -605,19 +552,6 @@ class NsightMagics(Magics):
         elif args.pick is not None:
             raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
         _show_report(path, path if path.is_dir() else None, not args.no_render)
-
-
-def _is_job(path: Path, pattern: str | None) -> bool:
-    """A folder of one job's per-rank reports (one or more, named after their ranks).  A folder whose ranks
-    cannot be told apart (a rank twice) is a job too: loading it says which files clash."""
-    from .jobs.discover import RankClash, find_rank_reports
-
-    try:
-        return len(find_rank_reports(path, pattern)) >= 1 or pattern is not None
-    except RankClash:
-        return True
-    except NsightMagicError:
-        return False
 
 
 def _load_job(path: Path, args) -> None:
@@ -703,8 +637,6 @@ def _draws_later(shell) -> bool:
     """Whether the frontend shows an output that changes after the cell has returned: a kernel whose client can
     answer input() is one a person is looking at (JupyterLab, Notebook, VS Code).  nbclient, nbconvert and
     papermill cannot, and keep only what arrives while a cell runs: there the cell waits for its profile."""
-    if os.environ.get(WAIT_ENV, "0") == "1":
-        return False
     return _watched(shell)
 
 
@@ -748,7 +680,7 @@ def _print_manifest(manifest) -> None:
 
 def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
     """Open and display a report; failures become one line, never a traceback into the user's cell."""
-    from .readers import open_report
+    from .report import open_report
 
     try:
         report = open_report(path)

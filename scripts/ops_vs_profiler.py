@@ -32,6 +32,7 @@ def main() -> None:
 
     from nsight_magic.analysis.ops import attribute, op_ranges
     from nsight_magic.options import NsysOptions
+    from nsight_magic.report import as_report
     from nsight_magic.run import run_nsys
 
     setup, cell = SETUP.format(device="cuda", batch=a.batch), CELL.format(steps=a.steps)
@@ -40,7 +41,7 @@ def main() -> None:
                                    quiet=True, ops="names"), setup_sources=[setup], namespace={})
     if r.sqlite is None:
         sys.exit(f"no report: {r.status} {r.messages}")
-    rep = r.open()
+    rep = as_report(r.open())
     ours = rep.ops_summary().set_index("op")
     g = attribute(rep, op_ranges(rep))
     kern = g[g["kind"] == "kernel"]

@@ -61,6 +61,23 @@ def started_by_this_worker(environ: bytes) -> bool:
 
 
 @pytest.fixture(scope="module")
+def opened():
+    """path -> its report (nsight_magic.report.open_report), opened once per module and closed after it."""
+    from nsight_magic.report import open_report
+
+    cache: dict = {}
+
+    def get(p):
+        if p not in cache:
+            cache[p] = open_report(p)
+        return cache[p]
+
+    yield get
+    for r in cache.values():
+        r.close()
+
+
+@pytest.fixture(scope="module")
 def browser():
     """A headless Chromium for the module's tests (every browser test takes it as an argument)."""
     sync_api = pytest.importorskip("playwright.sync_api")

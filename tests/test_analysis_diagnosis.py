@@ -16,7 +16,7 @@ import pytest
 from conftest import DATA
 from nsight_magic.analysis.bottleneck import diagnose
 from nsight_magic.analysis.rules import GPU_SIDE
-from nsight_magic.readers.nsys import open_nsys_report
+from nsight_magic.report import open_report
 
 PLANTED = DATA / "planted"
 sys.path.insert(0, str(PLANTED))
@@ -34,7 +34,7 @@ def planted(tmp_path_factory):
     def get(name: str, variant: str):
         key = (name, variant)
         if key not in opened:
-            rep = opened[key] = open_nsys_report(unpack(MANIFEST[name], variant, root))
+            rep = opened[key] = open_report(unpack(MANIFEST[name], variant, root))
             # the tests read the same findings of a report several times: computed once (default thresholds)
             findings, cache = rep.findings, {}
             rep.findings = lambda thresholds=None, rules=None: (
@@ -144,7 +144,7 @@ def test_fusion_is_advised_for_chains_of_elementwise_kernels_only(planted, tmp_p
     step, back to back with the next step's, and nothing to fuse it with."""
     with lzma.open(PLANTED / "elementwise_chain.sqlite.xz") as f, open(tmp_path / "chain.sqlite", "wb") as out:
         shutil.copyfileobj(f, out)
-    with open_nsys_report(tmp_path / "chain.sqlite") as rep:
+    with open_report(tmp_path / "chain.sqlite") as rep:
         (fu,) = [f for f in rep.findings() if f.rule == "elementwise_fusion"]
         assert fu.count == len(rep.kernels) == 60 and fu.severity == "high"
         assert 0 < fu.time_at_stake_ns < rep.meta.duration_ns and "torch.compile" in fu.suggestion
@@ -299,7 +299,7 @@ def test_stretches_mostly_blocked_in_the_os_stay_host_wait():
     a little code around the calls.  That is host_wait's, whole; host_code does not take it."""
     from conftest import fixture_path
 
-    with open_nsys_report(fixture_path("nsys", "public-sqlite", "mordred_report1.sqlite")) as rep:
+    with open_report(fixture_path("nsys", "public-sqlite", "mordred_report1.sqlite")) as rep:
         fs = {f.rule: f for f in rep.findings()}
         assert fs["host_wait"].severity == "high" and fs["host_wait"].time_at_stake_ns > 4e9
         assert "host_code" not in fs
@@ -314,7 +314,7 @@ def test_a_library_own_ranges_are_no_steps():
     from conftest import fixture_path
     from nsight_magic.analysis.steps import find_steps
 
-    with open_nsys_report(fixture_path("nsys", "public-sqlite", "nsightful_power_iteration__baseline.sqlite")) as rep:
+    with open_report(fixture_path("nsys", "public-sqlite", "nsightful_power_iteration__baseline.sqlite")) as rep:
         assert (rep.nvtx["domain"] == "CCCL").sum() > 100
         assert {s.name for s in find_steps(rep).values()} == {"Step # to #"}
         b = rep.bottleneck()
@@ -325,9 +325,10 @@ def test_a_library_own_ranges_are_no_steps():
 def test_the_diagnosis_of_a_million_kernels_is_quick():
     """Aggregated with numpy over interval unions, not row by row: 1M kernels in a few seconds."""
     import time
-    from types import SimpleNamespace
 
     import pandas as pd
+
+    from fakes import frame, nsys_fake
 
     from nsight_magic.analysis.bottleneck import bottleneck
 
@@ -337,11 +338,7 @@ def test_the_diagnosis_of_a_million_kernels_is_quick():
                       "correlation_id": pd.array(np.arange(n), dtype="Int64"), "name": "k"})
     api = pd.DataFrame({"start_ns": start - 1_500, "end_ns": start - 500, "pid": 1, "tid": 1,
                         "correlation_id": pd.array(np.arange(n), dtype="Int64"), "name": "cudaLaunchKernel"})
-    empty = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "tid", "name"])
-    nv = pd.DataFrame(columns=["start_ns", "end_ns", "name", "domain", "kind", "pid", "tid", "depth", "label"])
-    rep = SimpleNamespace(kernels=k, memcpy=pd.DataFrame(), memset=pd.DataFrame(), graphs=pd.DataFrame(),
-                          cuda_api=api, osrt=empty, nvtx=nv, ranks_by_pid={},
-                          time_span=SimpleNamespace(start_ns=0, end_ns=int(start[-1] + 1_000)))
+    rep = nsys_fake(kernels=frame("kernels", **k), cuda_api=frame("cuda_api", **api), end_ns=int(start[-1] + 1_000))
     t0 = time.perf_counter()
     b = bottleneck(rep)
     took = time.perf_counter() - t0
@@ -645,11 +642,11 @@ def test_the_diagnosis_starts_on_the_summaries_columns_while_the_kernels_frame_i
     from nsight_magic.analysis.bottleneck import _gpu_ops
 
     src = DATA / "nsys_h100_a_cuda_nvtx.sqlite"
-    with open_nsys_report(src) as rep:
+    with open_report(src) as rep:
         rep.kernel_summary()
         ops = _gpu_ops(rep)
         assert not {"kernels", "memcpy", "memset"} & set(rep.__dict__)  # no frame was built for them
-    with open_nsys_report(src) as rep:
+    with open_report(src) as rep:
         rep.kernels, rep.memcpy, rep.memset  # noqa: B018 - the frames first: _gpu_ops takes their columns
         pd.testing.assert_frame_equal(ops, _gpu_ops(rep))
     assert len(ops) > 300 and set(ops["cat"]) >= {"compute", "copy"}

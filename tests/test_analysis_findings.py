@@ -20,7 +20,7 @@ from conftest import DATA, FIXTURES, parse_nsys_csv, recorded_text, requires_nsy
 from nsight_magic.analysis.findings import NSYS_ANALYZE_NAMES, Finding
 from nsight_magic.thresholds import DEFAULTS, parse_assignments
 from nsight_magic.errors import OptionError
-from nsight_magic.readers.nsys import open_nsys_report
+from nsight_magic.report import open_report
 
 NSYS = shutil.which("nsys")
 # the columns that identify an event in nsys analyze's output, and ours
@@ -44,19 +44,6 @@ def _reports():
     files += sorted(DATA.glob("nsys_*.sqlite")) + [BAD, GOOD]
     return [pytest.param(p, id=p.name) for p in files if "PARTIAL" not in p.name]
 
-
-@pytest.fixture(scope="module")
-def opened():
-    cache = {}
-
-    def get(p):
-        if p not in cache:
-            cache[p] = open_nsys_report(p)
-        return cache[p]
-
-    yield get
-    for r in cache.values():
-        r.close()
 
 
 def _events(rep, rule) -> set:
@@ -156,7 +143,7 @@ def test_cuda_profiling_overhead_inside_a_gap_counts_as_gpu_work_as_nsys_counts_
     """nsys's GPU rules take "CUDA profiling overhead" rows inside a (process, GPU)'s range as operations: one in the
     middle of the longest gap splits it, one outside the range or of another name changes nothing."""
     def gaps(overhead, th=None):
-        rep = open_nsys_report(BAD)
+        rep = open_report(BAD)
         try:
             if overhead is not None:
                 rep.__dict__["overhead"] = overhead  # the report's own rows, with ours added
@@ -170,7 +157,7 @@ def test_cuda_profiling_overhead_inside_a_gap_counts_as_gpu_work_as_nsys_counts_
     th = {"gpu_gaps.gap_ms": (b - a) / 4e6}  # both halves of the longest gap are gaps too
     base = gaps(None, th)
     mid = (a + b) // 2
-    rep = open_nsys_report(BAD)
+    rep = open_report(BAD)
     own = rep.overhead[["start_ns", "end_ns", "pid", "name"]].astype({"name": str})
     rep.close()
 
@@ -226,7 +213,7 @@ for i in range(6):
 def test_host_wait_on_a_cpu_recording(wait, expected, tmp_path):
     from test_readers_nsys import record_cpu_report
 
-    rep = open_nsys_report(record_cpu_report(tmp_path, STEPS.format(wait=wait), trace="nvtx,osrt"))
+    rep = open_report(record_cpu_report(tmp_path, STEPS.format(wait=wait), trace="nvtx,osrt"))
     found = rep.findings(rules=["host_wait"])
     assert bool(found) is expected
     if expected:
@@ -300,7 +287,7 @@ def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
     from nsight_magic.analysis.rules.copies import pageable_async_copies
     from nsight_magic.inside.ops import OPS_DOMAIN
 
-    with open_nsys_report(BAD) as plain:
+    with open_report(BAD) as plain:
         corr = sorted(int(c) for c in pageable_async_copies(plain)["correlation_id"])
         before = {f.rule: f for f in plain.findings(rules=["cuda_memcpy_async", "cuda_api_sync"])}
     p = tmp_path / "with_ops.sqlite"
@@ -319,7 +306,7 @@ def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
                     "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
                     "WHERE s.value LIKE 'cudaStreamSynchronize%' OR s.value LIKE 'cudaDeviceSynchronize%'")
     con.close()
-    with open_nsys_report(p) as rep:
+    with open_report(p) as rep:
         after = {f.rule: f for f in rep.findings(rules=["cuda_memcpy_async", "cuda_api_sync"])}
     copy, sync = after["cuda_memcpy_async"], after["cuda_api_sync"]
     assert set(copy.evidence["op"]) == {"aten::copy_"} and "from PyTorch operator aten::copy_" in copy.explanation

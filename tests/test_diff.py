@@ -186,10 +186,8 @@ def test_the_chart_draws_noise_grey_and_percentages_have_no_negative_zero(two_cp
 def test_nsys_diff_without_names_skips_failed_runs_and_ncu_profiles(tmp_path):
     """Issue 29: the last two *Nsight Systems* profiles with a report, whatever came after them."""
     import shutil
-    from types import SimpleNamespace
 
-    from nsight_magic.magics import NsightMagics
-    from nsight_magic.store import list_profiles
+    from nsight_magic.frontend import Frontend
 
     def folder(name, files):
         d = tmp_path / name
@@ -204,8 +202,9 @@ def test_nsys_diff_without_names_skips_failed_runs_and_ncu_profiles(tmp_path):
     failed = folder("cell3", {})
     (failed / "cell.py").write_text("raise SystemExit(3)")
     ncu = folder("cell4", {"report.ncu-rep": data / "ncu_h100_module0.ncu-rep"})
-    me = SimpleNamespace(history=[a, b, failed, ncu])
-    assert NsightMagics._last_two(me, tmp_path, list_profiles) == (a, b)
-    me.history = []  # a new kernel: from the folder listing, newest first
-    got = NsightMagics._last_two(me, tmp_path, list_profiles)
+    fe = Frontend()
+    fe.history = [a, b, failed, ncu]
+    assert fe.last_two(tmp_path) == (a, b)
+    fe.history = []  # a new kernel: from the folder listing, newest first
+    got = fe.last_two(tmp_path)
     assert set(got) == {a, b}

@@ -15,7 +15,7 @@ import pytest
 from conftest import DATA
 from nsight_magic.analysis.gpu_memory import memory_summary
 from nsight_magic.errors import ReportError
-from nsight_magic.readers import open_report
+from nsight_magic.report import open_report
 from nsight_magic.readers.gpu_memory import load_snapshot
 from nsight_magic.views.report_view import NsysView
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import requires_nsys
 from nsight_magic.errors import OptionError, ReportError
 from nsight_magic.options import NSYS_OWNED_FLAGS, NsysOptions
-from nsight_magic.readers import open_report
+from nsight_magic.report import open_report
 from nsight_magic.thresholds import parse_assignments
 from nsight_magic.tools.argv import validate_passthrough
 

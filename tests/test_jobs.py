@@ -170,11 +170,11 @@ def test_utilisation_agrees_with_nsys_recipe(h200_job, client):
 
 def test_combined_summaries_equal_the_merged_reports(h200_job, client, tmp_path):
     from nsight_magic import open_job
-    from nsight_magic.readers.nsys import open_nsys_report
+    from nsight_magic.report import open_report
     from nsight_magic.readers.nsys_merge import merge_exports
 
     job = open_job(h200_job, client=client)
-    merged = open_nsys_report(merge_exports(sorted(h200_job.glob("report.*.sqlite")), tmp_path / "m.sqlite"))
+    merged = open_report(merge_exports(sorted(h200_job.glob("report.*.sqlite")), tmp_path / "m.sqlite"))
     a = job.kernel_summary().set_index("name")
     b = merged.kernel_summary().set_index("name")
     assert set(a.index) == set(b.index)

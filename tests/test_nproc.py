@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from nsight_magic.report import as_report
 from conftest import cell_text, fixture_path, requires_nsys, run_notebook
 from nsight_magic import open_report
 from nsight_magic.analysis.ranks import collective_waits, nccl_collective, nccl_kernels, ranks_table
@@ -57,7 +58,7 @@ def test_nproc_2_gloo_one_report_every_rank(tmp_path):
     out = "".join(streamed)
     assert "rank 0 of 2 local 0 x0 12.0" in out and "[rank 1] rank 1 of 2 local 1 x0 12.0" in out
     assert "torch.distributed.run" in r.folder.command.read_text()
-    report = r.open()
+    report = as_report(r.open())
     pr = report.processes
     ranked = pr[pr["rank"].notna()].sort_values("rank")
     assert ranked["rank"].tolist() == [0, 1] and ranked["world_size"].tolist() == [2, 2]
@@ -116,7 +117,7 @@ def test_per_rank_reports_are_merged_on_one_clock(tmp_path):
     files = {p.name for p in r.folder.path.iterdir()}
     assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.rank0.sqlite", "report.rank1.sqlite",
             "report.sqlite"} <= files
-    report = r.open()
+    report = as_report(r.open())
     assert r.sqlite == r.folder.sqlite
     ranked = report.processes[report.processes["rank"].notna()].sort_values("rank")
     assert ranked["rank"].tolist() == [0, 1] and ranked["pid"].nunique() == 2

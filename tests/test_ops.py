@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from nsight_magic.report import as_report
 from conftest import requires_nsys
+from fakes import frame, nsys_fake
 
 torch_missing = importlib.util.find_spec("torch") is None
 pytestmark = pytest.mark.skipif(torch_missing, reason="needs torch (CPU build)")
@@ -46,7 +47,7 @@ def _profile(tmp_path, ops="names", **kw):
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
 def test_call_counts_equal_torch_profilers(tmp_path):
-    rep = _profile(tmp_path).open()
+    rep = as_report(_profile(tmp_path).open())
     ours = rep.ops_summary().set_index("op")["calls"]
     ns: dict = {}
     exec(SETUP, ns)
@@ -73,7 +74,7 @@ def test_call_counts_equal_torch_profilers(tmp_path):
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
 def test_shapes_and_modules_split_the_rows(tmp_path):
-    rep = _profile(tmp_path, ops="shapes", modules=0).open()
+    rep = as_report(_profile(tmp_path, ops="shapes", modules=0).open())
     by_shape = rep.ops_summary(by="shape")
     addmm = by_shape[by_shape["op"] == "aten::addmm"]
     assert set(addmm["shapes"]) == {"128, 32x64, 64x128", "10, 32x128, 128x10"}
@@ -96,7 +97,7 @@ def test_the_ops_tab_lists_them_and_says_how_they_were_recorded(tmp_path, monkey
     r = _profile(tmp_path)
     err = (r.folder.path / "stderr.txt").read_text()
     assert "emit_nvtx is not available here" in err and "using the dispatch mode" in err
-    rep = r.open()
+    rep = as_report(r.open())
     assert ops_source(rep) == "dispatch"
     view = NsysView(rep, r.folder.path)
     assert "Ops" in view.tabs
@@ -126,7 +127,7 @@ def test_what_torch_loads_for_the_dispatch_mode_is_loaded_before_the_cell(tmp_pa
     # a run can end well and its report still fail to import (the CI of 6d4b045: nsys 2022.4 found no importer,
     # report.qdstrm was kept): say why, not 'NoneType'
     assert r.sqlite is not None, r.messages
-    assert "aten::addmm" in set(r.open().ops_summary()["op"])
+    assert "aten::addmm" in set(as_report(r.open()).ops_summary()["op"])
 
 
 def test_outputs_and_gradients_are_bit_identical_with_and_without_ops():
@@ -189,8 +190,7 @@ def test_kernels_belong_to_the_operator_open_on_their_launching_thread():
     k = pd.DataFrame({"start_ns": [5_000, 5_100, 5_200, 5_300], "end_ns": [5_050, 5_130, 5_290, 5_310],
                       "pid": 1, "device_id": 0, "correlation_id": pd.array([1, 2, 3, 4], dtype="Int64"),
                       "name": ["gemm", "relu_k", "gemm_bw", "stray"]})
-    none = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind", "bytes"])
-    rep = SimpleNamespace(nvtx=nv, cuda_api=api, kernels=k, memcpy=none, memset=none)
+    rep = _fake(nv, api, k)
     g = attribute(rep)
     assert g.sort_values("start_ns")["range"].tolist() == [0, 1, 2, -1]
     s = ops_summary(rep).set_index("op")
@@ -198,6 +198,11 @@ def test_kernels_belong_to_the_operator_open_on_their_launching_thread():
     assert s.loc["aten::addmm", "gpu_ns"] == 50 and s.loc["aten::relu", "kernels"] == 1
     assert int(s["gpu_ns"].sum()) == 170  # the stray kernel (launched outside every operator) belongs to none
     assert np.all(s.index.to_numpy() == ["aten::mm", "aten::addmm", "aten::relu"])
+
+
+def _fake(nv, api, k):
+    """A report of these NVTX ranges, CUDA calls and kernels (tests/fakes.py)."""
+    return nsys_fake(nvtx=frame("nvtx", **nv), cuda_api=frame("cuda_api", **api), kernels=frame("kernels", **k))
 
 
 def _nvtx_rows(rows, mark=None):
@@ -236,8 +241,7 @@ def test_pytorchs_emit_nvtx_ranges_make_the_same_operator_table():
                         "correlation_id": pd.array([1, 2, 3], dtype="Int64"), "name": "cudaLaunchKernel"})
     k = pd.DataFrame({"start_ns": [3000, 3100, 3200], "end_ns": [3050, 3190, 3210], "pid": 1, "device_id": 0,
                       "correlation_id": pd.array([1, 2, 3], dtype="Int64"), "name": ["gemm", "gemm_bw", "fill"]})
-    none = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind", "bytes"])
-    rep = SimpleNamespace(nvtx=nv, cuda_api=api, kernels=k, memcpy=none, memset=none)
+    rep = _fake(nv, api, k)
     assert ops_source(rep) == "emit_nvtx"
     r = op_ranges(rep)
     assert r.loc[r["op"] == "aten::mm", "forward_op"].tolist() == ["aten::addmm"]
@@ -264,8 +268,7 @@ def test_without_the_composite_mark_the_outermost_range_is_the_operator():
                         "correlation_id": pd.array([1], dtype="Int64"), "name": "cudaLaunchKernel"})
     k = pd.DataFrame({"start_ns": [3000], "end_ns": [3050], "pid": 1, "device_id": 0,
                       "correlation_id": pd.array([1], dtype="Int64"), "name": ["gemm"]})
-    none = pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind", "bytes"])
-    s = ops_summary(SimpleNamespace(nvtx=nv, cuda_api=api, kernels=k, memcpy=none, memset=none))
+    s = ops_summary(_fake(nv, api, k))
     assert s[["op", "gpu_ns"]].values.tolist() == [["aten::linear", 50]]
 
 
@@ -276,7 +279,7 @@ def gpu_ops_reports(tmp_path_factory):
     import shutil
 
     from conftest import DATA
-    from nsight_magic.readers.nsys import open_nsys_report
+    from nsight_magic.report import open_report
 
     root = tmp_path_factory.mktemp("ops")
     out = {}
@@ -284,7 +287,7 @@ def gpu_ops_reports(tmp_path_factory):
         dst = root / f"{name}.sqlite"
         with lzma.open(DATA / "ops" / f"{name}.sqlite.xz") as f, open(dst, "wb") as o:
             shutil.copyfileobj(f, o)
-        out[name] = open_nsys_report(dst)
+        out[name] = open_report(dst)
     yield out
     for r in out.values():
         r.close()

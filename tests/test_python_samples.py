@@ -11,7 +11,7 @@ import pytest
 from conftest import requires_nsys
 from nsight_magic.analysis.python_code import cell_lines, code_in, functions, segments
 from nsight_magic.options import NsysOptions
-from nsight_magic.readers import open_report
+from nsight_magic.report import open_report
 from nsight_magic.views.report_view import NsysView
 from nsight_magic.views.timeline_prepare import prepare_timeline
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import fixture_path
 import nsight_magic
 from nsight_magic.errors import ReportError
-from nsight_magic.readers.ncu import NcuReport, open_ncu_report
+from nsight_magic.readers.ncu import NcuData, open_ncu_report
 from nsight_magic.readers.ncu_spec import KERNEL_FRAME_COLUMNS, METRIC_FRAME_COLUMNS, RULE_FRAME_COLUMNS
 from nsight_magic.readers.ncu_units import base_unit
 
@@ -43,7 +43,7 @@ REP_KERNELS = {
 @pytest.mark.parametrize("name", sorted(REP_KERNELS))
 def test_every_public_ncu_rep_opens_with_the_issue_columns(name):
     rep = nsight_magic.open_report(fixture("public-rep", f"{name}.ncu-rep"))
-    assert isinstance(rep, NcuReport) and rep.source == "ncu-rep"
+    assert isinstance(rep, NcuData) and rep.source == "ncu-rep"
     assert list(rep.kernels.columns) == list(KERNEL_FRAME_COLUMNS)
     assert list(rep.metrics.columns) == list(METRIC_FRAME_COLUMNS)
     assert list(rep.rules.columns) == list(RULE_FRAME_COLUMNS)

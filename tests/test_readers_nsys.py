@@ -24,7 +24,7 @@ import pytest
 from conftest import run_bounded
 from nsight_magic import open_report
 from nsight_magic.errors import OptionError, ReportError
-from nsight_magic.readers.nsys import NsysReport, ReportMeta, open_nsys_report
+from nsight_magic.readers.nsys import ReportMeta, open_nsys_report
 from nsight_magic.readers.nsys_schema import frame_columns
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys"
@@ -71,19 +71,6 @@ def _close(a, b, tol=0.051):
     return np.all(np.abs(a - b) <= tol + 1e-9 * np.abs(b))
 
 
-@pytest.fixture(scope="module")
-def reports():
-    cache: dict[Path, NsysReport] = {}
-
-    def get(p: Path) -> NsysReport:
-        if p not in cache:
-            cache[p] = open_nsys_report(p)
-        return cache[p]
-
-    yield get
-    for r in cache.values():
-        r.close()
-
 
 # -- every fixture opens, with the contract's columns -----------------------------------------------------------
 
@@ -111,8 +98,8 @@ def test_every_fixture_opens_or_fails_with_a_specific_message(path):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_frames_match_the_raw_row_counts(path, reports):
-    rep = reports(path)
+def test_frames_match_the_raw_row_counts(path, opened):
+    rep = opened(path)
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     # OS runtime: without nsys's instant "profiling started/stopped" markers
@@ -136,14 +123,14 @@ COLUMNS = {"kernels": ["pid", "device_id", "start_ns", "end_ns", "duration_ns", 
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_a_few_columns_read_alone_are_the_frames_columns(path, reports):
+def test_a_few_columns_read_alone_are_the_frames_columns(path, opened):
     # report.columns() (what a job's rank task reads) builds them from the summaries' scan and a narrow read
     fresh = open_nsys_report(path)
     try:
         for frame, cols in COLUMNS.items():
             alone = fresh.columns(frame, cols)
             assert frame not in fresh.__dict__, frame  # the frame itself was not built
-            want = getattr(reports(path), frame)[cols].reset_index(drop=True)
+            want = getattr(opened(path), frame)[cols].reset_index(drop=True)
             got = alone.iloc[np.argsort(alone["start_ns"].to_numpy(), kind="stable")].reset_index(drop=True)
             pd.testing.assert_frame_equal(got, want, check_categorical=False, obj=frame)
             assert _dtypes(alone) == _dtypes(want), frame
@@ -154,10 +141,10 @@ def test_a_few_columns_read_alone_are_the_frames_columns(path, reports):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_frames_have_the_same_dtypes_as_empty_ones(path, reports):
+def test_frames_have_the_same_dtypes_as_empty_ones(path, opened):
     from nsight_magic.readers.nsys_frames import empty_frame
 
-    rep = reports(path)
+    rep = opened(path)
     for name in FRAMES:
         assert _dtypes(getattr(rep, name)) == _dtypes(empty_frame(name)), name
 
@@ -209,19 +196,19 @@ def test_launch_tid_joins_per_process_correlation_ids():
     assert set(rep.gpus["id"]) == set(k["device_id"])  # 2026 export without GPU info: ids from activity
 
 
-def test_memcpy_kinds_of_the_h100_workload(reports):
+def test_memcpy_kinds_of_the_h100_workload(opened):
     """The demo workload copies host-to-device from pageable memory on even steps and pinned on odd ones."""
     _need_fixtures()
-    mc = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite").memcpy
+    mc = opened(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite").memcpy
     htod = mc[mc["kind"] == "HtoD"]
     assert {"pageable", "pinned"} <= set(htod["src_kind"].astype(str))
     assert set(htod["dst_kind"].astype(str)) == {"device"}
     assert (mc["bytes"] > 0).all() and mc["correlation_id"].notna().all()
 
 
-def test_gpu_utilization_has_rows_per_gpu_on_a_two_gpu_trace(reports):
+def test_gpu_utilization_has_rows_per_gpu_on_a_two_gpu_trace(opened):
     _need_fixtures()
-    rep = reports(FIXTURES / "public-sqlite" / "nsysai_h100_2gpu_1s.sqlite")
+    rep = opened(FIXTURES / "public-sqlite" / "nsysai_h100_2gpu_1s.sqlite")
     u = rep.gpu_utilization(bins=20)
     assert sorted(u["device_id"].unique()) == sorted(rep.kernels["device_id"].unique()) and len(u) == 20 * 2
     assert (u.groupby("device_id")["busy_fraction"].max() > 0).all()
@@ -275,9 +262,9 @@ def _grid(s):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_kernel_summary_equals_nsys_stats(path, reports):
+def test_kernel_summary_equals_nsys_stats(path, opened):
     ref = nsys_stats("gpukernsum", path)
-    ours = reports(path).kernel_summary(by_launch=True)
+    ours = opened(path).kernel_summary(by_launch=True)
     if ref is None:
         assert ours.empty
         return
@@ -293,7 +280,7 @@ def test_kernel_summary_equals_nsys_stats(path, reports):
     for a, b in (("avg_ns", "Avg (ns)"), ("med_ns", "Med (ns)"), ("std_ns", "StdDev (ns)"), ("pct", "Time (%)")):
         assert _close(ours[a], ref[b]), a
     # the default (per name, like cuda_gpu_kern_sum of nsys 2023+) folds the launch shapes together
-    by_name = reports(path).kernel_summary().set_index("name")
+    by_name = opened(path).kernel_summary().set_index("name")
     g = ref.groupby("Name").agg(n=("Instances", "sum"), total=("Total Time (ns)", "sum"),
                                 lo=("Min (ns)", "min"), hi=("Max (ns)", "max"))
     assert sorted(by_name.index) == sorted(g.index)
@@ -302,9 +289,9 @@ def test_kernel_summary_equals_nsys_stats(path, reports):
     assert (b["min_ns"].to_numpy() == g["lo"].to_numpy()).all() and (b["max_ns"].to_numpy() == g["hi"].to_numpy()).all()
 
 
-def test_kernel_summary_by_name_sums_the_launch_shapes(reports):
+def test_kernel_summary_by_name_sums_the_launch_shapes(opened):
     _need_fixtures()
-    rep = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
+    rep = opened(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
     by_name, by_launch = rep.kernel_summary(), rep.kernel_summary(by_launch=True)
     assert by_name["name"].is_unique and len(by_launch) >= len(by_name)
     assert by_name["total_ns"].sum() == by_launch["total_ns"].sum() == rep.kernels["duration_ns"].sum()
@@ -314,10 +301,10 @@ def test_kernel_summary_by_name_sums_the_launch_shapes(reports):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_memcpy_summary_equals_nsys_stats(path, reports):
+def test_memcpy_summary_equals_nsys_stats(path, opened):
     t = nsys_stats("gpumemtimesum", path)
     s = nsys_stats("gpumemsizesum", path, fmt="csv:mem=B")
-    ours = reports(path).memcpy_summary()
+    ours = opened(path).memcpy_summary()
     if t is None:
         assert ours.empty
         return
@@ -340,9 +327,9 @@ def test_memcpy_summary_equals_nsys_stats(path, reports):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_cuda_api_summary_equals_nsys_stats(path, reports):
+def test_cuda_api_summary_equals_nsys_stats(path, opened):
     ref = nsys_stats("cudaapisum", path)
-    ours = reports(path).cuda_api_summary()
+    ours = opened(path).cuda_api_summary()
     if ref is None:
         assert ours.empty
         return
@@ -356,9 +343,9 @@ def test_cuda_api_summary_equals_nsys_stats(path, reports):
 
 
 @pytest.mark.parametrize("path", _readable())
-def test_nvtx_summary_equals_nsys_stats(path, reports):
+def test_nvtx_summary_equals_nsys_stats(path, opened):
     ref = nsys_stats("nvtxsum", path)
-    ours = reports(path).nvtx_summary()
+    ours = opened(path).nvtx_summary()
     if ref is None:
         assert ours.empty
         return
@@ -423,9 +410,9 @@ def test_nvtx_gpu_projection_equals_nsys_stats(path, tmp_path):
         assert (s.loc[g.index, "gpu_ns"].to_numpy() == g.to_numpy()).all()
 
 
-def test_gpu_utilization_is_the_busy_share_of_each_bin(reports):
+def test_gpu_utilization_is_the_busy_share_of_each_bin(opened):
     _need_fixtures()
-    rep = reports(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
+    rep = opened(FIXTURES / "h100-2025.3" / "a_cuda_nvtx.sqlite")
     u = rep.gpu_utilization(bins=50)
     assert len(u) == 50 and set(u["device_id"]) == {0}
     assert ((u["busy_fraction"] >= 0) & (u["busy_fraction"] <= 1 + 1e-12)).all()

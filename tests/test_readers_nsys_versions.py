@@ -27,19 +27,6 @@ def _all_sqlite():
     return [pytest.param(p, id=f"{p.parent.name}/{p.name}") for p in files if p.name not in BROKEN]
 
 
-@pytest.fixture(scope="module")
-def opened():
-    cache = {}
-
-    def get(p):
-        if p not in cache:
-            cache[p] = open_nsys_report(p)
-        return cache[p]
-
-    yield get
-    for r in cache.values():
-        r.close()
-
 
 # -- the capture span ------------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from conftest import fixture_path
 from nsight_magic.views.bokehjs import LOADER_MARKER
 from nsight_magic import open_report
 from nsight_magic.readers.ncu import open_ncu_report
+from nsight_magic.report import as_report
 from nsight_magic.views.ncu import (STATIC_METRIC_ROWS, TABS, ncu_bundle, ncu_html, ncu_text, prepare_ncu,
                                     rule_summary, show_ncu)
 
@@ -127,7 +128,8 @@ def test_display_in_ipython_sends_bokehjs_once_and_show_returns_the_view(h100):
     for out in (second, nsys):  # the charts' script, never BokehJS itself
         assert "Bokeh.embed" in out["text/html"] and LOADER_MARKER not in out["text/html"]
     assert not hasattr(view, "_bokehjs_sent")
-    assert type(h100.show()).__name__ == "ProfileView" and type(h100.show().live).__name__ == "VBox"
+    shown = as_report(h100).show()
+    assert type(shown).__name__ == "ProfileView" and type(shown.live).__name__ == "VBox"
 
 
 def test_files_tab_lists_the_folder(h100, tmp_path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from conftest import fixture_path
+from fakes import FakeMeta, frame, nsys_fake
 from nsight_magic.errors import ReportError
 from nsight_magic.views.tables import format_table, table_html
 from nsight_magic.views.timeline_prepare import prepare_timeline, view_glyphs
@@ -26,38 +26,27 @@ def _report(n_kernels=4, kernel_gap=1000, kernel_len=500, nvtx=None, memcpy=None
     """A small report with the reader's columns; kernel i is launched by API call i (same pid/correlation)."""
     starts = np.arange(n_kernels, dtype=np.int64) * kernel_gap + 10_000
     stream = np.resize(np.array(streams), n_kernels)
-    kernels = pd.DataFrame({
-        "start_ns": starts, "end_ns": starts + kernel_len, "duration_ns": kernel_len,
-        "name": [f"void k{i % 3}<float>(float*)" for i in range(n_kernels)],
-        "short_name": [f"k{i % 3}" for i in range(n_kernels)], "device_id": 0, "context_id": 1,
-        "stream_id": stream, "correlation_id": np.arange(n_kernels) + 100, "pid": 42,
-        "grid_x": 128, "grid_y": 1, "grid_z": 1, "block_x": 256, "block_y": 1, "block_z": 1,
-        "registers_per_thread": 32, "static_smem_bytes": 0, "dynamic_smem_bytes": 0, "launch_tid": 43})
-    api = pd.DataFrame({"start_ns": starts - 400, "end_ns": starts - 100, "duration_ns": 300,
-                        "name": "cudaLaunchKernel", "pid": 42, "tid": 43, "correlation_id": np.arange(n_kernels) + 100,
-                        "return_value": 0})
-    empty_thr = pd.DataFrame(columns=["start_ns", "end_ns", "duration_ns", "name", "pid", "tid"])
-    nv = nvtx if nvtx is not None else pd.DataFrame(
-        columns=["start_ns", "end_ns", "duration_ns", "name", "domain", "kind", "pid", "tid", "depth", "color"])
-    mc = memcpy if memcpy is not None else pd.DataFrame(
-        columns=["start_ns", "end_ns", "duration_ns", "bytes", "kind", "src_kind", "dst_kind", "device_id",
-                 "stream_id", "correlation_id", "pid"])
+    kernels = frame(
+        "kernels", start_ns=starts, end_ns=starts + kernel_len, duration_ns=kernel_len,
+        name=[f"void k{i % 3}<float>(float*)" for i in range(n_kernels)],
+        short_name=[f"k{i % 3}" for i in range(n_kernels)], device_id=0, context_id=1,
+        stream_id=stream, correlation_id=np.arange(n_kernels) + 100, pid=42,
+        grid_x=128, grid_y=1, grid_z=1, block_x=256, block_y=1, block_z=1,
+        registers_per_thread=32, static_smem_bytes=0, dynamic_smem_bytes=0, launch_tid=43)
+    api = frame("cuda_api", start_ns=starts - 400, end_ns=starts - 100, duration_ns=300, name="cudaLaunchKernel",
+                pid=42, tid=43, correlation_id=np.arange(n_kernels) + 100, return_value=0)
     end = int(max(kernels["end_ns"].max() if n_kernels else 0, 20_000)) + 1000
-    meta = SimpleNamespace(nsys_version="test", schema_version="test", start_ns=0, end_ns=end,
-                           duration_ns=span or end)
-    return SimpleNamespace(
-        meta=meta, kernels=kernels, memcpy=mc,
-        memset=pd.DataFrame(columns=["start_ns", "end_ns", "duration_ns", "bytes", "value", "mem_kind", "device_id",
-                                     "stream_id", "correlation_id", "pid"]),
-        cuda_api=api, nvtx=nv, osrt=empty_thr, cublas=empty_thr, cudnn=empty_thr, sync=empty_thr,
-        threads=pd.DataFrame({"pid": [42], "tid": [43], "name": ["python3"]}),
-        processes=pd.DataFrame({"pid": [42], "name": ["python3"]}),
-        gpus=pd.DataFrame({"id": [0], "name": ["Test GPU"]}))
+    return nsys_fake(kernels=kernels, cuda_api=api, **({"nvtx": nvtx} if nvtx is not None else {}),
+                     **({"memcpy": memcpy} if memcpy is not None else {}), end_ns=end, duration_ns=span or end,
+                     threads=frame("threads", pid=[42], tid=[43], name=["python3"]),
+                     processes=frame("processes", pid=[42], name=["python3"]),
+                     gpus=frame("gpus", id=[0], name=["Test GPU"]))
 
 
 def _nvtx(rows):
     df = pd.DataFrame(rows, columns=["start_ns", "end_ns", "name", "depth"])
-    return df.assign(duration_ns=df.end_ns - df.start_ns, domain="", kind="push_pop", pid=42, tid=43, color=None)
+    return frame("nvtx", **df.assign(duration_ns=df.end_ns - df.start_ns, domain="", kind="push_pop", pid=42, tid=43,
+                                     color=None))
 
 
 def test_rows_are_a_tree_of_processes_threads_and_gpus_streams():
@@ -65,7 +54,7 @@ def test_rows_are_a_tree_of_processes_threads_and_gpus_streams():
     rep = _report(nvtx=nv, streams=(7, 13))
     thread_calls = pd.DataFrame({"start_ns": [100, 300], "end_ns": [200, 400], "duration_ns": 100,
                                  "name": ["read", "cublasSgemm_v2"], "pid": 42, "tid": [44, 43]})
-    rep.osrt, rep.cublas = thread_calls.iloc[:1], thread_calls.iloc[1:]
+    rep.osrt, rep.cublas = frame("osrt", **thread_calls.iloc[:1]), frame("cublas", **thread_calls.iloc[1:])
     data = prepare_timeline(rep)
     r = data.rows
     assert r["kind"].tolist() == ["process", "thread", "nvtx", "nvtx", "cuda_api", "cublas", "thread", "osrt",
@@ -87,8 +76,7 @@ def test_folding_hides_a_groups_rows_and_keeps_its_header():
 
     nv = _nvtx([(9_000, 20_000, "outer", 0)])
     rep = _report(nvtx=nv, streams=(7, 13))
-    rep.osrt = pd.DataFrame({"start_ns": [100], "end_ns": [200], "duration_ns": 100, "name": ["read"], "pid": 42,
-                             "tid": [44]})
+    rep.osrt = frame("osrt", start_ns=[100], end_ns=[200], duration_ns=100, name=["read"], pid=42, tid=[44])
     rows = prepare_timeline(rep).rows
     y = fold_layout(rows, {"p42"})
     assert y.tolist()[:1] == [0] and np.isnan(y[1:6]).all() and y.tolist()[6:] == [1, 2, 3]
@@ -100,9 +88,9 @@ def test_folding_hides_a_groups_rows_and_keeps_its_header():
 def test_colours_follow_the_code_and_the_names():
     from nsight_magic.views.timeline_prepare import NAME_PALETTE, name_color
 
-    nv = pd.DataFrame({"start_ns": [0, 10, 20], "end_ns": [5, 15, 25], "name": ["blue one", "plain", "plain"],
-                       "depth": 0, "domain": "", "kind": "push_pop", "pid": 42, "tid": 43,
-                       "color": pd.array([0xFF0000FF, pd.NA, pd.NA], dtype="Int64")})
+    nv = frame("nvtx", **{"start_ns": [0, 10, 20], "end_ns": [5, 15, 25], "name": ["blue one", "plain", "plain"],
+                          "depth": 0, "domain": "", "kind": "push_pop", "pid": 42, "tid": 43,
+                          "color": pd.array([0xFF0000FF, pd.NA, pd.NA], dtype="Int64")})
     data = prepare_timeline(_report(nvtx=nv))
     e = data.events
     nv_rows = e[e["cat"] == data.categories.index("NVTX")].sort_values("start_ns")
@@ -115,10 +103,12 @@ def test_colours_follow_the_code_and_the_names():
 
 
 def test_our_cell_range_frames_the_timeline_and_is_no_row():
-    nv = pd.DataFrame({"start_ns": [9_000, 9_500], "end_ns": [30_000, 12_000], "name": ["cell-20261123", "mine"],
-                       "depth": [0, 1], "domain": ["nsight-magic", None], "kind": "push_pop", "pid": 42, "tid": 43,
-                       "color": pd.array([pd.NA, pd.NA], dtype="Int64")})
-    data = prepare_timeline(_report(nvtx=nv))
+    nv = frame("nvtx", **{"start_ns": [9_000, 9_500], "end_ns": [30_000, 12_000], "name": ["cell-20261123", "mine"],
+                          "depth": [0, 1], "domain": ["nsight-magic", None], "kind": "push_pop", "pid": 42, "tid": 43,
+                          "color": pd.array([pd.NA, pd.NA], dtype="Int64")})
+    rep = _report(nvtx=nv)
+    rep.meta = FakeMeta(9_000, 30_000, 21_000, span_source="cell range")  # the reader's span: our cell range
+    data = prepare_timeline(rep)
     names = set(data.names[n] for n in data.events["name"])
     assert "cell-20261123" not in names and "mine" in names
     assert data.origin_ns == 9_000 and data.frame_ns == (0, 21_000)
@@ -180,10 +170,10 @@ def test_utilization_is_the_union_of_overlapping_work_per_gpu():
 
 
 def test_copies_are_coloured_by_direction_and_host_memory_kind():
-    mc = pd.DataFrame({"start_ns": [100, 200, 300], "end_ns": [150, 250, 350], "duration_ns": 50,
-                       "bytes": [1 << 20, 1 << 20, 4], "kind": ["HtoD", "HtoD", "DtoH"],
-                       "src_kind": ["pageable", "pinned", "device"], "dst_kind": ["device", "device", "pinned"],
-                       "device_id": 0, "stream_id": 7, "correlation_id": [1, 2, 3], "pid": 42})
+    mc = frame("memcpy", **{"start_ns": [100, 200, 300], "end_ns": [150, 250, 350], "duration_ns": 50,
+                            "bytes": [1 << 20, 1 << 20, 4], "kind": ["HtoD", "HtoD", "DtoH"],
+                            "src_kind": ["pageable", "pinned", "device"], "dst_kind": ["device", "device", "pinned"],
+                            "device_id": 0, "stream_id": 7, "correlation_id": [1, 2, 3], "pid": 42})
     data = prepare_timeline(_report(memcpy=mc))
     assert {"memcpy HtoD pageable", "memcpy HtoD pinned", "memcpy DtoH pinned"} <= set(data.categories)
     colors = dict(zip(data.categories, data.colors))
@@ -194,7 +184,9 @@ def test_copies_are_coloured_by_direction_and_host_memory_kind():
 
 def test_missing_column_is_a_one_line_report_error():
     rep = _report()
-    rep.kernels = rep.kernels.drop(columns=["stream_id"])
+    with pytest.raises(ValueError, match="kernels lacks the contract's columns"):  # the fakes keep the contract
+        rep.kernels = rep.kernels.drop(columns=["stream_id"])
+    rep._frames["kernels"] = rep.kernels.drop(columns=["stream_id"])  # a report-like object that does not
     with pytest.raises(ReportError, match="report.kernels lacks column.*stream_id"):
         prepare_timeline(rep)
 
@@ -286,21 +278,15 @@ def test_fixture_view_text_html_and_files(tmp_path):
     assert json.loads(json.dumps(bundle))["text/plain"] == text
 
 
-def test_capture_bounds_on_another_clock_fall_back_to_the_events_own_extent():
-    # seen in a capture-range report: events at 15-41 ms, capture start reported at 5.18 s
+def test_x_zero_is_the_readers_capture_start_and_the_axis_covers_every_event():
+    # the reader decides the span (readers.capture_span; tests/test_readers_nsys_versions.py): the view follows it
     rep = _report(n_kernels=3)
-    rep.meta = SimpleNamespace(start_ns=5_000_000_000, end_ns=5_050_000_000, duration_ns=50_000_000)
+    rep.meta = FakeMeta(start_ns=10_000, end_ns=11_000, duration_ns=1_000, span_source="capture bounds")
     data = prepare_timeline(rep)
-    assert data.origin_ns == rep.cuda_api["start_ns"].min() and data.first_ns == 0
-    assert view_glyphs(data).caption == "showing all 6 events"
-
-
-def test_events_before_the_reported_capture_start_move_x_zero_to_the_first_event():
-    # seen with nsys 2022.4 on CPU: ANALYSIS_DETAILS starts 200 ms after the first NVTX range
-    rep = _report(n_kernels=3)
-    rep.meta = SimpleNamespace(start_ns=10_000, end_ns=30_000, duration_ns=20_000)  # API calls start at 9_600
+    assert data.origin_ns == 10_000 and data.first_ns == -400 and data.span_ns == 12_500 - 10_000
+    rep.meta = FakeMeta(start_ns=0, end_ns=0, duration_ns=0, span_source="none")  # no span: the events' own
     data = prepare_timeline(rep)
-    assert data.origin_ns == 9_600 and data.first_ns == 0 and data.span_ns == 30_000 - 9_600
+    assert data.origin_ns == 9_600 and data.first_ns == 0 and data.span_ns == 12_500 - 9_600
     g = view_glyphs(data)
     assert g.shown == g.total == 6 and g.exact["left"].min() == 0
 

@@ -1,6 +1,6 @@
 """Analysis: pure functions over reader DataFrames -> verdicts, findings, tables (no I/O, no plotting).
 
-The functions a report object's methods call (readers/report_api.py):"""
+The functions a report's methods call (the facade, nsight_magic.report):"""
 from __future__ import annotations
 
 from .bottleneck import bottleneck

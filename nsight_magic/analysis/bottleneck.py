@@ -37,7 +37,7 @@ import pandas as pd
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
-from .frame_memo import per_frame
+from .frame_memo import per_frame, report_memo
 
 CATEGORIES = ("compute", "communication", "copy", "input", "sync", "allocator", "module load", "host wait", "launch")
 IDLE = CATEGORIES[3:]       # the idle gaps' causes
@@ -117,11 +117,8 @@ def _cats(codes, n: int) -> pd.Categorical:
 def _op_columns(report, frame: str, cols: list[str]) -> pd.DataFrame:
     """A few columns of an operations frame: read from the summaries' columns (report.columns) rather than the
     whole frame, which the diagnosis reads in a thread meanwhile (prefetch; columns() takes the frame's own once it
-    is read); the frame where a report has no columns()."""
-    if hasattr(report, "columns"):
-        return report.columns(frame, cols)
-    f = getattr(report, frame)
-    return f[[c for c in cols if c in f]]
+    is read)."""
+    return report.columns(frame, cols)
 
 
 def _gpu_ops(report) -> pd.DataFrame:
@@ -135,8 +132,8 @@ def _gpu_ops(report) -> pd.DataFrame:
                                    "device_id": k["device_id"].to_numpy(np.int64),
                                    "correlation_id": pd.array(k["correlation_id"], dtype="Int64"),
                                    "cat": _cats(np.where(nccl, 1, 0), len(k)), "htod_batch": False, "bytes": 0}))
-    g = getattr(report, "graphs", None)
-    if g is not None and len(g):  # a CUDA graph's launch: its kernels, as one interval
+    g = report.graphs
+    if len(g):  # a CUDA graph's launch: its kernels, as one interval
         parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(np.int64),
                                    "end_ns": g["end_ns"].to_numpy(np.int64), "pid": g["pid"].to_numpy(np.int64),
                                    "device_id": g["device_id"].to_numpy(np.int64),
@@ -588,12 +585,12 @@ class Diagnosis:
 
 
 def diagnose(report) -> Diagnosis:
-    """The per-(process, GPU) breakdowns of a report (cached on the report object)."""
-    cached = getattr(report, "_nm_diagnosis", None)
-    if cached is not None:
-        return cached
-    if hasattr(report, "prefetch"):  # read in threads while the steps are found (the kernels' frame is the largest)
-        report.prefetch("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt")
+    """The per-(process, GPU) breakdowns of a report (computed once per report: frame_memo.report_memo)."""
+    memo = report_memo(report)
+    if "diagnosis" in memo:
+        return memo["diagnosis"]
+    # read in threads while the steps are found (the kernels' frame is the largest)
+    report.prefetch("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt")
     steps = find_steps(report)
     ops = _gpu_ops(report)
     calls = _op_columns(report, "cuda_api", API_COLUMNS)
@@ -612,7 +609,7 @@ def diagnose(report) -> Diagnosis:
             pairs.append(_pair(report, pid, int(dev), d.reset_index(drop=True), window, scale, st, api, osrt, tids))
     diag = Diagnosis(pairs, steps, sources, startup, (span.start_ns, span.end_ns), ops)
     try:
-        report._nm_diagnosis = diag
+        memo["diagnosis"] = diag
     except AttributeError:
         pass
     return diag
@@ -715,7 +712,7 @@ def bottleneck(report) -> Bottleneck:
     window_sum = sum(p.window_ns for p in d.pairs)
     pct = _shares(totals, window_sum)
     kind = _kind(pct)
-    ranks = getattr(report, "ranks_by_pid", {}) or {}
+    ranks = report.ranks_by_pid
     per = None
     pids = sorted({p.pid for p in d.pairs})
     if len(pids) > 1:

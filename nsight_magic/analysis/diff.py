@@ -88,7 +88,7 @@ def _kernels(report, match: str) -> pd.DataFrame:
     if match == "order" and "start_ns" in k:
         from .ranks import _steps
 
-        steps = _steps(report) if hasattr(report, "nvtx") else pd.DataFrame()
+        steps = _steps(report)
         step = np.zeros(len(k), np.int64)
         if not steps.empty:  # the step whose range (on any process) started last before the kernel
             s = steps.sort_values("start_ns")
@@ -102,10 +102,7 @@ def _kernels(report, match: str) -> pd.DataFrame:
 
 
 def _summary_rows(report, method: str, name_col: str) -> pd.DataFrame:
-    fn = getattr(report, method, None)
-    if fn is None:
-        return pd.DataFrame({"name": [], "count": [], "total_ns": []})
-    s = fn()
+    s = getattr(report, method)()  # one of the contract's summaries (readers.contract.NsysTables)
     if s.empty:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
     return pd.DataFrame({"name": s[name_col].astype(str), "count": s["count"], "total_ns": s["total_ns"]})
@@ -146,7 +143,7 @@ def nvtx_paths(nv: pd.DataFrame) -> pd.DataFrame:
 
 
 def _nvtx(report) -> pd.DataFrame:
-    p = nvtx_paths(getattr(report, "nvtx", None))
+    p = nvtx_paths(report.nvtx)
     if p.empty:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
     g = p.groupby("path", sort=False)["duration_ns"].agg(["size", "sum"])
@@ -155,8 +152,7 @@ def _nvtx(report) -> pd.DataFrame:
 
 def _gpu_busy_ns(report) -> int:
     """Time at least one kernel, copy or memset ran (the union of their intervals)."""
-    parts = [f[["start_ns", "end_ns"]] for f in (getattr(report, n, None) for n in ("kernels", "memcpy", "memset"))
-             if isinstance(f, pd.DataFrame) and not f.empty and {"start_ns", "end_ns"} <= set(f.columns)]
+    parts = [f[["start_ns", "end_ns"]] for f in (report.kernels, report.memcpy, report.memset) if not f.empty]
     if not parts:
         return 0
     from ..readers.nsys_summary import busy_fraction
@@ -173,8 +169,6 @@ def _memory_peaks(report) -> dict[int, float]:
     without a memory record (or with a damaged one: the rest of the comparison stands)."""
     from .gpu_memory import memory_summary
 
-    if not hasattr(type(report), "gpu_memory"):
-        return {}
     try:
         d = memory_summary(report).devices
     except Exception:  # noqa: BLE001
@@ -232,18 +226,35 @@ class ProfileDiff:
 
 
 def _open(x):
-    from ..readers import open_report
+    from ..readers import read_report
 
     if isinstance(x, (str, Path)):
         p = Path(x)
-        return open_report(p), (p.name if p.is_dir() else p.parent.name if p.stem == "report" else p.stem)
+        return read_report(p), (p.name if p.is_dir() else p.parent.name if p.stem == "report" else p.stem)
     return x, Path(getattr(x, "path", "report")).parent.name or "report"
+
+
+def _is_ncu(report) -> bool:
+    from ..readers.ncu import NcuData
+
+    return isinstance(report, NcuData)
+
+
+def _tool(report) -> str:
+    return "an Nsight Compute" if _is_ncu(report) else "an Nsight Systems"
+
+
+def _kind_findings(report) -> list:
+    from .findings import nsys_findings
+    from .ncu_findings import ncu_findings
+
+    return ncu_findings(report) if _is_ncu(report) else nsys_findings(report)
 
 
 def _findings_diff(before, after) -> pd.DataFrame:
     def get(r) -> dict:  # rule -> (title of its biggest finding, time at stake of all of them)
         try:
-            found = r.findings() if hasattr(r, "findings") else []
+            found = _kind_findings(r)
         except Exception:  # noqa: BLE001 - a rule that cannot read one report must not stop the comparison
             return {}
         out: dict = {}
@@ -270,12 +281,12 @@ def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_to
         raise OptionError(f"match must be 'name' or 'order', not {match!r}")
     b, bl = _open(before)
     a, al = _open(after)
-    if type(a).__name__ != type(b).__name__:
-        raise OptionError(f"cannot compare an {type(b).__name__} with an {type(a).__name__}: both must be Nsight "
-                          f"Systems reports, or both Nsight Compute reports")
+    if _is_ncu(a) != _is_ncu(b):
+        raise OptionError(f"cannot compare {_tool(b)} report with {_tool(a)} report: both must be Nsight Systems "
+                          f"reports, or both Nsight Compute reports")
     tol = dict(rel_tol=rel_tol, abs_tol_ns=abs_tol_ns)
     empty = compare(None, None)
-    if type(b).__name__ == "NcuReport":
+    if _is_ncu(b):
         mb, ma = _ncu_metrics(b), _ncu_metrics(a)
         metrics = mb.merge(ma, on="name", how="outer", suffixes=("_before", "_after"))
         kern = compare(_kernels(b, match), _kernels(a, match), **tol)

@@ -8,6 +8,7 @@ import pandas as pd
 from ..inside.child import CAPTURE_DOMAIN
 from ..inside.ops import OPS_DOMAIN
 from . import intervals as I
+from .frame_memo import report_memo
 from . import text as tx
 
 EMITTED_TAG = r", (?:seq|op_id) = \d+"
@@ -61,7 +62,7 @@ class Enclosing:
     def of(cls, report, only=()) -> "Enclosing":
         """The report's Enclosing, built once per report and `only`: several rules ask, and with --ops the
         operator ranges number hundreds of thousands."""
-        cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
+        cache = report_memo(report).setdefault("enclosing", {})
         if tuple(only) not in cache:
             cache[tuple(only)] = cls(report, only=only)
         return cache[tuple(only)]

@@ -1,7 +1,7 @@
 """Findings: what a profile says to change, each with its evidence (events with the report's own timestamps) and
 the time its fix saves.
 
-`nsys_findings(report, thresholds)` runs the rules (analysis/rules/, one family per module) over an NsysReport and
+`nsys_findings(report, thresholds)` runs the rules (analysis/rules/, one family per module) over an NsysData and
 returns `Finding`s, the real causes first.  Every rule's time at stake comes from one diagnosis of the report
 (analysis.bottleneck: the steady-state step split into compute, communication, copy and the causes of idle time,
 scaled to the whole loop), so that
@@ -51,7 +51,7 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Finding]:
-    """Every rule (or those named in `rules`) over an NsysReport, the real causes first."""
+    """Every rule (or those named in `rules`) over an NsysData, the real causes first."""
     th = T.resolve(thresholds)
     ctx = Context(report, th, diagnose(report))
     wanted = [n for n in NSYS_RULES if rules is None or n in rules]

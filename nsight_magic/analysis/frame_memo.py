@@ -9,6 +9,18 @@ import weakref
 import pandas as pd
 
 
+_REPORT_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def report_memo(report) -> dict:
+    """A dict of results computed once per report (the diagnosis, the enclosing ranges, ...), living as long as the
+    report object: kept here rather than hung on the report, which is the reader's data."""
+    memo = _REPORT_MEMOS.get(report)
+    if memo is None:
+        memo = _REPORT_MEMOS[report] = {}
+    return memo
+
+
 def per_frame(fn, keep: int = 4):
     """`fn(frame)` memoised for the last `keep` frames still alive."""
     memo: list = []  # [(weak reference to a frame, fn's result)], newest last

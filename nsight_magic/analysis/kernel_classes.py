@@ -156,8 +156,8 @@ THROUGHPUT = {  # fp64: the tensor cores' where the GPU has fp64 MMA (V100: none
 
 def throughput(report) -> dict | None:
     """The first GPU's row of THROUGHPUT (by compute capability, the nearest lower one known), or None."""
-    g = getattr(report, "gpus", pd.DataFrame())
-    if g is None or g.empty or "compute_major" not in g:
+    g = report.gpus
+    if g.empty or "compute_major" not in g:
         return None
     try:
         cc = (int(g["compute_major"].iloc[0]), int(g["compute_minor"].iloc[0]))

@@ -1,7 +1,7 @@
 """L2 <-> device-memory traffic per kernel, per NVTX range and per module (pure: DataFrames in, DataFrames out).
 
 The seeds' finding: plot each module's L2<->DRAM transfer size against its kernels' duration to see which modules
-are memory-bound.  Input is `NcuReport.kernels`; a kernel's module is the innermost range of its NVTX path
+are memory-bound.  Input is `NcuData.kernels`; a kernel's module is the innermost range of its NVTX path
 ("step 3/encoder/attn" -> module path "step 3/encoder/attn", label "attn").
 """
 from __future__ import annotations

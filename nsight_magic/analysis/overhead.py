@@ -35,7 +35,7 @@ PROCESS_START_MS = 20.7  # a child process nsys follows: its set-up before the p
 
 def cuda_call_ns(report) -> float:
     """The tracing overhead of one CUDA API call in this report's recording."""
-    traced_osrt = len(getattr(report, "osrt", ())) > 0
+    traced_osrt = len(report.osrt) > 0
     return 1000.0 * CUDA_CALL_US["with_osrt" if traced_osrt else "cuda_only"]
 
 
@@ -51,7 +51,7 @@ def process_firsts(report, skip_pids=()) -> pd.Series:
     ranks)."""
     firsts = []
     for frame in ("osrt", "cuda_api"):
-        got = report.columns(frame, ["pid", "start_ns"]) if hasattr(report, "columns") else getattr(report, frame)
+        got = report.columns(frame, ["pid", "start_ns"])
         if len(got):
             firsts.append(got.groupby("pid")["start_ns"].min())
     if not firsts:

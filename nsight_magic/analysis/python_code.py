@@ -255,7 +255,7 @@ class CodeSaid:
 def code_words(report, ev: pd.DataFrame) -> CodeSaid:
     """What a finding says about the code the host ran in its evidence's stretches (ev: start_ns, end_ns, pid,
     tid), from the Python samples, or how to get them."""
-    ps = getattr(report, "python_samples", None)
+    ps = report.python_samples
     if ps is None or ps.empty:
         return CodeSaid(" Which code that was, Python samples would say: %%nsys records them unless --no-samples "
                         "is given (this profile has none).")

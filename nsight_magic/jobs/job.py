@@ -347,7 +347,7 @@ class Job:
         return combine_summaries(s)
 
     def kernel_summary(self, by: str | None = None) -> pd.DataFrame:
-        """As NsysReport.kernel_summary(): one row per kernel name over every rank, or by='rank'."""
+        """As NsysData.kernel_summary(): one row per kernel name over every rank, or by='rank'."""
         return self._summary("kernel", by)
 
     def memcpy_summary(self, by: str | None = None) -> pd.DataFrame:
@@ -481,9 +481,11 @@ class Job:
         return list(dict.fromkeys(out))
 
     def timeline_report(self, ranks, out: Path | None = None):
-        """The chosen ranks' reports merged into one export on one clock (readers.nsys_merge), opened."""
+        """The chosen ranks' reports merged into one export on one clock (readers.nsys_merge), opened (an
+        nsight_magic.report.NsysReport: .show() draws their timeline)."""
         from ..readers.nsys import export_report, open_nsys_report
         from ..readers.nsys_merge import merge_exports
+        from ..report import as_report
 
         chosen = [r for r in self.loaded if r.rank in set(ranks)]
         if not chosen:
@@ -497,9 +499,7 @@ class Job:
         base = self.root if self.root is not None and os.access(self.root, os.W_OK) else Path(
             os.environ.get("TMPDIR", "/tmp"))
         out = out or base / f"job-ranks-{'-'.join(str(r.rank) for r in chosen)}.sqlite"
-        if len(paths) == 1:
-            return open_nsys_report(paths[0])
-        return open_nsys_report(merge_exports(paths, out))
+        return as_report(open_nsys_report(paths[0] if len(paths) == 1 else merge_exports(paths, out)))
 
     def __repr__(self):
         return f"<Job {len(self.loaded)} ranks loaded, {len(self.errors)} failed>"

@@ -141,14 +141,15 @@ def _fill(out: RankResult, rep) -> None:
 
 
 def _diagnose(out: RankDiagnosis, rep) -> None:
+    from ..analysis import bottleneck, nsys_findings
     from ..analysis.bottleneck import diagnose
 
-    b = rep.bottleneck()
+    b = bottleneck(rep)
     d = diagnose(rep)
     out.verdict = {"kind": b.kind, "summary": b.summary, "breakdown": b.breakdown,
                    "window_ns": sum(p.window_ns for p in d.pairs),
                    "scale": max((p.scale for p in d.pairs), default=1.0), "startup_ns": b.startup_ns}
-    out.findings = [_light(f) for f in rep.findings() if f.rule != "collective_wait"]
+    out.findings = [_light(f) for f in nsys_findings(rep) if f.rule != "collective_wait"]
 
 
 def _light(f):

@@ -56,11 +56,12 @@ class RunResult:
         return self.status == "ok"
 
     def open(self):
-        """The report as DataFrames (NsysReport / NcuReport), or None when no report was written."""
-        from ..readers import open_report
+        """The report's data (readers' NsysData / NcuData), or None when no report was written;
+        nsight_magic.report.as_report(data) adds its findings and view."""
+        from ..readers import read_report
 
         target = self.sqlite or self.report_file
-        return open_report(target) if target else None
+        return read_report(target) if target else None
 
 
 @dataclass

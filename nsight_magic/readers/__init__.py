@@ -1,4 +1,5 @@
-"""Readers: report files -> DataFrames.  They know nothing of widgets or Jupyter."""
+"""Readers: report files -> DataFrames (`NsysData`, `NcuData`).  They know nothing of analysis, views or Jupyter:
+what can be done with a report (`.findings()`, `.show()`) is the facade one floor up, nsight_magic.report."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,8 +10,8 @@ NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
 
 
-def open_report(path):
-    """Open a report by its kind: nsys (.sqlite/.nsys-rep/.qdrep), ncu (.ncu-rep/.csv) or a profile folder."""
+def read_report(path):
+    """Read a report by its kind: nsys (.sqlite/.nsys-rep/.qdrep), ncu (.ncu-rep/.csv) or a profile folder."""
     if "\x00" in str(path):  # the OS refuses such a path (Python raises ValueError deep inside)
         raise ReportError(f"{str(path)!r}: a path cannot hold a NUL character; pass the report's path as it is on "
                           "disk")
@@ -47,11 +48,11 @@ def _open_folder(folder: Path):
     for name in ("report.sqlite", "report.nsys-rep", "report.ncu-rep", "report_raw.csv", "report_details.csv",
                  "report.qdstrm"):
         if (folder / name).exists():
-            return open_report(folder / name)
+            return read_report(folder / name)
     for pattern in ("*.sqlite", "*.nsys-rep", "*.qdrep", "*.ncu-rep", "*.qdstrm"):
         found = sorted(folder.glob(pattern))
         if found:
-            return open_report(found[0])
+            return read_report(found[0])
     from ..store import list_profiles
 
     profiles = list_profiles(folder)

@@ -1,4 +1,4 @@
-"""Nsight Compute reports (.ncu-rep through ncu_report, or ncu's raw/details CSV pages) -> `NcuReport`.
+"""Nsight Compute reports (.ncu-rep through ncu_report, or ncu's raw/details CSV pages) -> `NcuData`.
 
     rep = open_ncu_report("report.ncu-rep")
     rep.kernels   # one row per profiled kernel, base units (ns, bytes, %)
@@ -23,13 +23,12 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
-from .report_api import NcuActions
 from .ncu_spec import INT_COLUMNS, KERNEL_COLUMNS, KERNEL_FRAME_COLUMNS, METRIC_FRAME_COLUMNS
 
-__all__ = ["NcuReport", "open_ncu_report", "build_kernels"]
+__all__ = ["NcuData", "open_ncu_report", "build_kernels"]
 
 
-class NcuReport(NcuActions):
+class NcuData:
     """Kernels, metrics and rules of one Nsight Compute report.  `metrics` of an .ncu-rep is read on first use."""
 
     def __init__(self, path: Path, source: str, info: pd.DataFrame, spec_metrics: pd.DataFrame,
@@ -50,14 +49,14 @@ class NcuReport(NcuActions):
                 columns=list(METRIC_FRAME_COLUMNS))
         return self._metrics
 
-    def detach(self) -> "NcuReport":
+    def detach(self) -> "NcuData":
         """Read everything now and drop the link to ncu_report, so the report can be pickled."""
         self.metrics  # noqa: B018 - loads the lazy metrics
         self._load_metrics = None
         return self
 
     def __repr__(self):
-        return (f"NcuReport({str(self.path)!r}, source={self.source}, kernels={len(self.kernels)}, "
+        return (f"{type(self).__name__}({str(self.path)!r}, source={self.source}, kernels={len(self.kernels)}, "
                 f"rules={len(self.rules)})")
 
 
@@ -65,7 +64,7 @@ ERROR_PREFIX = "nsight-magic-error: "
 
 
 def read_in_worker(path: Path, timeout: float = 600):
-    """The NcuReport of `path`, read by a worker process (readers/ncu_worker.py)."""
+    """The NcuData of `path`, read by a worker process (readers/ncu_worker.py)."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="nsight-magic-ncu-") as tmp:
@@ -87,7 +86,7 @@ def read_in_worker(path: Path, timeout: float = 600):
                           f"open its CSV pages instead (ncu --import {path.name} --csv --page raw)")
 
 
-def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> NcuReport:
+def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> NcuData:
     """Open an .ncu-rep (needs ncu_report) or an ncu CSV (`--page raw` or `--page details`, detected from the header).
 
     ncu_report_module: (module, version) to read .ncu-rep with, instead of the one chosen in `readers.ncu_rep`.
@@ -103,7 +102,7 @@ def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> N
         from .ncu_rep import RepSource
 
         src = RepSource(p, ncu_report_module)
-        return NcuReport(p, "ncu-rep", src.kernel_info(), src.spec_metrics(), src.rules(),
+        return NcuData(p, "ncu-rep", src.kernel_info(), src.spec_metrics(), src.rules(),
                          all_metrics=src.all_metrics, reader_version=src.version)
     if suffix == ".csv":
         from .ncu_csv import parse_ncu_csv
@@ -113,7 +112,7 @@ def open_ncu_report(path, ncu_report_module=None, in_process: bool = False) -> N
         except OSError as exc:
             raise ReportError(f"{p}: cannot read ({exc.strerror})") from None
         page, info, metrics, rules = parse_ncu_csv(text, source=str(p))
-        return NcuReport(p, f"csv-{page}", info, metrics, rules, all_metrics=metrics)
+        return NcuData(p, f"csv-{page}", info, metrics, rules, all_metrics=metrics)
     raise ReportError(f"{p}: not an Nsight Compute report; expected .ncu-rep or .csv")
 
 
@@ -184,7 +183,7 @@ def build_kernels(info: pd.DataFrame, metrics: pd.DataFrame, details: bool = Fal
     return out[list(KERNEL_FRAME_COLUMNS)]
 
 
-def open_ncu_pages(raw_csv, details_csv) -> NcuReport:
+def open_ncu_pages(raw_csv, details_csv) -> NcuData:
     """The report from the two CSV pages nsight-magic writes beside every report.ncu-rep: kernels and metrics from
     the raw page, guided-analysis rules from the details page (no ncu_report needed)."""
     report = open_ncu_report(raw_csv)

@@ -1,4 +1,4 @@
-"""Which ncu metric fills which `NcuReport.kernels` column: data, not code.
+"""Which ncu metric fills which `NcuData.kernels` column: data, not code.
 
 Metric names changed across ncu versions and the details page shows labels instead of names, so each column lists
 candidates; the first one present for a kernel wins.
@@ -86,7 +86,7 @@ KERNEL_COLUMNS: tuple[KernelColumn, ...] = (
     KernelColumn("_dram_bytes_per_s", ("dram__bytes.sum.per_second",), ((MWA, "Memory Throughput"),), "byte/s"),
 )
 
-# Column order of NcuReport.kernels (issue 5).
+# Column order of NcuData.kernels (issue 5).
 KERNEL_FRAME_COLUMNS = (
     "id", "name", "short_name", "nvtx", "grid_size", "block_size", "registers_per_thread", "shared_mem_bytes",
     "duration_ns", "sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "achieved_occupancy_pct",

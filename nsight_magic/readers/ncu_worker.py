@@ -1,5 +1,5 @@
 """`python -m nsight_magic.readers.ncu_worker REPORT OUT`: read an .ncu-rep with NVIDIA's ncu_report in a process
-of its own and pickle the finished NcuReport to OUT (ncu.read_in_worker starts it).
+of its own and pickle the finished NcuData to OUT (ncu.read_in_worker starts it).
 
 ncu_report loads native libraries that can clash with what the notebook's kernel already holds: on the lent H100,
 reading a report in a kernel that had imported torch killed the kernel (DeadKernelError).  A crash here costs only

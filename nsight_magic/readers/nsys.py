@@ -26,7 +26,6 @@ import pandas as pd
 from ..errors import NsightMagicError, OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
-from .report_api import NsysActions
 from .capture_span import CaptureSpan, foreign_span, own_span
 from .nsys_sql import (TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro,
                        read_ints)
@@ -54,7 +53,7 @@ class ReportMeta:
     span_note: str | None = None  # how the span was decided (why the capture bounds were not used)
 
 
-def open_nsys_report(path) -> "NsysReport":
+def open_nsys_report(path) -> "NsysData":
     """Open a .sqlite export, or export a .nsys-rep/.qdrep with the installed nsys first (cached beside it)."""
     p = Path(path).expanduser()
     if not p.exists():
@@ -64,10 +63,10 @@ def open_nsys_report(path) -> "NsysReport":
     if not p.is_file():  # a pipe or a socket: reading it would block forever
         raise ReportError(f"{p}: not a regular file (a pipe, socket or device); pass the report file itself")
     if p.suffix.lower() == RAW_SUFFIX:
-        return NsysReport(export_report(import_raw(p)), source=p)
+        return NsysData(export_report(import_raw(p)), source=p)
     if p.suffix.lower() in REP_SUFFIXES:
-        return NsysReport(export_report(p), source=p)
-    return NsysReport(p)
+        return NsysData(export_report(p), source=p)
+    return NsysData(p)
 
 
 def import_raw(qdstrm: Path, timeout: float = 600) -> Path:
@@ -181,8 +180,9 @@ def _by_cols(by: str | None) -> tuple[str, ...]:
     return {None: (), "process": ("pid",), "rank": ("rank",), "device": ("device",)}.get(by, ())
 
 
-class NsysReport(NsysActions):
-    """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3)."""
+class NsysData:
+    """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3).  What can be done
+    with it (findings, the view) is the facade's: nsight_magic.report.NsysReport."""
 
     def __init__(self, sqlite_path, source=None):
         self.sqlite_path = Path(sqlite_path)
@@ -229,7 +229,8 @@ class NsysReport(NsysActions):
                                                          "event_span": list(self.event_span)})
 
     def __repr__(self):
-        return f"<NsysReport {self.path.name} nsys={self.meta.nsys_version} {self.meta.duration_ns / 1e9:.3f}s>"
+        m = self.meta
+        return f"<{type(self).__name__} {self.path.name} nsys={m.nsys_version} {m.duration_ns / 1e9:.3f}s>"
 
     def close(self):
         if self._con is not None:

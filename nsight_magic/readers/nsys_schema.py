@@ -152,7 +152,7 @@ def frame_columns(frame: str) -> tuple[str, ...]:
     return cols
 
 
-PROCESS_EXTRA = ("rank", "world_size", "devices")  # NsysReport.processes adds them (ranks, GPUs used)
+PROCESS_EXTRA = ("rank", "world_size", "devices")  # NsysData.processes adds them (ranks, GPUs used)
 
 
 # Renamed meta-data tables, newest name first.

@@ -91,7 +91,7 @@ def sample_files(folder: Path) -> list[Path]:
 
 def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> PythonSamples:
     """The samples of every python_samples*.json in `folder`; `marks`: the report's nsight-magic NVTX marks
-    [(pid, t_ns, text)] (NsysReport._own_rows), which place each file on the report's clock."""
+    [(pid, t_ns, text)] (NsysData._own_rows), which place each file on the report's clock."""
     files = sample_files(folder)
     if not files:
         return empty_samples()

@@ -13,6 +13,8 @@ import functools
 import json
 import zlib
 
+from .assets import asset
+
 LOADER_MARKER = "nsight-magic BokehJS loader"  # in the loader's script: tests and tools find the output by it
 
 
@@ -31,23 +33,9 @@ def bokehjs_html() -> str:
     version, code = _bokehjs()
     deflate = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: DecompressionStream("deflate-raw")
     packed = base64.b64encode(deflate.compress(code.encode("utf-8")) + deflate.flush()).decode("ascii")
-    return f"""<script type="text/javascript">
-/* {LOADER_MARKER} */
-(function(root) {{
-  if (root.nmBokehReady && root.Bokeh) return;
-  const version = {json.dumps(version)};
-  if (root.Bokeh && root.Bokeh.version === version) {{ root.nmBokehReady = Promise.resolve(); return; }}
-  const bin = atob("{packed}"), bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  const stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate-raw"));
-  root.nmBokehReady = new Response(stream).text().then(function(text) {{
-    if (root.Bokeh && root.Bokeh.version === version) return;
-    const s = document.createElement("script");
-    s.text = text;
-    document.head.appendChild(s);
-  }}).catch(function(e) {{ console.error("nsight-magic: could not load BokehJS", e); throw e; }});
-}})(window);
-</script>"""
+    # placeholders filled by plain replacement: the packed code is base64 and the version JSON, neither holds one
+    code = asset("bokeh_loader.js").replace("__VERSION__", json.dumps(version)).replace("__PACKED__", packed)
+    return f'<script type="text/javascript">\n/* {LOADER_MARKER} */\n{code}</script>'
 
 
 @contextlib.contextmanager
@@ -82,15 +70,9 @@ def embed(models: dict) -> tuple[dict, str]:
     def literal(obj) -> str:
         return json.dumps(serialize_json(obj, pretty=False)).replace("</", "<" + "\\" + "/")
 
-    script = ("<script>(function(me){var root=me;"
-              "while(root&&!(root.classList&&root.classList.contains('nm-report')))root=root.previousElementSibling;"
-              "(window.nmBokehReady||Promise.resolve()).then(function(){"
-              "if(!window.Bokeh)return;"
-              f"return Bokeh.embed.embed_items(JSON.parse({literal(docs_json)}),"
-              f"JSON.parse({literal([item.to_json()])}));"
-              "}).then(function(v){if(v&&window.nmView)nmView.drawn(root);})"
-              ".catch(function(e){console.error('nsight-magic: could not draw the plot',e);});"
-              "})(document.currentScript);</script>")
+    # the items (ids only) first, then the documents: the user's text in the documents is never searched
+    script = asset("embed.js").strip().replace("__ITEMS__", literal([item.to_json()]), 1)
+    script = "<script>" + script.replace("__DOCS__", literal(docs_json), 1) + "</script>"
     return divs, script
 
 

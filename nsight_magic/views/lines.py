@@ -11,43 +11,12 @@ from html import escape
 
 import pandas as pd
 
+from .assets import asset
 from .tables import _fmt_time
 
-LINES_CSS = """
-table.nm-lines{border-collapse:collapse;font:12px monospace}
-table.nm-lines td,table.nm-lines th{padding:1px 6px;border-bottom:1px solid #eee;text-align:right;white-space:nowrap}
-table.nm-lines td.nm-src{text-align:left;white-space:pre;color:#222}
-table.nm-lines td.nm-k{text-align:left;color:#555;font:11px sans-serif;max-width:40em;overflow:hidden;
-  text-overflow:ellipsis}
-.nm-lbar{display:inline-block;height:10px;background:#4c78a8;vertical-align:middle}
-table.nm-tree td.nm-mod{text-align:left;white-space:nowrap}
-table.nm-tree .nm-tog{cursor:pointer;color:#1f5fa8}
-table.nm-tree .nm-type{color:#888;font:11px sans-serif}
-"""
+LINES_CSS = asset("lines.css")
 
-MODULES_JS = """
-(function () {
-  if (window.nmModulesJs) return; window.nmModulesJs = true;
-  const kids = (t, path) => [...t.tBodies[0].rows].filter(r => r.dataset.parent === path);
-  const hide = (t, path, h) => kids(t, path).forEach(r => { r.style.display = h ? 'none' : '';
-    if (!h && r.dataset.closed === '1') return; hide(t, r.dataset.path, h); });
-  document.addEventListener('click', function (ev) {
-    const tog = ev.target.closest('table.nm-tree .nm-tog');
-    if (tog) { const r = tog.closest('tr'), t = r.closest('table'), closed = r.dataset.closed !== '1';
-      r.dataset.closed = closed ? '1' : '0'; tog.textContent = closed ? '▸' : '▾'; hide(t, r.dataset.path, closed);
-      return; }
-    const th = ev.target.closest('table.nm-tree th'); if (!th) return;
-    const t = th.closest('table'), col = th.cellIndex, dir = th.dataset.dir === 'desc' ? 'asc' : 'desc';
-    th.dataset.dir = dir;
-    const body = t.tBodies[0];
-    const key = r => { const v = r.cells[col].dataset.v; return col === 0 ? v : parseFloat(v); };
-    const place = path => { const ks = kids(t, path).sort((a, b) => { const x = key(a), y = key(b);
-      const c = x < y ? -1 : x > y ? 1 : 0; return dir === 'asc' ? c : -c; });
-      ks.forEach(r => { body.appendChild(r); place(r.dataset.path); }); };
-    place('');
-  });
-})();
-"""
+MODULES_JS = asset("modules.js")
 
 
 def _time(v) -> str:

@@ -31,9 +31,9 @@ STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading",
 
 def view_of(report, folder=None, thresholds: dict | None = None):
     """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
-    from ..readers.nsys import NsysReport
+    from ..readers.nsys import NsysData
 
-    if isinstance(report, NsysReport):
+    if isinstance(report, NsysData):
         from .report_view import NsysView
 
         return NsysView(report, folder, thresholds=thresholds)
@@ -48,11 +48,11 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
     live part (unless not `live`: a headless run, where no frontend could show it) and text (and view.html beside
     an nsys report in a profile folder); without render, the text summary.
     loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when)."""
-    from ..readers.nsys import NsysReport
+    from ..readers.nsys import NsysData
 
     lines = [str(x) for x in lines]
     if not render:
-        if isinstance(report, NsysReport):
+        if isinstance(report, NsysData):
             from .report_view import nsys_text
 
             return {"text/plain": "\n".join([*lines, nsys_text(report, thresholds)])}
@@ -60,7 +60,7 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
 
         return {"text/plain": "\n".join([*lines, ncu_text(report)])}
     view = view_of(report, folder, thresholds)
-    if isinstance(report, NsysReport) and folder is not None:
+    if isinstance(report, NsysData) and folder is not None:
         page = Path(folder) / "view.html"
         try:
             write_page(page, view.html_page())

@@ -31,8 +31,6 @@ def _lines_and_modules(report, folder):
     """The Lines table (--lines) and the module tree (--modules); empty frames for reports without them."""
     from ..analysis.lines import lines_table, module_table
 
-    if not hasattr(report, "nvtx_gpu_projection"):
-        return pd.DataFrame(), pd.DataFrame()
     source, names, first = None, None, 1
     types, models, prefixed = None, None, False
     if folder is not None:
@@ -64,8 +62,6 @@ def _ranks(report) -> dict:
     collective, the straggler per step; {} otherwise (and for a report a rule cannot read)."""
     from ..analysis.ranks import nccl_summary, ranks_table, stragglers_by_step
 
-    if not hasattr(report, "ranks_by_pid"):
-        return {}
     try:
         per_rank = ranks_table(report)
         if len(per_rank) < 2:
@@ -103,8 +99,6 @@ def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
     sentence that says how the operator ranges were recorded."""
     from ..analysis.ops import op_ranges, ops_source, ops_summary
 
-    if not hasattr(report, "nvtx"):
-        return pd.DataFrame(), {}, ""
     try:
         ranges = op_ranges(report)
         if ranges.empty:
@@ -126,8 +120,8 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
     from ..analysis.python_code import cell_lines, functions
 
-    ps = getattr(report, "python_samples", None)
     try:
+        ps = report.python_samples
         if ps is None or ps.empty:
             return pd.DataFrame(), pd.DataFrame(), ""
         fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
@@ -154,8 +148,6 @@ def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame
     from ..analysis.gpu_memory import memory_summary
 
     empty = pd.DataFrame()
-    if not hasattr(type(report), "gpu_memory"):  # a report type without memory (a test fake, an old reader)
-        return "", empty, empty, empty
     try:
         s = memory_summary(report)
         if s.empty:
@@ -181,24 +173,21 @@ def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame
 
 
 def _verdict(report):
-    """report.bottleneck(), or None for a report without one (or where it cannot be computed: the view shows the
-    rest)."""
-    fn = getattr(report, "bottleneck", None)
-    if fn is None:
-        return None
+    """analysis.bottleneck(report), or None where it cannot be computed (the view shows the rest)."""
+    from ..analysis import bottleneck
+
     try:
-        return fn()
+        return bottleneck(report)
     except Exception:  # noqa: BLE001 - an odd report: no verdict, the findings and tables still show
         return None
 
 
 def _findings(report, thresholds: dict | None = None) -> list:
     """The report's findings; a rule that breaks on an odd report must not take the view down with it."""
-    fn = getattr(report, "findings", None)
-    if fn is None:
-        return []
+    from ..analysis import nsys_findings
+
     try:
-        return list(fn(thresholds) if thresholds else fn())
+        return list(nsys_findings(report, thresholds))
     except Exception as e:  # noqa: BLE001 - shown in the Advice tab instead
         from ..analysis.findings import Finding
 
@@ -223,10 +212,7 @@ class ReportTables:
 
 
 def _summary(report, method: str) -> pd.DataFrame:
-    fn = getattr(report, method, None)
-    if fn is None:
-        return pd.DataFrame()
-    df = fn()
+    df = getattr(report, method)()  # one of the contract's summaries (readers.contract.NsysTables)
     if not isinstance(df, pd.DataFrame):
         raise ReportError(f"report.{method}() returned {type(df).__name__}, expected a DataFrame")
     return df
@@ -262,8 +248,7 @@ def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
     return ReportTables(
         kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
         nvtx=_one_label(_summary(report, "nvtx_summary")),
-        kernel_zoom=_instance_spans(getattr(report, "kernels", None), start),
-        nvtx_zoom=_nvtx_spans(getattr(report, "nvtx", None), start))
+        kernel_zoom=_instance_spans(report.kernels, start), nvtx_zoom=_nvtx_spans(report.nvtx, start))
 
 
 def _one_label(nvtx: pd.DataFrame) -> pd.DataFrame:
@@ -293,9 +278,9 @@ class NsysView:
 
     def __init__(self, report, folder=None, *, width: int = 1100, thresholds: dict | None = None):
         if isinstance(report, (str, Path)):  # a path is welcome too: open it (errors are the reader's, one line)
-            from ..readers import open_report
+            from ..readers import read_report
 
-            report = open_report(report)
+            report = read_report(report)
         self.report = report
         self.folder = _report_folder(report, folder)
         self.data: TimelineData = prepare_timeline(report)
@@ -386,7 +371,7 @@ class NsysView:
         return TABS[:5] + extra + TABS[5:]
 
     def html_page(self) -> str:
-        title = escape(f"Nsight Systems report {getattr(self.report, 'path', '')}".strip())
+        title = escape(f"Nsight Systems report {self.report.path}")
         return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
                 f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
 
@@ -414,11 +399,10 @@ class NsysView:
 
 def _text(report, t: ReportTables) -> str:
     """Plain text from the reader's frames and summaries (no timeline preparation needed)."""
-    meta = getattr(report, "meta", None)
-    counts = {a: len(getattr(report, a)) for a in ("kernels", "memcpy", "memset", "cuda_api", "nvtx")
-              if isinstance(getattr(report, a, None), pd.DataFrame)}
-    lines = [f"Nsight Systems report{(' ' + str(report.path)) if getattr(report, 'path', None) else ''}",
-             f"nsys {getattr(meta, 'nsys_version', '?')}, capture {getattr(meta, 'duration_ns', 0) / 1e6:,.3f} ms; "
+    meta = report.meta
+    counts = {a: len(getattr(report, a)) for a in ("kernels", "memcpy", "memset", "cuda_api", "nvtx")}
+    lines = [f"Nsight Systems report {report.path}",
+             f"nsys {meta.nsys_version or '?'}, capture {meta.duration_ns / 1e6:,.3f} ms; "
              + ", ".join(f"{n:,} {a}" for a, n in counts.items())]
     for title, df, cols in (("Kernels", t.kernels, ["name", "count", "total_ns", "avg_ns", "pct"]),
                             ("Memory", t.memory, ["kind", "count", "total_ns", "total_bytes", "pct"]),

@@ -21,6 +21,7 @@ from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColumnDataS
 from bokeh.layouts import column, row
 from bokeh.plotting import figure
 
+from .assets import timeline_js
 from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, default_folds, embeddable_rows, exact_frame,
                                fold_layout, view_glyphs)
 
@@ -80,88 +81,20 @@ def text_colors(palette) -> list[str]:
     return out
 
 
-_LOOKUP_JS = "const s = (value >= 0 && value < table.length) ? table[value] : ''; return String(s);"
-_DUR_JS = """
-const us = Number(value);
-if (!isFinite(us)) return '';
-if (us >= 1e6) return (us / 1e6).toFixed(3) + ' s';
-if (us >= 1000) return (us / 1000).toFixed(3) + ' ms';
-return us.toFixed(3) + ' µs';
-"""
-_BYTES_JS = """
-const b = Number(value);
-if (!(b > 0)) return '-';
-const i = special_vars.index;
-const us = src.data.dur_us[i];
-const size = b >= 1048576 ? (b / 1048576).toFixed(2) + ' MiB' : b >= 1024 ? (b / 1024).toFixed(1) + ' KiB'
-  : b.toFixed(0) + ' B';
-return us > 0 ? size + ', ' + (b / (us * 1e3)).toFixed(2) + ' GB/s' : size;
-"""
-_BUSY_JS = """
-const i = special_vars.index;
-const n = src.data.count[i];
-const pct = (100 * Number(value)).toFixed(1) + '% busy';
-return n >= 0 ? n + ' events, ' + pct : pct;
-"""
+_LOOKUP_JS = timeline_js("lookup")
+_DUR_JS = timeline_js("duration")
+_BYTES_JS = timeline_js("bytes")
+_BUSY_JS = timeline_js("busy")
 
 # Selecting an API call (or kernel) highlights everything sharing its launch link (pid, correlation id);
 # selecting an NVTX range highlights the kernels launched by API calls of the same thread inside it.
-_SELECT_JS = """
-const hl_empty = {left: [], right: [], row: [], y: []};
-const idx = src.selected.indices;
-if (idx.length == 0) { hl.data = hl_empty; return; }
-const d = src.data, n = d.left.length, i = idx[0];
-const links = new Set();
-if (d.cat[i] == nvtx_cat) {
-  const ar = api_row[d.row[i]];
-  const t0 = d.left[i], t1 = d.left[i] + d.dur_us[i] / 1e3;
-  if (ar >= 0) for (let j = 0; j < n; j++)
-    if (d.row[j] == ar && d.left[j] >= t0 && d.left[j] <= t1 && d.link[j] >= 0) links.add(d.link[j]);
-} else if (d.link[i] >= 0) {
-  links.add(d.link[i]);
-}
-const L = [], R = [], W = [], Y = [];
-for (let j = 0; j < n; j++)
-  if (j != i && links.has(d.link[j]) && (d.cat[j] == kernel_cat || d.cat[i] == kernel_cat)) {
-    L.push(d.left[j]); R.push(d.right[j]); W.push(d.row[j]); Y.push(d.y[j]);
-  }
-hl.data = {left: L, right: R, row: W, y: Y};
-note.text = links.size ? ('highlighted ' + L.length + ' launched event(s)') : '';
-"""
+_SELECT_JS = timeline_js("select")
 
 # Names on the bars wide enough to hold them, re-laid out whenever the range or the data change.
-_LABELS_JS = """
-const d = src.data, n = d.left.length;
-const x0 = plot.x_range.start, x1 = plot.x_range.end;
-const w = plot.inner_width > 0 ? plot.inner_width : plot.width;
-const px = w / Math.max(x1 - x0, 1e-12);
-const X = [], Y = [], T = [], C = [];
-const taken = new Map();  // row y -> where its last label ends: bars that overlap in a row (streams drawn together)
-for (let i = 0; i < n && X.length < max_labels; i++) {
-  if (!isFinite(d.y[i]) || d.right[i] < x0 || d.left[i] > x1) continue;
-  const l = Math.max(d.left[i], x0), r = Math.min(d.right[i], x1);
-  const room = (r - l) * px - 6;
-  if (room < 24 || l < (taken.get(d.y[i]) ?? -Infinity)) continue;
-  const name = String(names[d.name[i]] || '');
-  const fit = Math.floor(room / char_px);
-  if (fit < 3) continue;
-  const text = name.length <= fit ? name : name.slice(0, fit - 1) + '…';
-  X.push(l + 3 / px); Y.push(d.y[i]); T.push(text);
-  C.push(text_color[d.color[i]] || '#111111');
-  taken.set(d.y[i], l + (text.length * char_px + 6) / px);
-}
-labels.data = {x: X, y: Y, text: T, tcol: C};
-"""
+_LABELS_JS = timeline_js("labels")
 
 # A drag with the measuring tool: the span and its duration.
-_MEASURE_JS = """
-const g = cb_obj.geometry;
-if (g.x0 === undefined || g.x1 === undefined) return;
-const a = Math.min(g.x0, g.x1), b = Math.max(g.x0, g.x1), ms = b - a;
-box.left = a; box.right = b; box.visible = true;
-const txt = ms >= 1000 ? (ms / 1000).toFixed(3) + ' s' : ms >= 1 ? ms.toFixed(3) + ' ms' : (ms * 1000).toFixed(3) + ' µs';
-label.x = a; label.text = 'Δ ' + txt + '  (' + a.toFixed(3) + ' – ' + b.toFixed(3) + ' ms)'; label.visible = true;
-"""
+_MEASURE_JS = timeline_js("measure")
 
 
 class TimelineView:
@@ -479,78 +412,12 @@ def _label_text(label: str, group: bool, folded: bool) -> str:
 
 
 # A click on a group's label folds or unfolds it: the same layout as fold_layout(), applied to every source's y.
-FOLD_JS = """
-const sel = rows.selected.indices;
-if (sel.length == 0) return;
-const k = sel[0];
-rows.selected.indices = [];
-const R = rows.data;
-if (!R.group[k]) return;
-const n = R.key.length, folded = R.folded.slice();
-folded[k] = !folded[k];
-const closed = new Set(R.key.filter((_, i) => folded[i]));
-const y = new Array(n), strip = new Array(n), yOf = {}; let next = 0;
-for (let i = 0; i < n; i++) {
-  const anc = R.anc[i] ? R.anc[i].split('|') : [];
-  y[i] = anc.some(a => closed.has(a)) ? NaN : next++;
-  yOf[R.key[i]] = y[i];
-}
-for (let i = 0; i < n; i++) {  // a folded group draws its children's activity as one strip on its header
-  const anc = R.anc[i] ? R.anc[i].split('|') : [], outer = anc.find(a => closed.has(a));
-  strip[i] = outer === undefined ? y[i] : yOf[outer];
-}
-const text = R.label.map((l, i) => (R.group[i] ? (folded[i] ? '▸ ' : '▾ ') : '') + l);
-rows.data = Object.assign({}, R, {folded: folded, y: y, strip: strip, text: text});
-for (const r of plot.renderers) {  // every source with rows gets new y (the bar labels follow the events')
-  const src = r.data_source;
-  if (!src || !src.data || !('row' in src.data) || !('y' in src.data)) continue;
-  src.data = Object.assign({}, src.data, {y: Array.from(src.data.row, w => strip[w])});
-}
-const nv = Math.max(next, 1);
-plot.y_range.setv({start: nv - 0.5, end: -0.5});
-band.top = nv - 0.5;
-const h = Math.min(Math.max(90 + 22 * nv, 200), 1600);
-plot.height = h; labels.height = h;
-"""
+FOLD_JS = timeline_js("fold")
 
 
 # Static pages (no kernel to ask): a zoom to a window holding at most `budget` of the embedded events draws them
 # exactly, with the events the first view drew exactly already; the bins of those rows go.  Back out, the first view.
-ZOOM_JS = """
-if (all._nm_init === undefined) all._nm_init = {exact: exact.data, agg: agg.data, caption: plot.title.text};
-const init = all._nm_init, strip = rows.data.strip;
-const x0 = plot.x_range.start, x1 = plot.x_range.end;
-const withY = (d) => Object.assign({}, d, {y: Array.from(d.row, w => strip[w])});
-const inWin = (d) => { const out = []; for (let i = 0; i < d.left.length; i++)
-  if (d.right[i] >= x0 && d.left[i] <= x1) out.push(i); return out; };
-const a = inWin(all.data), f = inWin(init.exact);
-if (a.length + f.length > budget) {
-  if (all._nm_zoomed) { all._nm_zoomed = false; exact.data = withY(init.exact); agg.data = withY(init.agg);
-                        plot.title.text = init.caption; }
-  return;
-}
-all._nm_zoomed = true;
-const minw = (x1 - x0) / Math.max(plot.inner_width || width, 1);
-const cols = ['left', 'right', 'row', 'cat', 'name', 'detail', 'color', 'bytes', 'link'], out = {};
-for (const c of cols) out[c] = [];
-out.dur_us = [];
-for (const [d, idx] of [[init.exact, f], [all.data, a]]) for (const i of idx) {
-  for (const c of cols) out[c].push(d[c][i]);
-  const n = out.left.length - 1;
-  out.dur_us.push('dur_us' in d ? d.dur_us[i] : (d.right[i] - d.left[i]) * 1e3);
-  out.right[n] = Math.max(out.right[n], out.left[n] + minw);
-}
-out.y = out.row.map(w => strip[w]);
-const keep = new Set(embedded), A = init.agg, bins = {};
-for (const c of Object.keys(A)) bins[c] = [];
-for (let i = 0; i < A.left.length; i++) if (!keep.has(A.row[i]) || A.count[i] < 0)
-  for (const c of Object.keys(A)) bins[c].push(A[c][i]);
-agg.data = withY(bins);
-exact.data = out;
-const n = out.left.length;
-plot.title.text = (n === 1 ? 'the one event' : n.toLocaleString() + ' events') + ' in view, exact' +
-  (partial ? '; busiest rows binned (exact live: %nsys_load)' : '');
-"""
+ZOOM_JS = timeline_js("zoom")
 
 
 def legend_html(categories, colors) -> str:

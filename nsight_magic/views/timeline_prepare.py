@@ -86,9 +86,7 @@ class TimelineData:
 
 
 def _frame(report, attr: str) -> pd.DataFrame:
-    df = getattr(report, attr, None)
-    if df is None:
-        return pd.DataFrame()
+    df = getattr(report, attr)  # one of the contract's frames (readers.contract.FRAME_COLUMNS)
     if not isinstance(df, pd.DataFrame):
         raise ReportError(f"report.{attr} is a {type(df).__name__}, expected a pandas DataFrame")
     return df
@@ -309,21 +307,9 @@ def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
 
 def _cell_range(report) -> tuple[int, int] | None:
     """(start, end) of what the user profiled, when the report is ours: the reader's capture span decided by
-    nsight-magic's cell range(s) or process marks (readers.capture_span); for a report-like object without a
-    reader's span, its first cell range."""
-    meta = getattr(report, "meta", None)
-    source = getattr(meta, "span_source", None)
-    if source is not None:
-        return (int(meta.start_ns), int(meta.end_ns)) if source in OWN_SOURCES else None
-    nv = _frame(report, "nvtx")
-    if nv.empty or "domain" not in nv:
-        return None
-    ours = nv[_is_ours(nv)]
-    if ours.empty:
-        return None
-    row = ours.iloc[0]
-    end = pd.to_numeric(pd.Series([row["end_ns"]]), errors="coerce").iloc[0]
-    return int(row["start_ns"]), (int(end) if not pd.isna(end) else int(row["start_ns"]))
+    nsight-magic's cell range(s) or process marks (readers.capture_span)."""
+    meta = report.meta
+    return (int(meta.start_ns), int(meta.end_ns)) if meta.span_source in OWN_SOURCES else None
 
 
 def prepare_timeline(report) -> TimelineData:
@@ -367,7 +353,7 @@ def _python_part(runs: pd.DataFrame, st: _Strings) -> dict:
 def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     """Concatenate the sources, choose the time origin, lay out rows, sort by (row, start), index."""
     names, details, cats, cat_code = st.names, st.details, st.cats, st.cat
-    meta = getattr(report, "meta", None)
+    meta = report.meta
     empty = _part(pd.DataFrame({"start_ns": [], "end_ns": []}), 0, 0, 0, 0, 0, 0)
     ev = {c: np.concatenate([p[c] for p in parts] or [empty[c]]) for c in empty}
     gpu_cats = [v for c, v in cats.items() if c in (KERNEL_CAT, "memset") or c.startswith("memcpy")]
@@ -459,23 +445,11 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
     events drawn: x = 0 is the capture start, the axis covers every event.  Returns (origin, span, first) in ns,
     first = where the view opens relative to the origin (our own reports open on the cell, not on an OS call that
     began long before it)."""
-    ms = getattr(meta, "start_ns", None)
-    me = getattr(meta, "end_ns", None)
-    if me is None and ms is not None:
-        me = ms + int(getattr(meta, "duration_ns", 0) or 0)
     events = (int(starts.min()), int(ends.max())) if len(starts) else None
-    source = getattr(meta, "span_source", None)
-    if source is None and frame is not None:  # a report-like object with our cell range: it is the capture
-        ms, me, source = frame[0], frame[1], "cell range"
-    elif source is None and ms is not None and me is not None and events:
-        # a report-like object with bounds: trusted where they overlap its events, which may start earlier
-        overlap = not (events[1] < ms or events[0] > me)
-        ms, me = (min(int(ms), events[0]), int(me)) if overlap else events
-        source = "capture bounds" if overlap else "events"
-    if ms is None or me is None or source == "none":
+    if meta.span_source == "none":
         origin, end = events if events else (0, 1)
     else:
-        origin, end = int(ms), max(int(me), events[1] if events else int(me))
+        origin, end = int(meta.start_ns), max(int(meta.end_ns), events[1] if events else int(meta.end_ns))
     first = events[0] - origin if events else 0
     if frame is not None:
         first = max(first, 0)

@@ -33,7 +33,7 @@ _CAUSE_WORDS = {
 
 
 def _who(report, pid: int) -> str:
-    ranks = getattr(report, "ranks_by_pid", {}) or {}
+    ranks = report.ranks_by_pid
     return f"rank {ranks[pid][0]}" if pid in ranks else f"process {pid}"
 
 
@@ -113,8 +113,6 @@ def rule_collective_wait(ctx: Context) -> list[Finding]:
     from ..ranks import collective_waits
 
     report, th = ctx.report, ctx.th
-    if not hasattr(report, "ranks_by_pid"):
-        return []
     w = collective_waits(report)
     if w.empty:
         return []

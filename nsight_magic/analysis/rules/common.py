@@ -11,7 +11,7 @@ import pandas as pd
 from ...inside.child import CAPTURE_DOMAIN
 from ...readers.nsys_frames import FirstMatch, ckey
 from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
-from ..frame_memo import per_frame
+from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
 
@@ -278,7 +278,7 @@ def with_operator(report, extra: dict, pid, tid, t) -> dict:
     call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
     from ..ops import op_ranges
 
-    cache = getattr(report, "__dict__", {}).setdefault("_enclosing", {})
+    cache = report_memo(report).setdefault("enclosing", {})
     if "ops" not in cache:
         r = op_ranges(report)
         cache["ops"] = Enclosing.from_ranges(r, r["op"].to_numpy(object)[np.where(
@@ -296,7 +296,7 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
     operations nsys analyze's GPU rules look at."""
     parts = []
     for attr in ("kernels", "memcpy", "memset"):
-        f = getattr(report, attr)
+        f = getattr(report, attr)  # one of the contract's frames
         if len(f):
             parts.append(pd.DataFrame({
                 "start_ns": f["start_ns"].to_numpy(np.int64), "end_ns": pd.to_numeric(f["end_ns"]).to_numpy(np.int64),
@@ -309,7 +309,7 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
                                      "stream_id", "what"])
     ops = pd.concat(parts, ignore_index=True)
     ops = ops[ops["start_ns"] > 0]
-    ov = getattr(report, "overhead", pd.DataFrame())
+    ov = report.overhead
     if len(ov) and len(ops):
         names = ov["name"].astype(str)
         ov = ov[names.isin(["CUDA profiling data flush overhead", "CUDA profiling stop overhead",

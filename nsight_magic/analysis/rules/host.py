@@ -152,7 +152,7 @@ def child_waits(ctx: Context, gaps: pd.DataFrame) -> tuple[int, int]:
     o = report.osrt
     if len(o):
         o = o[tx.contains(o["name"], _CHILD_WAIT)]
-    ps = getattr(report, "python_samples", None)
+    ps = report.python_samples
     sp = None
     if ps is not None and not ps.empty and ps.placed:
         fr = ps.frames

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..bottleneck import HOST_CALLS, blocking_readbacks
+from ..frame_memo import report_memo
 from ..steps import cell_threads
 from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
                      with_operator)
@@ -111,7 +112,7 @@ def implicit_syncs(report) -> pd.DataFrame:
     and boolean-mask results), and the copy calls into pageable memory, which wait themselves (`.cpu()`,
     `.numpy()`, `.tolist()`: bottleneck.blocking_readbacks).  Columns of cuda_api plus copy_bytes and
     copy_start_ns."""
-    cache = getattr(report, "__dict__", {}).setdefault("_implicit_syncs", {})
+    cache = report_memo(report).setdefault("implicit_syncs", {})
     if "v" in cache:
         return cache["v"]
     api, m = report.cuda_api, report.memcpy

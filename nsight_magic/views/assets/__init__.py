@@ -1,4 +1,6 @@
-"""The views' browser side as package files: view.js (tabs, tables, advice, zoom) and view.css.
+"""The views' browser side as package files: view.js (tabs, tables, advice, zoom) and view.css; lines.css and
+modules.js (the Lines and Modules tabs); timeline/*.js, the bodies of the timeline's Bokeh callbacks (CustomJS:
+selection, labels, folding, static zoom, hover formats).
 
 Every static view carries them inline (`head()`): a saved notebook, an nbconvert page or view.html works offline and
 alone.  view.js guards itself, so a page with many views runs it once."""
@@ -9,8 +11,18 @@ from importlib.resources import files
 
 
 @functools.lru_cache(maxsize=None)
-def _read(name: str) -> str:
-    return files(__name__).joinpath(name).read_text(encoding="utf-8")
+def _read(*parts: str) -> str:
+    return files(__name__).joinpath(*parts).read_text(encoding="utf-8")
+
+
+def asset(name: str) -> str:
+    """The text of one of these files."""
+    return _read(name)
+
+
+def timeline_js(name: str) -> str:
+    """The body of one of the timeline's Bokeh callbacks (timeline/NAME.js)."""
+    return _read("timeline", f"{name}.js")
 
 
 def view_js() -> str:

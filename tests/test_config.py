@@ -1,0 +1,42 @@
+"""The magics' settings as IPython users set them: `%config NsightMagics.NAME = ...` in a real kernel, with real
+nsys."""
+from __future__ import annotations
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from conftest import cell_text, requires_nsys
+
+pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(600)]
+
+
+def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
+    cells = (
+        "%load_ext nsight_magic",
+        "%config NsightMagics",  # IPython lists the settings and their help
+        "%config NsightMagics.trace = 'bogus'",
+        "%config NsightMagics.trace = 'nvtx'",
+        "%config NsightMagics.wait = True",
+        "%%nsys --name configured --fresh\nprint('ran')",
+        "%%nsys --name own --fresh -t nvtx,osrt\nprint('ran')",  # the line's own --trace comes first
+        "print(next(c for c in get_ipython().configurables if type(c).__name__ == 'NsightMagics').trace)",
+    )
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    listing = cell_text(nb.cells[1])
+    for name in ("NsightMagics.trace", "NsightMagics.wait", "NsightMagics.prewarm_worker", "NsightMagics.pass_env"):
+        assert name in listing, listing
+    bad = cell_text(nb.cells[2])
+    assert "'bogus' is not an API this nsys traces" in bad and "nvtx" in bad, bad
+    assert bad.count("\n") < 12, bad  # IPython's one error, not a traceback through our code
+    profiles = tmp_path / "nsight-profiles"
+    configured = (next(profiles.glob("configured-*")) / "command.txt").read_text()
+    own = (next(profiles.glob("own-*")) / "command.txt").read_text()
+    assert "--trace=nvtx " in configured or "-t nvtx " in configured, configured
+    assert "nvtx,osrt" in own, own
+    # wait: the cell itself held the finished profile (no "loading" line left for later)
+    assert "ran" in cell_text(nb.cells[5], "stdout")
+    assert "nsight-profiles" in cell_text(nb.cells[5]) and "loading" not in cell_text(nb.cells[5]).lower()
+    assert cell_text(nb.cells[7], "stdout").strip() == "nvtx"
