@@ -22,6 +22,20 @@ requires_nsys = pytest.mark.skipif(shutil.which("nsys") is None,
 requires_ncu = pytest.mark.skipif(shutil.which("ncu") is None,
                                   reason="ncu not installed (scripts/install-ncu-debian.sh)")
 
+
+
+def _gpu_visible() -> bool:
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "GPU " in out
+
+
+# tests/gpu/: run on the lent GPU by scripts/gpu-check.sh --pytest
+requires_gpu = pytest.mark.skipif(not _gpu_visible(), reason="no NVIDIA GPU (tests/gpu/ runs on the lent GPU: "
+                                                           "bash scripts/gpu-check.sh --pytest)")
+
 # Debian's Chromium, driven by Playwright (scripts/install-browser-debian.sh)
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -1,0 +1,109 @@
+"""The GPU tier: real cells profiled on a real GPU, with assertions (scripts/gpu_check.py records and prints; these
+fail).  Skipped without an NVIDIA GPU; on the lent GPU: `bash scripts/gpu-check.sh --pytest`.
+
+Each test runs a notebook in a real kernel (nbclient) with real nsys / ncu, then reads what it left."""
+from __future__ import annotations
+
+import subprocess
+
+import nbformat
+import pandas as pd
+import pytest
+from nbclient import NotebookClient
+
+from conftest import cell_text, parse_nsys_csv, requires_gpu
+
+pytestmark = [requires_gpu, pytest.mark.gpu, pytest.mark.timeout(900)]
+
+SETUP = """%%nsight_setup
+import torch, torch.nn as nn, nvtx
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(64, 10)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with nvtx.annotate("setup warmup"):
+    for _ in range(3):  # these kernels must stay outside the capture
+        model(torch.randn(8, 3, 32, 32, device="cuda")).sum().backward()
+torch.cuda.synchronize()
+"""
+
+TRAIN = """%%nsys --name gpu-e2e --return loss_value
+x = torch.randn(64, 3, 64, 64).pin_memory()
+y = torch.randint(0, 10, (64,))
+for i in range(5):
+    with nvtx.annotate(f"step {i}"):
+        xb, yb = x.cuda(non_blocking=True), y.cuda()
+        loss = nn.functional.cross_entropy(model(xb), yb)
+        opt.zero_grad(); loss.backward(); opt.step()
+loss_value = loss.item()
+"""
+
+
+def _run(cells: list[str], cwd, timeout: int = 600):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}).execute()
+    return nb
+
+
+def test_a_training_cell_is_profiled_with_its_setup_outside_and_numbers_equal_nsys_stats(tmp_path):
+    from nsight_magic import open_report, tools
+
+    nb = _run(["%load_ext nsight_magic", SETUP, TRAIN, "print('loss_value', loss_value)"], tmp_path)
+    assert "nsys: ok" in cell_text(nb.cells[2]), cell_text(nb.cells[2])
+    assert float(cell_text(nb.cells[3], "stdout").split()[-1]) > 0  # --return brought the value back
+    folder = next((tmp_path / "nsight-profiles").glob("gpu-e2e-*"))
+    rep = open_report(folder)
+    names = set(rep.nvtx["name"].astype(str))
+    assert {f"step {i}" for i in range(5)} <= names and "setup warmup" not in names
+    assert len(rep.kernels) >= 5 * 10 and len(rep.memcpy) >= 5 and (rep.kernels["duration_ns"] > 0).all()
+    assert int(rep.kernels["start_ns"].min()) >= rep.meta.start_ns  # the capture starts with the cell
+    # the kernel table equals NVIDIA's own summary of the same export
+    csv = subprocess.run([str(tools.find_nsys()), "stats", "--report", "cuda_gpu_kern_sum", "--format", "csv",
+                          "--output", "-", str(folder / "report.sqlite")], capture_output=True, text=True,
+                         timeout=300).stdout
+    theirs = parse_nsys_csv(csv).set_index("Name")
+    ours = rep.kernel_summary().set_index("name")
+    assert int(theirs["Instances"].sum()) == len(rep.kernels)
+    for name, row in theirs.iterrows():
+        assert ours.loc[name, "count"] == row["Instances"] and ours.loc[name, "total_ns"] == row["Total Time (ns)"]
+    # what the views and the advice read of it
+    assert rep.bottleneck().kind in ("gpu", "cpu", "input", "copy", "sync", "communication")
+    assert all(f.rule != "error" for f in rep.findings())
+    mem = rep.memory_summary().devices
+    assert len(mem) == 1 and mem["peak_allocated"].iloc[0] > 0  # torch's allocator history, recorded by default
+    ps = rep.python_samples
+    assert not ps.empty and ps.placed  # the cell's Python stacks, on the report's clock
+
+
+NCU_SETUP = """%%nsight_setup
+import torch, torch.nn as nn
+model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                      nn.Linear(64, 10)).cuda().eval()
+from nsight_magic import annotate_modules
+annotate_modules(model)
+x = torch.randn(32, 3, 64, 64, device="cuda")
+"""
+
+NCU_CELL = """%%ncu --name ncu-e2e --module 0 --count 5
+with torch.no_grad():
+    model(x)
+torch.cuda.synchronize()
+"""
+
+
+def test_ncu_profiles_one_modules_kernels_and_both_readers_agree(tmp_path):
+    from nsight_magic import open_report
+
+    nb = _run(["%load_ext nsight_magic", NCU_SETUP, NCU_CELL], tmp_path, timeout=900)
+    assert "ncu: ok" in cell_text(nb.cells[2]), cell_text(nb.cells[2])
+    folder = next((tmp_path / "nsight-profiles").glob("ncu-e2e-*"))
+    pages = open_report(folder)                      # the CSV pages ncu wrote beside the report
+    rep = open_report(folder / "report.ncu-rep")     # ncu_report, in a worker process
+    k = rep.kernels
+    assert 1 <= len(k) <= 5 and (k["duration_ns"] > 0).all()
+    assert k["nvtx"].astype(str).str.contains("0").all(), k["nvtx"].tolist()  # module 0's kernels only
+    assert pages.kernels["name"].tolist() == k["name"].tolist()
+    pd.testing.assert_series_equal(pages.kernels["duration_ns"].astype(float), k["duration_ns"].astype(float),
+                                   check_names=False, rtol=1e-6)
+    assert rep.findings() is not None and len(rep.rules) > 0
