@@ -118,7 +118,9 @@ def _load_context(module, path: Path):
 
 
 def read_ncu_rep(path: Path, module=None):
-    """Return (actions, ncu_report version) for an .ncu-rep, or raise a one-line ReportError.
+    """Return (context, actions, ncu_report version) for an .ncu-rep, or raise a one-line ReportError.  The actions
+    live only as long as the context: a caller keeps both (ncu_report 2025.3's metric.unit() read through an action
+    whose context was freed killed the process with SIGSEGV, on the lent H100).
 
     module: (ncu_report module, its version) to use instead of `load_ncu_report_module()`."""
     with open(path, "rb") as fh:
@@ -138,7 +140,7 @@ def read_ncu_rep(path: Path, module=None):
     if not actions:
         raise ReportError(f"{path}: no profiled kernels in this report (is it truncated? if an ncu newer than "
                           f"ncu_report {version} wrote it: {INSTALL_HINT})")
-    return actions, version
+    return ctx, actions, version
 
 
 def _nvtx(action) -> str:
@@ -195,7 +197,8 @@ class RepSource:
     """Keeps the loaded actions so that `metrics` (all of them) is read only when asked for."""
 
     def __init__(self, path: Path, module=None):
-        self.actions, self.version = read_ncu_rep(path, module)
+        # the context owns what the actions point to: kept for as long as they are read
+        self._context, self.actions, self.version = read_ncu_rep(path, module)
 
     def kernel_info(self) -> pd.DataFrame:
         act = self.actions
