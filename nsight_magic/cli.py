@@ -217,7 +217,7 @@ def _doctor(args) -> int:
     except NsightMagicError as e:
         say("warn", f"{e} (only %%ncu needs it)")
     try:
-        from .readers.ncu_rep import load_ncu_report_module
+        from .readers.ncu_module import load_ncu_report_module
 
         module, version = load_ncu_report_module()
         say("ok", f"ncu_report {version} from {Path(module.__file__).parent} reads .ncu-rep files")

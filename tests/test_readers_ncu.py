@@ -53,6 +53,21 @@ def test_every_public_ncu_rep_opens_with_the_issue_columns(name):
     assert set(rep.metrics["kernel_id"]) == set(rep.kernels["id"])
 
 
+@needs_ncu_report
+def test_the_reader_process_imports_ncu_report_before_numpy(tmp_path):
+    """ncu_report 2025.3.1 imported after numpy crashed (SIGSEGV) in metric.unit() on the lent H100 (every .ncu-rep
+    failed there; tests/gpu caught it): the worker process loads it first."""
+    out = tmp_path / "r.pkl"
+    p = subprocess.run([sys.executable, "-X", "importtime", "-m", "nsight_magic.readers.ncu_worker",
+                        str(fixture("public-rep", "montecarlo_profile.ncu-rep")), str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and out.exists(), p.stderr[-2000:]
+    done = [ln.rsplit("|", 1)[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")]
+    first_numpy = next(i for i, name in enumerate(done) if name.split(".")[0] == "numpy")
+    # its native library (_ncu_report: the extension of ncu's extras/python or of the pip package) is loaded first
+    assert any(n.split(".")[-1] == "_ncu_report" for n in done[:first_numpy]), [n for n in done if "ncu" in n]
+
+
 @pytest.mark.parametrize("path", sorted(p.name for p in CSV.glob("*.csv")) if CSV.exists() else ["absent"])
 def test_every_public_csv_opens(path):
     rep = open_ncu_report(fixture("public-csv", path))
@@ -230,9 +245,9 @@ def test_report_newer_than_ncu_report_says_pip_install(tmp_path):
     ok_rep, new_rep = fixture("public-rep", "montecarlo_profile.ncu-rep"), fixture("public-rep", "armleth_report.ncu-rep")
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from nsight_magic.readers import ncu_rep
+        from nsight_magic.readers import ncu_module
         from nsight_magic.readers.ncu import open_ncu_report
-        mod = ncu_rep.import_ncu_report_from(Path({str(DEBIAN_NCU_REPORT.parent)!r}))
+        mod = ncu_module.import_ncu_report_from(Path({str(DEBIAN_NCU_REPORT.parent)!r}))
         ok = open_ncu_report({str(ok_rep)!r}, ncu_report_module=(mod, "2022.3.0"))
         print("OK", ok.kernels["duration_ns"].tolist())
         try:
@@ -251,7 +266,7 @@ def test_report_newer_than_ncu_report_says_pip_install(tmp_path):
                     reason="Debian's nsight-compute (scripts/install-ncu-debian.sh)")
 def test_extras_python_next_to_the_found_ncu_is_seen_with_its_version(tmp_path, monkeypatch):
     """An Nsight Compute layout (ncu + extras/python/ncu_report.py) made of links to Debian's real files."""
-    from nsight_magic.readers.ncu_rep import _extras_candidates, _pip_version, choose_ncu_report
+    from nsight_magic.readers.ncu_module import _extras_candidates, _pip_version, choose_ncu_report
 
     (tmp_path / "extras" / "python").mkdir(parents=True)
     for f in ("ncu_report.py", "_ncu_report.so"):
@@ -267,7 +282,7 @@ def test_extras_python_next_to_the_found_ncu_is_seen_with_its_version(tmp_path, 
 
 
 def test_choice_of_ncu_report_prefers_the_newer_one():
-    from nsight_magic.readers.ncu_rep import choose_ncu_report
+    from nsight_magic.readers.ncu_module import choose_ncu_report
 
     extras = [(Path("/opt/nvidia/nsight-compute/2025.3.1/extras/python"), "2025.3.1.0")]
     assert choose_ncu_report("2026.3.1", extras)[0] == "pip"
