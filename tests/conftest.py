@@ -66,6 +66,14 @@ def pytest_configure(config):
         d.mkdir(mode=0o700, exist_ok=True)
         os.environ["TMPDIR"] = str(d)
         tempfile.tempdir = None
+        config._nm_worker_tmp = d
+
+
+def pytest_unconfigure(config):
+    """The worker's temporary folder goes with it (tests leave nothing in /tmp, as nsight-magic must not)."""
+    d = getattr(config, "_nm_worker_tmp", None)
+    if d is not None:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def started_by_this_worker(environ: bytes) -> bool:

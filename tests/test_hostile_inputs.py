@@ -279,3 +279,30 @@ def test_a_fresh_cell_that_leaves_a_thread_running_is_told_why_the_report_waits(
     assert r.ok, r.messages
     assert any("waits for its thread uploader" in s for s in said), said
     assert any("thread uploader running" in n for n in r.notes), r.notes
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_the_profiles_folder_deleted_while_a_warm_profile_finishes_does_not_hold_up_the_session(tmp_path):
+    """The finish stage wrote nsys's answer to the vanished folder and failed before it let go of the recording:
+    `%nsys_session` said "finishing" for good and `%nsys_session --stop` waited 300 s."""
+    import time
+
+    from kernels import DrivenKernel
+
+    k = DrivenKernel(tmp_path / "nb")
+    try:
+        k.run("%load_ext nsight_magic")
+        k.run("%%nsight_setup\nimport nvtx")
+        # the report's export takes seconds: the next cell runs while the profile finishes
+        k.kc.execute("%%nsys --name big\nfor i in range(30000):\n    nvtx.push_range('r'); nvtx.pop_range()",
+                     allow_stdin=True)
+        assert "removed" in k.run("import shutil; shutil.rmtree('nsight-profiles'); print('removed')")
+        t0 = time.monotonic()
+        stopped = k.run("%nsys_session --stop")
+        took = time.monotonic() - t0
+        assert "warm session stopped" in stopped or "was not running" in stopped, stopped
+        assert took < 60, took  # the export's few seconds at most (it was 300 s)
+        assert "nsys: ok" in k.run("%%nsys --name after\nprint('again')")  # a new session takes the next cell
+    finally:
+        k.km.shutdown_kernel(now=True)

@@ -234,6 +234,7 @@ def _session_dirs() -> set[Path]:
 def test_the_kernels_end_ends_the_session(tmp_path, ending):
     before = _session_processes()
     dirs_before = _session_dirs()
+    ours_before = _ours_in_tmp()
     km, kc, run = _kernel_cells(tmp_path)
     try:
         run("%load_ext nsight_magic")
@@ -243,6 +244,7 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
         assert "warm session (cell 1 in this process" in first or "warm session prepared" in first, first
         second = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
         assert "warm session (cell 2 in this process" in second, second
+        assert "nsys: ok" in run("%%nsys --no-render --fresh -t osrt,nvtx\ntime.sleep(0.01)")
         tool_files = [f for d in _session_dirs() - dirs_before for f in session_tool_files(d)]
         assert tool_files and all(os.path.exists(f) for f in tool_files)  # nsys's settings files for the worker
         shown = run("%nsys_session")
@@ -262,6 +264,19 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
         time.sleep(0.1)
     assert _session_dirs() - dirs_before == set()
     assert not [f for f in tool_files if os.path.exists(f)]  # gone with the session, killed or not
+    # nothing else of ours either: nsys's private folders of the fresh run, settings files, sockets
+    end = time.monotonic() + 10
+    while _ours_in_tmp() - ours_before and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _ours_in_tmp() - ours_before == set()
+
+
+def _ours_in_tmp() -> set[str]:
+    """What nsight-magic and the nsys runs it starts leave in the temporary folder, by name."""
+    import tempfile
+
+    return {p.name for p in Path(tempfile.gettempdir()).iterdir()
+            if p.name.startswith(("nsight-magic", "injection_config_", "nsys-", "nm-"))}
 
 
 def test_session_magic_stop_and_restart(tmp_path):

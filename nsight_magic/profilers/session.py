@@ -360,9 +360,12 @@ class NsysSession:
         if cell.stop_seq is not None:
             if on_status:
                 on_status("stopping the recording", time.monotonic() - cell.t0)
-            _append(tool_log, self._answer(cell.stop_seq, timeout=STOP_TIMEOUT_S))
-            with self._lock:
-                self.pending.pop(cell.stop_seq, None)
+            try:
+                answer = self._answer(cell.stop_seq, timeout=STOP_TIMEOUT_S)
+            finally:  # answered or not, it is no longer waited for: %nsys_session --stop must not wait on it
+                with self._lock:
+                    self.pending.pop(cell.stop_seq, None)
+            _append(tool_log, answer)
         elif not self.alive() and self.proc is not None:
             self._wait_ended()
             _append(tool_log, {"output": self.log_tail()})
@@ -546,10 +549,15 @@ def remove_stale_session_dirs(root: Path | None = None) -> list[Path]:
 
 
 def _append(path: Path, answer: dict) -> None:
-    with open(path, "a") as f:
-        if answer.get("argv"):
-            f.write(f"$ {' '.join(answer['argv'])}  (exit status {answer.get('rc')})\n")
-        f.write(answer.get("output", "") + "\n")
+    """nsys's answer to the profile's tool-output.txt; nothing when its folder was deleted or made read-only
+    meanwhile (the finish stage says so)."""
+    try:
+        with open(path, "a") as f:
+            if answer.get("argv"):
+                f.write(f"$ {' '.join(answer['argv'])}  (exit status {answer.get('rc')})\n")
+            f.write(answer.get("output", "") + "\n")
+    except OSError:
+        pass
 
 
 def _worker_pids(session_id: str) -> list[int]:
