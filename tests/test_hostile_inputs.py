@@ -306,3 +306,23 @@ def test_the_profiles_folder_deleted_while_a_warm_profile_finishes_does_not_hold
         assert "nsys: ok" in k.run("%%nsys --name after\nprint('again')")  # a new session takes the next cell
     finally:
         k.km.shutdown_kernel(now=True)
+
+
+@pytest.mark.parametrize("ddl, said", [
+    ("ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL ADD COLUMN big GENERATED ALWAYS AS (length(zeroblob(60000000) || demangledName)) "
+     "VIRTUAL", "column 'big' of table 'CUPTI_ACTIVITY_KIND_KERNEL' is computed when read"),
+    ("CREATE VIRTUAL TABLE extra USING rtree(id, a, b)", "table 'extra' is a virtual table"),
+])
+def test_a_table_computed_when_read_is_refused_at_once(tmp_path, ddl, said):
+    """Round 4: a kernel table with a generated column computing 60 MB per row took 30 s to open and 25 s to answer
+    Ctrl-C (one SQLite call); such a report is now refused before any row is read."""
+    import time
+
+    db, con = _altered_export(tmp_path)
+    con.execute(ddl)
+    con.commit()
+    con.close()
+    t0 = time.monotonic()
+    with pytest.raises(ReportError, match=said):
+        open_report(db)
+    assert time.monotonic() - t0 < 5

@@ -86,14 +86,26 @@ def open_ro(path: Path) -> ReadOnly:
 
 
 def refuse_code(con: sqlite3.Connection, path, schema: str = "main") -> None:
-    """A report holding views or triggers is refused: an export holds tables only, and SQLite would run their
-    code when we read a view or write a merge (an endless view, a trigger deleting rows)."""
+    """A report holding views, triggers, virtual tables or virtual generated columns is refused: an export holds
+    plain tables only, and SQLite would run their code when we read a view or write a merge (an endless view, a
+    trigger deleting rows, a column computing 60 MB per row)."""
     rows = con.execute(f"SELECT type, name FROM {schema}.sqlite_master WHERE type IN ('view', 'trigger') "
                        "ORDER BY type, name").fetchall()
     if rows:
         what = ", ".join(f"{t} {n!r}" for t, n in rows[:3]) + (f" and {len(rows) - 3} more" if len(rows) > 3 else "")
         raise ReportError(f"{path}: holds {what}: an Nsight Systems export holds tables only and a report is read "
                           "as data, never as code; re-export it from its .nsys-rep")
+    # a table whose rows are computed when read (a virtual table, a virtual generated column: one expression can
+    # cost seconds per row, inside one SQLite call that Ctrl-C cannot stop) is code too
+    tables = con.execute(f"SELECT name, sql FROM {schema}.sqlite_master WHERE type = 'table'").fetchall()
+    for name, sql in tables:
+        if (sql or "").lstrip()[:20].upper().replace(" ", "").startswith("CREATEVIRTUALTABLE"):
+            raise ReportError(f"{path}: table {name!r} is a virtual table (computed when read): an Nsight Systems "
+                              "export holds plain tables only; re-export it from its .nsys-rep")
+        computed = [r[1] for r in con.execute(f'PRAGMA {schema}.table_xinfo("{name}")') if r[6] == 2]
+        if computed:
+            raise ReportError(f"{path}: column {computed[0]!r} of table {name!r} is computed when read (a generated "
+                              "column): an Nsight Systems export stores its values; re-export it from its .nsys-rep")
 
 
 def connect(path: Path) -> tuple[sqlite3.Connection, set[str]]:
