@@ -93,7 +93,7 @@ def main() -> None:
             m.append(magic(shell, cell, trace, tmp / "profiles", args.capture))
             # the record stage's Recording; its finish() (run by the magic, which waits outside a notebook) has
             # the RunResult with every stage's timings
-            t = shell.magics_manager.registry["NsightMagics"].last_result.finish().timings
+            t = shell.magics_manager.registry["NsightMagics"].frontend.last_result.finish().timings
             parts = "  ".join(f"{k} {v:.2f}" for k, v in t.items())
             print(f"  run {i}: bare {b[-1]:.2f} s   %%nsys {m[-1]:.2f} s  ({parts})")
     mb, mm = statistics.median(b), statistics.median(m)

@@ -71,7 +71,7 @@ def magic(shell: InteractiveShell, cell: str, trace: str, folder: Path, extra: s
     wall = time.perf_counter() - t0
     # the record stage's Recording; the magic waited for its finish() (outside a notebook nobody would see the
     # output fill in later), which holds the RunResult with every stage's timings
-    result = shell.magics_manager.registry["NsightMagics"].last_result.finish()
+    result = shell.magics_manager.registry["NsightMagics"].frontend.last_result.finish()
     info = {"status": result.status, "notes": result.notes, **{k: round(v, 2) for k, v in result.timings.items()}}
     report = result.open()  # what this cell's report holds: the same every time when it holds this cell only
     if report is not None:
@@ -113,7 +113,7 @@ def main() -> None:
             w.append(wall)
             print(f"  run {i}: bare {b[-1]:.2f} s   warm %%nsys {w[-1]:.2f} s  {info}")
         if args.keep:
-            last = shell.magics_manager.registry["NsightMagics"].last_result.finish()
+            last = shell.magics_manager.registry["NsightMagics"].frontend.last_result.finish()
             shutil.copy(last.sqlite, args.keep)
         fresh, info = magic(shell, cell, trace, tmp / "profiles", "--fresh")
         print(f"  %%nsys --fresh: {fresh:.2f} s  {info}")

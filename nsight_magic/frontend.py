@@ -10,6 +10,7 @@ No IPython here: the magics add display and the notebook's namespace, the comman
 """
 from __future__ import annotations
 
+import atexit
 from pathlib import Path
 
 from . import background
@@ -38,6 +39,10 @@ class Frontend:
         self.worker_trace: str | None = None     # what the next warm worker traces (%%nsight_setup --trace, else
         #                                          the last %%nsys's)
         self.sessions = SessionManager()         # the warm %%nsys process; stopped when this process exits
+        # at exit (handlers run last registered, first), the background jobs end first: a profile cut short is
+        # marked interrupted before its warm worker is stopped, never left as a failed run
+        atexit.unregister(background.shutdown)
+        atexit.register(background.shutdown)
 
     # -- setup code and the warm worker ------------------------------------------------------------------------
     @property
