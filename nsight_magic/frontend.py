@@ -67,13 +67,13 @@ class Frontend:
         from . import tools
         from .options import DEFAULT_TRACE, trace_for_machine
         from .profilers.nsys import default_launch_args
-        from .profilers.prepare import _current_umask
+        from .profilers.prepare import current_umask
         from .store import notebook_dir
 
         nsys = tools.find_nsys()
         trace, _ = trace_for_machine(trace or DEFAULT_TRACE, tools.gpu_visible())
         return dict(nsys=nsys, trace=trace, launch_args=default_launch_args(nsys, trace), cwd=notebook_dir(),
-                    umask=_current_umask())
+                    umask=current_umask())
 
     def prewarm(self, pass_env=(), default_trace: str = "") -> None:
         """Prepare the warm worker for the next %%nsys in the background (the setup code, trace and environment as

@@ -139,3 +139,14 @@ def test_javascript_and_css_are_package_files_not_python_strings():
             if text.count("\n") >= 2 and code.search(text):
                 found.append(f"{p.relative_to(PACKAGE)}:{node.lineno}")
     assert not found, f"JavaScript or CSS in Python strings (move it to nsight_magic/views/assets/): {found}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A leading underscore means "this module's own": what another module needs is public (issue 49 found 25)."""
+    found = []
+    for p in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("nsight_magic")):
+                found += [f"{p.relative_to(PACKAGE)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not found, found

@@ -511,7 +511,7 @@ def _correlation_keys(api: pd.DataFrame):
     return FirstMatch(api["correlation_id"].to_numpy(np.int64, na_value=-1)[have]), np.flatnonzero(have)
 
 
-def _by_correlation(api: pd.DataFrame, column: str):
+def by_correlation(api: pd.DataFrame, column: str):
     """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time; the first
     call with the id); -1 when unknown."""
     if api.empty:
@@ -600,8 +600,8 @@ def diagnose(report) -> Diagnosis:
         pid = int(pid)
         st = steps.get(pid)
         api, osrt = _host_calls(report, pid, calls)
-        tids = _by_correlation(api, "tid")
-        window, scale, source = _window(report, pid, pops, st, _by_correlation(api, "start_ns"))
+        tids = by_correlation(api, "tid")
+        window, scale, source = _window(report, pid, pops, st, by_correlation(api, "start_ns"))
         first = int(st.starts[0]) if st is not None else int(pops["start_ns"].min())
         startup[pid] = max(0, first - span.start_ns)
         sources[pid] = source
@@ -619,7 +619,7 @@ def _shares(totals: dict, window_ns: int) -> dict:
     return {c: 100.0 * totals.get(c, 0) / max(window_ns, 1) for c in CATEGORIES}
 
 
-def _kind(pct: dict) -> str:
+def verdict_kind(pct: dict) -> str:
     if pct["compute"] >= GPU_BOUND_PCT:
         return "gpu"
     by_kind: dict[str, float] = {}
@@ -668,7 +668,7 @@ def _quiet_pct(pairs) -> float:
     return 100.0 * quiet / max(sum(p.window_ns for p in pairs), 1)
 
 
-def _summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0) -> str:
+def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0) -> str:
     parts = sorted(HOST, key=lambda c: -pct[c])
     shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
     if "launch" not in shown:
@@ -711,7 +711,7 @@ def bottleneck(report) -> Bottleneck:
     totals = {c: sum(p.totals[c] for p in d.pairs) for c in CATEGORIES}
     window_sum = sum(p.window_ns for p in d.pairs)
     pct = _shares(totals, window_sum)
-    kind = _kind(pct)
+    kind = verdict_kind(pct)
     ranks = report.ranks_by_pid
     per = None
     pids = sorted({p.pid for p in d.pairs})
@@ -721,9 +721,9 @@ def bottleneck(report) -> Bottleneck:
             mine = [p for p in d.pairs if p.pid == pid]
             t = {c: sum(p.totals[c] for p in mine) for c in CATEGORIES}
             pp = _shares(t, sum(p.window_ns for p in mine))
-            k = _kind(pp)
+            k = verdict_kind(pp)
             rows.append({"pid": pid, "rank": ranks.get(pid, (None, None))[0], "kind": k,
-                         "summary": _summary(k, pp, quiet_pct=_quiet_pct(mine)),
+                         "summary": verdict_summary(k, pp, quiet_pct=_quiet_pct(mine)),
                          **{f"{c.replace(' ', '_')}_pct": round(pp[c], 1) for c in CATEGORIES}})
         per = pd.DataFrame(rows)
         per["rank"] = per["rank"].astype("Int64")
@@ -736,7 +736,7 @@ def bottleneck(report) -> Bottleneck:
     breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [int(totals[c]) for c in CATEGORIES],
                               "pct": [round(pct[c], 1) for c in CATEGORIES]})
     window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
-    summary = _summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "", _quiet_pct(d.pairs))
+    summary = verdict_summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "", _quiet_pct(d.pairs))
     where = d.sources[main_pid]
     startup = d.startup.get(main_pid, 0)
     tail = f" (window: {where}"

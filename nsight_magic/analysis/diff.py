@@ -86,9 +86,9 @@ def _kernels(report, match: str) -> pd.DataFrame:
     names = _keys(k["name"])
     dur = pd.to_numeric(k["duration_ns"], errors="coerce").fillna(0).astype(np.int64)
     if match == "order" and "start_ns" in k:
-        from .ranks import _steps
+        from .ranks import steps_of
 
-        steps = _steps(report)
+        steps = steps_of(report)
         step = np.zeros(len(k), np.int64)
         if not steps.empty:  # the step whose range (on any process) started last before the kernel
             s = steps.sort_values("start_ns")

@@ -143,7 +143,7 @@ def step_name(report) -> str | None:
     return next(iter(found.values())).name if found else None
 
 
-def _steps(report, name: str | None = None) -> pd.DataFrame:
+def steps_of(report, name: str | None = None) -> pd.DataFrame:
     """The steps of every process (analysis.steps): pid, step (k-th on its process), start_ns, end_ns (the next
     step's start; the last step's range end)."""
     rows = []
@@ -173,7 +173,7 @@ def ranks_table(report) -> pd.DataFrame:
     waits = collective_waits(report, nccl)
     found = find_steps(report)
     name = next(iter(found.values())).name if found else None
-    steps = _steps(report)
+    steps = steps_of(report)
     strag = stragglers_by_step(report, waits, steps)
     span = report.time_span
     gpu_parts = [f[["pid", "start_ns", "end_ns"]] for f in (k, report.memcpy, report.memset) if not f.empty]
@@ -212,12 +212,12 @@ def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.Data
     k-th collective is the same one on every rank, so it is counted in the step of the rank that launched it
     last (where the others' waiting began)."""
     waits = collective_waits(report) if waits is None else waits
-    steps = _steps(report) if steps is None else steps
+    steps = steps_of(report) if steps is None else steps
     cols = ["step", "straggler", "rank", "wait_ns"]
     if waits.empty or steps.empty:
         return pd.DataFrame({c: [] for c in cols})
     w = waits.copy()
-    w["launch_ns"] = _launch_times(report, w)
+    w["launch_ns"] = launch_times(report, w)
     w["step"] = -1
     for pid, st in steps.groupby("pid"):
         m = (w["pid"] == pid).to_numpy()
@@ -237,7 +237,7 @@ def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.Data
     return best[cols].reset_index(drop=True)
 
 
-def _launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
+def launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
     """When each kernel (of nccl_kernels: pid, correlation_id) was launched: its CUDA API call's start (the first
     call with its process and correlation id); the kernel's own start where the call is unknown."""
     from ..readers.nsys_frames import ckey, first_match

@@ -29,7 +29,7 @@ OWN_START_MARK, OWN_END_MARK = "process start", "process end"  # readers.capture
 EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4
 
 
-def _redirect_output(stdout: Path, stderr: Path) -> None:
+def redirect_output(stdout: Path, stderr: Path) -> None:
     # At the file-descriptor level so that C extensions' output (CUDA, torch warnings) is kept too.
     for fd, path in ((1, stdout), (2, stderr)):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -124,7 +124,7 @@ def tool_files_named_in(folder: Path) -> list[str]:
     return out
 
 
-class _Progress:
+class Progress:
     def __init__(self, path: Path):
         self.path = path
 
@@ -540,7 +540,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     return status
 
 
-def _user_tmpdir() -> None:
+def user_tmpdir() -> None:
     if USER_TMPDIR_ENV in os.environ:
         mine = os.environ.pop(USER_TMPDIR_ENV)
         if mine:
@@ -550,15 +550,15 @@ def _user_tmpdir() -> None:
 
 
 def main(argv: list[str]) -> int:
-    _user_tmpdir()
+    user_tmpdir()
     folder = Path(argv[0]).resolve()
     cfg = json.loads((folder / "run.json").read_text())
     # nsys starts its target with umask 0; files the cell writes should get the notebook's permissions.
     if "umask" in cfg:
         os.umask(cfg["umask"])
     sfx = rank_suffix(rank_of(cfg)[0])
-    _redirect_output(folder / f"stdout{sfx}.txt", folder / f"stderr{sfx}.txt")
-    progress = _Progress(folder / f"progress{sfx}.jsonl")
+    redirect_output(folder / f"stdout{sfx}.txt", folder / f"stderr{sfx}.txt")
+    progress = Progress(folder / f"progress{sfx}.jsonl")
     progress("importing", pid=os.getpid(), tool_files=tool_files())
     before = process_snapshot()
     if cfg.get("capture") == "all":

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from .child import (EXIT_SETUP_ERROR, TOOL_FILES_NAME, _Progress, _redirect_output, _user_tmpdir, load_variables,
+from .child import (EXIT_SETUP_ERROR, TOOL_FILES_NAME, Progress, redirect_output, user_tmpdir, load_variables,
                     new_namespace, process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
 from .commands import receive
 
@@ -29,14 +29,14 @@ def _write_json(path: Path, data: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
-    _user_tmpdir()
+    user_tmpdir()
     sdir = Path(argv[0]).resolve()
     scfg = json.loads((sdir / "session.json").read_text())
     if "umask" in scfg:
         os.umask(scfg["umask"])
     first = Path(scfg["folder"])
-    _redirect_output(first / "stdout.txt", first / "stderr.txt")
-    progress = _Progress(first / "progress.jsonl")
+    redirect_output(first / "stdout.txt", first / "stderr.txt")
+    progress = Progress(first / "progress.jsonl")
     progress("importing", pid=os.getpid(), tool_files=tool_files())
     _write_json(sdir / TOOL_FILES_NAME, tool_files())  # removed with the session, also when its kernel was killed
     base = new_namespace({"cwd": scfg.get("cwd")})
@@ -57,8 +57,8 @@ def main(argv: list[str]) -> int:
                     folder = Path(cmd["folder"])
                     cfg = json.loads((folder / "run.json").read_text())
                     if folder != first:
-                        _redirect_output(folder / "stdout.txt", folder / "stderr.txt")
-                    cell_progress = _Progress(folder / "progress.jsonl")
+                        redirect_output(folder / "stdout.txt", folder / "stderr.txt")
+                    cell_progress = Progress(folder / "progress.jsonl")
                     cells += 1
                     _write_json(folder / "worker.json",
                                 {"started": STARTED, "pid_in_namespace": os.getpid(), "cell": cells})

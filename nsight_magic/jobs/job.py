@@ -382,7 +382,7 @@ class Job:
 
     def bottleneck(self) -> "JobVerdict":
         """The job's verdict from its ranks' (analysis.bottleneck), with one row per rank."""
-        from ..analysis.bottleneck import CATEGORIES, _kind, _summary
+        from ..analysis.bottleneck import CATEGORIES, verdict_kind, verdict_summary
 
         totals = {c: 0 for c in CATEGORIES}
         window = 0
@@ -402,13 +402,13 @@ class Job:
         if not rows:
             return JobVerdict("cpu", "no GPU work in any rank's report", pd.DataFrame(), per)
         pct = {c: 100.0 * totals[c] / max(window, 1) for c in CATEGORIES}
-        kind = _kind(pct)
+        kind = verdict_kind(pct)
         if kind != "communication" and len(per) > 1 and per["communication_pct"].max() >= 20:
             kind = "communication"
         breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [totals[c] for c in CATEGORIES],
                                   "pct": [round(pct[c], 1) for c in CATEGORIES]})
         s = self.straggler()
-        summary = _summary(kind, pct) + f" ({len(rows)} ranks"
+        summary = verdict_summary(kind, pct) + f" ({len(rows)} ranks"
         if s:
             summary += f"; the others wait for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms"
         return JobVerdict(kind, summary + ")", breakdown, per)

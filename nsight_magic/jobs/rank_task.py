@@ -96,7 +96,7 @@ def _on_report(out, fill, path: str | None = None):
 
 def _fill(out: RankResult, rep) -> None:
     from ..readers.nsys_sql import open_ro
-    from ..analysis.ranks import _launch_times, arrivals, nccl_kernels
+    from ..analysis.ranks import launch_times, arrivals, nccl_kernels
     from ..analysis.steps import find_steps
     from ..readers.nsys_merge import clock_offset_ns
     from ..analysis import intervals as I
@@ -125,7 +125,7 @@ def _fill(out: RankResult, rep) -> None:
     n = nccl_kernels(rep)
     out.nccl_ns = int(n["duration_ns"].sum()) if len(n) else 0
     if len(n):
-        n = arrivals(rep, n.assign(launch_ns=_launch_times(rep, n)))
+        n = arrivals(rep, n.assign(launch_ns=launch_times(rep, n)))
         out.nccl = n[["seq", "start_ns", "end_ns", "duration_ns", "launch_ns", "collective", "window_ns", "busy_ns",
                       "kernels", "rank_kernels"]].reset_index(drop=True)
     steps = find_steps(rep)

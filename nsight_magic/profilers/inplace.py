@@ -28,7 +28,7 @@ from ..inside.python_samples import SAMPLES_FILE, PythonSampler
 from ..options import nsys_default_args
 from ..store import ProfileFolder, create_profile_folder, profiles_root
 from .nsys import finish_nsys
-from .prepare import _versions
+from .prepare import tool_versions
 from .process import Recording, RunResult
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"  # set by the launcher: {"session", "nsys", "trace", "launch"} as JSON
@@ -132,7 +132,7 @@ class InPlaceSession:
                       "--force-overwrite=true"]
         start = shlex.join([str(self.nsys), "start", f"--session={self.name}", *start_args])
         folder.command.write_text(f"in place: {self.launch}\n{start}\n")
-        folder.write_json(folder.versions, _versions(self.nsys, "nsys", self.version))
+        folder.write_json(folder.versions, tool_versions(self.nsys, "nsys", self.version))
         messages: list[str] = []
         notes = [f"profiled in place (cell {self.cells + 1} of this kernel's nsys session, tracing {self.trace})"]
         if opts.memory and not self.memory:

@@ -11,8 +11,8 @@ from ..inside.child import CAPTURE_DOMAIN
 from ..errors import NsightMagicError
 from ..options import RunOptions
 from .nsys import child_argv
-from .prepare import _annotations, _load_returns, _prepare_with_tool, _versions
-from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
+from .prepare import annotation_setup, load_returns, prepare_with_tool, tool_versions
+from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, ChildOutcome,
                       child_environment, describe_outcome)
 
 
@@ -30,10 +30,10 @@ def record_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), names
 
     t0 = time.monotonic()
     # --module NAME selects a module's NVTX range: give the models their ranges unless the user chose otherwise
-    prep, ncu, version = _prepare_with_tool(
+    prep, ncu, version = prepare_with_tool(
         cell, opts, "ncu", ncu_tool.find_ncu, ncu_tool.ncu_version, capture="cell", setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared,
-        annotations=_annotations(opts, modules=0 if ncu_opts.module else None))
+        annotations=annotation_setup(opts, modules=0 if ncu_opts.module else None))
     folder = prep.folder
     messages: list[str] = []
     user_opts = ncu_opts  # the filters the user chose, for messages
@@ -44,14 +44,14 @@ def record_ncu(cell: str, opts: RunOptions, ncu_opts, *, setup_sources=(), names
         messages.append(isolation_note)
     argv = [*prefix, *ncu_tool.build_ncu_argv(ncu, ncu_opts, folder.report_base, child_argv(folder))]
     folder.command.write_text(shlex.join(argv) + "\n")
-    folder.write_json(folder.versions, _versions(ncu, "ncu", version))
+    folder.write_json(folder.versions, tool_versions(ncu, "ncu", version))
 
     run = ChildRun(argv, prep, child_environment(passed=opts.pass_env), on_output, on_status)
     run.record(opts.timeout, stop_grace_s)
-    returned = _load_returns(folder, messages)
+    returned = load_returns(folder, messages)
     status = run.status_so_far
     if status not in ("ok", "failed"):  # the cell's own failure is known now; ncu's are explained at the end
-        said = describe_outcome(_ChildOutcome(None, status, 0.0, list(run.phases), details=dict(run.extras)), "ncu",
+        said = describe_outcome(ChildOutcome(None, status, 0.0, list(run.phases), details=dict(run.extras)), "ncu",
                                 opts.timeout, folder)
         if said:
             messages.append(said)

@@ -26,8 +26,8 @@ from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_f
 from ..store import ProfileFolder
 from ..tools.argv import flag_name
 from .extras import Extras, choose, split_for_session
-from .prepare import _current_umask, _load_returns, _prepare_with_tool, _versions
-from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, _ChildOutcome,
+from .prepare import current_umask, load_returns, prepare_with_tool, tool_versions
+from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, ChildOutcome,
                       child_environment, describe_outcome, outcome_notes, rank_outcome)
 
 
@@ -212,7 +212,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     _check_nproc(opts, script)
     check_trace(opts.trace)  # before any folder or process: a bad list is the user's to fix, said in one line
     check_nsys_switches(opts.nsys_args)
-    prep, nsys, version = _prepare_with_tool(
+    prep, nsys, version = prepare_with_tool(
         cell, opts, "nsys", tools.find_nsys, tools.nsys_version, capture=opts.capture, setup_sources=setup_sources,
         namespace=namespace, on_prepared=on_prepared, script=script, script_args=script_args,
         cell_first_line=cell_first_line)
@@ -223,7 +223,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     trace, note = trace_for_machine(opts.trace, tools.gpu_visible())
     if note:
         notes.append(note)
-    folder.write_json(folder.versions, _versions(nsys, "nsys", version))
+    folder.write_json(folder.versions, tool_versions(nsys, "nsys", version))
     extras = recording_extras(opts, trace, nsys, version, folder)
     notes += extras.notes
     env = child_environment(passed=opts.pass_env)
@@ -240,7 +240,7 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
         if refusal:
             notes.append(f"fresh process ({refusal})")
         capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s, extras)
-    returned = _load_returns(folder, messages, opts.nproc, opts.return_all)
+    returned = load_returns(folder, messages, opts.nproc, opts.return_all)
     so_far = _judged(capture.provisional(), opts, folder)
     said = _outcome_message(so_far, opts, folder)
     if said:
@@ -262,12 +262,12 @@ def run_nsys(cell: str, opts: NsysOptions = NsysOptions(), **kw) -> RunResult:
     return record_nsys(cell, opts, **kw).finish()
 
 
-def _judged(outcome: _ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> _ChildOutcome:
+def _judged(outcome: ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> ChildOutcome:
     """With --nproc a failed rank decides the outcome (process.rank_outcome)."""
     return rank_outcome(outcome, folder, opts.nproc) if opts.nproc else outcome
 
 
-def _outcome_message(outcome: _ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> str | None:
+def _outcome_message(outcome: ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> str | None:
     return describe_outcome(outcome, "nsys", opts.timeout, folder, ranks=opts.nproc or 1)
 
 
@@ -337,13 +337,13 @@ def _kept_after_interrupt(folder: ProfileFolder, messages: list[str]) -> tuple[P
 class _Over:
     """A capture that ended in its record stage (a warm setup that failed or was interrupted)."""
 
-    def __init__(self, outcome: _ChildOutcome):
+    def __init__(self, outcome: ChildOutcome):
         self.outcome = outcome
 
-    def provisional(self) -> _ChildOutcome:
+    def provisional(self) -> ChildOutcome:
         return self.outcome
 
-    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+    def finish(self, on_status=None, cancel=None) -> ChildOutcome:
         return self.outcome
 
 
@@ -353,12 +353,12 @@ class _Cold:
     def __init__(self, run, tmp: Path, folder: ProfileFolder):
         self.run, self.tmp, self.folder = run, tmp, folder
 
-    def provisional(self) -> _ChildOutcome:
+    def provisional(self) -> ChildOutcome:
         r = self.run
-        return _ChildOutcome(r.proc.returncode, r.status_so_far, r.record_s or 0.0, list(r.phases),
+        return ChildOutcome(r.proc.returncode, r.status_so_far, r.record_s or 0.0, list(r.phases),
                              details=dict(r.extras))
 
-    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+    def finish(self, on_status=None, cancel=None) -> ChildOutcome:
         try:
             return self.run.finish(on_status, cancel)
         finally:
@@ -406,14 +406,14 @@ class _Warm:
     def __init__(self, session, cell, setup_s: float | None):
         self.session, self.cell, self.setup_s = session, cell, setup_s
 
-    def provisional(self) -> _ChildOutcome:
+    def provisional(self) -> ChildOutcome:
         recs = self.cell.records
         exited = [r for r in recs.items if r.get("phase") == "exited"]
         details = {"exit_status": exited[-1].get("status")} if exited else {}
-        return _ChildOutcome(None, self.cell.status_so_far, time.monotonic() - self.cell.t0, recs.phases,
+        return ChildOutcome(None, self.cell.status_so_far, time.monotonic() - self.cell.t0, recs.phases,
                              details=details)
 
-    def finish(self, on_status=None, cancel=None) -> _ChildOutcome:
+    def finish(self, on_status=None, cancel=None) -> ChildOutcome:
         out = self.session.finish_cell(self.cell, on_status)
         if self.setup_s is not None:
             out.timings["session_start_s"] = round(self.setup_s, 3)
@@ -507,7 +507,7 @@ def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_source
         if session is None:
             replaced = had or sessions.session is not None
             session = sessions.new(nsys=nsys, trace=trace, env=env, setup_sources=setup_sources, cwd=prep.cwd,
-                                   umask=_current_umask(), launch_args=launch_args)
+                                   umask=current_umask(), launch_args=launch_args)
             folder.command.write_text(f"warm session {session.name}: {shlex.join(_launch_words(session))}\n")
             session.launch(folder)
             how = ("restarted ({}): the setup, trace or environment changed" if replaced else
@@ -523,7 +523,7 @@ def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_source
             except KeyboardInterrupt:
                 _keep_session_log(folder, session)
                 sessions.stop()
-                return (_Over(_ChildOutcome(None, "interrupted", time.monotonic() - t0, [])),
+                return (_Over(ChildOutcome(None, "interrupted", time.monotonic() - t0, [])),
                         "warm session interrupted while starting")
             setup_s = time.monotonic() - t0
             if "ready" not in setup.phases:  # the setup raised or hung (its output is in the cell's)
@@ -532,7 +532,7 @@ def _record_warm(sessions, prep, nsys: Path, trace: str, env: dict, setup_source
                 wall = time.monotonic() - t0
                 status = ("setup-error" if "setup-error" in setup.phases else
                           "timeout" if opts.timeout is not None and wall >= opts.timeout else "failed")
-                return (_Over(_ChildOutcome(None, status, wall, setup.phases)),
+                return (_Over(ChildOutcome(None, status, wall, setup.phases)),
                         "warm session not kept: its setup code did not finish")
             if session.setup_folder == folder.path:
                 records = setup  # the setup's progress is the cell's own: one record of phases

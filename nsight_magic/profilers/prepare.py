@@ -89,7 +89,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "cwd": str(cwd),
         "script": script,
         "script_args": list(script_args),
-        "umask": _current_umask(),
+        "umask": current_umask(),
         # automatic NVTX ranges made in the profiled process: modules (depth, 0 = all), functions, lines
         "annotations": annotations or {},
         "nproc": nproc,            # --nproc: ranks under torchrun (child.py's barrier and per-rank files)
@@ -100,13 +100,13 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     return _Prepared(folder, manifest, cwd)
 
 
-def _current_umask() -> int:
+def current_umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
 
-def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> dict:
+def tool_versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> dict:
     def dist(name):
         try:
             return metadata.version(name)
@@ -126,7 +126,7 @@ def _versions(nsys_path: Path | None, tool: str, tool_version: str | None) -> di
     }
 
 
-def _prepare_with_tool(cell: str, opts: RunOptions, tool: str, find, version_of, *, capture: str, setup_sources,
+def prepare_with_tool(cell: str, opts: RunOptions, tool: str, find, version_of, *, capture: str, setup_sources,
                        namespace, on_prepared, script: str | None = None, script_args=(),
                        annotations: dict | None = None, cell_first_line: int = 1):
     """The profile folder with everything the child needs, then the profiler and its version.
@@ -135,7 +135,7 @@ def _prepare_with_tool(cell: str, opts: RunOptions, tool: str, find, version_of,
     prep = prepare(cell, name=opts.name, directory=opts.directory, setup_sources=setup_sources,
                    namespace=namespace, send_vars=opts.send_vars, no_vars=opts.no_vars, capture=capture,
                    returns=opts.return_vars, script=script, script_args=script_args, cwd=notebook_dir(),
-                   annotations=annotations if annotations is not None else _annotations(opts),
+                   annotations=annotations if annotations is not None else annotation_setup(opts),
                    nproc=getattr(opts, "nproc", None), return_all=getattr(opts, "return_all", False),
                    per_rank_reports=getattr(opts, "per_rank_reports", False), cell_first_line=cell_first_line,
                    tool=tool)
@@ -148,13 +148,13 @@ def _prepare_with_tool(cell: str, opts: RunOptions, tool: str, find, version_of,
         raise RunFailed(f"{e}; nothing was run, the cell is kept in {prep.folder.path}/") from None
 
 
-def _annotations(opts: RunOptions, modules: int | None = None) -> dict:
+def annotation_setup(opts: RunOptions, modules: int | None = None) -> dict:
     """What the profiled process annotates before the cell (run.json "annotations", read by child.py)."""
     return {"modules": opts.modules if opts.modules is not None else modules, "functions": list(opts.functions),
             "lines": bool(getattr(opts, "lines", False)), "ops": getattr(opts, "ops", None)}
 
 
-def _load_returns(folder: ProfileFolder, messages: list[str], nproc: int | None = None,
+def load_returns(folder: ProfileFolder, messages: list[str], nproc: int | None = None,
                   return_all: bool = False) -> dict:
     """--return values: rank 0's (or the only process's); with --return-all a list per name, one per rank."""
     if return_all and nproc:

@@ -143,7 +143,7 @@ class _Prefix:
         return out
 
 
-class _Tail:
+class Tail:
     """Follow a file the child appends to; decode UTF-8 across read boundaries."""
 
     def __init__(self, path: Path):
@@ -184,7 +184,7 @@ def process_argv(pid: int) -> list[bytes]:
         return [b""]
 
 
-def _kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
+def kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
     """Kill processes carrying this run's id in their environment (nsys's agent escapes the process group)."""
     for pid in run_processes(env_name, run_id):
         try:
@@ -274,11 +274,11 @@ def _stop(proc: subprocess.Popen, run_id: str, grace_s: float) -> None:
             continue
         except KeyboardInterrupt:  # a second Ctrl-C: skip the grace period
             continue
-    _kill_strays(run_id)
+    kill_strays(run_id)
 
 
 @dataclass
-class _ChildOutcome:
+class ChildOutcome:
     returncode: int | None
     status: str
     wall_s: float
@@ -327,9 +327,9 @@ class ChildRun:
             raise RunFailed(f"could not start {argv[0]}: {e}; kept: {folder.path}/") from None
         finally:
             tool_log.close()
-        self.tails = [(stream, _Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r, ranks > 1))
+        self.tails = [(stream, Tail(folder.path / f"{stream}{rank_suffix(r)}.txt"), _Prefix(r, ranks > 1))
                       for r in range(ranks) for stream in ("stdout", "stderr")]
-        self.progress = [_Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
+        self.progress = [Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
         self.phases: list[str] = []                # rank 0's
         self.cell_over = [False] * ranks           # each rank finished its cell
         self.finished = [False] * ranks            # ... and wrote what the notebook needs
@@ -431,7 +431,7 @@ class ChildRun:
         return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
 
     def finish(self, on_status: StatusCallback | None = None, cancel=None, stop_grace_s: float = 30.0
-               ) -> _ChildOutcome:
+               ) -> ChildOutcome:
         """Until the profiler has written its report and exited.  `cancel` (a threading.Event, set by Ctrl-C) stops
         its writing: SIGINT (it writes what it has), then SIGTERM, then SIGKILL.  Output is no longer streamed."""
         status_cb = on_status or self.status_cb
@@ -462,10 +462,10 @@ class ChildRun:
             _stop(self.proc, self.run_id, stop_grace_s)
             self.extras["interrupted_writing"] = True
         # The profiler has exited; helpers it started must not outlive the run, nor its files in /tmp.
-        _kill_strays(self.run_id)
+        kill_strays(self.run_id)
         self._pump(stream_output=False)
         remove_tool_files(tool_files_named_in(self.folder.path))  # named in the ranks' first records
-        return _ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
+        return ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
                              details=self.extras)
 
     def _status(self) -> str:
@@ -475,10 +475,10 @@ class ChildRun:
         if self.extras.get("interrupted_writing") and "cell_status" in self.extras:
             cs = self.extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
             return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
-        return _status_from(rc, self.phases)
+        return status_from(rc, self.phases)
 
 
-def _status_from(rc: int | None, phases: list[str]) -> str:
+def status_from(rc: int | None, phases: list[str]) -> str:
     if "setup-error" in phases:
         return "setup-error"
     if "state-error" in phases:
@@ -490,7 +490,7 @@ def _status_from(rc: int | None, phases: list[str]) -> str:
     return "failed"
 
 
-def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _ChildOutcome:
+def rank_outcome(outcome: ChildOutcome, folder: ProfileFolder, nproc: int) -> ChildOutcome:
     """With --nproc: a rank other than 0 that raised, exited or failed to load decides the outcome when rank 0
     did not fail itself (torchrun then stopped the others); `failed_rank` names it for the message."""
     own = [x for x in _progress_records(folder.progress) if x.get("phase") == "finished"]
@@ -506,7 +506,7 @@ def rank_outcome(outcome: _ChildOutcome, folder: ProfileFolder, nproc: int) -> _
         if bad is None and "running" in phases and not finished:
             bad = "failed"
         if bad:
-            return _ChildOutcome(outcome.returncode, bad, outcome.wall_s, outcome.phases, outcome.timings,
+            return ChildOutcome(outcome.returncode, bad, outcome.wall_s, outcome.phases, outcome.timings,
                                  failed_rank=r, details={**outcome.details,
                                                          "rank_exit": torchrun_exit_codes(folder.tool_log).get(r)})
     return outcome
@@ -554,7 +554,7 @@ def _progress_records(path: Path) -> list[dict]:
         return []
 
 
-def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder,
+def describe_outcome(outcome: ChildOutcome, tool: str, timeout: float | None, folder: ProfileFolder,
                      ranks: int = 1) -> str | None:
     """One line for anything but success; always says where the files are."""
     where = f"everything is kept in {folder.path}/"
@@ -607,7 +607,7 @@ def describe_outcome(outcome: _ChildOutcome, tool: str, timeout: float | None, f
     return f"{tool} exited with status {rc}{log}; {where}"
 
 
-def outcome_notes(outcome: _ChildOutcome) -> list[str]:
+def outcome_notes(outcome: ChildOutcome) -> list[str]:
     """Informational lines about a run that went as it should (processes the cell left behind)."""
     notes = []
     left = outcome.details.get("leftovers") or []

@@ -43,7 +43,7 @@ from ..errors import NsightMagicError
 from ..inside import commands
 from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files
 from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
-from .process import (POLL_S, OrphanWatch, _ChildOutcome, _kill_strays, _status_from, _Tail, json_records,
+from .process import (POLL_S, OrphanWatch, ChildOutcome, kill_strays, status_from, Tail, json_records,
                       process_argv, run_processes)
 
 SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
@@ -73,7 +73,7 @@ class _Records:
     items: list = field(default_factory=list)
 
     def __post_init__(self):
-        self.tail = _Tail(self.path)
+        self.tail = Tail(self.path)
 
     def read(self) -> list[dict]:
         new = json_records(self.tail.read())
@@ -100,7 +100,7 @@ class WarmCell:
     @property
     def status_so_far(self) -> str:
         finished = [r for r in self.records.items if r.get("phase") == "finished"]
-        return self.outcome or _status_from(finished[-1].get("status", 0) if finished else None, self.records.phases)
+        return self.outcome or status_from(finished[-1].get("status", 0) if finished else None, self.records.phases)
 
 
 class NsysSession:
@@ -261,7 +261,7 @@ class NsysSession:
         if self.lifeline is not None:
             os.close(self.lifeline)
             self.lifeline = None
-        _kill_strays(self.id, SESSION_ID_ENV)
+        kill_strays(self.id, SESSION_ID_ENV)
         remove_tool_files(session_tool_files(self.dir))  # nsys's settings files for the worker, left when it stops
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -351,7 +351,7 @@ class NsysSession:
         return cell
 
     # ---- one cell: finish ------------------------------------------------------------------------------------
-    def finish_cell(self, cell: WarmCell, on_status=None) -> _ChildOutcome:
+    def finish_cell(self, cell: WarmCell, on_status=None) -> ChildOutcome:
         """The answer of the cell's `nsys stop` (the report is written then), or, when the worker died, the end of
         `nsys launch` (which writes the report of the recording in progress itself).  The stop is always waited
         for: it is what keeps the report, and the session's next recording starts after it."""
@@ -377,7 +377,7 @@ class NsysSession:
                 self.stop(polite=cell.keep)
         return out
 
-    def _end_cell(self, cell: WarmCell) -> _ChildOutcome:
+    def _end_cell(self, cell: WarmCell) -> ChildOutcome:
         records = cell.records
         records.read()
         rc = None
@@ -387,7 +387,7 @@ class NsysSession:
             ended = [a for a in self.host_answers.items if a.get("event") == "ended"]
             rc = ended[-1].get("rc") if ended else self.proc.returncode
         finished = [r for r in records.items if r.get("phase") == "finished"]
-        status = cell.outcome or _status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
+        status = cell.outcome or status_from(finished[-1].get("status", 0) if finished and rc is None else rc,
                                               records.phases)
         details = {}
         exited = [r for r in records.items if r.get("phase") == "exited"]
@@ -400,7 +400,7 @@ class NsysSession:
                 details[key] = left
         if rc is not None and rc > 128 and rc - 128 in signal.valid_signals():
             rc = -(rc - 128)  # nsys launch exits with 128 + the signal that killed the worker
-        return _ChildOutcome(rc, status, time.monotonic() - cell.t0, records.phases, details=details)
+        return ChildOutcome(rc, status, time.monotonic() - cell.t0, records.phases, details=details)
 
     def _interrupt_worker(self) -> None:
         """SIGINT to the worker: a KeyboardInterrupt in the cell, as in a notebook."""
@@ -454,8 +454,8 @@ class NsysSession:
 
     def _pump(self, folder: Path, records: _Records, until, timeout, on_output, on_status, t0) -> None:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
-        tails = self._tails.setdefault(str(folder), {"stdout": _Tail(folder / "stdout.txt"),
-                                                     "stderr": _Tail(folder / "stderr.txt")})
+        tails = self._tails.setdefault(str(folder), {"stdout": Tail(folder / "stdout.txt"),
+                                                     "stderr": Tail(folder / "stderr.txt")})
         last_tick = 0.0
         watch = OrphanWatch(SESSION_ID_ENV, self.id)  # a worker that died with its setup's processes alive
         while True:

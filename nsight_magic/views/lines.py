@@ -12,7 +12,7 @@ from html import escape
 import pandas as pd
 
 from .assets import asset
-from .tables import _fmt_time
+from .tables import fmt_time
 
 LINES_CSS = asset("lines.css")
 
@@ -20,7 +20,7 @@ MODULES_JS = asset("modules.js")
 
 
 def _time(v) -> str:
-    return "" if pd.isna(v) else _fmt_time(pd.Series([float(v)])).iloc[0]
+    return "" if pd.isna(v) else fmt_time(pd.Series([float(v)])).iloc[0]
 
 
 def lines_html(lines: pd.DataFrame) -> str:

@@ -20,7 +20,7 @@ from .assets import view_css
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
 
 
-def _fmt_time(v: pd.Series) -> pd.Series:
+def fmt_time(v: pd.Series) -> pd.Series:
     x = pd.to_numeric(v, errors="coerce").to_numpy(float)
     a = np.abs(x)  # the unit by magnitude: a change of -8.6 ms reads like one of +8.6 ms
     out = np.where(a >= 1e9, np.char.add(np.char.mod("%.3f", x / 1e9), " s"),
@@ -56,7 +56,7 @@ def _fmt_text(v: pd.Series) -> pd.Series:
 
 
 FORMATTERS = {
-    "time": _fmt_time, "bytes": _fmt_bytes, "pct": _fmt_num("%.1f", " %"), "gbps": _fmt_num("%.2f", " GB/s"),
+    "time": fmt_time, "bytes": _fmt_bytes, "pct": _fmt_num("%.1f", " %"), "gbps": _fmt_num("%.2f", " GB/s"),
     "int": _fmt_num("%.0f"), "float": _fmt_num("%.3f"), "text": _fmt_text,
 }
 

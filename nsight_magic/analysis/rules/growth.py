@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..bottleneck import IDLE, _by_correlation
+from ..bottleneck import IDLE, by_correlation
 from ..kernel_classes import classify
 from .common import Context, Finding, estimate_words, evidence, ranges_of
 
@@ -69,7 +69,7 @@ def _one(ctx: Context, p) -> dict | None:
     o = ops[((ops["pid"] == p.pid) & (ops["device_id"] == p.device)).to_numpy()]
     api = report.cuda_api
     api = api[(api["pid"] == p.pid).to_numpy()] if len(api) else api
-    launched = _by_correlation(api, "start_ns")  # correlation ids -> the launch call's start
+    launched = by_correlation(api, "start_ns")  # correlation ids -> the launch call's start
     at = launched(o["correlation_id"].to_numpy(np.int64, na_value=-1))
     at = np.where(at >= 0, at, o["start_ns"].to_numpy(np.int64))
     starts = np.asarray(st.starts, np.int64)
