@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..readers.python_samples import frame_kind, is_cell_file, read_cell_first_line
+from .frame_memo import report_memo
 from .python_code import stack_info
 from .steps import find_steps, user_ranges
 
@@ -46,7 +47,15 @@ def empty_summary(settings=None) -> MemorySummary:
 
 
 def memory_summary(report) -> MemorySummary:
-    """The summary of report.gpu_memory (empty when the report has no memory record)."""
+    """The summary of report.gpu_memory (empty when the report has no memory record); computed once per report
+    (the view's GPU memory tab and the memory findings both ask)."""
+    memo = report_memo(report)
+    if "memory_summary" not in memo:
+        memo["memory_summary"] = _memory_summary(report)
+    return memo["memory_summary"]
+
+
+def _memory_summary(report) -> MemorySummary:
     mem = report.gpu_memory
     if mem.empty:
         return empty_summary(mem.settings)
