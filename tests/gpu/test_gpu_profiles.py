@@ -5,27 +5,19 @@ Each test runs a notebook in a real kernel (nbclient) with real nsys / ncu, then
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import nbformat
 import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
-from conftest import cell_text, parse_nsys_csv, requires_gpu
+from conftest import REPO, cell_text, parse_nsys_csv, requires_gpu
+
+sys.path.insert(0, str(REPO / "scripts"))
+from gpu_check import NCU_CELLS, SETUP  # noqa: E402  the GPU check's workloads: one model for both
 
 pytestmark = [requires_gpu, pytest.mark.gpu, pytest.mark.timeout(900)]
-
-SETUP = """%%nsight_setup
-import torch, torch.nn as nn, nvtx
-model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                      nn.Linear(64, 10)).cuda()
-opt = torch.optim.SGD(model.parameters(), lr=0.01)
-with nvtx.annotate("setup warmup"):
-    for _ in range(3):  # these kernels must stay outside the capture
-        model(torch.randn(8, 3, 32, 32, device="cuda")).sum().backward()
-torch.cuda.synchronize()
-"""
 
 TRAIN = """%%nsys --name gpu-e2e --return loss_value
 x = torch.randn(64, 3, 64, 64).pin_memory()
@@ -75,15 +67,7 @@ def test_a_training_cell_is_profiled_with_its_setup_outside_and_numbers_equal_ns
     assert not ps.empty and ps.placed  # the cell's Python stacks, on the report's clock
 
 
-NCU_SETUP = """%%nsight_setup
-import torch, torch.nn as nn
-model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
-                      nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                      nn.Linear(64, 10)).cuda().eval()
-from nsight_magic import annotate_modules
-annotate_modules(model)
-x = torch.randn(32, 3, 64, 64, device="cuda")
-"""
+NCU_SETUP = NCU_CELLS[1]
 
 NCU_CELL = """%%ncu --name ncu-e2e --module 0 --count 5
 with torch.no_grad():
