@@ -326,3 +326,25 @@ def test_a_table_computed_when_read_is_refused_at_once(tmp_path, ddl, said):
     with pytest.raises(ReportError, match=said):
         open_report(db)
     assert time.monotonic() - t0 < 5
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_warm_cell_that_sigterms_its_own_process_group_is_said_and_the_next_cell_runs(tmp_path):
+    """Round 4: once in three runs no reply for 120 s, then 'stopping the recording (0.0 s)' for good."""
+    import time
+
+    from kernels import DrivenKernel
+
+    k = DrivenKernel(tmp_path / "nb")
+    try:
+        k.run("%load_ext nsight_magic")
+        k.run("%%nsight_setup\nimport os, signal")
+        t0 = time.monotonic()
+        out = k.run("%%nsys --name term\nos.killpg(os.getpgid(0), signal.SIGTERM)", timeout=150)
+        assert time.monotonic() - t0 < 60
+        assert "the profiled process was killed by SIGTERM" in out and "saved in" in out, out
+        assert (next((tmp_path / "nb" / "nsight-profiles").glob("term-*")) / "report.sqlite").exists()
+        assert "again" in k.run("%%nsys --name after\nprint('again')", timeout=150)
+    finally:
+        k.km.shutdown_kernel(now=True)

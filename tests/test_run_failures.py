@@ -360,6 +360,15 @@ def test_the_cell_sees_the_users_tmpdir_not_nsys_private_one(tmp_path, monkeypat
     assert not _private_tmp_of(r.folder.path)  # removed after the run
 
 
+def test_a_fork_the_cell_left_is_named_as_a_fork_not_as_ours(tmp_path):
+    """Round 4: a fork keeps the profiled process's command line and was named 'python -m nsight_magic.inside...'."""
+    cell = "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n    os._exit(0)\n"
+    r = run_nsys(cell, _opts(tmp_path, fresh=True), namespace={})
+    assert r.ok, r.messages
+    left = [n for n in r.notes if "left 1 process running" in n]
+    assert left and "a fork of the cell's process" in left[0] and "nsight_magic" not in left[0], r.notes
+
+
 def test_a_double_forked_child_of_a_fresh_cell_is_named_and_stopped(tmp_path):
     """Issue 29 #3: a process that left the cell's tree (setsid and a double fork) is adopted by nsys's launcher;
     it is found there, named and stopped, instead of keeping the run open for its 60 s."""

@@ -297,6 +297,9 @@ def process_snapshot() -> set[int]:
     return set(_processes())
 
 
+FORK_WORDS = "a fork of the cell's process (os.fork, multiprocessing)"
+
+
 def stop_leftovers(progress=None, before: set[int] | None = None) -> list[str]:
     """Processes the cell started that still run when it ends (a detached server, a forgotten Popen, a double
     fork): stopped (SIGTERM, then SIGKILL), so that the profiler, which waits for every process of the run, can
@@ -313,7 +316,9 @@ def stop_leftovers(progress=None, before: set[int] | None = None) -> list[str]:
         kids = [p for p in kids if p not in before]
     if not kids:
         return []
-    described = [f"{pid}: {_command(pid)}" for pid in kids]
+    mine = _command(os.getpid())
+    # a fork keeps our command line (python -m nsight_magic.inside...): named as what it is, not as one of ours
+    described = [f"{pid}: {FORK_WORDS if _command(pid) == mine else _command(pid)}" for pid in kids]
     for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 1.0)):
         for pid in kids:
             try:
