@@ -38,13 +38,17 @@ KEEP_OPEN = 2
 
 
 
+# what the finish stage reads and draws with (tests/test_layout.py checks that each exists)
+FINISH_MODULES = ("readers.nsys", "report", "views.report_view", "views.timeline", "views.picture")
+
+
 def import_finish_stage() -> threading.Thread:
     """Import, in a background thread, what the finish stage reads and draws with (the SQLite reader, pandas,
     Bokeh, PIL: about 1 s of a 2-core machine), so that a kernel's first profile is drawn as soon as later ones."""
     def run():
         import importlib
 
-        for name in ("readers.nsys", "readers.report_api", "views.report_view", "views.timeline", "views.picture"):
+        for name in FINISH_MODULES:
             try:
                 importlib.import_module(f"{__package__}.{name}")
             except Exception:  # noqa: BLE001 - the finish imports it again and says what is wrong

@@ -150,3 +150,11 @@ def test_no_module_imports_another_modules_private_names():
                 found += [f"{p.relative_to(PACKAGE)}:{node.lineno} {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
     assert not found, found
+
+
+def test_the_modules_imported_ahead_of_the_first_profile_exist():
+    """background.import_finish_stage imports them in a thread and ignores failures: a renamed module would
+    silently make the first profile slower (readers.report_api did, when the facade moved)."""
+    from nsight_magic.background import FINISH_MODULES
+
+    assert all(f"{m}" in _modules() for m in FINISH_MODULES), [m for m in FINISH_MODULES if m not in _modules()]
