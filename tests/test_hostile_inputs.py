@@ -348,3 +348,22 @@ def test_a_warm_cell_that_sigterms_its_own_process_group_is_said_and_the_next_ce
         assert "again" in k.run("%%nsys --name after\nprint('again')", timeout=150)
     finally:
         k.km.shutdown_kernel(now=True)
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_setup_that_fails_only_in_the_worker_names_its_cell_and_line(tmp_path):
+    """Round 4: the traceback cited the warm session's setup.py (deleted with it) at the joined setups' line."""
+    from kernels import DrivenKernel
+
+    k = DrivenKernel(tmp_path / "nb")
+    try:
+        k.run("%load_ext nsight_magic")
+        k.run("%%nsight_setup\nimport os")
+        k.run("%%nsight_setup\nx = 1\nif 'NSIGHT_MAGIC_SESSION_ID' in os.environ:\n"
+              "    raise RuntimeError('only in the worker')")
+        out = k.run("%%nsys --name w\nprint(x)")
+        assert 'File "<%%nsight_setup cell 2 of 2>", line 4' in out, out
+        assert "raise RuntimeError('only in the worker')" in out and "nsight-magic-session-" not in out, out
+    finally:
+        k.km.shutdown_kernel(now=True)

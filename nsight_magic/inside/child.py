@@ -144,11 +144,6 @@ def _print_user_traceback(filename_prefixes: tuple[str, ...]) -> None:
     traceback.print_exception(etype, value, tb)
 
 
-def _exec_file(path: Path, ns: dict) -> None:
-    code = compile(path.read_text(), str(path), "exec")
-    exec(code, ns)
-
-
 def rank_of(cfg: dict) -> tuple[int | None, int]:
     """(rank, world size) under --nproc (torchrun sets RANK and WORLD_SIZE); (None, 1) otherwise."""
     if not cfg.get("nproc"):
@@ -407,13 +402,37 @@ def new_namespace(cfg: dict) -> dict:
     return ns
 
 
+SETUP_NAME = "<%%nsight_setup cell {i} of {n}>"  # how a traceback names a setup cell
+
+
+def write_setup(setup: Path, sources) -> None:
+    """The setup cells as setup.py (joined, for people) and setup.json (one source per cell, for run_setup)."""
+    sources = [s.rstrip() for s in sources]
+    text = "\n\n".join(sources)
+    setup.write_text(text + ("\n" if text else ""), encoding="utf-8", errors="surrogatepass")
+    setup.with_suffix(".json").write_text(json.dumps(sources), encoding="utf-8", errors="surrogatepass")
+
+
 def run_setup(setup: Path, ns: dict, progress) -> int:
-    """The remembered %%nsight_setup code; EXIT_SETUP_ERROR (traceback printed) when it raises."""
-    if setup.exists() and setup.read_text().strip():
+    """The remembered %%nsight_setup code, cell by cell; EXIT_SETUP_ERROR (traceback printed) when it raises.  A
+    traceback names the setup cell and its line as the editor numbers it ("<%%nsight_setup cell 2 of 3>", line 4),
+    with the line's source: the files a warm worker ran from are gone with its session."""
+    import linecache
+
+    try:
+        sources = json.loads(setup.with_suffix(".json").read_text(encoding="utf-8", errors="surrogatepass"))
+    except (OSError, ValueError):
+        sources = [setup.read_text()] if setup.exists() else []
+    sources = [src for src in sources if isinstance(src, str) and src.strip()]
+    for i, src in enumerate(sources, 1):
+        name = SETUP_NAME.format(i=i, n=len(sources))
+        # numbered as the editor numbers the cell: its %%nsight_setup line is line 1
+        src = "%%nsight_setup\n" + src
+        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
         try:
-            _exec_file(setup, ns)
+            exec(compile("\n" + src.split("\n", 1)[1], name, "exec"), ns)
         except BaseException:
-            _print_user_traceback((str(setup),))
+            _print_user_traceback((SETUP_NAME.split("{")[0],))
             progress("setup-error")
             return EXIT_SETUP_ERROR
     return 0

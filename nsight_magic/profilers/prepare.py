@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import tools
 from ..version import __version__
 from ..inside import state
+from ..inside.child import write_setup
 from ..errors import OptionError, ToolNotFound
 from ..options import RunOptions
 from ..store import ProfileFolder, create_profile_folder, notebook_dir, profiles_root
@@ -63,8 +64,8 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     folder.write_json(folder.run_config, {"tool": tool})
     # kept as given, a lone surrogate too (a frontend can send one), then refused in one line
     folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
+    write_setup(folder.setup, setup_sources)
     setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
-    folder.setup.write_text(setup_text + ("\n" if setup_text else ""), encoding="utf-8", errors="surrogatepass")
     _check_unicode(cell, "the cell", folder)
     _check_unicode(setup_text, "the setup code", folder)
     _check_syntax(cell, folder)

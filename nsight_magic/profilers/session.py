@@ -41,7 +41,7 @@ from pathlib import Path
 from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
-from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files
+from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files, write_setup
 from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
 from .process import (POLL_S, OrphanWatch, ChildOutcome, kill_strays, status_from, Tail, json_records,
                       process_argv, run_processes)
@@ -114,7 +114,7 @@ class NsysSession:
         self.id = uuid.uuid4().hex[:12]
         self.name = f"nsight-magic-{self.id}"
         self.dir = Path(tempfile.mkdtemp(prefix=f"{SESSION_DIR_PREFIX}{self.id}-"))
-        (self.dir / "setup.py").write_text("\n\n".join(s.rstrip() for s in setup_sources) + "\n")
+        write_setup(self.dir / "setup.py", setup_sources)
         self.umask = umask
         self.env = {**env, SESSION_ID_ENV: self.id, "NSYS_NVTX_PROFILER_REGISTER_ONLY": "0"}
         self.proc: subprocess.Popen | None = None
