@@ -43,6 +43,7 @@ def _cell_text(cell) -> str:
 @requires_nsys
 @pytest.mark.nsys
 def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     ARTIFACTS.mkdir(exist_ok=True)
@@ -68,7 +69,7 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
                     page.locator(".lm-CommandPalette-input").fill("nsys", timeout=5_000)
                     first_item = page.locator(".lm-CommandPalette-item").first.inner_text(timeout=5_000)
                     break
-                except Exception:  # noqa: BLE001
+                except PlaywrightTimeout:
                     page.keyboard.press("Escape")
             assert first_item is not None and "Profile cell with Nsight Systems" in first_item, first_item
             page.keyboard.press("Escape")
@@ -83,7 +84,7 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
                 try:
                     out.get_by_text("nsys: ok", exact=False).first.wait_for(timeout=150_000)
                     break
-                except Exception:  # noqa: BLE001
+                except PlaywrightTimeout:
                     if "nsys:" in out.inner_text():
                         raise
             # the cell has returned: its output says the profile is loading, then the view takes that place

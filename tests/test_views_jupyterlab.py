@@ -53,6 +53,7 @@ def jupyterlab(tmp_path):
 
 def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterlab):
     import nbformat
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     from nsight_magic import open_report
@@ -86,7 +87,7 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
                 page.wait_for_function("(el) => /\\[(\\*|\\d+)\\]/.test(el.innerText)", arg=prompt.element_handle(),
                                        timeout=15_000)
                 break
-            except Exception:
+            except PlaywrightTimeout:
                 continue
         else:
             _answer_dialog(page)
@@ -95,7 +96,7 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
             raise AssertionError(f"the cell never ran; console errors: {errors[-5:]}")
         try:
             page.wait_for_function(f"() => window.Bokeh && {VIEWS}.some(v => v.frame)", timeout=90_000)
-        except Exception:
+        except PlaywrightTimeout:
             _answer_dialog(page)  # one that says the kernel died fails with its text
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "jupyterlab_no_plot.png"))
