@@ -162,7 +162,7 @@ def test_the_cell_returns_before_its_profile_is_drawn_and_the_output_fills_in_pl
     assert (folder / "view.html").is_file() and (folder / "report.sqlite").is_file()
     assert not (folder / "finishing.json").exists()
     timings = json.loads((folder / "timings.json").read_text())
-    assert timings["record_s"] < timings["record_s"] + timings["finish_s"]
+    assert timings["record_s"] > 0 and timings["finish_s"] > 0  # both stages timed, each on its own
 
 
 def test_two_cells_in_a_row_give_two_profiles_and_last_and_diff_wait_for_them(lab, tmp_path):
