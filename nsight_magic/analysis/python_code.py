@@ -4,7 +4,7 @@ Every stack is summarised once, from the cell down: the cell's line, then the us
 through, then the first library or standard-library function they called (the API the user's code used), e.g.
 
     line 11 › save (torch/serialization.py)
-    line 9 › bookkeeping (setup.py:4) › dumps (json/__init__.py)
+    line 9 › bookkeeping (<%%nsight_setup cell 1 of 1>:5) › dumps (json/__init__.py)
 
 Tables: functions (own and total time, as py-spy and pyinstrument show them), cell lines, what ran inside given
 stretches of time (the advice: "the GPU idled 2.1 s while the host was in save ..."), and runs of one summary per
