@@ -682,6 +682,10 @@ def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict
     """Open and display a report; failures become one line, never a traceback into the user's cell."""
     from .report import open_report
 
+    big = _large_report(path)
+    if big is not None:  # minutes of silence otherwise (round 4: 3.15M NVTX ranges, 46 s without a word)
+        _say(f"reading {big[0].name} ({big[1] / 1e9:.1f} GB): a report this large takes a while (Ctrl-C stops; "
+             "its files stay as they are)")
     try:
         report = open_report(path)
         display_report(report, folder, render, thresholds)
@@ -701,6 +705,20 @@ def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict
 
         if finishing_state(Path(folder)) == "interrupted":  # its kernel ended while loading it: now it is loaded
             clear_finishing(Path(folder))
+
+
+LARGE_REPORT_BYTES = 200_000_000
+
+
+def _large_report(path: Path) -> tuple[Path, int] | None:
+    """(file, size) of the report `path` names (a file, or the largest report in a folder) when it is large."""
+    try:
+        files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (
+            ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".qdstrm")]
+        sized = max(((p, p.stat().st_size) for p in files), key=lambda x: x[1], default=None)
+    except OSError:
+        return None
+    return sized if sized is not None and sized[1] >= LARGE_REPORT_BYTES else None
 
 
 def display_report(report, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
