@@ -381,3 +381,59 @@ def test_loading_a_large_report_says_so_before_the_wait(tmp_path):
     out = cell_text(nb.cells[1])
     assert "reading big.sqlite (0.3 GB): a report this large takes a while" in out, out
     assert "Traceback" not in out and out.count("nsight-magic:") == 2, out  # then the reader's one line
+
+
+@pytest.mark.parametrize("plant", ["absent", "huge_start", "span"])
+def test_a_planted_cache_beside_a_valid_export_is_not_trusted(tmp_path, plant):
+    """Round 4: a cache with the export's key (size, mtime) but frames marked absent, starts of 2^62 or an odd
+    span was taken as it was; the reader's checks now hold for it too, and the export is read instead."""
+    import json
+    import shutil
+
+    import numpy as np
+
+    from conftest import DATA
+    from nsight_magic.readers import nsys_cache
+    from nsight_magic.readers.nsys import open_nsys_report
+
+    p = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    with open_nsys_report(p) as rep:
+        kernels = len(rep.kernels)
+        rep.write_cache()
+    with open_nsys_report(p) as rep:
+        assert rep.cached
+    parts, extra = nsys_cache.load(p)
+    if plant == "absent":
+        parts = {k: None for k in parts}
+    elif plant == "huge_start":
+        parts["kernels"] = {**parts["kernels"], "start_ns": np.full(len(parts["kernels"]["start_ns"]), 1 << 62)}
+    else:
+        extra = {**extra, "event_span": ["a", 1 << 62]}
+    stat = p.stat()
+    nsys_cache.save(p, parts, extra)
+    key = json.loads((nsys_cache.cache_dir(p) / "key.json").read_text())
+    assert (key["size"], key["mtime_ns"]) == (stat.st_size, stat.st_mtime_ns)  # it matches the export's key
+    with open_nsys_report(p) as rep:
+        assert not rep.cached and len(rep.kernels) == kernels and int(rep.kernel_summary()["count"].sum()) == kernels
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_link_named_like_the_export_is_not_taken_for_it(tmp_path):
+    """Round 4: run.sqlite, a link to another report's export beside run.nsys-rep, was shown as run's data."""
+    import shutil
+
+    from conftest import DATA
+    from nsight_magic.readers.nsys import open_nsys_report
+    from test_readers_nsys import record_cpu_report
+
+    rep = record_cpu_report(tmp_path, "import nvtx\nwith nvtx.annotate('mine'):\n    pass\n", trace="nvtx")
+    sqlite = rep.with_suffix(".sqlite")
+    other = tmp_path / "other.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", other)  # an H100 report: 262 kernels
+    sqlite.unlink(missing_ok=True)
+    sqlite.symlink_to(other)  # newer than the .nsys-rep and complete: it passed for its export
+    with open_nsys_report(rep) as r:
+        assert len(r.kernels) == 0 and "mine" in set(r.nvtx["name"].astype(str))
+    assert not sqlite.is_symlink() and other.stat().st_size == (DATA / "nsys_h100_a_cuda_nvtx.sqlite").stat().st_size

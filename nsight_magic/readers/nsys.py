@@ -94,10 +94,10 @@ def export_report(rep: Path, timeout: float = 600) -> Path:
     from .. import tools
 
     beside = rep.with_suffix(".sqlite")
-    if beside.exists() and beside.stat().st_mtime >= rep.stat().st_mtime and _is_complete(beside):
+    if _export_of(beside, rep):
         return beside
     out = beside if os.access(rep.parent, os.W_OK) else _private_path(rep, ".sqlite")
-    if out.exists() and out.stat().st_mtime >= rep.stat().st_mtime and _is_complete(out):
+    if _export_of(out, rep):
         return out
     nsys = tools.find_nsys()
     try:
@@ -105,6 +105,17 @@ def export_report(rep: Path, timeout: float = 600) -> Path:
     except ReportError as e:
         raise ReportError(_explain_export_failure(rep, str(e), tools.nsys_version(nsys))) from None
     return out
+
+
+def _export_of(sqlite_path: Path, rep: Path) -> bool:
+    """Whether `sqlite_path` is taken as the export of `rep`: a regular file (a link could name another report's
+    export, shown under this one's name), newer than the report, complete.  Otherwise the report is exported again
+    (the new export replaces a link, never what it points to)."""
+    try:
+        st = os.lstat(sqlite_path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_mtime >= rep.stat().st_mtime and _is_complete(sqlite_path)
 
 
 def _private_path(rep: Path, suffix: str) -> Path:
@@ -205,7 +216,7 @@ class NsysData:
         from . import nsys_cache
 
         got = nsys_cache.load(self.sqlite_path)
-        if got is None or not set(self._CACHED) <= set(got[0]):
+        if got is None or not set(self._CACHED) <= set(got[0]) or not self._cache_agrees(*got):
             return False
         parts, extra = got
         for f in self._CORE:
@@ -215,6 +226,26 @@ class NsysData:
             self.__dict__["_nvtx_maxts"] = extra.get("nvtx_maxts")
         if isinstance(extra.get("event_span"), list) and len(extra["event_span"]) == 2:
             self.__dict__["event_span"] = tuple(extra["event_span"])
+        return True
+
+    def _cache_agrees(self, parts: dict, extra: dict) -> bool:
+        """A cache is only what the export says faster: a frame it marks absent must be absent from the export,
+        and its times pass the checks a read from the export passes (at most TS_LIMIT); else it is ignored (a
+        planted or damaged cache; a profile made again writes a new one)."""
+        for f in self._CORE:
+            if parts.get(f) is None and find_spec_table(self._tables, S.ALL_SPECS[f]) is not None:
+                return False
+            for c in ("start_ns", "end_ns"):
+                a = (parts.get(f) or {}).get(c)
+                if a is None:
+                    continue
+                v = pd.to_numeric(pd.Series(a), errors="coerce")
+                if v.isna().all() and len(v) and c == "start_ns" or (v.abs() > TS_LIMIT).any():
+                    return False
+        span = extra.get("event_span")
+        if span is not None and not (isinstance(span, list) and all(
+                v is None or isinstance(v, int) and not isinstance(v, bool) and abs(v) <= TS_LIMIT for v in span)):
+            return False
         return True
 
     def write_cache(self) -> Path | None:
