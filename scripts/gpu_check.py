@@ -52,6 +52,8 @@ Sections (pick with --only):
             against nsys stats, then benchmarks/inplace.py --workload torch --big 0.65: $OUT/inplace_torch.json
   planted_sixth  the sixth planted set (issues 45, 48), with each report's Python samples and allocator history
   sampler_cost  nsight-magic's Python sampler on a GPU and a CPU-bound step, alone and under nsys
+  kernel_life  (issue 46) the cuDNN-autotuning cell under %%nsys --fresh in new kernels (NM_KERNEL_LIFE_REPS):
+            whether the notebook's kernel lives, its peak memory
   recording (issues 45, 48) nsys's switches, benchmarks/recording_cost.py (Python samples, device memory, torch's
             allocator history) on the GPU and CPU workloads, and a cell recorded with both fresh, in a warm session
             and in place: $OUT/recording.tar.xz
@@ -554,6 +556,54 @@ def check_planted_sixth(work: Path) -> None:
     _planted(work, "sixth")
 
 
+def check_kernel_life(work: Path) -> None:
+    """Issue 46: one of three `%%nsys --fresh` runs of the cuDNN-autotuning cell ended with the notebook's kernel
+    dead.  NM_KERNEL_LIFE_REPS runs (default 3), each in a new kernel (nbclient, as then): whether the kernel
+    lived, its peak memory (VmHWM), the kernel's exit signal when it died, and the cell's last output."""
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(repo / "tests" / "data" / "planted"))
+    from make_planted_reports import BY_NAME, variant  # noqa: E402
+
+    setup, cell = variant(BY_NAME["cudnn_autotune"], "bad")
+    for i in range(int(os.environ.get("NM_KERNEL_LIFE_REPS", "3"))):
+        d = work / f"life{i}"
+        d.mkdir()
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (
+            "%load_ext nsight_magic", "%%nsight_setup\nimport torch, torch.nn as nn, nvtx\n" + setup,
+            f"%%nsys --fresh --name life{i}\n{cell}", "import os, resource; print('alive', os.getpid())")])
+        client = NotebookClient(nb, timeout=600, kernel_name="python3", allow_errors=True,
+                                resources={"metadata": {"path": str(d)}})
+        t0 = time.perf_counter()
+        peak, died = None, None
+        try:
+            with client.setup_kernel():
+                pid = client.km.provisioner.process.pid
+                for index, c in enumerate(nb.cells):
+                    client.execute_cell(c, index)
+                    try:
+                        status = Path(f"/proc/{pid}/status").read_text()
+                        peak = re.search(r"VmHWM:\s+(\d+)", status).group(1) + " kB"
+                    except (OSError, AttributeError):
+                        pass
+        except Exception as e:  # DeadKernelError and the like: what this section looks for
+            died = f"{type(e).__name__}: {str(e)[:300]}"
+            try:
+                died += f" (exit code {client.km.provisioner.process.poll()})"
+            except Exception:
+                pass
+        say("kernel_life", f"run{i}", {"wall_s": round(time.perf_counter() - t0, 1), "died": died,
+                                       "kernel_peak_rss": peak, "profiled_cell": cell_text(nb.cells[2])[-600:],
+                                       "after": cell_text(nb.cells[3])[-200:]})
+    try:
+        dm = subprocess.run(["dmesg", "-T"], capture_output=True, text=True, timeout=10).stdout
+        say("kernel_life", "dmesg_oom", [ln for ln in dm.splitlines() if "oom" in ln.lower() or "killed" in ln.lower()
+                                         ][-10:])
+    except Exception as e:
+        say("kernel_life", "dmesg", f"{type(e).__name__}: {e}")
+
+
 def check_sampler_cost(work: Path) -> None:
     """What nsight-magic's Python sampler costs a GPU training step and a CPU-bound step, alone and under nsys
     (benchmarks/recording_cost.py): $OUT/sampler_cost_*.json."""
@@ -1054,7 +1104,7 @@ def main() -> None:
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
              "ops_warm": check_ops_warm, "inplace": check_inplace,
              "recording": check_recording, "planted_sixth": check_planted_sixth,
-             "sampler_cost": check_sampler_cost,
+             "sampler_cost": check_sampler_cost, "kernel_life": check_kernel_life,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")
