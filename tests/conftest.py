@@ -109,6 +109,17 @@ def browser():
         b.close()
 
 
+def eventually(check, timeout: float = 10.0, every: float = 0.05):
+    """check()'s value once it is truthy, or its last value after `timeout` s: a wait on what the test waits for,
+    not a fixed sleep (a loaded machine is slower, an idle one need not wait)."""
+    end = time.monotonic() + timeout
+    while True:
+        got = check()
+        if got or time.monotonic() >= end:
+            return got
+        time.sleep(every)
+
+
 def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: bool = False):
     """Execute code cells in a real kernel (nbclient) with `cwd` as the notebook's folder; the executed notebook."""
     import nbformat

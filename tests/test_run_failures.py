@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import nsys_failing_once, nvtx_ranges, processes_mentioning, requires_nsys
+from conftest import eventually, nsys_failing_once, nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, remove_stale_session_dirs
 from nsight_magic.run import run_nsys
@@ -442,8 +442,7 @@ def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profil
     folder, = tmp_path.glob("killed-*")
     kernel.send_signal(signal.SIGKILL)
     kernel.wait()
-    time.sleep(3)
-    assert not [p for p in processes_mentioning(folder.name)], "a process of the killed run survived"
+    assert eventually(lambda: not processes_mentioning(folder.name), timeout=10), "a process of the killed run survived"
     named, left = _tool_files_left(folder)
     assert named and left  # nsys, killed with the kernel, could not remove its settings files
     run_nsys("x = 1", _opts(tmp_path, fresh=True))  # the next fresh run tidies what the dead one left
