@@ -2,6 +2,7 @@
 ours in a traceback, nothing started."""
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -13,6 +14,21 @@ from nsight_magic.report import open_report
 from nsight_magic.thresholds import parse_assignments
 from nsight_magic.tools.argv import validate_passthrough
 
+
+
+@contextlib.contextmanager
+def _kernel(tmp_path, *setups: str):
+    """A kernel driven as JupyterLab drives it, with the extension loaded and these setup cells run."""
+    from kernels import DrivenKernel
+
+    k = DrivenKernel(tmp_path / "nb")
+    try:
+        k.run("%load_ext nsight_magic")
+        for setup in setups:
+            k.run(f"%%nsight_setup\n{setup}")
+        yield k
+    finally:
+        k.km.shutdown_kernel(now=True)
 
 
 def _altered_export(tmp_path, table: str | None = None):
@@ -288,12 +304,7 @@ def test_the_profiles_folder_deleted_while_a_warm_profile_finishes_does_not_hold
     `%nsys_session` said "finishing" for good and `%nsys_session --stop` waited 300 s."""
     import time
 
-    from kernels import DrivenKernel
-
-    k = DrivenKernel(tmp_path / "nb")
-    try:
-        k.run("%load_ext nsight_magic")
-        k.run("%%nsight_setup\nimport nvtx")
+    with _kernel(tmp_path, "import nvtx") as k:
         # the report's export takes seconds: the next cell runs while the profile finishes
         k.kc.execute("%%nsys --name big\nfor i in range(30000):\n    nvtx.push_range('r'); nvtx.pop_range()",
                      allow_stdin=True)
@@ -304,8 +315,6 @@ def test_the_profiles_folder_deleted_while_a_warm_profile_finishes_does_not_hold
         assert "warm session stopped" in stopped or "was not running" in stopped, stopped
         assert took < 60, took  # the export's few seconds at most (it was 300 s)
         assert "nsys: ok" in k.run("%%nsys --name after\nprint('again')")  # a new session takes the next cell
-    finally:
-        k.km.shutdown_kernel(now=True)
 
 
 @pytest.mark.parametrize("ddl, said", [
@@ -334,39 +343,25 @@ def test_a_warm_cell_that_sigterms_its_own_process_group_is_said_and_the_next_ce
     """Round 4: once in three runs no reply for 120 s, then 'stopping the recording (0.0 s)' for good."""
     import time
 
-    from kernels import DrivenKernel
-
-    k = DrivenKernel(tmp_path / "nb")
-    try:
-        k.run("%load_ext nsight_magic")
-        k.run("%%nsight_setup\nimport os, signal")
+    with _kernel(tmp_path, "import os, signal") as k:
         t0 = time.monotonic()
         out = k.run("%%nsys --name term\nos.killpg(os.getpgid(0), signal.SIGTERM)", timeout=150)
         assert time.monotonic() - t0 < 60
         assert "the profiled process was killed by SIGTERM" in out and "saved in" in out, out
         assert (next((tmp_path / "nb" / "nsight-profiles").glob("term-*")) / "report.sqlite").exists()
         assert "again" in k.run("%%nsys --name after\nprint('again')", timeout=150)
-    finally:
-        k.km.shutdown_kernel(now=True)
 
 
 @requires_nsys
 @pytest.mark.nsys
 def test_a_setup_that_fails_only_in_the_worker_names_its_cell_and_line(tmp_path):
     """Round 4: the traceback cited the warm session's setup.py (deleted with it) at the joined setups' line."""
-    from kernels import DrivenKernel
-
-    k = DrivenKernel(tmp_path / "nb")
-    try:
-        k.run("%load_ext nsight_magic")
-        k.run("%%nsight_setup\nimport os")
+    with _kernel(tmp_path, "import os") as k:
         k.run("%%nsight_setup\nx = 1\nif 'NSIGHT_MAGIC_SESSION_ID' in os.environ:\n"
               "    raise RuntimeError('only in the worker')")
         out = k.run("%%nsys --name w\nprint(x)")
         assert 'File "<%%nsight_setup cell 2 of 2>", line 4' in out, out
         assert "raise RuntimeError('only in the worker')" in out and "nsight-magic-session-" not in out, out
-    finally:
-        k.km.shutdown_kernel(now=True)
 
 
 def test_loading_a_large_report_says_so_before_the_wait(tmp_path):
