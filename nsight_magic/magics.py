@@ -25,7 +25,7 @@ from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, ns
 
 PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
 MAX_STREAMED_CHARS = 200_000
-# the defaults of NsightMagics.prewarm and .wait where no %config reaches (headless runs, CI)
+# the defaults of NsightMagics.prewarm_worker and .wait where no %config reaches (headless runs, CI)
 PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
 WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
 TRACE_FLAG = re.compile(r"(^|\s)(-t|--trace)(\s|=|$)")
