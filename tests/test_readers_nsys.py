@@ -149,6 +149,16 @@ def test_frames_have_the_same_dtypes_as_empty_ones(path, opened):
         assert _dtypes(getattr(rep, name)) == _dtypes(empty_frame(name)), name
 
 
+@pytest.mark.parametrize("path", _readable())
+def test_the_reader_keeps_the_contract_analysis_and_views_read(path, opened):
+    """readers.contract: what the fakes of tests/fakes.py are checked against is what the reader gives."""
+    from nsight_magic.readers.contract import FRAME_COLUMNS, NsysTables, missing_columns
+
+    rep = opened(path)
+    assert isinstance(rep, NsysTables)
+    assert {f: missing_columns(f, getattr(rep, f)) for f in FRAME_COLUMNS} == {f: [] for f in FRAME_COLUMNS}
+
+
 def test_versioned_and_renamed_tables_are_found(tmp_path):
     """Newer exports suffix some tables (NVTX_EVENTS_V3); the unversioned one wins when both exist."""
     _need_fixtures()
