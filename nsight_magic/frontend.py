@@ -112,18 +112,15 @@ class Frontend:
 
         rec = record_nsys(cell, opts, setup_sources=self.setups, sessions=self.sessions, **kw)
         self.worker_trace = opts.trace
-        return self._made(rec)
+        return self.made(rec)
 
     def record_ncu(self, cell: str, opts, ncu_opts, **kw):
         from .run import record_ncu
 
-        return self._made(record_ncu(cell, opts, ncu_opts, setup_sources=self.setups, **kw))
+        return self.made(record_ncu(cell, opts, ncu_opts, setup_sources=self.setups, **kw))
 
     def made(self, rec):
-        """A recording made elsewhere (in place) for this front end's history."""
-        return self._made(rec)
-
-    def _made(self, rec):
+        """A recording (made here, or elsewhere: in place) into this front end's history."""
         self.last_result = rec
         self.history.append(Path(rec.folder.path))
         return rec

@@ -402,15 +402,17 @@ def new_namespace(cfg: dict) -> dict:
     return ns
 
 
-SETUP_NAME = "<%%nsight_setup cell {i} of {n}>"  # how a traceback names a setup cell
+SETUP_PREFIX = "<%%nsight_setup cell "  # how a traceback names a setup cell: <%%nsight_setup cell 2 of 3>
 
 
-def write_setup(setup: Path, sources) -> None:
-    """The setup cells as setup.py (joined, for people) and setup.json (one source per cell, for run_setup)."""
+def write_setup(setup: Path, sources) -> str:
+    """The setup cells as setup.py (joined, for people) and setup.json (one source per cell, for run_setup);
+    returns the joined text."""
     sources = [s.rstrip() for s in sources]
     text = "\n\n".join(sources)
     setup.write_text(text + ("\n" if text else ""), encoding="utf-8", errors="surrogatepass")
     setup.with_suffix(".json").write_text(json.dumps(sources), encoding="utf-8", errors="surrogatepass")
+    return text
 
 
 def run_setup(setup: Path, ns: dict, progress) -> int:
@@ -425,14 +427,14 @@ def run_setup(setup: Path, ns: dict, progress) -> int:
         sources = [setup.read_text()] if setup.exists() else []
     sources = [src for src in sources if isinstance(src, str) and src.strip()]
     for i, src in enumerate(sources, 1):
-        name = SETUP_NAME.format(i=i, n=len(sources))
+        name = f"{SETUP_PREFIX}{i} of {len(sources)}>"
         # numbered as the editor numbers the cell: its %%nsight_setup line is line 1
-        src = "%%nsight_setup\n" + src
-        linecache.cache[name] = (len(src), None, src.splitlines(True), name)
+        lines = ["%%nsight_setup\n", *src.splitlines(True)]
+        linecache.cache[name] = (sum(map(len, lines)), None, lines, name)
         try:
-            exec(compile("\n" + src.split("\n", 1)[1], name, "exec"), ns)
+            exec(compile("\n" + src, name, "exec"), ns)
         except BaseException:
-            _print_user_traceback((SETUP_NAME.split("{")[0],))
+            _print_user_traceback((SETUP_PREFIX,))
             progress("setup-error")
             return EXIT_SETUP_ERROR
     return 0

@@ -64,8 +64,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     folder.write_json(folder.run_config, {"tool": tool})
     # kept as given, a lone surrogate too (a frontend can send one), then refused in one line
     folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
-    write_setup(folder.setup, setup_sources)
-    setup_text = "\n\n".join(s.rstrip() for s in setup_sources)
+    setup_text = write_setup(folder.setup, setup_sources)
     _check_unicode(cell, "the cell", folder)
     _check_unicode(setup_text, "the setup code", folder)
     _check_syntax(cell, folder)

@@ -240,7 +240,9 @@ class NsysData:
                 if a is None:
                     continue
                 v = pd.to_numeric(pd.Series(a), errors="coerce")
-                if v.isna().all() and len(v) and c == "start_ns" or (v.abs() > TS_LIMIT).any():
+                if (v.abs() > TS_LIMIT).any():
+                    return False
+                if c == "start_ns" and len(v) and v.isna().all():  # starts that are no numbers at all
                     return False
         span = extra.get("event_span")
         if span is not None and not (isinstance(span, list) and all(
