@@ -564,6 +564,10 @@ def _load_job(path: Path, args) -> None:
         job = open_job(path, pattern=args.pattern, scheduler=args.scheduler, progress=bar)
     except NsightMagicError as e:
         raise UsageError(str(e)) from None
+    except KeyboardInterrupt:  # its cluster is closed and its reports only read: one line, no traceback
+        print(f"nsight-magic: stopped loading the job in {path} (Ctrl-C); its reports are unchanged "
+              f"(%nsys_load {path} loads it again)", file=sys.stderr)
+        return
     bar.close(job)
     for e in job.errors:
         print(f"nsight-magic: {e}", file=sys.stderr)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 
 def nsys_of(session: str) -> list[str]:
@@ -53,14 +54,17 @@ class DrivenKernel:
         raw = self.run("import os; print(os.environ.get('NSIGHT_MAGIC_INPLACE', '{}'))")
         return json.loads(raw).get("session")
 
-    def run(self, code: str, timeout: float = 300, interrupt_after: float | None = None) -> str:
-        """Run a cell; its output once it settles (a profile's view fills its output after the cell returns)."""
+    def run(self, code: str, timeout: float = 300, interrupt_after: float | None = None,
+            interrupt_when: Callable[[], bool] | None = None) -> str:
+        """Run a cell; its output once it settles (a profile's view fills its output after the cell returns).
+        The kernel's stop button is pressed `interrupt_after` s in, or once `interrupt_when()` is true."""
         msg_id = self.kc.execute(code, allow_stdin=True)
         out, done, t0 = [], False, time.monotonic()
         while True:
-            if interrupt_after is not None and time.monotonic() - t0 > interrupt_after:
+            if (interrupt_after is not None and time.monotonic() - t0 > interrupt_after) or \
+                    (interrupt_when is not None and interrupt_when()):
                 self.km.interrupt_kernel()
-                interrupt_after = None
+                interrupt_after = interrupt_when = None
             try:
                 m = self.kc.get_iopub_msg(timeout=0.5)
             except Exception:  # noqa: BLE001 - no message for a moment
@@ -80,6 +84,21 @@ class DrivenKernel:
                 out.append(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(c["traceback"])))  # without the colours
             elif t == "status" and c["execution_state"] == "idle":
                 done = True
+
+    @property
+    def pid(self) -> int:
+        return self.km.provisioner.process.pid
+
+    def children(self) -> list[str]:
+        """The command lines of the kernel's child processes."""
+        out = []
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit() and (d / "stat").read_text().rsplit(")", 1)[1].split()[1] == str(self.pid):
+                    out.append((d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except (OSError, IndexError):
+                continue
+        return out
 
     def close(self, now: bool = False) -> None:
         self.kc.stop_channels()

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import requires_nsys
+from conftest import eventually, requires_nsys
 from nsight_magic.errors import OptionError, ReportError
 from nsight_magic.options import NSYS_OWNED_FLAGS, NsysOptions
 from nsight_magic.report import open_report
@@ -143,6 +143,29 @@ def test_a_scheduler_address_nobody_answers_at_is_one_line(tmp_path):
         (tmp_path / f"report.{r}.sqlite").write_bytes(b"")
     with pytest.raises(OptionError, match="no Dask scheduler answered there"):
         open_job(tmp_path, scheduler="tcp://127.0.0.1:1")
+
+
+def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
+    """Jupyter's stop button signals the kernel's whole process group: Dask's worker processes, spawned mid-start,
+    printed a dozen tracebacks into the cell.  They start with SIGINT blocked; the kernel says one line."""
+    import lzma
+
+    from conftest import DATA
+
+    job = tmp_path / "job"
+    job.mkdir()
+    for r in (0, 1):
+        (job / f"report.{r}.sqlite").write_bytes(lzma.decompress((DATA / "job" / f"report.{r}.sqlite.xz").read_bytes()))
+    with _kernel(tmp_path) as k:
+        out = k.run(f"%nsys_load {job} --no-render", timeout=120,
+                    interrupt_when=lambda: any("multiprocessing.spawn" in c for c in k.children()))
+        assert "stopped loading the job in" in out and "(Ctrl-C)" in out, out
+        assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
+        # the cluster is gone with its workers, and the kernel loads the job when asked again
+        assert eventually(lambda: not any("multiprocessing.spawn" in c for c in k.children()), 30), k.children()
+        again = k.run(f"%nsys_load {job} --no-render", timeout=120)
+        assert "Job: 2 ranks loaded" in again, again
+        assert "Traceback" not in again, again
 
 
 @requires_nsys

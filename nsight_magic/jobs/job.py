@@ -14,7 +14,10 @@ Clocks of different hosts are aligned on each report's UTC session start, as rea
 """
 from __future__ import annotations
 
+import logging
 import os
+import signal
+import threading
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +60,12 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
                                       f"{SCHEDULER_TIMEOUT_S:g} s ({type(e).__name__}); start one (dask scheduler), "
                                       "check its address, or leave --scheduler out to use this machine") from None
             else:
-                client = own = Client(local_cluster(workers))
+                cluster = local_cluster(workers)
+                try:
+                    client = own = Client(cluster)
+                except BaseException:  # Ctrl-C between the two: the started cluster is closed, not left to atexit
+                    cluster.close()
+                    raise
         results = _run(client, files, progress)
     finally:
         if own is not None:
@@ -78,16 +86,52 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
 def local_cluster(workers: int):
     """A LocalCluster of single-threaded worker processes, as open_job starts one.  Dask's nannies export
     MALLOC_TRIM_THRESHOLD_=65536 to their workers, which made a rank's task 1.5x slower here (pandas frees and
-    re-allocates large blocks): left unset."""
+    re-allocates large blocks): left unset.
+
+    Jupyter's Ctrl-C signals the kernel's whole process group: workers that took it mid-start printed a dozen
+    tracebacks, and a start cut short by a KeyboardInterrupt left its cluster running until the kernel ended.  So
+    the cluster starts in a thread of its own that blocks SIGINT (its event loop and the worker processes it
+    spawns inherit the mask, which survives fork and exec); a Ctrl-C in the caller waits for that start to end,
+    closes the cluster and goes on as a KeyboardInterrupt."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()  # its first start unblocks SIGINT in the thread that starts it
+    box: dict = {}
+    started = threading.Event()
+    # an Event, not Thread.join: a join cut short by Ctrl-C marks a running thread stopped on Python 3.11
+    threading.Thread(target=_start_cluster, args=(workers, box, started), name="nsight-magic: Dask start",
+                     daemon=True).start()
+    try:
+        while not started.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        started.wait()
+        if "cluster" in box:
+            box["cluster"].close()
+        raise
+    if "error" in box:
+        raise box["error"]
+    return box["cluster"]
+
+
+def _start_cluster(workers: int, box: dict, started: threading.Event) -> None:
     import dask
     from distributed import LocalCluster
 
-    with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}), \
-            warnings.catch_warnings():
-        # no dashboard; the scheduler's HTTP routes take another port when 8787 is taken, which is no news to users
-        warnings.filterwarnings("ignore", message="Port .* is already in use")
-        return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                            silence_logs=40)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}), \
+                warnings.catch_warnings():
+            # no dashboard; the scheduler's HTTP routes take another port when 8787 is taken, which is no news to
+            # users; a task's error comes back through its future, and what else Dask logs (heartbeats failing as a
+            # stopped job's cluster closes) is not the user's business
+            warnings.filterwarnings("ignore", message="Port .* is already in use")
+            box["cluster"] = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                          dashboard_address=None, silence_logs=logging.CRITICAL)
+    except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
+        box["error"] = e
+    finally:
+        started.set()
 
 
 def _restore_environ(before: dict) -> None:
