@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ARGS, CHROMIUM, REPO, requires_nsys
+from conftest import ARGS, CHROMIUM, REPO, eventually, requires_nsys
 from jupyterlab_server import TOKEN, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -116,7 +116,10 @@ class Frontend:
             self.accept_dialog(5)
         except Exception:  # noqa: BLE001 - some versions ask nothing
             pass
-        self.page.wait_for_timeout(1500)
+        # until the server runs no kernel (its REST API), not a fixed pause
+        kernels = f"{self.base}/api/kernels?token={TOKEN}"
+        if not eventually(lambda: self.page.request.get(kernels).json() == [], 30):
+            raise AssertionError(f"the kernel still runs: {self.page.request.get(kernels).json()}")
 
     def views(self):
         """Each profile's output (our renderer's, or Lab's sanitized HTML for an untrusted one)."""
@@ -131,7 +134,6 @@ class Frontend:
         for i in range(self.views().count()):
             v = self.views().nth(i)
             v.scroll_into_view_if_needed()
-            self.page.wait_for_timeout(300)
             drawn = v.evaluate("""el => { let n = 0; const walk = x => { if (!x) return;
                 if (x.tagName === 'CANVAS' && x.width > 50 && x.offsetParent !== null) n++;
                 if (x.shadowRoot) walk(x.shadowRoot); for (const c of x.children || []) walk(c); };
@@ -139,6 +141,16 @@ class Frontend:
             picture = v.locator("img.nm-picture").count() and v.locator("img.nm-picture").first.is_visible()
             out.append("plot" if drawn else "picture" if picture else "nothing")
         return out
+
+    def profiles_become(self, want, timeout: float = 60) -> list[str]:
+        """visible_profiles() once want(it) holds, or its last value after `timeout` s: Bokeh draws a view some
+        time after its output appears (and after it is scrolled into view), so the test waits on the drawing."""
+        end = time.monotonic() + timeout
+        while True:
+            got = self.visible_profiles()
+            if want(got) or time.monotonic() > end:
+                return got
+            self.page.wait_for_timeout(200)
 
     def ours(self) -> list[str]:
         return [e for e in self.errors if not any(x in e for x in EXPECTED_ERRORS)]
@@ -233,10 +245,10 @@ def test_run_all_of_the_quickstart_then_save_shut_down_and_reload_shows_every_pr
         fe.page.reload()
         fe.page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
         fe.page.wait_for_function("() => document.querySelectorAll('.nm-output').length == 2", timeout=60_000)
-        fe.page.wait_for_timeout(3000)
-        assert "model not found" not in fe.outputs_text()
         # the kernel that made them is gone: every profile shows its saved, static view, drawn
-        assert fe.visible_profiles() == ["plot", "plot"]
+        shown = fe.profiles_become(lambda s: s == ["plot", "plot"])
+        assert shown == ["plot", "plot"], shown
+        assert "model not found" not in fe.outputs_text()
         assert fe.page.locator(".nm-output.nm-is-live").count() == 0
         fe.views().first.scroll_into_view_if_needed()
         fe.shot(f"{app}_reloaded")
@@ -390,10 +402,9 @@ def test_a_shipped_notebook_shows_its_profiles_untrusted_and_trusted(browser, se
     try:
         fe.page.wait_for_function(f"() => document.querySelectorAll('.nm-report').length == {n_views}",
                                   timeout=60_000)
-        fe.page.wait_for_timeout(2000)
-        assert "model not found" not in fe.outputs_text()
-        shown = fe.visible_profiles()
+        shown = fe.profiles_become(lambda s: s.count("picture") == n_nsys)
         assert shown.count("picture") == n_nsys and "plot" not in shown, shown  # no script ran
+        assert "model not found" not in fe.outputs_text()
         for i in range(n_views):  # every view: its tables, and the line saying how to get the interactive view
             v = fe.views().nth(i)
             assert v.locator("table").count() >= 1
@@ -408,8 +419,8 @@ def test_a_shipped_notebook_shows_its_profiles_untrusted_and_trusted(browser, se
         _trust(fe)
         # re-rendered trusted (by Lab's HTML renderer: a headless run saved no live part): the scripts ran
         fe.page.wait_for_function("() => document.querySelectorAll('.nm-noscript').length == 0", timeout=60_000)
-        fe.page.wait_for_timeout(4000)
-        shown = fe.visible_profiles()  # every timeline drawn (and Nsight Compute's charts)
+        # every timeline drawn (and Nsight Compute's charts)
+        shown = fe.profiles_become(lambda s: s.count("plot") >= n_nsys and "picture" not in s)
         assert shown.count("plot") >= n_nsys and "picture" not in shown, shown
         assert fe.page.locator(".nm-noscript").count() == 0
         assert "model not found" not in fe.outputs_text()
