@@ -59,14 +59,31 @@ def pytest_configure(config):
     # reset to the default at exec, so the kernels and children the tests start can be interrupted again.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    if WORKER:
-        import tempfile
+    import tempfile
 
+    if WORKER:
         d = Path(tempfile.gettempdir()) / f"nsight-magic-tests-{WORKER}-{os.getpid()}"
         d.mkdir(mode=0o700, exist_ok=True)
         os.environ["TMPDIR"] = str(d)
         tempfile.tempdir = None
-        config._nm_worker_tmp = d
+    else:
+        d = Path(tempfile.mkdtemp(prefix="nsight-magic-tests-"))
+    config._nm_worker_tmp = d
+    _ipython_profile(d / "ipython")
+
+
+# What the test kernels' %%nsys traces when a cell names nothing: NVTX only.  Tracing the OS runtime too made a warm
+# cell cost nsys 3 CPU-s instead of 1.2 here (three cells: 9.2 against 3.7 CPU-s), and the suite is CPU-bound; a
+# test about OS runtime events names -t nvtx,osrt.  The kernels read it as a user's IPython profile would be read.
+TEST_TRACE = "nvtx"
+
+
+def _ipython_profile(folder: Path) -> None:
+    """An IPython folder of the tests' own (never the user's ~/.ipython) for every kernel they start."""
+    prof = folder / "profile_default"
+    prof.mkdir(parents=True, exist_ok=True)
+    (prof / "ipython_config.py").write_text(f"c.NsightMagics.trace = {TEST_TRACE!r}\n")
+    os.environ["IPYTHONDIR"] = str(folder)
 
 
 def pytest_unconfigure(config):

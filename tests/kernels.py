@@ -105,6 +105,7 @@ class DrivenKernel:
         self.km.shutdown_kernel(now=now)
 
 
-def inplace_kernel(tmp: Path, trace: str = "nvtx,osrt", env: dict | None = None) -> DrivenKernel:
+def inplace_kernel(tmp: Path, trace: str = "nvtx", env: dict | None = None) -> DrivenKernel:
+    """An in-place kernel tracing what the test kernels trace by default (conftest.TEST_TRACE)."""
     kernels = install_inplace_kernel(tmp / "prefix", trace)
     return DrivenKernel(tmp / "work", "nsight-magic", kernels, env)

@@ -167,7 +167,7 @@ def _run(cell, tmp_path, **opts):
     from nsight_magic.options import NsysOptions
     from nsight_magic.run import run_nsys
 
-    res = run_nsys(cell, NsysOptions(name="auto", directory=str(tmp_path), trace="nvtx,osrt", timeout=180, **opts))
+    res = run_nsys(cell, NsysOptions(name="auto", directory=str(tmp_path), trace="nvtx", timeout=180, **opts))
     return res, res.open() if (res.sqlite or res.report_file) else None
 
 
@@ -254,7 +254,7 @@ def _run_setup(cell, setup, tmp_path):
     from nsight_magic.options import NsysOptions
     from nsight_magic.run import run_nsys
 
-    res = run_nsys(cell, NsysOptions(name="auto", directory=str(tmp_path), trace="nvtx,osrt", timeout=240,
+    res = run_nsys(cell, NsysOptions(name="auto", directory=str(tmp_path), trace="nvtx", timeout=240,
                                      modules=0, functions=("json.dumps",)), setup_sources=[setup])
     return res, res.open() if res.sqlite else None
 

@@ -21,7 +21,7 @@ from nsight_magic.views.output import STATUS_MIME, VIEW_MIME
 pytestmark = [requires_nsys, pytest.mark.nsys, pytest.mark.timeout(400)]
 
 SETUP = "%%nsight_setup\nimport time, nvtx\nprint('setup ran')"
-CELL = "%%nsys --name {name} -t nvtx,osrt\nfor i in range(3):\n    with nvtx.annotate('{name} step'):\n        time.sleep(0.05)\n"
+CELL = "%%nsys --name {name} -t nvtx\nfor i in range(3):\n    with nvtx.annotate('{name} step'):\n        time.sleep(0.05)\n"
 
 
 def _ours() -> list[str]:
@@ -212,7 +212,7 @@ def test_the_first_cell_after_the_setup_is_warm_and_a_user_who_never_profiles_pa
         while "ready" not in (state := fe.run("%nsys_session")) and time.monotonic() < end:
             time.sleep(0.5)
         assert "ready" in state, state
-        first = fe.run("%%nsys --no-render -t nvtx,osrt\nwith nvtx.annotate('w'):\n    time.sleep(0.05)")
+        first = fe.run("%%nsys --no-render -t nvtx\nwith nvtx.annotate('w'):\n    time.sleep(0.05)")
         assert "warm session (cell 1 in this process, started" in first, first
     finally:
         fe.close()
@@ -310,10 +310,10 @@ def test_papermill_keeps_the_final_outputs(tmp_path):
 def test_wait_and_fresh_keep_their_meaning(lab, tmp_path):
     """--wait: the cell returns once the profile is drawn; --fresh: a fresh process, returning at once too."""
     lab.run(SETUP)
-    waited = lab.execute(CELL.format(name="waited").replace("-t nvtx,osrt", "-t nvtx,osrt --wait"))
+    waited = lab.execute(CELL.format(name="waited").replace("-t nvtx", "-t nvtx --wait"))
     drawn = lab.drawn(waited["msg_id"])
     assert drawn["header"]["date"] <= waited["header"]["date"]
-    fresh = lab.execute(CELL.format(name="fresh").replace("-t nvtx,osrt", "-t nvtx,osrt --fresh"))
+    fresh = lab.execute(CELL.format(name="fresh").replace("-t nvtx", "-t nvtx --fresh"))
     assert "fresh process (--fresh)" in lab.text(fresh["msg_id"])
     assert lab.drawn(fresh["msg_id"])["header"]["date"] > fresh["header"]["date"]
     assert shutil.which("nsys")

@@ -21,7 +21,8 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reas
 # read at collection: FIXTURES itself, not fixture_path() (which skips, and would take the whole module with it)
 needs_shared = pytest.mark.skipif(not FIXTURES.joinpath(*H100).exists(), reason="needs ../shared/fixtures")
 
-# name, arguments ({w}: a folder of the test's own), the line that carries the figure, marks
+# name, arguments ({w}: a folder of the test's own), the line that carries the figure, marks; -t nvtx where a
+# benchmark takes it: tracing the OS runtime costs nsys 2 CPU-s more per run, and the figures are not checked
 CASES = [
     ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "analysis / read", [needs_shared]),
     ("job", ["--ranks", "2", "--kernels", "3000", "--workers", "1", "--workdir", "{w}"], "open_job / that",
@@ -32,12 +33,12 @@ CASES = [
     # one workload: tests/test_analysis_diagnosis.py checks them all
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
     ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
-    ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2"], "ratio:", [requires_nsys]),
+    ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2", "--trace", "nvtx"], "ratio:", [requires_nsys]),
     ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
     ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),
-    ("inplace", ["--workload", "cpu", "--repeat", "1", "--pause", "0.2"], "not recording:", [requires_nsys]),
-    ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default"], "launch+setup", [requires_nsys]),
-    ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu"], "ratio",
+    ("inplace", ["--workload", "cpu", "--repeat", "1", "--pause", "0.2", "--trace", "nvtx"], "not recording:", [requires_nsys]),
+    ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default", "--trace", "nvtx"], "launch+setup", [requires_nsys]),
+    ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu", "--trace", "nvtx"], "ratio",
      [requires_nsys, needs_torch]),
 ]
 

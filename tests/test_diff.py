@@ -35,7 +35,7 @@ def two_cpu_profiles(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("diff")
     out = []
     for name, b, c in (("first", 0.2, False), ("second", 0.4, True)):
-        r = run_nsys(CELL.format(b=b, c=c), NsysOptions(name=name, directory=str(tmp), trace="osrt,nvtx"))
+        r = run_nsys(CELL.format(b=b, c=c), NsysOptions(name=name, directory=str(tmp), trace="nvtx"))
         assert r.ok, r.messages
         out.append(r.folder.path)
     return out
@@ -152,8 +152,8 @@ def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):
 def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
     nb = run_notebook([
         "%load_ext nsight_magic",
-        "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.05)",
-        "%%nsys --no-render -t osrt,nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.25)",
+        "%%nsys --no-render -t nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.05)",
+        "%%nsys --no-render -t nvtx\nimport time, nvtx\nwith nvtx.annotate('b'):\n    time.sleep(0.25)",
         "%nsys_diff --no-render",
         "print(type(_nsys_diff).__name__, _nsys_diff.nvtx.set_index('name').loc['b', 'status'])",
         "%nsys_diff nothing-here also-not",

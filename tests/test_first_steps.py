@@ -34,7 +34,7 @@ def test_cell_magic_help_names_the_cell_magic(kernel):
 def test_a_profile_is_named_after_the_prompt_the_user_sees(kernel, tmp_path):
     kernel("%load_ext nsight_magic")
     kernel("x = 1")
-    shown, _, count = kernel("%%nsys --no-render --fresh -t nvtx,osrt\ny = x + 1")
+    shown, _, count = kernel("%%nsys --no-render --fresh -t nvtx\ny = x + 1")
     assert "Verdict:" in shown, shown  # the text view of a profile
     (folder,) = (tmp_path / "nsight-profiles").iterdir()
     assert folder.name.startswith(f"cell{count}-"), (folder.name, count)
@@ -44,7 +44,7 @@ def test_a_profile_is_named_after_the_prompt_the_user_sees(kernel, tmp_path):
 @pytest.mark.nsys
 def test_the_lines_tab_numbers_lines_as_the_editor_does(kernel, tmp_path):
     kernel("%load_ext nsight_magic")
-    shown, _, _ = kernel("%%nsys --lines --no-render --fresh -t nvtx,osrt\nimport time\ntime.sleep(0.05)\n"
+    shown, _, _ = kernel("%%nsys --lines --no-render --fresh -t nvtx\nimport time\ntime.sleep(0.05)\n"
                          "time.sleep(0.15)")
     assert "Verdict:" in shown, shown
     from nsight_magic import open_report
@@ -69,7 +69,7 @@ def test_a_profiler_still_busy_after_the_cell_gets_a_status_line(tmp_path, monke
     monkeypatch.setattr(process, "FINALIZE_WARN_S", 1.0)  # 20 s in use; the cell's process lingers 4 s here
     seen = []
     cell = "import threading, time\nthreading.Thread(target=time.sleep, args=(4,)).start()\nprint('cell done')"
-    r = run_nsys(cell, NsysOptions(name="lingers", directory=str(tmp_path), trace="nvtx,osrt"),
+    r = run_nsys(cell, NsysOptions(name="lingers", directory=str(tmp_path), trace="nvtx"),
                  on_status=lambda text, t: seen.append(text))
     # the lingering thread keeps the process (and so nsys's writing) waiting: the status names it, with Ctrl-C
     words = [s for s in seen if "waits for its thread" in s]

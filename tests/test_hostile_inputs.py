@@ -175,7 +175,7 @@ def test_a_cell_that_deletes_its_own_profile_folder_is_told_in_one_line(tmp_path
 
     cell = f"import pathlib, shutil\nfor p in pathlib.Path({str(tmp_path)!r}).glob('gone-*'):\n    shutil.rmtree(p)\n"
     r = run_nsys(cell, NsysOptions(name="gone", directory=str(tmp_path), fresh=True, render=False, quiet=True,
-                                   trace="nvtx,osrt"), namespace={})
+                                   trace="nvtx"), namespace={})
     assert r.sqlite is None
     assert any("was deleted before nsys wrote its report" in m for m in r.messages), r.messages
     assert not any("capture range was never recorded" in m for m in r.messages)
@@ -314,7 +314,7 @@ def test_a_fresh_cell_that_leaves_a_thread_running_is_told_why_the_report_waits(
     cell = "import threading, time\nthreading.Thread(target=time.sleep, args=(4,), name='uploader').start()\n"
     said = []
     r = run_nsys(cell, NsysOptions(name="thr", directory=str(tmp_path), fresh=True, render=False, quiet=True,
-                                   trace="nvtx,osrt"), namespace={}, on_status=lambda text, t: said.append(text))
+                                   trace="nvtx"), namespace={}, on_status=lambda text, t: said.append(text))
     assert r.ok, r.messages
     assert any("waits for its thread uploader" in s for s in said), said
     assert any("thread uploader running" in n for n in r.notes), r.notes

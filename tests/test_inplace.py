@@ -73,9 +73,9 @@ def test_an_exception_and_ctrl_c_in_the_cell_keep_the_profile_and_the_kernel(ker
 
 
 def test_what_cannot_be_in_place_says_so_and_runs_fresh(kernel):
-    out = kernel.run("%%nsys --name other -t nvtx\nprint('ran fresh')")
-    assert "in a fresh process, not in place: this kernel traces nvtx,osrt" in out, out
-    assert "nsight-magic kernel install --trace nvtx" in out and "ran fresh" in out
+    out = kernel.run("%%nsys --name other -t nvtx,osrt\nprint('ran fresh')")
+    assert "in a fresh process, not in place: this kernel traces nvtx" in out, out
+    assert "nsight-magic kernel install --trace nvtx,osrt" in out and "ran fresh" in out
     out = kernel.run("%%nsys --name timed --timeout 2\nimport time\nfor _ in range(100):\n    time.sleep(0.1)\n"
                      "print('not reached')")
     assert "ran past --timeout 2 s" in out and not re.search("^not reached", out, re.M), out
@@ -117,7 +117,7 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
     del requires_chromium
     from kernels import install_inplace_kernel
 
-    kernels = install_inplace_kernel(tmp_path / "prefix", "nvtx,osrt")
+    kernels = install_inplace_kernel(tmp_path / "prefix", "nvtx")
     monkeypatch.setenv("JUPYTER_PATH", str(kernels.parent))
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     with jupyterlab_server(tmp_path) as (base, root):

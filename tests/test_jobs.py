@@ -330,7 +330,7 @@ def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     # So the job runs there, a failed recording is made again from scratch (at most 5 attempts of at most 60 s;
     # a good one takes 15-25 s), and each rank's output is shown.
     cmd = [*isolation_prefix()[0], sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={GLOO_RANKS}", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx,osrt",
+           f"--nproc_per_node={GLOO_RANKS}", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx",
            "-s", "none", "--cpuctxsw=none", "--force-overwrite=true", "-o", str(out / "report.%q{RANK}"), sys.executable,
            str(script)]
     at = cmd.index("--redirects=3")

@@ -50,7 +50,7 @@ def _add_up(split: pd.DataFrame, whole: pd.DataFrame, keys: list[str]) -> None:
 @pytest.mark.timeout(300)
 def test_nproc_2_gloo_one_report_every_rank(tmp_path):
     streamed = []
-    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="osrt,nvtx", nproc=2,
+    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="nvtx", nproc=2,
                                        return_vars=("got",), return_all=True),
                  namespace={"offset": 40}, on_output=lambda s, t: streamed.append(t))
     assert r.ok, r.messages
@@ -95,7 +95,7 @@ def test_nproc_2_gloo_one_report_every_rank(tmp_path):
 def test_a_rank_that_raises_is_named_and_nothing_hangs(tmp_path):
     cell = ("import os, time\nrank = int(os.environ['RANK'])\nif rank == 1:\n    raise ValueError('rank one broke')\n"
             "time.sleep(0.2)\n")
-    r = run_nsys(cell, NsysOptions(name="bad", directory=str(tmp_path), trace="osrt,nvtx", nproc=2))
+    r = run_nsys(cell, NsysOptions(name="bad", directory=str(tmp_path), trace="nvtx", nproc=2))
     assert r.status == "cell-error"
     assert any("rank 1 raised an exception" in m and "stderr.rank1.txt" in m for m in r.messages), r.messages
     assert "rank one broke" in (r.folder.path / "stderr.rank1.txt").read_text()
@@ -107,7 +107,7 @@ def test_a_rank_that_raises_is_named_and_nothing_hangs(tmp_path):
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
 def test_per_rank_reports_are_merged_on_one_clock(tmp_path):
-    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="osrt,nvtx", nproc=2,
+    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="nvtx", nproc=2,
                                        per_rank_reports=True, return_vars=("got",), return_all=True),
                  namespace={"offset": 40})
     assert r.ok, r.messages
@@ -160,10 +160,10 @@ def test_nproc_in_a_real_kernel(tmp_path):
         "offset = 7",
         # a cell of some length: in the CI of b98d787 a 3 ms cell's report held one rank's NVTX rows only (not seen
         # in 12 runs here under load; likely nsys starting to record in the other rank's process after its cell)
-        "%%nsys --nproc 2 --return got --return-all --no-render -t osrt,nvtx\nimport os, time\n"
+        "%%nsys --nproc 2 --return got --return-all --no-render -t nvtx\nimport os, time\n"
         "got = offset + int(os.environ['RANK'])\ntime.sleep(0.3)\nprint('hello from', os.environ['RANK'])",
         "print('returned', got)",
-        "%%nsys --nproc 2 --per-rank-reports --name ranks --no-render -t osrt,nvtx\nimport os\n"
+        "%%nsys --nproc 2 --per-rank-reports --name ranks --no-render -t nvtx\nimport os\n"
         "print('own report', os.environ['RANK'])",
     ], tmp_path, timeout=300)
     profiled = cell_text(nb.cells[2])

@@ -37,7 +37,7 @@ def _profile(tmp_path, ops="names", **kw):
     from nsight_magic.options import NsysOptions
     from nsight_magic.run import run_nsys
 
-    r = run_nsys(CELL, NsysOptions(name="ops", directory=str(tmp_path), trace="nvtx,osrt", ops=ops, **kw),
+    r = run_nsys(CELL, NsysOptions(name="ops", directory=str(tmp_path), trace="nvtx", ops=ops, **kw),
                  setup_sources=[SETUP])
     assert r.ok, r.messages
     return r

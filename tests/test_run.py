@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import eventually, nvtx_ranges, processes_mentioning, requires_nsys
+from conftest import TEST_TRACE, eventually, nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.errors import OptionError
 from nsight_magic.options import NsysOptions
 from nsight_magic.run import RunFailed, run_nsys
@@ -41,6 +41,7 @@ with nvtx.annotate("setup range"):
 
 
 def _opts(tmp_path: Path, **kw) -> NsysOptions:
+    kw.setdefault("trace", TEST_TRACE)
     return NsysOptions(name=kw.pop("name", "t"), directory=str(tmp_path), **kw)
 
 

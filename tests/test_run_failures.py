@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import eventually, nsys_failing_once, nvtx_ranges, processes_mentioning, requires_nsys
+from conftest import TEST_TRACE, eventually, nsys_failing_once, nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_DIR_PREFIX, SessionManager, remove_stale_session_dirs
 from nsight_magic.run import run_nsys
@@ -30,7 +30,7 @@ requires_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, r
 
 def _opts(tmp_path, **kw) -> NsysOptions:
     kw.setdefault("name", "edge")
-    kw.setdefault("trace", "osrt,nvtx")
+    kw.setdefault("trace", TEST_TRACE)
     return NsysOptions(directory=str(tmp_path), **kw)
 
 
@@ -433,7 +433,7 @@ def test_a_killed_kernel_leaves_no_process_and_its_raw_stream_goes_to_its_profil
 
     code = ("from nsight_magic.options import NsysOptions\nfrom nsight_magic.run import run_nsys\n"
             f"run_nsys(\"import time\\nprint('sleeping', flush=True)\\ntime.sleep(120)\\n\", NsysOptions("
-            f"directory={str(tmp_path)!r}, name='killed', trace='osrt,nvtx', fresh=True), namespace={{}})\n")
+            f"directory={str(tmp_path)!r}, name='killed', trace='nvtx', fresh=True), namespace={{}})\n")
     kernel = subprocess.Popen([sys.executable, "-c", code])
     end = time.monotonic() + 60
     while time.monotonic() < end and not any(

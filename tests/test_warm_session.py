@@ -70,7 +70,7 @@ def sessions():
 
 def _run(tmp_path, sessions, cell, setup=SETUP, namespace=None, **opts):
     opts.setdefault("name", "warm")
-    return run_nsys(cell, NsysOptions(directory=str(tmp_path), trace="osrt,nvtx", **opts), setup_sources=[setup],
+    return run_nsys(cell, NsysOptions(directory=str(tmp_path), trace="nvtx", **opts), setup_sources=[setup],
                     namespace=namespace or {}, sessions=sessions)
 
 
@@ -146,7 +146,7 @@ def test_changed_setup_restarts_and_fresh_bypasses(tmp_path, sessions):
     d = _run(tmp_path, sessions, "pass\n", setup=SETUP + "EXTRA = 'new setup'\n")
     assert _worker(d)["started"] == _worker(b)["started"]  # --fresh left the session alone
     # a changed trace needs a new session too
-    e = run_nsys("pass\n", NsysOptions(directory=str(tmp_path), name="warm", trace="nvtx"),
+    e = run_nsys("pass\n", NsysOptions(directory=str(tmp_path), name="warm", trace="nvtx,osrt"),
                  setup_sources=[SETUP + "EXTRA = 'new setup'\n"], namespace={}, sessions=sessions)
     assert e.ok and _worker(e)["started"] != _worker(d)["started"]
 
@@ -186,7 +186,7 @@ def test_interrupt_stops_the_cell_keeps_the_report_and_the_session(tmp_path, ses
             raise KeyboardInterrupt
 
     r = run_nsys("with nvtx.annotate('long'):\n    time.sleep(60)\nprint('not reached')\n",
-                 NsysOptions(directory=str(tmp_path), trace="osrt,nvtx", name="warm"), setup_sources=[SETUP],
+                 NsysOptions(directory=str(tmp_path), trace="nvtx", name="warm"), setup_sources=[SETUP],
                  namespace={}, sessions=sessions, on_status=interrupt_when_running)
     assert r.status == "interrupted"
     assert r.wall_s < 30
@@ -239,12 +239,12 @@ def test_the_kernels_end_ends_the_session(tmp_path, ending):
     try:
         run("%load_ext nsight_magic")
         run("%%nsight_setup\nimport time")
-        first = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
+        first = run("%%nsys --no-render -t nvtx\ntime.sleep(0.01)")
         # prepared in the background when the setup ran (the trace's order does not matter)
         assert "warm session (cell 1 in this process" in first or "warm session prepared" in first, first
-        second = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
+        second = run("%%nsys --no-render -t nvtx\ntime.sleep(0.01)")
         assert "warm session (cell 2 in this process" in second, second
-        assert "nsys: ok" in run("%%nsys --no-render --fresh -t osrt,nvtx\ntime.sleep(0.01)")
+        assert "nsys: ok" in run("%%nsys --no-render --fresh -t nvtx\ntime.sleep(0.01)")
         tool_files = [f for d in _session_dirs() - dirs_before for f in session_tool_files(d)]
         assert tool_files and all(os.path.exists(f) for f in tool_files)  # nsys's settings files for the worker
         shown = run("%nsys_session")
@@ -292,14 +292,14 @@ def test_session_magic_stop_and_restart(tmp_path):
         run("%%nsight_setup\nimport time\nprint('setup output')")
         restarted = run("%nsys_session --restart")
         assert "setup output" in restarted and "worker pid" in restarted, restarted
-        cell = run("%%nsys --no-render -t osrt,nvtx\ntime.sleep(0.01)")
-        # --restart started it with the default trace; -t osrt,nvtx is the same on a machine without a GPU
+        cell = run("%%nsys --no-render -t nvtx\ntime.sleep(0.01)")
+        # --restart started it with the default trace: the tests' own, nvtx (conftest.TEST_TRACE)
         assert "warm session (cell 1 in this process" in cell or "warm session restarted" in cell, cell
         assert "warm session stopped" in run("%nsys_session --stop")
         assert _no_session_left(before=before) == []
         # --stop while a cell's finish (export, read) still runs in the background: when the finish ends it must
         # not prepare a new worker the user has just stopped (it did, and a session ran on after --stop)
-        run("ip = get_ipython()\nip.run_cell_magic('nsys', '--no-render -t osrt,nvtx', 'time.sleep(0.01)')\n"
+        run("ip = get_ipython()\nip.run_cell_magic('nsys', '--no-render -t nvtx', 'time.sleep(0.01)')\n"
             "ip.run_line_magic('nsys_session', '--stop')")
         run("import nsight_magic\nnsight_magic.last()\ntime.sleep(1)")
         assert "no warm session" in run("%nsys_session")
