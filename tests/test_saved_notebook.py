@@ -110,16 +110,26 @@ class Frontend:
             self.page.wait_for_timeout(250)
         raise AssertionError("the notebook stayed unsaved")
 
+    def kernel_id(self) -> str | None:
+        """The id of this notebook's kernel, from the server's sessions (REST API)."""
+        sessions = self.page.request.get(f"{self.base}/api/sessions?token={TOKEN}").json()
+        return next((x["kernel"]["id"] for x in sessions if x["path"] == self.name and x.get("kernel")), None)
+
     def shut_down_kernel(self) -> None:
+        """Kernel > Shut Down, until the server no longer runs this notebook's kernel (its REST API; a notebook of
+        the module's other tests may still have one: Lab starts a kernel when a page reloads a notebook)."""
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+        ours = self.kernel_id()
+        assert ours is not None, "the notebook has no kernel to shut down"
+        running = lambda: [k["id"] for k in self.page.request.get(f"{self.base}/api/kernels?token={TOKEN}").json()]
         self.menu("Kernel", "kernelmenu:shutdown")
         try:
-            self.accept_dialog(5)
-        except Exception:  # noqa: BLE001 - some versions ask nothing
+            self.accept_dialog(3)
+        except PlaywrightTimeout:  # Notebook 7 asks nothing
             pass
-        # until the server runs no kernel (its REST API), not a fixed pause
-        kernels = f"{self.base}/api/kernels?token={TOKEN}"
-        if not eventually(lambda: self.page.request.get(kernels).json() == [], 30):
-            raise AssertionError(f"the kernel still runs: {self.page.request.get(kernels).json()}")
+        if not eventually(lambda: ours not in running(), 30):
+            raise AssertionError(f"the notebook's kernel {ours} still runs 30 s after Kernel > Shut Down")
 
     def views(self):
         """Each profile's output (our renderer's, or Lab's sanitized HTML for an untrusted one)."""
