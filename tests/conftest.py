@@ -99,6 +99,17 @@ def started_by_this_worker(environ: bytes) -> bool:
     return WORKER is None or f"NSIGHT_MAGIC_TEST_WORKER={WORKER}".encode() in environ.split(b"\0")
 
 
+def unpack_job_rank(dest: Path, rank_from: int, rank_to: int | None = None) -> Path:
+    """tests/data/job's report of rank `rank_from` (an H200 job's, xz-compressed), written to `dest` as the report
+    of rank `rank_to` (default: the same rank); its path."""
+    import lzma
+
+    dst = dest / f"report.{rank_to if rank_to is not None else rank_from}.sqlite"
+    with lzma.open(DATA / "job" / f"report.{rank_from}.sqlite.xz") as f, open(dst, "wb") as out:
+        shutil.copyfileobj(f, out)
+    return dst
+
+
 @pytest.fixture(scope="module")
 def opened():
     """path -> its report (nsight_magic.report.open_report), opened once per module and closed after it."""

@@ -148,14 +148,12 @@ def test_a_scheduler_address_nobody_answers_at_is_one_line(tmp_path):
 def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
     """Jupyter's stop button signals the kernel's whole process group: Dask's worker processes, spawned mid-start,
     printed a dozen tracebacks into the cell.  They start with SIGINT blocked; the kernel says one line."""
-    import lzma
-
-    from conftest import DATA
+    from conftest import unpack_job_rank
 
     job = tmp_path / "job"
     job.mkdir()
     for r in (0, 1):
-        (job / f"report.{r}.sqlite").write_bytes(lzma.decompress((DATA / "job" / f"report.{r}.sqlite.xz").read_bytes()))
+        unpack_job_rank(job, r)
     with _kernel(tmp_path) as k:
         out = k.run(f"%nsys_load {job} --no-render", timeout=120,
                     interrupt_when=lambda: any("multiprocessing.spawn" in c for c in k.children()))

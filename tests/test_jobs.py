@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, cell_text, requires_nsys, run_bounded, run_notebook
+from conftest import DATA, cell_text, requires_nsys, run_bounded, run_notebook, unpack_job_rank
 
 JOB = DATA / "job"
 pytestmark = pytest.mark.timeout(300)
@@ -38,18 +38,11 @@ def client():
     cluster.close()
 
 
-def _unpack(dest, rank_from, rank_to=None):
-    dst = dest / f"report.{rank_to if rank_to is not None else rank_from}.sqlite"
-    with lzma.open(JOB / f"report.{rank_from}.sqlite.xz") as f, open(dst, "wb") as out:
-        shutil.copyfileobj(f, out)
-    return dst
-
-
 @pytest.fixture(scope="module")
 def h200_job(tmp_path_factory):
     d = tmp_path_factory.mktemp("h200job")
     for r in (0, 1):
-        _unpack(d, r)
+        unpack_job_rank(d, r)
     return d
 
 
@@ -211,7 +204,7 @@ def _slow_nccl(path, extra_ns: int) -> None:
 
 def test_eight_ranks_with_shifted_clocks_and_one_slowed_rank(tmp_path, client):
     for r in range(8):
-        p = _unpack(tmp_path, 1, r)  # rank 1's report: its NCCL kernels never waited
+        p = unpack_job_rank(tmp_path, 1, r)  # rank 1's report: its NCCL kernels never waited
         _shift_clock(p, r * 7_000_000_000)
         if r != 5:
             _slow_nccl(p, 3_000_000)  # every rank but 5 waits 3 ms in each collective: 5 is the straggler
@@ -255,8 +248,8 @@ def test_eight_ranks_with_shifted_clocks_and_one_slowed_rank(tmp_path, client):
 def test_a_missing_or_broken_report_is_named_and_the_others_load(tmp_path, client):
     from nsight_magic import open_job
 
-    _unpack(tmp_path, 0)
-    _unpack(tmp_path, 1)
+    unpack_job_rank(tmp_path, 0)
+    unpack_job_rank(tmp_path, 1)
     (tmp_path / "report.2.sqlite").write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # truncated
     # issue 29: a gap in the ranks and a link to a missing file are named too, not skipped
     (tmp_path / "report.5.sqlite").symlink_to(tmp_path / "gone.sqlite")
@@ -273,8 +266,8 @@ def test_nsys_load_takes_a_one_rank_job_and_names_a_rank_given_twice(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir()
     two.mkdir()
-    _unpack(one, 0)
-    shutil.copyfile(_unpack(two, 0), two / "node1_rank0.sqlite")
+    unpack_job_rank(one, 0)
+    shutil.copyfile(unpack_job_rank(two, 0), two / "node1_rank0.sqlite")
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {one} --no-render", f"%nsys_load {two} --no-render"],
                       tmp_path, timeout=240, allow_errors=True)
     first, second = cell_text(nb.cells[1]), cell_text(nb.cells[2])
@@ -401,7 +394,7 @@ def test_a_report_gone_before_its_diagnosis_is_named_and_the_others_keep_theirs(
     from nsight_magic.jobs.job import Job, diagnose_groups
     from nsight_magic.jobs.rank_task import diagnose_rank, summarize_rank
 
-    paths = [_unpack(tmp_path, r) for r in (0, 1)]
+    paths = [unpack_job_rank(tmp_path, r) for r in (0, 1)]
     results = [summarize_rank(r, str(p)) for r, p in enumerate(paths)]
     assert not any(r.error for r in results)
     paths[1].unlink()
@@ -419,7 +412,7 @@ def test_a_representative_gone_before_its_diagnosis_hands_its_group_to_the_next_
     from nsight_magic.jobs.job import Job, diagnose_groups
     from nsight_magic.jobs.rank_task import diagnose_rank, summarize_rank
 
-    paths = [_unpack(tmp_path, 1, r) for r in range(3)]
+    paths = [unpack_job_rank(tmp_path, 1, r) for r in range(3)]
     runs = []
 
     def run(jobs):
