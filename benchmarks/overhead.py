@@ -1,6 +1,6 @@
 """Wall time of `%%nsys` against bare `nsys profile` on the same cell; goal: ratio <= 1.10.
 
-    python benchmarks/overhead.py [--work-s 5] [--repeat 3] [--workload cpu|torch]
+    python benchmarks/overhead.py [--work-s 5] [--repeat 3] [--workload cpu|torch] [--trace T]
 
 %%nsys runs through a real IPython shell (the magic, state transfer, export to SQLite, reading and rendering).
 Bare is `nsys profile -t <same trace> -o R python cell.py`, plus QdstrmImporter when that nsys cannot import by
@@ -76,8 +76,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--workload", choices=("cpu", "torch"), default="cpu")
     ap.add_argument("--capture", choices=("cell", "all"), default="cell", help="%%nsys --capture")
+    ap.add_argument("--trace", default=None, help="both runs' trace (default: %%nsys's on this machine)")
     args = ap.parse_args()
-    trace, _ = trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())
+    trace = args.trace or trace_for_machine(DEFAULT_TRACE, tools.gpu_visible())[0]
     cell = (TORCH_CELL if args.workload == "torch" else CPU_CELL).format(work_s=args.work_s)
     shell = InteractiveShell.instance()
     shell.run_line_magic("load_ext", "nsight_magic")

@@ -22,22 +22,26 @@ needs_torch = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reas
 needs_shared = pytest.mark.skipif(not FIXTURES.joinpath(*H100).exists(), reason="needs ../shared/fixtures")
 
 # name, arguments ({w}: a folder of the test's own), the line that carries the figure, marks; -t nvtx where a
-# benchmark takes it: tracing the OS runtime costs nsys 2 CPU-s more per run, and the figures are not checked
+# benchmark takes it (tracing the OS runtime costs nsys 2 CPU-s more per run) and one page load: the figures are
+# not checked
 CASES = [
     ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "analysis / read", [needs_shared]),
     ("job", ["--ranks", "2", "--kernels", "3000", "--workers", "1", "--workdir", "{w}"], "open_job / that",
      [needs_shared]),
     ("read", ["--workdir", "{w}", "--repeat", "1", "--small", "3000", "--large", "6000"], "frames", [needs_shared]),
     ("merge", ["--kernels", "3000", "--ranks", "2"], "summary = 2 x single: True", [needs_shared]),
-    ("view", ["--workdir", "{w}", "--sizes", "3000"], "<- report_view.STATIC_EXACT", [needs_shared]),
+    ("view", ["--workdir", "{w}", "--sizes", "3000", "--paint-runs", "1"], "<- report_view.STATIC_EXACT",
+     [needs_shared]),
     # one workload: tests/test_analysis_diagnosis.py checks them all
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
     ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2", "--trace", "nvtx"], "ratio:", [requires_nsys]),
-    ("overhead", ["--work-s", "0.2", "--repeat", "1"], "ratio:", [requires_nsys]),
-    ("call_overhead", ["--calls", "2000", "--repeat", "1"], "us/call", [requires_nsys]),
-    ("inplace", ["--workload", "cpu", "--repeat", "1", "--pause", "0.2", "--trace", "nvtx"], "not recording:", [requires_nsys]),
-    ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default", "--trace", "nvtx"], "launch+setup", [requires_nsys]),
+    ("overhead", ["--work-s", "0.2", "--repeat", "1", "--trace", "nvtx"], "ratio:", [requires_nsys]),
+    ("call_overhead", ["--calls", "2000", "--repeat", "1", "--kinds", "nvtx"], "us/call", [requires_nsys]),
+    ("inplace", ["--workload", "cpu", "--repeat", "1", "--pause", "0.2", "--trace", "nvtx"], "not recording:",
+     [requires_nsys]),
+    ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default", "--trace", "nvtx"], "launch+setup",
+     [requires_nsys]),
     ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu", "--trace", "nvtx"], "ratio",
      [requires_nsys, needs_torch]),
 ]
