@@ -704,7 +704,15 @@ def _matrix_words(report, window) -> str:
 
 
 def bottleneck(report) -> Bottleneck:
-    """report.bottleneck(): see the module docstring."""
+    """report.bottleneck(): see the module docstring (computed once per report: rules ask whether it is GPU-bound,
+    the view and the job ask for the verdict)."""
+    memo = report_memo(report)
+    if "bottleneck" not in memo:
+        memo["bottleneck"] = _bottleneck(report)
+    return memo["bottleneck"]
+
+
+def _bottleneck(report) -> Bottleneck:
     d = diagnose(report)
     if not d.pairs:
         return _cpu_only(report)

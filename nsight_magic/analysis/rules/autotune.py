@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..kernel_classes import classify
+from ..text import contains
 from .common import Context, Finding, estimate_words, evidence, ranges_of
 
 MIN_SYNCS = 8        # synchronisations a step, at least
@@ -41,15 +42,18 @@ def rule_autotune(ctx: Context) -> list[Finding]:
     api = report.cuda_api
     if k.empty or api.empty:
         return []
-    names = k["name"].astype(str)
-    cls = classify(names).set_index("name")
-    matrix = names.map(cls["family"]).to_numpy(object) == "matrix"
+    # per distinct name (a million kernels, a few hundred names): is it a matrix kernel, and its family
+    codes, uniq = pd.factorize(pd.Series(k["name"].to_numpy(object)).fillna(""), sort=False)
+    u = [str(v) for v in np.asarray(uniq, dtype=object)]
+    is_matrix = classify(u).set_index("name")["family"].reindex(u).to_numpy(object) == "matrix"
+    matrix = is_matrix[codes]
     if not matrix.any():
         return []
-    fam = names[matrix].map(family_of)
-    mk = pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64)[matrix], "name": names[matrix].to_numpy(object),
-                       "family": fam.to_numpy(object)})
-    syncs = api[api["name"].astype(str).str.contains(_SYNC)]
+    fam_codes, _ = pd.factorize(np.array([family_of(v) if m else "" for v, m in zip(u, is_matrix)], object))
+    order = np.argsort(k["start_ns"].to_numpy(np.int64)[matrix], kind="stable")
+    mk_start = k["start_ns"].to_numpy(np.int64)[matrix][order]
+    mk_name = codes[matrix][order]
+    syncs = api[contains(api["name"], _SYNC)]
     windows, rows = [], []
     for pid, st in steps.items():
         a, b = st.bounds()
@@ -58,16 +62,17 @@ def rule_autotune(ctx: Context) -> list[Finding]:
         s = syncs[syncs["pid"] == pid].sort_values("start_ns", kind="stable")  # backward tunes on autograd's thread
         s_start = s["start_ns"].to_numpy(np.int64)
         s_end = s["end_ns"].to_numpy(np.int64)
+        sync_at = np.searchsorted(s_start, np.stack([a, b]))
+        kernel_at = np.searchsorted(mk_start, np.stack([a, b]))
         tuned = 0
-        for lo, hi in zip(a, b):
-            i0, i1 = np.searchsorted(s_start, [lo, hi])
+        for lo, hi, i0, i1, k0, k1 in zip(a, b, *sync_at, *kernel_at):
             n_sync = int(i1 - i0)
-            m = mk[(mk["start_ns"] >= lo) & (mk["start_ns"] < hi)]
-            variants = int(m.groupby("family")["name"].nunique().max()) if len(m) else 0
+            names = np.unique(mk_name[k0:k1])  # the step's distinct matrix kernels; variants: most of one family
+            variants = int(np.bincount(fam_codes[names]).max()) if len(names) else 0
             if n_sync >= MIN_SYNCS and variants >= MIN_VARIANTS:
                 tuned += 1
                 windows.append((int(lo), int(s_end[i1 - 1])))  # the plans are built before the first trial
-                rows.append((pid, st.tid, int(lo), int(hi), n_sync, variants, m["name"].nunique()))
+                rows.append((pid, st.tid, int(lo), int(hi), n_sync, variants, len(names)))
         if len(a) == 0 or tuned < MIN_STEP_SHARE * len(a):
             windows = [w for w, r in zip(windows, rows) if r[0] != pid]
             rows = [r for r in rows if r[0] != pid]
