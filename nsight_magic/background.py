@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import NsightMagicError, ReportError
+from .heap import give_back_freed_memory
 from .store import FINISHING_FILE, clear_finishing, finishing_state, mark_finishing, mark_interrupted
 
 _JOBS: list["ProfileJob"] = []
@@ -143,6 +144,7 @@ class ProfileJob:
                 self.on_done(self)
             except Exception:  # noqa: BLE001
                 pass
+            give_back_freed_memory()  # the reading's and the drawing's temporaries
             self.done.set()
 
     def _write_timings(self) -> None:
@@ -194,6 +196,7 @@ class ProfileJob:
                 report.close()
             except Exception:  # noqa: BLE001 - closing is best effort
                 pass
+            give_back_freed_memory()
 
     def report_or_raise(self):
         """The opened report once the job is done; ReportError saying why there is none."""

@@ -20,6 +20,7 @@ from IPython.display import display
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from .errors import NsightMagicError
+from .heap import after_cell, trim_after_cell
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
 
 
@@ -693,6 +694,7 @@ def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict
     try:
         report = open_report(path)
         display_report(report, folder, render, thresholds)
+        trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return
@@ -768,6 +770,8 @@ def register(ipython) -> None:
     ipython.register_magics(magics)
     if magics not in ipython.configurables:  # %config NsightMagics.pass_env = [...] reaches it
         ipython.configurables.append(magics)
+    if after_cell not in ipython.events.callbacks["post_run_cell"]:
+        ipython.events.register("post_run_cell", after_cell)
     magics.prewarm()
     from .background import import_finish_stage
 

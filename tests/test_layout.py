@@ -16,8 +16,9 @@ LAYERS = (
     ("views",),
     ("report",),                                          # the facade: a reader's data with analysis and views on top
     ("jobs",),
-    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", ""),  # the Python API, its front ends
-    #                                                                          ("" = __init__)
+    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", "heap", ""),  # the Python API, its front
+    #                                                                                  ends
+    #                                                                                  ("" = __init__)
 )
 
 

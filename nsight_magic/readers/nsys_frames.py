@@ -221,6 +221,9 @@ def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
     return pd.arrays.IntegerArray(tids, (idx < 0) | kernels["correlation_id"].isna().to_numpy())
 
 
+_STYLES = np.array(["PushPop", "StartEnd"], dtype=object)
+
+
 def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     """Raw NVTX rows -> plain arrays, sorted by start: what the summaries need, and what nvtx_frame() turns into the
     public frame (only when someone asks for it: the summaries need neither depths nor categoricals).
@@ -254,7 +257,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     arrays = {
         "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": name, "domain": domain, "kind": kind,
         "pid": pid, "tid": tid, "color": ev["color"].array, "category": ev["category"].array,
-        "tag": tag, "style": np.where(kind == 0, "PushPop", "StartEnd").astype(object),
+        "tag": tag, "style": _STYLES[(kind != 0).astype(np.intp)],  # two shared strings, not one per row
         "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
         "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
