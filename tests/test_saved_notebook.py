@@ -325,12 +325,15 @@ def test_a_restart_while_a_profile_loads_and_the_sidebar_after_reload(browser, s
         loading = gamma.locator("[data-nm-state='loading']")
         loading.wait_for(timeout=120_000)
         assert "nsys: loading the profile" in loading.inner_text()
+        # restart once nsys has written its report (the line says "loading" from `nsys stop` on; a restart during
+        # the stop, seen on a loaded machine, leaves nothing recorded to load)
+        folder = next((root / "nsight-profiles").glob("gamma-*"))
+        assert eventually(lambda: any((folder / n).exists() for n in ("report.nsys-rep", "report.sqlite")), 60)
         fe.menu("Kernel", "kernelmenu:restart")
         fe.accept_dialog()
         # the line that said "loading" now says what happened, and how to open what nsys wrote
         settled = gamma.locator("[data-nm-state='interrupted'], [data-nm-state='finished']").first
         settled.wait_for(timeout=60_000)
-        folder = next((root / "nsight-profiles").glob("gamma-*"))
         finished = (folder / "summary.json").exists()
         line = settled.inner_text()
         if finished:  # its loading ended as the kernel stopped (the restart waits up to 2 s for it)
