@@ -403,19 +403,15 @@ def test_a_loaded_report_leaves_no_freed_heap_in_the_kernel(tmp_path):
     """Round 4: %nsys_load of 3.15M NVTX ranges left the kernel at 1.6 GB, of which 0.4 GB were live: glibc kept
     the heap that the reading and drawing had grown.  After a load the kernel gives it back (heap.py): a trim of
     ours in the next cell finds next to nothing left to return (without it, 84 MB here)."""
-    import shutil
-    import sqlite3
+    import sys
 
-    from conftest import DATA, cell_text, run_notebook
+    from conftest import DATA, REPO, cell_text, run_notebook
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    from load_memory import make_report  # the benchmark's report: 200,000 more NVTX ranges on the recorded thread
 
     big = tmp_path / "ranges.sqlite"
-    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", big)
-    with sqlite3.connect(big) as con:  # 200,000 more NVTX ranges on the recorded thread, after its own
-        tid, t0 = con.execute("SELECT globalTid, max(end) FROM NVTX_EVENTS WHERE eventType = 59").fetchone()
-        con.execute(f"""WITH RECURSIVE r(k) AS (SELECT 0 UNION ALL SELECT k + 1 FROM r WHERE k < 99999)
-            INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid)
-            SELECT {t0} + k * 1000, {t0} + k * 1000 + 900, 59, 'step ' || (k % 1000), {tid} FROM r UNION ALL
-            SELECT {t0} + k * 1000 + 100, {t0} + k * 1000 + 800, 59, 'op ' || (k % 37), {tid} FROM r""")
+    make_report(DATA / "nsys_h100_a_cuda_nvtx.sqlite", big, 200_000)
     rss = "int(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmRSS'))) // 1024"
     nb = run_notebook(["%load_ext nsight_magic", f"%nsys_load {big}",
                        f"import ctypes, gc\ngc.collect()\nbefore = {rss}\nctypes.CDLL(None).malloc_trim(0)\n"
