@@ -2,8 +2,9 @@
 
 Reading and drawing a large report makes big temporary frames; once they are freed, glibc keeps the heap it grew
 for them (1.2 GB of a kernel's 1.6 GB after %nsys_load of 3.15M NVTX ranges, of which 0.4 GB were live).
-`malloc_trim(0)` returns those pages to the system: at the end of a profile's finish stage, and after a cell that
-loaded a report (once the cell's output, and what building it left, are let go).  Elsewhere (macOS, musl) nothing
+`malloc_trim(0)` returns those pages to the system: at the end of a profile's finish stage, when an older profile
+lets go of its report, and after a cell that loaded a report (once the cell's output, and what building it left, are
+let go).  Elsewhere (macOS, musl) nothing
 is done.
 """
 from __future__ import annotations
