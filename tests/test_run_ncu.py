@@ -57,3 +57,17 @@ def test_ncu_magic_without_a_gpu_says_so_before_the_cell_runs(tmp_path, monkeypa
     assert not (tmp_path / "ran").exists() and not (tmp_path / "nsight-profiles").exists()
     assert "no NVIDIA GPU is visible to this kernel" in err.out + err.err and "%%nsys" in err.out + err.err
     assert result.error_in_exec is None or type(result.error_in_exec).__name__ == "UsageError"
+
+
+def test_a_profiler_that_fails_after_the_cell_ended_well_is_not_the_cells_exception():
+    """Seen in a loaded full run: ncu could not attach ("Failed to connect to process 15") and exited 1 after the
+    cell had run; 1 is also the child's status for a cell that raised, so the run said "the cell raised an
+    exception".  The cell's own cell-done record decides: the failure is the profiler's."""
+    from nsight_magic.inside.child import EXIT_CELL_ERROR
+    from nsight_magic.profilers.process import status_from
+
+    done = ["importing", "running", "cell-done", "finished"]
+    assert status_from(EXIT_CELL_ERROR, done, cell_status=0) == "failed"
+    assert status_from(EXIT_CELL_ERROR, done, cell_status=EXIT_CELL_ERROR) == "cell-error"
+    assert status_from(0, done, cell_status=0) == "ok"
+    assert status_from(EXIT_CELL_ERROR, ["importing", "running"]) == "failed"

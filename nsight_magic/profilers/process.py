@@ -475,10 +475,12 @@ class ChildRun:
         if self.extras.get("interrupted_writing") and "cell_status" in self.extras:
             cs = self.extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
             return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
-        return status_from(rc, self.phases)
+        return status_from(rc, self.phases, self.extras.get("cell_status"))
 
 
-def status_from(rc: int | None, phases: list[str]) -> str:
+def status_from(rc: int | None, phases: list[str], cell_status: int | None = None) -> str:
+    """The run's outcome from the exit status and the phases the child recorded; `cell_status`: the status the
+    child's cell-done record gave, when there was one."""
     if "setup-error" in phases:
         return "setup-error"
     if "state-error" in phases:
@@ -486,6 +488,10 @@ def status_from(rc: int | None, phases: list[str]) -> str:
     if "exited" in phases:
         return "ok" if rc == 0 else "exited"
     if "finished" in phases or "cell-done" in phases:
+        if rc and cell_status == 0:
+            # the cell ended well by its own record: the non-zero exit is the profiler's (ncu exits 1 when it
+            # cannot attach, the number the child exits with when the cell raised: seen on a loaded machine)
+            return "failed"
         return "ok" if rc == 0 else ("cell-error" if rc == EXIT_CELL_ERROR else "failed")
     return "failed"
 
