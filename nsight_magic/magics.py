@@ -19,6 +19,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from IPython.display import display
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
+from . import idle
 from .errors import NsightMagicError
 from .heap import after_cell, trim_after_cell
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
@@ -210,6 +211,7 @@ class NsightMagics(Magics):
         """Prepare the warm worker for the next %%nsys in the background (the setup code, trace and environment as
         they are now), while the user writes the next cell.  Nothing to see, nothing when nsys is missing or
         NsightMagics.prewarm_worker is off; a worker that cannot start is started by the next %%nsys as before."""
+        idle.drop(self.shell)  # asked for now: one waiting for an idle kernel is not needed
         if not self.prewarm_worker or self._inplace() is not None:  # in place: no worker
             return
         self.frontend.prewarm(self.pass_env, self.trace)
@@ -772,7 +774,9 @@ def register(ipython) -> None:
         ipython.configurables.append(magics)
     if after_cell not in ipython.events.callbacks["post_run_cell"]:
         ipython.events.register("post_run_cell", after_cell)
-    magics.prewarm()
+    # a notebook without setup code gets its worker while the user writes the next cell; Run All's next cell
+    # (often %%nsight_setup, which needs another worker) comes at once, before any would be used (idle.py)
+    idle.when_idle(ipython, magics.prewarm)
     from .background import import_finish_stage
 
     import_finish_stage()

@@ -16,7 +16,7 @@ LAYERS = (
     ("views",),
     ("report",),                                          # the facade: a reader's data with analysis and views on top
     ("jobs",),
-    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", "heap", ""),  # the Python API, its front
+    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", "heap", "idle", ""),  # the Python API, its front
     #                                                                                  ends
     #                                                                                  ("" = __init__)
 )

@@ -250,7 +250,11 @@ class NsysSession:
             except subprocess.TimeoutExpired:
                 pass
         if self.proc is not None:
-            for sig in (signal.SIGTERM, signal.SIGKILL):
+            # a worker still starting records nothing yet: no report for nsys to write on SIGTERM, and unshare and
+            # the namespace's first process ignore it (the 5 s wait for them made a kernel's exit right after
+            # %load_ext take 6.5 s)
+            starting = self.alive() and not self.pending and self.state() == "starting"
+            for sig in (signal.SIGKILL,) if starting else (signal.SIGTERM, signal.SIGKILL):
                 if self.proc.poll() is not None:
                     break
                 try:
