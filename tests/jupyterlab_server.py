@@ -49,6 +49,11 @@ def isolated_env(tmp_path: Path) -> dict:
         d.mkdir(parents=True, exist_ok=True)
         env[var] = str(d)
     env.pop("JPY_SESSION_NAME", None)
+    # no build check on every page load (JupyterLab asks node and jlpm whether the app needs a rebuild: 0.6 CPU-s
+    # a page here, and a prebuilt extension never needs one)
+    labconfig = Path(env["JUPYTER_CONFIG_DIR"]) / "labconfig"
+    labconfig.mkdir(exist_ok=True)
+    (labconfig / "page_config.json").write_text('{"buildCheck": false, "buildAvailable": false}')
     return env
 
 
