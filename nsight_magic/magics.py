@@ -776,6 +776,7 @@ def register(ipython) -> None:
         ipython.events.register("post_run_cell", after_cell)
     # a notebook without setup code gets its worker while the user writes the next cell; Run All's next cell
     # (often %%nsight_setup, which needs another worker) comes at once, before any would be used (idle.py)
+    magics._inplace()  # made here, on the kernel's thread, not first in the idle prewarm's
     idle.when_idle(ipython, magics.prewarm)
     from .background import import_finish_stage
 

@@ -339,3 +339,23 @@ def test_a_cells_chdir_does_not_move_the_next_cells(tmp_path, sessions):
     assert _worker(a)["started"] == _worker(b)["started"]
     first = a.folder.stdout.read_text().split("at ", 1)[1].split()[0]
     assert first != "/" and f"at {first}" in b.folder.stdout.read_text()
+
+
+def test_a_worker_still_starting_ends_at_once(tmp_path, sessions, monkeypatch):
+    """A kernel that ends (or lets its worker go) while the worker still starts: nothing is recorded yet, so the
+    worker is killed at once; SIGTERM first left unshare and the namespace's first process (which ignore it) for
+    the 5 s of its wait, and a kernel's exit right after %load_ext took 6.5 s."""
+    from nsight_magic.frontend import Frontend
+
+    monkeypatch.chdir(tmp_path)
+    fe = Frontend()
+    fe.sessions = sessions
+    fe.prewarm(default_trace="nvtx")
+    sessions._wait_preparing()
+    s = sessions.session
+    assert s is not None and s.state() == "starting", s and s.state()
+    t0 = time.monotonic()
+    sessions.shutdown()
+    took = time.monotonic() - t0
+    assert _no_session_left(sessions.ids) == []
+    assert took < 3, took  # the 5 s wait of SIGTERM is gone (0.05 s here)
