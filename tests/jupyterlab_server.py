@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import pytest
 
-from conftest import requires_chromium
+from conftest import REPO, requires_chromium
 
 SITE = os.environ.get("NSIGHT_TEST_JUPYTERLAB_SITE")
 TOKEN = "nsight-magic-test"
@@ -93,3 +95,19 @@ def jupyterlab_server(tmp_path: Path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
         log.close()
+
+
+def answer_dialog(page, shot: str = "jupyterlab_dialog") -> None:
+    """A JupyterLab dialog over the notebook (it takes the clicks): one that says the kernel failed fails the test
+    with its text (and a screenshot, test-artifacts/SHOT.png); another (a kernel choice, a file changed on disk) is
+    accepted, and its text kept as a warning."""
+    dialog = page.locator(".jp-Dialog")
+    if not dialog.count() or not dialog.first.is_visible():
+        return
+    text = " ".join(dialog.first.inner_text().split())
+    if re.search(r"died|dead|restart|error|fail", text, re.IGNORECASE):
+        (REPO / "test-artifacts").mkdir(exist_ok=True)
+        page.screenshot(path=str(REPO / "test-artifacts" / f"{shot}.png"))
+        raise AssertionError(f"JupyterLab showed: {text!r}")
+    warnings.warn(f"JupyterLab showed a dialog, accepted: {text!r}")
+    page.locator(".jp-Dialog .jp-mod-accept").first.click()

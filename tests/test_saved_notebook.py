@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from conftest import ARGS, CHROMIUM, REPO, eventually, requires_nsys
-from jupyterlab_server import TOKEN, jupyterlab_server, needs_jupyterlab
+from jupyterlab_server import TOKEN, answer_dialog, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = REPO / "test-artifacts"
 QUICKSTART = REPO / "notebooks" / "quickstart.ipynb"
@@ -276,14 +276,17 @@ def _run_cell(fe: Frontend, i: int) -> None:
     """Select code cell i (its prompt) and Shift+Enter; again if the request was lost while the kernel settled."""
     cell = _code_cell(fe, i)
     for _ in range(3):
-        cell.locator(".jp-InputPrompt").click()
-        fe.page.keyboard.press("Shift+Enter")
+        answer_dialog(fe.page, "saved_dialog")  # one over the cell takes the click (seen once, under load)
         try:
+            cell.locator(".jp-InputPrompt").click(timeout=15_000)
+            fe.page.keyboard.press("Shift+Enter")
             fe.page.wait_for_function("el => /\\[(\\*|\\d+)\\]/.test(el.innerText)",
                                       arg=cell.locator(".jp-InputPrompt").element_handle(), timeout=20_000)
             return
         except Exception:  # noqa: BLE001
             continue
+    answer_dialog(fe.page, "saved_dialog")  # a dialog that says what went wrong fails with its text
+    fe.shot(f"cell_{i}_never_ran")
     raise AssertionError(f"cell {i} never ran")
 
 

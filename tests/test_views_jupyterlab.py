@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import warnings
 from pathlib import Path
 
 import pytest
 
 from conftest import ARGS, CHROMIUM, fixture_path
-from jupyterlab_server import TOKEN, jupyterlab_server, needs_jupyterlab
+from jupyterlab_server import TOKEN, answer_dialog, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 # every view of every Bokeh document, children of layouts included (Bokeh.index holds the root views only)
@@ -28,21 +27,6 @@ pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(importlib.util.find_spec("jupyter_bokeh") is None, reason="jupyter_bokeh not installed"),
 ]
-
-
-def _answer_dialog(page) -> None:
-    """A JupyterLab dialog over the notebook (it takes the clicks): one that says the kernel failed fails the test
-    with its text; another (a kernel choice, a file changed on disk) is accepted, and its text kept as a warning."""
-    dialog = page.locator(".jp-Dialog")
-    if not dialog.count() or not dialog.first.is_visible():
-        return
-    text = " ".join(dialog.first.inner_text().split())
-    if re.search(r"died|dead|restart|error|fail", text, re.IGNORECASE):
-        ARTIFACTS.mkdir(exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / "jupyterlab_dialog.png"))
-        raise AssertionError(f"JupyterLab showed: {text!r}")
-    warnings.warn(f"JupyterLab showed a dialog, accepted: {text!r}")
-    page.locator(".jp-Dialog .jp-mod-accept").first.click()
 
 
 @pytest.fixture
@@ -80,7 +64,7 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
         page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
         prompt = page.locator(".jp-Cell .jp-InputPrompt").first
         for _ in range(4):  # an execute request sent while the kernel connection settles can be dropped: retry
-            _answer_dialog(page)
+            answer_dialog(page)
             try:
                 page.locator(".jp-InputArea-editor").first.click(timeout=15_000)
                 page.keyboard.press("Shift+Enter")
@@ -90,14 +74,14 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
             except PlaywrightTimeout:
                 continue
         else:
-            _answer_dialog(page)
+            answer_dialog(page)
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "jupyterlab_not_run.png"))
             raise AssertionError(f"the cell never ran; console errors: {errors[-5:]}")
         try:
             page.wait_for_function(f"() => window.Bokeh && {VIEWS}.some(v => v.frame)", timeout=90_000)
         except PlaywrightTimeout:
-            _answer_dialog(page)  # one that says the kernel died fails with its text
+            answer_dialog(page)  # one that says the kernel died fails with its text
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "jupyterlab_no_plot.png"))
             raise AssertionError(f"no plot; console errors: {errors[-5:]}; failed loads: {bad[-5:]}") from None
