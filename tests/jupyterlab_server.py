@@ -56,6 +56,10 @@ def isolated_env(tmp_path: Path) -> dict:
     labconfig = Path(env["JUPYTER_CONFIG_DIR"]) / "labconfig"
     labconfig.mkdir(exist_ok=True)
     (labconfig / "page_config.json").write_text('{"buildCheck": false, "buildAvailable": false}')
+    # no news pop-up over the notebook, no update check
+    settings = Path(env["JUPYTERLAB_SETTINGS_DIR"]) / "@jupyterlab" / "apputils-extension"
+    settings.mkdir(parents=True, exist_ok=True)
+    (settings / "notification.jupyterlab-settings").write_text('{"fetchNews": "false", "checkForUpdates": false}')
     return env
 
 

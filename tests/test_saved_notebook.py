@@ -12,7 +12,6 @@ import platform
 import re
 import shutil
 import time
-from pathlib import Path
 
 import nbformat
 import pytest
@@ -32,14 +31,6 @@ pytestmark = [*needs_jupyterlab, pytest.mark.timeout(600)]
 # or without our extension (tried), and asks for a file browser command it lacks for a notebook in a subfolder.
 EXPECTED_ERRORS = ("widget model not found", "Failed to load resource", "reading 'schema'",
                    "Command 'filebrowser:open-path' not registered")
-
-
-def _quiet_settings(tmp_path: Path) -> None:
-    """No news pop-up over the notebook: JupyterLab's notification settings in the test's own settings folder."""
-    d = tmp_path / "jupyter-home" / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    d.mkdir(parents=True, exist_ok=True)
-    (d / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false",
-                                                                    "checkForUpdates": False}))
 
 
 class Frontend:
@@ -186,7 +177,6 @@ def browser():
 def lab_server(tmp_path_factory):
     """One server for the module (its start costs seconds); each test works in a folder of its own."""
     tmp = tmp_path_factory.mktemp("lab")
-    _quiet_settings(tmp)
     with jupyterlab_server(tmp) as server:
         yield server
 
