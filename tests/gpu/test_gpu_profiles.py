@@ -19,6 +19,15 @@ from gpu_check import NCU_CELLS, SETUP  # noqa: E402  the GPU check's workloads:
 
 pytestmark = [requires_gpu, pytest.mark.gpu, pytest.mark.timeout(900)]
 
+
+@pytest.fixture(autouse=True)
+def users_trace(tmp_path, monkeypatch):
+    """The kernels trace what a user's kernel traces (cuda,nvtx,osrt): the CPU suite's IPython folder sets NVTX
+    only (tests/conftest.py TEST_TRACE), and with it this tier recorded no CUDA kernel at all."""
+    folder = tmp_path / "ipython"
+    (folder / "profile_default").mkdir(parents=True)
+    monkeypatch.setenv("IPYTHONDIR", str(folder))
+
 TRAIN = """%%nsys --name gpu-e2e --return loss_value
 x = torch.randn(64, 3, 64, 64).pin_memory()
 y = torch.randint(0, 10, (64,))
