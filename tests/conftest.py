@@ -72,22 +72,6 @@ def pytest_configure(config):
     _ipython_profile(d / "ipython")
 
 
-
-# The slowest modules first, by the seconds a worker spent in each (a full run, three workers): pytest-xdist hands
-# out whole modules in collection order (scripts/test.sh: --dist loadfile --no-loadscope-reorder), and its default
-# order (most tests first) left the browser modules of a few long tests for last, one worker alone with them for
-# minutes.  A module not listed keeps its place after these.
-SLOW_FIRST = ("test_saved_notebook", "test_benchmarks", "test_inplace", "test_run_failures", "test_warm_session",
-              "test_background", "test_hostile_inputs", "test_labextension", "test_analysis_diagnosis",
-              "test_views_jupyterlab", "test_views_browser", "test_jobs", "test_nproc", "test_ops", "test_annotate",
-              "test_analysis_findings", "test_diff", "test_secrets", "test_readers_ncu", "test_readers_nsys",
-              "test_notebook_e2e", "test_notebooks", "test_views_ncu", "test_run")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: each module keeps its order
-
 # What the test kernels' %%nsys traces when a cell names nothing: NVTX only.  Tracing the OS runtime too made a warm
 # cell cost nsys 3 CPU-s instead of 1.2 here (three cells: 9.2 against 3.7 CPU-s), and the suite is CPU-bound; a
 # test about OS runtime events names -t nvtx,osrt.  The kernels read it as a user's IPython profile would be read.
