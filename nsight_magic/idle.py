@@ -15,17 +15,17 @@ IDLE_S = 1.0
 class _Idle:
     """The shell's one pending call (the latest asked for) and the timer that runs it."""
 
-    def __init__(self, shell, delay: float):
-        self.delay = delay
+    def __init__(self, shell):
         self._fn = None
+        self._delay = IDLE_S
         self._timer: threading.Timer | None = None
         self._lock = threading.Lock()
         shell.events.register("pre_run_cell", self._cell_starts)
         shell.events.register("post_run_cell", self._cell_ended)
 
-    def want(self, fn) -> None:
+    def want(self, fn, delay: float) -> None:
         with self._lock:
-            self._fn = fn
+            self._fn, self._delay = fn, delay
 
     def drop(self) -> None:
         with self._lock:
@@ -45,7 +45,7 @@ class _Idle:
         with self._lock:
             self._cancel()
             if self._fn is not None:
-                self._timer = threading.Timer(self.delay, self._fire)
+                self._timer = threading.Timer(self._delay, self._fire)
                 self._timer.daemon = True  # never holds up the kernel's exit
                 self._timer.name = "nsight-magic when idle"
                 self._timer.start()
@@ -65,16 +65,16 @@ class _Idle:
 _SHELLS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _idle_of(shell, delay: float = IDLE_S) -> _Idle:
+def _idle_of(shell) -> _Idle:
     if shell not in _SHELLS:
-        _SHELLS[shell] = _Idle(shell, delay)
+        _SHELLS[shell] = _Idle(shell)
     return _SHELLS[shell]
 
 
 def when_idle(shell, fn, delay: float = IDLE_S) -> None:
     """Call fn() (in a background thread) once `shell` has been idle for `delay` s after the current cell; a later
     call replaces an earlier one still pending.  Outside a cell (no post_run_cell follows) nothing runs."""
-    _idle_of(shell, delay).want(fn)
+    _idle_of(shell).want(fn, delay)
 
 
 def drop(shell) -> None:
