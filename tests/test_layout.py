@@ -16,9 +16,8 @@ LAYERS = (
     ("views",),
     ("report",),                                          # the facade: a reader's data with analysis and views on top
     ("jobs",),
-    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", "heap", "idle", ""),  # the Python API, its front
-    #                                                                                  ends
-    #                                                                                  ("" = __init__)
+    # the Python API and its front ends ("" = __init__)
+    ("run", "background", "frontend", "magics", "cli", "inplace_kernel", "heap", "idle", ""),
 )
 
 
