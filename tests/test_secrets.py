@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -116,7 +117,10 @@ def test_no_secret_of_the_kernels_environment_reaches_any_file_of_any_path(tmp_p
     # once per kernel: how many variables were left out, and how to pass one
     assert "of this kernel's environment variables are not passed to the profiled process" in warm, warm
     assert sum("are not passed to the profiled process" in o for o in out) == 1
-    assert "found in the session folders: []" in out[-1] and "session folders searched: 1" in out[-1], out[-1]
+    # the kernel's warm sessions, searched: one, at times two (seen once, with four pytest workers on two cores;
+    # the idle prewarm fires when a second passes between two cells, which nbclient on a loaded machine can take)
+    searched = int(re.search(r"session folders searched: (\d+)", out[-1]).group(1))
+    assert "found in the session folders: []" in out[-1] and searched >= 1, out[-1]
     # the command line, with the same environment
     script = tmp_path / "script.py"
     script.write_text(cell)
