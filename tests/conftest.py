@@ -70,6 +70,10 @@ def pytest_configure(config):
         d = Path(tempfile.mkdtemp(prefix="nsight-magic-tests-"))
     config._nm_worker_tmp = d
     _ipython_profile(d / "ipython")
+    # the caches nsight-magic keeps (exports of reports in read-only folders, nsys's --version and --help
+    # answers) go to a folder of the tests' own, shared by the worker's kernels, never the user's ~/.cache
+    (d / "cache").mkdir(mode=0o700, exist_ok=True)
+    os.environ["XDG_CACHE_HOME"] = str(d / "cache")
 
 
 # What the test kernels' %%nsys traces when a cell names nothing: NVTX only.  Tracing the OS runtime too made a warm

@@ -58,3 +58,49 @@ def test_isolation_prefix_runs_commands_in_a_namespace_of_their_own():
     out = subprocess.run([*prefix, sys.executable, "-c", probe], capture_output=True, text=True,
                          timeout=30).stdout.split()
     assert out[0] == "1" and int(out[1]) <= 3  # pid 1, and only a couple of processes visible
+
+
+ASK = ("import json, sys; from nsight_magic import tools; n = sys.argv[1]; "
+       "print(json.dumps([tools.nsys_version(n), sorted(tools.nsys_switches(n, 'profile'))]))")
+
+
+def test_nsys_is_asked_its_version_and_switches_once_until_it_changes(tmp_path):
+    """Each new process (a kernel, a run's helpers) used to ask nsys again: a fake nsys that logs every question
+    is asked once by the first process, not by the next, and again once its binary changes (an upgrade)."""
+    import json
+    import subprocess
+    import sys
+
+    log = tmp_path / "asked.log"
+    nsys = tmp_path / "bin" / "nsys"
+    script = ("#!/bin/sh\necho \"$@\" >> {log}\ncase \"$1\" in\n  --version) echo 'NVIDIA Nsight Systems version "
+              "{v}-abc1234';;\n  profile) printf '  -t, --trace=\\n  --sample=\\n';;\nesac\n")
+    _exe(nsys).write_text(script.format(log=log, v="2024.5.1.113"))
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+
+    def ask():
+        p = subprocess.run([sys.executable, "-c", ASK, str(nsys)], capture_output=True, text=True, env=env,
+                           timeout=60)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    assert ask() == ["2024.5.1.113", ["--sample", "--trace"]]
+    assert log.read_text().splitlines() == ["--version", "profile --help"]
+    assert ask() == ["2024.5.1.113", ["--sample", "--trace"]]  # from the cache: nsys not asked
+    assert len(log.read_text().splitlines()) == 2
+    nsys.write_text(script.format(log=log, v="2025.3.2.474"))  # upgraded in place
+    assert ask()[0] == "2025.3.2.474"
+    assert len(log.read_text().splitlines()) == 4
+    # a folder other users could write to is not trusted: nothing is kept (nor left in the temporary folder)
+    (tmp_path / "tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "tmp")
+    (tmp_path / "open").mkdir(mode=0o777)
+    os.chmod(tmp_path / "open", 0o777)
+    (tmp_path / "open" / "nsight-magic").mkdir(mode=0o777)
+    os.chmod(tmp_path / "open" / "nsight-magic", 0o777)
+    (tmp_path / "open" / "nsight-magic" / "tools").mkdir(mode=0o777)
+    os.chmod(tmp_path / "open" / "nsight-magic" / "tools", 0o777)
+    env["XDG_CACHE_HOME"] = str(tmp_path / "open")
+    assert ask()[0] == "2025.3.2.474"
+    assert len(log.read_text().splitlines()) == 6
+    assert not list((tmp_path / "open" / "nsight-magic" / "tools").iterdir()) and not list((tmp_path / "tmp").iterdir())

@@ -16,7 +16,6 @@ import os
 import re
 import stat
 import sqlite3
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import NsightMagicError, OptionError, ReportError
+from ..tools.cache import private_cache
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .capture_span import CaptureSpan, foreign_span, own_span
@@ -122,23 +122,7 @@ def _private_path(rep: Path, suffix: str) -> Path:
     """Where the export of a report in a folder we may not write goes: a cache only this user can write
     ($XDG_CACHE_HOME/nsight-magic/exports, mode 0700, checked to be ours), named after the report's path."""
     h = hashlib.sha1(str(rep.resolve()).encode()).hexdigest()[:16]
-    return private_cache() / f"{rep.stem}-{h}{suffix}"
-
-
-@functools.lru_cache(maxsize=1)
-def private_cache() -> Path:
-    """This user's export cache: a folder no other user can write to or plant files in.  Where the home folder's
-    cache cannot be used (not ours, a link, open to others, unwritable), a fresh private temporary folder."""
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "nsight-magic" / "exports"
-    try:
-        base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = os.lstat(base)
-        if not stat.S_ISLNK(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077 and \
-                os.access(base, os.W_OK):
-            return base
-    except OSError:
-        pass
-    return Path(tempfile.mkdtemp(prefix="nsight-magic-exports-"))
+    return private_cache("exports") / f"{rep.stem}-{h}{suffix}"
 
 
 def _read_error(path: Path, con, e: sqlite3.DatabaseError) -> BaseException:

@@ -6,6 +6,7 @@ machine they run on (visible GPUs, the PID namespace nsys is isolated in).  Argv
     ncu.py     Nsight Compute: ncu, its options and argv, CSV import, failure messages
     argv.py    pass-through flags (--nsys-args, --ncu-args): split, owned flags refused
     system.py  visible GPUs, the PID namespace nsys runs in
+    cache.py   this user's private cache folder; the tools' --version and --help answers kept there
 """
 from __future__ import annotations
 

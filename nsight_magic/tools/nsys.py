@@ -17,6 +17,7 @@ from importlib import metadata
 from pathlib import Path
 
 from ..errors import Interrupted, ReportError, ToolNotFound
+from .cache import remembered
 from .find import find_executable, version_tuple
 from .system import orphan_guard
 
@@ -44,15 +45,24 @@ def find_nsys() -> Path:
     return find_executable("nsys", NSYS_ENV, _NSYS_GLOBS, NSYS_INSTALL_HINT)
 
 
+def _said(argv: list[str]) -> str:
+    """What a short question to a tool printed (stdout, then stderr)."""
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    return out.stdout + out.stderr
+
+
+_VERSION = re.compile(r"(\d{4}\.\d+(?:\.\d+)*)")
+
+
 @functools.lru_cache(maxsize=16)
 def _version_of(exe: str) -> str:
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60)
+        text = remembered(exe, "--version", lambda: _said([exe, "--version"]), keep=_VERSION.search)
     except (OSError, subprocess.TimeoutExpired) as e:
         raise ToolNotFound(f"{exe} --version failed ({e}); check the installation") from None
-    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
+    m = _VERSION.search(text)
     if not m:
-        raise ToolNotFound(f"{exe} --version printed no version: {(out.stdout + out.stderr).strip()[:200]}")
+        raise ToolNotFound(f"{exe} --version printed no version: {text.strip()[:200]}")
     return m.group(1)
 
 
@@ -64,11 +74,9 @@ def nsys_version(nsys: Path | str | None = None) -> str:
 @functools.lru_cache(maxsize=32)
 def _help_of(exe: str, verb: str) -> str:
     try:
-        out = subprocess.run([exe, verb, "--help"], capture_output=True, text=True, timeout=60,
-                             stdin=subprocess.DEVNULL)
+        return remembered(exe, f"{verb} --help", lambda: _said([exe, verb, "--help"]))
     except (OSError, subprocess.TimeoutExpired):
         return ""
-    return out.stdout + out.stderr
 
 
 @functools.lru_cache(maxsize=32)
