@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 
 import numpy as np
@@ -11,11 +12,20 @@ import pytest
 from conftest import requires_nsys
 from nsight_magic.inside.annotate import AnnotationError, annotate_functions, annotate_modules
 
-torch = pytest.importorskip("torch")
-nn = torch.nn
+# torch is imported by the tests that use it, not at collection: every pytest worker collects this module, and
+# the import costs each one about 3 CPU-s
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="needs torch (CPU build)")
 
 
-def _model():
+@pytest.fixture(scope="module")
+def torch():
+    import torch
+
+    return torch
+
+
+def _model(torch):
+    nn = torch.nn
     torch.manual_seed(0)
     return nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
                          nn.Sequential(nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(inplace=True)),
@@ -40,8 +50,8 @@ def recorder(monkeypatch):
     return calls
 
 
-def test_module_hooks_leave_outputs_and_gradients_bit_identical(recorder):
-    m, ref = _model(), None
+def test_module_hooks_leave_outputs_and_gradients_bit_identical(recorder, torch):
+    m, ref = _model(torch), None
     ref = copy.deepcopy(m)
     h = annotate_modules(m)
     x = torch.randn(4, 3, 8, 8, requires_grad=True)
@@ -77,9 +87,10 @@ def test_module_hooks_leave_outputs_and_gradients_bit_identical(recorder):
     assert not hasattr(m, "_nsight_magic_annotated")
 
 
-def test_a_layers_backward_range_closes_before_the_layer_below_opens_its_own(recorder):
+def test_a_layers_backward_range_closes_before_the_layer_below_opens_its_own(recorder, torch):
     """Backward ranges of sibling layers follow each other as their forward ranges do (the parameters' gradients,
     accumulated later, do not keep a layer's range open over the next layers')."""
+    nn = torch.nn
     m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 1))
     h = annotate_modules(m)
     (m(torch.randn(8, 16)) ** 2).sum().backward()
@@ -89,14 +100,15 @@ def test_a_layers_backward_range_closes_before_the_layer_below_opens_its_own(rec
     assert order == [(kind, f"{i} [backward]") for i in (4, 3, 2, 1, 0) for kind in ("start", "end")], order
 
 
-def test_depth_and_include_choose_modules(recorder):
-    m = _model()
+def test_depth_and_include_choose_modules(recorder, torch):
+    m = _model(torch)
     assert annotate_modules(m, depth=1).names == ["0", "1", "2", "3", "4", "5"]
-    m = _model()
+    m = _model(torch)
     assert annotate_modules(m, include=r"^3\.").names == ["3.0", "3.1"]
 
 
-def test_compiled_and_scripted_models_say_what_to_do():
+def test_compiled_and_scripted_models_say_what_to_do(torch):
+    nn = torch.nn
     with pytest.raises(AnnotationError, match="torch.compile'd.*before torch.compile"):
         annotate_modules(torch.compile(nn.Linear(2, 2)))
     with pytest.raises(AnnotationError, match="TorchScript"):
@@ -259,11 +271,11 @@ def _run_setup(cell, setup, tmp_path):
     return res, res.open() if res.sqlite else None
 
 
-def test_nothing_when_torch_has_no_module_to_annotate():
+def test_nothing_when_torch_has_no_module_to_annotate(torch):
     from nsight_magic.inside.annotate import annotate_namespace
 
     assert annotate_namespace({"x": 1, "y": np.zeros(2)}).names == []
-    m = _model()
+    m = _model(torch)
     ns = {"model": m, "inner": m[3]}  # a submodule is annotated through its model, once
     a = annotate_namespace(ns)
     assert "3.0" in a.names and not any(n.startswith("inner") for n in a.names)

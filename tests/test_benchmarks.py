@@ -43,7 +43,8 @@ CASES = [
      [requires_nsys]),
     ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default", "--trace", "nvtx"], "launch+setup",
      [requires_nsys]),
-    ("ops", ["--steps", "2", "--repeat", "1", "--batch", "4", "--device", "cpu", "--trace", "nvtx"], "ratio",
+    ("ops", ["--steps", "2", "--repeat", "1", "--batch", "2", "--layers", "1", "--device", "cpu", "--trace", "nvtx"],
+     "ratio",
      [requires_nsys, needs_torch]),
 ]
 
