@@ -262,11 +262,11 @@ def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
-    """A front for the real nsys that fails its first `nsys VERB` as nsys 2022.4 sometimes does at start-up
-    (its message, exit 1, nothing started) and passes every other call (`--help` too: we read the verb's switches
-    from it) to the real one: (the front, a file that
-    exists once it failed).  Set $NSIGHT_MAGIC_NSYS to the front."""
+def nsys_failing_once(folder: Path, verb: str, times: int = 1) -> tuple[Path, Path]:
+    """A front for the real nsys that fails its first `nsys VERB` (its first `times`) as nsys 2022.4 sometimes
+    does at start-up (its message, exit 1, nothing started) and passes every other call (`--help` too: we read the
+    verb's switches from it) to the real one: (the front, a file that exists once it failed, holding one line per
+    failure).  Set $NSIGHT_MAGIC_NSYS to the front."""
     from nsight_magic.tools import find_qdstrm_importer
 
     real = shutil.which("nsys")
@@ -278,8 +278,9 @@ def nsys_failing_once(folder: Path, verb: str) -> tuple[Path, Path]:
     front = root / "target-linux-x64" / "nsys"
     front.write_text(f"""#!{sys.executable}
 import os, sys
-if sys.argv[1:2] == [{verb!r}] and "--help" not in sys.argv and not os.path.exists({str(marker)!r}):
-    open({str(marker)!r}, "w").close()
+failed = open({str(marker)!r}).read().count("x") if os.path.exists({str(marker)!r}) else 0
+if sys.argv[1:2] == [{verb!r}] and "--help" not in sys.argv and failed < {times}:
+    open({str(marker)!r}, "a").write("x")
     print("std::exception::what: RuntimeException")
     print("[QuadDCommon::tag_message*] = Local Endpoint is not available.")
     sys.exit(1)

@@ -159,6 +159,22 @@ def test_a_profiler_that_fails_before_the_cell_starts_is_started_again(tmp_path,
     _paths_exist(r.messages)
 
 
+def test_a_profiler_that_fails_twice_before_the_cell_starts_gets_a_third_attempt(tmp_path, monkeypatch):
+    """Seen on a loaded machine: nsys 2022.4 failing at start-up twice in a row ("sem_open" in its ProcessWaiter).
+    The third attempt, after a pause, records the cell; each failed attempt's output is kept."""
+    front, marker = nsys_failing_once(tmp_path, "profile", times=2)
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
+    r = run_nsys("import nvtx\nwith nvtx.annotate('third attempt'):\n    print('ran')\n",
+                 _opts(tmp_path, fresh=True), namespace={})
+    assert marker.read_text() == "xx"
+    assert r.status == "ok", r.messages
+    assert "third attempt" in nvtx_ranges(r.sqlite)
+    assert r.folder.stdout.read_text() == "ran\n"  # once
+    for n in (1, 2):
+        assert "Local Endpoint is not available" in (r.folder.path / f"tool-output-attempt{n}.txt").read_text()
+    assert sum("before the cell started" in m for m in r.messages) == 2, r.messages
+
+
 def test_ctrl_c_after_the_cell_finished_is_not_an_interrupted_cell(tmp_path):
     cell = "import atexit, time\natexit.register(time.sleep, 8)\nprint('done')\n"
     fired = []

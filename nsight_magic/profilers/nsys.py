@@ -366,7 +366,8 @@ class _Cold:
 
 
 TMP_PREFIX = "nsight-magic-nsys-"
-START_ATTEMPTS = 2  # nsys profile, when it fails before the cell starts
+START_ATTEMPTS = 3  # nsys profile, when it fails before the cell starts
+RETRY_PAUSE_S = 1.0  # before the second attempt; twice that before the third
 
 
 def remove_stale_tmp_dirs() -> None:
@@ -459,13 +460,19 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
             raise
         if attempt == START_ATTEMPTS or not _failed_before_any_rank_started(run):
             break
-        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"); nothing of the cell has run
-        # then, so it is started again, and what it printed is kept beside the second attempt's
+        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"; on a loaded machine also
+        # "sem_open" in its ProcessWaiter, twice in a row at times); nothing of the cell has run then, so it is
+        # started again after a pause, and what it printed is kept beside the next attempt's
         run.finish(stop_grace_s=stop_grace_s)  # ends the helpers it left
         kept = folder.path / f"tool-output-attempt{attempt}.txt"
         os.replace(folder.tool_log, kept)
         messages.append(f"nsys exited with status {run.proc.returncode} before the cell started (its output: "
                         f"{kept.name}); it was started again")
+        try:
+            time.sleep(RETRY_PAUSE_S * attempt)
+        except BaseException:  # Ctrl-C while it waits: nothing ran, nothing left in /tmp
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return _Cold(run, tmp, folder)
 
 
