@@ -93,6 +93,16 @@ def _ipython_profile(folder: Path) -> None:
 def pytest_unconfigure(config):
     """The worker's temporary folder goes with it (tests leave nothing in /tmp, as nsight-magic must not)."""
     d = getattr(config, "_nm_worker_tmp", None)
+    # the IPython shell some tests make (test_idle, test_run_ncu, test_views_ncu) keeps its history in that folder:
+    # closed now, not at the interpreter's exit, when it wrote to a database already deleted ("attempt to write a
+    # readonly database" from every worker)
+    shells = sys.modules.get("IPython.core.interactiveshell")
+    if shells is not None and shells.InteractiveShell.initialized():
+        import atexit
+
+        shell = shells.InteractiveShell.instance()
+        atexit.unregister(shell.atexit_operations)
+        shell.atexit_operations()
     if d is not None:
         shutil.rmtree(d, ignore_errors=True)
 
