@@ -32,6 +32,9 @@ def install_inplace_kernel(prefix: Path, trace: str) -> Path:
     return prefix / "share" / "jupyter" / "kernels"
 
 
+STARTS_WITHIN_S = 60.0  # from sending a cell to the kernel's first message about it
+
+
 class DrivenKernel:
     """A kernel (`name`: a kernelspec; kernels_dir: where more are) driven as JupyterLab drives it (allow_stdin:
     profiles load in the background and fill their output after the cell returns)."""
@@ -59,7 +62,7 @@ class DrivenKernel:
         """Run a cell; its output once it settles (a profile's view fills its output after the cell returns).
         The kernel's stop button is pressed `interrupt_after` s in, or once `interrupt_when()` is true."""
         msg_id = self.kc.execute(code, allow_stdin=True)
-        out, done, t0 = [], False, time.monotonic()
+        out, done, started, t0 = [], False, False, time.monotonic()
         while True:
             if (interrupt_after is not None and time.monotonic() - t0 > interrupt_after) or \
                     (interrupt_when is not None and interrupt_when()):
@@ -72,9 +75,15 @@ class DrivenKernel:
                     return "".join(out)
                 if time.monotonic() - t0 > timeout:
                     raise AssertionError(f"no answer: {''.join(out)[-2000:]}") from None
+                # a live kernel says "busy" at once: without it, the kernel is gone (an in-place kernel whose nsys
+                # died as it started again, seen on a loaded run), and waiting out `timeout` only hides that
+                if not started and time.monotonic() - t0 > STARTS_WITHIN_S:
+                    raise AssertionError(f"the kernel did not start the cell within {STARTS_WITHIN_S:.0f} s "
+                                         f"(alive: {self.km.is_alive()})") from None
                 continue
             if m["parent_header"].get("msg_id") != msg_id:
                 continue
+            started = True
             t, c = m["header"]["msg_type"], m["content"]
             if t == "stream":
                 out.append(c["text"])
