@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# four workers (pytest-xdist) on two cores, a test module per worker at a time: with fewer, all were at times
-# waiting on nsys, a kernel or Chromium and the cores idle (docs/setup-and-tests.md); tests/conftest.py keeps the
-# workers' temporary folders and processes apart
-exec .venv/bin/python -m pytest -ra --durations=15 -n "${NSIGHT_MAGIC_TEST_WORKERS:-4}" --dist loadfile "$@"
+# three workers (pytest-xdist) on two cores, a test module per worker at a time: with two, both were at times
+# waiting on nsys, a kernel or Chromium and the cores idle; four idled less but made nsys 2022.4 fail more often
+# (docs/setup-and-tests.md); tests/conftest.py keeps the workers' temporary folders and processes apart
+exec .venv/bin/python -m pytest -ra --durations=15 -n "${NSIGHT_MAGIC_TEST_WORKERS:-3}" --dist loadfile "$@"
