@@ -91,6 +91,10 @@ def test_nsys_is_asked_its_version_and_switches_once_until_it_changes(tmp_path):
     nsys.write_text(script.format(log=log, v="2025.3.2.474"))  # upgraded in place
     assert ask()[0] == "2025.3.2.474"
     assert len(log.read_text().splitlines()) == 4
+    answers = tmp_path / "cache" / "nsight-magic" / "tools" / "tool-answers.json"
+    answers.write_text("{not json")  # a damaged cache: asked again, and written whole
+    assert ask()[0] == "2025.3.2.474"
+    assert len(log.read_text().splitlines()) == 6 and len(json.loads(answers.read_text())) == 2
     # a folder other users could write to is not trusted: nothing is kept (nor left in the temporary folder)
     (tmp_path / "tmp").mkdir()
     env["TMPDIR"] = str(tmp_path / "tmp")
@@ -102,5 +106,5 @@ def test_nsys_is_asked_its_version_and_switches_once_until_it_changes(tmp_path):
     os.chmod(tmp_path / "open" / "nsight-magic" / "tools", 0o777)
     env["XDG_CACHE_HOME"] = str(tmp_path / "open")
     assert ask()[0] == "2025.3.2.474"
-    assert len(log.read_text().splitlines()) == 6
+    assert len(log.read_text().splitlines()) == 8
     assert not list((tmp_path / "open" / "nsight-magic" / "tools").iterdir()) and not list((tmp_path / "tmp").iterdir())
