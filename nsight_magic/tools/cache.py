@@ -63,13 +63,14 @@ def remembered(exe: str, question: str, ask: Callable[[], str], keep: Callable[[
     kept on disk where keep(answer) holds (by default: not empty) and this user's cache folder can be used."""
     folder = home_cache("tools")
     key = _key(exe, question) if folder is not None else None
-    path = folder / ANSWERS_FILE if folder is not None else None
-    if key is not None:
-        got = _load(path).get(key)
-        if isinstance(got, str):
-            return got
+    if key is None:
+        return ask()
+    path = folder / ANSWERS_FILE
+    got = _load(path).get(key)
+    if isinstance(got, str):
+        return got
     answer = ask()
-    if key is None or path is None or not keep(answer):
+    if not keep(answer):
         return answer
     # read again just before writing: another process may have added its answers meanwhile (a lost race only
     # means a question asked once more)
