@@ -275,8 +275,8 @@ def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedPr
 def nsys_failing_once(folder: Path, verb: str, times: int = 1) -> tuple[Path, Path]:
     """A front for the real nsys that fails its first `nsys VERB` (its first `times`) as nsys 2022.4 sometimes
     does at start-up (its message, exit 1, nothing started) and passes every other call (`--help` too: we read the
-    verb's switches from it) to the real one: (the front, a file that exists once it failed, holding one line per
-    failure).  Set $NSIGHT_MAGIC_NSYS to the front."""
+    verb's switches from it) to the real one: (the front, a file that exists once it failed, holding an "x"
+    per failure).  Set $NSIGHT_MAGIC_NSYS to the front."""
     from nsight_magic.tools import find_qdstrm_importer
 
     real = shutil.which("nsys")
