@@ -98,13 +98,11 @@ def test_nsys_is_asked_its_version_and_switches_once_until_it_changes(tmp_path):
     # a folder other users could write to is not trusted: nothing is kept (nor left in the temporary folder)
     (tmp_path / "tmp").mkdir()
     env["TMPDIR"] = str(tmp_path / "tmp")
-    (tmp_path / "open").mkdir(mode=0o777)
-    os.chmod(tmp_path / "open", 0o777)
-    (tmp_path / "open" / "nsight-magic").mkdir(mode=0o777)
-    os.chmod(tmp_path / "open" / "nsight-magic", 0o777)
-    (tmp_path / "open" / "nsight-magic" / "tools").mkdir(mode=0o777)
-    os.chmod(tmp_path / "open" / "nsight-magic" / "tools", 0o777)
+    shared = tmp_path / "open" / "nsight-magic" / "tools"
+    shared.mkdir(parents=True)
+    for d in (shared, shared.parent, shared.parent.parent):
+        d.chmod(0o777)  # mkdir's mode is masked by the umask
     env["XDG_CACHE_HOME"] = str(tmp_path / "open")
     assert ask()[0] == "2025.3.2.474"
     assert len(log.read_text().splitlines()) == 8
-    assert not list((tmp_path / "open" / "nsight-magic" / "tools").iterdir()) and not list((tmp_path / "tmp").iterdir())
+    assert not list(shared.iterdir()) and not list((tmp_path / "tmp").iterdir())
