@@ -124,6 +124,21 @@ def test_a_launch_that_fails_before_the_worker_starts_is_made_again(tmp_path, se
     assert b.ok and _worker(a)["started"] == _worker(b)["started"], b.messages
 
 
+def test_a_worker_that_reads_no_commands_hands_the_cell_to_a_fresh_process(tmp_path, sessions):
+    """The worker opens its command FIFO before it says "ready", and a command nobody reads is not waited for:
+    here the session's FIFO is replaced by one no process has open (the worker holds the old one), so the "load"
+    of the next cell cannot be delivered; nothing of the cell has run, and a fresh process runs it."""
+    a = _run(tmp_path, sessions, "pass\n")
+    assert a.ok, a.messages
+    fifo = sessions.session.dir / "worker.fifo"
+    fifo.unlink()
+    os.mkfifo(fifo, 0o600)
+    b = _run(tmp_path, sessions, "with nvtx.annotate('fresh after all'):\n    time.sleep(0.01)\n", timeout=60)
+    assert b.ok, b.messages
+    assert b.notes[-1] == "fresh process (warm session unavailable: its worker no longer reads commands)", b.notes
+    assert "fresh after all" in nvtx_ranges(b.sqlite)
+
+
 def test_state_is_fresh_each_cell_but_setup_objects_are_shared(tmp_path, sessions):
     a = _run(tmp_path, sessions, "leftover = 1\nCOUNTER = globals().get('COUNTER', 0) + 1\n")
     b = _run(tmp_path, sessions, "print('leftover' in globals(), globals().get('COUNTER'))\n")

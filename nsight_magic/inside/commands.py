@@ -34,19 +34,28 @@ def send(path: Path, command: dict) -> bool:
         os.close(fd)
 
 
-def receive(path: Path) -> Iterator[dict]:
-    """Commands as they come; blocks between them."""
-    fd = os.open(path, os.O_RDWR)
-    with os.fdopen(fd, "rb", buffering=0) as f:
-        buf = b""
+class Inbox:
+    """The reading end of a command FIFO, open from construction on: a writer's send() succeeds as soon as the
+    reader has said it is ready (a generator would open it only at the first next(), after saying so).  Iterating
+    yields the commands as they come and blocks between them; an interrupt in a read loses nothing (the bytes
+    read so far stay in the inbox)."""
+
+    def __init__(self, path: Path):
+        self._file = os.fdopen(os.open(path, os.O_RDWR), "rb", buffering=0)
+        self._buf = b""
+
+    def __iter__(self) -> Iterator[dict]:
+        return self
+
+    def __next__(self) -> dict:
         while True:
-            chunk = f.read(4096)
-            if not chunk:
-                return
-            buf += chunk
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
+            while b"\n" in self._buf:
+                line, self._buf = self._buf.split(b"\n", 1)
                 try:
-                    yield json.loads(line)
+                    return json.loads(line)
                 except ValueError:
                     continue
+            chunk = self._file.read(4096)
+            if not chunk:
+                raise StopIteration
+            self._buf += chunk

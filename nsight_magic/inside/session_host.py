@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from .child import TOOL_FILES_NAME, remove_tool_files, session_tool_files
-from .commands import receive
+from .commands import Inbox
 
 LAUNCH_ATTEMPTS = 3
 
@@ -31,8 +31,8 @@ def _answer(sdir: Path, msg: dict) -> None:
         f.write(json.dumps({**msg, "t": time.time()}) + "\n")
 
 
-def _serve(sdir: Path, nsys: str, session: dict) -> None:
-    for cmd in receive(sdir / "host.fifo"):
+def _serve(inbox: Inbox, nsys: str, session: dict, sdir: Path) -> None:
+    for cmd in inbox:
         argv = [nsys, cmd["verb"], f"--session={session['name']}", *cmd.get("args", [])]
         try:
             p = subprocess.run(argv, capture_output=True, text=True, timeout=cmd.get("timeout", 300),
@@ -61,7 +61,8 @@ def main(argv: list[str]) -> int:
         threading.Thread(target=_watch_lifeline, args=(int(argv[1]), sdir), daemon=True).start()
     cfg = json.loads((sdir / "session.json").read_text())
     session = {"name": cfg["name"]}
-    threading.Thread(target=_serve, args=(sdir, cfg["nsys"], session), daemon=True).start()
+    inbox = Inbox(sdir / "host.fifo")  # open before the launch: the notebook may send as soon as the worker is ready
+    threading.Thread(target=_serve, args=(inbox, cfg["nsys"], session, sdir), daemon=True).start()
     for attempt in range(1, LAUNCH_ATTEMPTS + 1):
         # a new name for a new attempt: what the failed one left of its session must not stand in the way
         session["name"] = cfg["name"] if attempt == 1 else f"{cfg['name']}-{attempt}"

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from .child import (EXIT_SETUP_ERROR, TOOL_FILES_NAME, Progress, redirect_output, user_tmpdir, load_variables,
                     new_namespace, process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
-from .commands import receive
+from .commands import Inbox
 
 STARTED = time.time()
 
@@ -45,11 +45,12 @@ def main(argv: list[str]) -> int:
     _write_json(sdir / "worker.json", {"started": STARTED, "pid_in_namespace": os.getpid()})
     # every cell starts where a fresh process would after the setup: a cell's os.chdir must not move the next ones
     home = os.getcwd()
+    inbox = Inbox(sdir / "worker.fifo")  # open before "ready": the notebook's first command follows at once
     progress("ready")
     cells, folder, cfg, ns, cell_progress = 0, None, {}, {}, progress
     while True:
         try:
-            for cmd in receive(sdir / "worker.fifo"):
+            for cmd in inbox:
                 if cmd["cmd"] == "exit":
                     stop_leftovers()  # what cells started and left running would keep nsys launch waiting
                     return 0

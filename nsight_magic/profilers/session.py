@@ -289,7 +289,10 @@ class NsysSession:
             mark = now
 
         cell = WarmCell(path, records, t0, None, steps)
-        commands.send(self.dir / "worker.fifo", {"cmd": "load", "folder": str(path)})
+        if not commands.send(self.dir / "worker.fifo", {"cmd": "load", "folder": str(path)}):
+            # nobody reads the worker's commands (it ended): nothing of the cell has run, a fresh process runs it
+            self.retired = True
+            raise SessionUnavailable("its worker no longer reads commands")
         self.busy = True
         try:
             self._pump(path, records, ("loaded", "state-error"), timeout, on_output, on_status, t0)
