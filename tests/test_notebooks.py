@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
@@ -68,15 +67,14 @@ def test_quickstart_runs_headless_and_its_html_draws_the_timeline(tmp_path):
     import re
 
     assert not re.findall(r"<script[^>]+src=\"https?://", body), re.findall(r"<script[^>]+src=\"[^\"]+", body)
-    chromium = Path("/usr/bin/chromium")
-    if not chromium.exists():
-        pytest.skip("no /usr/bin/chromium")
-    from conftest import ARGS
+    from conftest import ARGS, CHROMIUM
+    if not CHROMIUM.exists():
+        pytest.skip(f"no {CHROMIUM} (scripts/install-browser-debian.sh)")
     from test_views_browser import VIEWS
 
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(chromium), args=ARGS)
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         page = b.new_page(viewport={"width": 1400, "height": 1000})
         errors, asked = [], []
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -2,7 +2,7 @@
 
 Standalone HTML and an nbconvert'd notebook must draw the timeline, show a tooltip on hover and log no
 console errors; a profile recorded here with an NVTX range named like an HTML tag must not run it.
-Screenshots go to test-artifacts/.  Skipped when /usr/bin/chromium is absent
+Screenshots go to test-artifacts/.  Skipped when Chromium is absent
 (scripts/install-browser-debian.sh installs it).
 """
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import fixture_path
+from conftest import ARGS, CHROMIUM, fixture_path, requires_chromium
 from nsight_magic.views.bokehjs import LOADER_MARKER
 from nsight_magic import open_report
 from nsight_magic.readers.ncu import open_ncu_report
@@ -17,7 +17,6 @@ from nsight_magic.views.ncu import (STATIC_METRIC_ROWS, TABS, ncu_bundle, ncu_ht
 
 NSYS_DATA = Path(__file__).resolve().parent / "data"
 EVIL = "<img src=x onerror=window.__xss=1><script>window.__xss=2</script>"
-CHROMIUM = Path("/usr/bin/chromium")
 
 
 def fixture(*parts) -> Path:
@@ -160,7 +159,7 @@ def test_folder_listing_of_something_not_a_folder_is_a_report_error(tmp_path):
 
 
 @pytest.mark.browser
-@pytest.mark.skipif(not CHROMIUM.exists(), reason="chromium not installed (scripts/install-browser-debian.sh)")
+@requires_chromium
 @pytest.mark.timeout(120)
 def test_page_in_chromium_tabs_filter_charts_and_no_script_from_names(evil_report, h100, tmp_path):
     from playwright.sync_api import sync_playwright
@@ -169,7 +168,7 @@ def test_page_in_chromium_tabs_filter_charts_and_no_script_from_names(evil_repor
     page_h100.write_text(ncu_html(h100))
     page_evil.write_text(ncu_html(evil_report))
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_page()
             errors = []
