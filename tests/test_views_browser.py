@@ -8,17 +8,13 @@ Screenshots go to test-artifacts/.  Skipped when Chromium is absent
 from __future__ import annotations
 
 import json
-
-import shutil
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path, requires_chromium, run_bounded
+from conftest import fixture_path, requires_chromium
 from nsight_magic.views.bokehjs import LOADER_MARKER
+
 REPO = Path(__file__).resolve().parents[1]
 ARTIFACTS = REPO / "test-artifacts"
 XSS = "<img src=x onerror=alert(1)>"
@@ -201,47 +197,16 @@ def test_nbconvert_html_of_an_executed_notebook_draws_both_timelines(browser, tm
     pg.page.close()
 
 
-def _record_nvtx_profile(tmp_path: Path, range_name: str) -> Path:
-    """Record a CPU-only profile with real nsys and nvtx==0.2.10; return the exported .sqlite."""
-    nsys = shutil.which("nsys")
-    if nsys is None:
-        pytest.skip("nsys not installed (scripts/install-nsys-debian.sh)")
-    script = tmp_path / "nvtx_name.py"
-    script.write_text(textwrap.dedent(f"""
-        import time
-        import nvtx
-        with nvtx.annotate({range_name!r}):
-            time.sleep(0.2)
-    """))
-    out = tmp_path / "xss"
-
-    def run(argv, timeout):
-        r = run_bounded(argv, timeout, cwd=tmp_path, stderr=subprocess.STDOUT, errors="replace")
-        return r.returncode, r.stdout
-
-    from nsight_magic.tools import isolation_prefix
-
-    # in its own namespace, as %%nsys runs nsys (test_readers_nsys.record_cpu_report says why)
-    rc, text = run([*isolation_prefix()[0], nsys, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none",
-                    "-o", str(out), sys.executable, str(script)], 120)
-    rep = out.with_suffix(".nsys-rep")
-    if not rep.exists() and out.with_suffix(".qdstrm").exists():
-        importer = Path("/usr/lib/nsight-systems/host-linux-x64/QdstrmImporter")
-        rc, text = run([str(importer), "-i", str(out.with_suffix(".qdstrm"))], 120)
-    assert rep.exists(), f"nsys left no report (rc {rc}): {text[-2000:]}"
-    rc, text = run([nsys, "export", "--type", "sqlite", "-o", str(out.with_suffix(".sqlite")), str(rep)], 120)
-    assert rc == 0, text[-2000:]
-    return out.with_suffix(".sqlite")
-
-
-@pytest.mark.nsys
 def test_nvtx_range_named_like_html_is_shown_as_text_and_never_runs(browser, tmp_path):
     from nsight_magic import open_report
     from nsight_magic.views import write_view_html
     from nsight_magic.views.timeline_prepare import prepare_timeline
 
-    sqlite = _record_nvtx_profile(tmp_path, XSS)
-    rep = open_report(sqlite)
+    from test_readers_nsys import record_cpu_report
+
+    # real nsys, as the readers' tests record (and, as %%nsys, once more when it fails at start-up)
+    rep = open_report(record_cpu_report(tmp_path, f"import time\nimport nvtx\nwith nvtx.annotate({XSS!r}):\n"
+                                                  "    time.sleep(0.2)\n"))
     assert XSS in rep.nvtx["name"].astype(str).tolist()
     page_path = write_view_html(rep, tmp_path / "xss.html")
     assert XSS not in page_path.read_text(encoding="utf-8").split("<script", 1)[0]
