@@ -3,8 +3,8 @@ nsys, Chromium, Jupyter servers), with the suite run alone (no xdist), then per 
 
     python benchmarks/suite_cpu.py [PYTEST ARGS...]      # all of tests/, or e.g. tests/test_background.py
 
-The suite is CPU-bound here (2 cores; scripts/test.sh runs two workers): its wall time is about its CPU seconds
-over 2, plus the last module's tail.  Issue 49's budget is 10 minutes, so about 1,100 CPU seconds in all.
+The suite is CPU-bound here (2 cores; scripts/test.sh runs three workers): its wall time is about its CPU
+seconds over 2, plus the last module's tail.  Issue 49's budget is 10 minutes, so about 1,100 CPU seconds in all.
 This file is also the pytest plugin that measures (`-p suite_cpu`, writing JSON lines to $SUITE_CPU_OUT).
 """
 from __future__ import annotations
