@@ -106,11 +106,13 @@ def pytest_collection_modifyitems(config, items):
             return float(mark.args[0])
         return 60.0 if item.get_closest_marker("nsys") or item.get_closest_marker("browser") else 1.0
 
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
     weight: dict[str, float] = {}
     for item in items:
-        module = item.nodeid.split("::")[0]
-        weight[module] = weight.get(module, 0.0) + cost(item)
-    items.sort(key=lambda item: -weight[item.nodeid.split("::")[0]])
+        weight[module(item)] = weight.get(module(item), 0.0) + cost(item)
+    items.sort(key=lambda item: -weight[module(item)])
 
 
 def pytest_unconfigure(config):
