@@ -194,8 +194,13 @@ def test_lines_give_each_line_its_time_and_loop_lines_their_hits(tmp_path):
     res, rep = _run(cell, tmp_path, lines=True)
     assert res.ok, res.messages
     t = lines_table(rep, cell).set_index("line")
+    # a line takes at least its sleep, and at most a scheduling delay more (a loaded run with four workers on two
+    # cores measured 0.169 s for the 0.1 s line, outside the 15% this asked before); the order of the three lines
+    # says that each line's time went to that line, not to its neighbour
+    took = {line: t.loc[line, "cpu_ns"] / 1e9 for line in (2, 3, 4)}
     for line, secs in ((2, 0.1), (3, 0.3), (4, 0.2)):
-        assert t.loc[line, "hits"] == 1 and abs(t.loc[line, "cpu_ns"] / 1e9 - secs) <= 0.15 * secs
+        assert t.loc[line, "hits"] == 1 and secs * 0.99 <= took[line] <= secs + 0.1, took
+    assert took[3] > took[4] > took[2], took
     assert t.loc[5, "hits"] == 1 and t.loc[6, "hits"] == 3 and t.loc[7, "hits"] == 3 and t.loc[9, "hits"] == 2
     assert pd_isna(t.loc[8, "hits"])  # inside an if: part of line 7's range, not a range of its own
     assert "time.sleep(0.3)" in t.loc[3, "source"]
