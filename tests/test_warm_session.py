@@ -12,6 +12,7 @@ import pytest
 
 from conftest import kernel_runner, nsys_failing_once, nvtx_ranges, requires_nsys, started_by_this_worker
 from nsight_magic.idle import IDLE_S
+from nsight_magic.inside import commands
 from nsight_magic.inside.child import session_tool_files
 from nsight_magic.inside.session_host import LAUNCH_ATTEMPTS
 from nsight_magic.options import NsysOptions
@@ -132,7 +133,7 @@ def test_a_worker_that_reads_no_commands_hands_the_cell_to_a_fresh_process(tmp_p
     assert a.ok, a.messages
     fifo = sessions.session.dir / "worker.fifo"
     fifo.unlink()
-    os.mkfifo(fifo, 0o600)
+    commands.make(fifo)
     b = _run(tmp_path, sessions, "with nvtx.annotate('fresh after all'):\n    time.sleep(0.01)\n", timeout=60)
     assert b.ok, b.messages
     assert b.notes[-1] == "fresh process (warm session unavailable: its worker no longer reads commands)", b.notes
