@@ -26,7 +26,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from nsight_magic.tools import isolation_prefix  # noqa: E402 - nsys in its own namespace, as %%nsys runs it
+from nsight_magic.tools import isolated_argv  # noqa: E402 - nsys in its own namespace, as %%nsys runs it
 
 LOOP = r'''
 import os, sys, time
@@ -97,9 +97,11 @@ def measure(kind: str, calls: int, repeat: int, nsys: str, work: Path) -> dict:
     plain, traced = [], []
     for i in range(repeat):
         plain.append(_loop_s([sys.executable, str(script), kind, str(calls)]))
-        traced.append(_loop_s([*isolation_prefix()[0], nsys, "profile", f"--trace={TRACE[kind]}", "--sample=none",
-                               "--cpuctxsw=none", "--force-overwrite=true", "-o", str(work / f"{kind}{i}"),
-                               sys.executable, str(script), kind, str(calls)], attempts=2))
+        # in its own namespace, as %%nsys runs nsys
+        argv, _ = isolated_argv([nsys, "profile", f"--trace={TRACE[kind]}", "--sample=none", "--cpuctxsw=none",
+                                 "--force-overwrite=true", "-o", str(work / f"{kind}{i}"), sys.executable, str(script),
+                                 kind, str(calls)], kernel_symbols=False)
+        traced.append(_loop_s(argv, attempts=2))
     p, t = min(plain), min(traced)
     return {"kind": kind, "trace": TRACE[kind], "calls": calls, "plain_s": round(p, 4), "traced_s": round(t, 4),
             "plain_us_per_call": round(p / calls * 1e6, 3), "traced_us_per_call": round(t / calls * 1e6, 3),

@@ -50,8 +50,8 @@ print("steps", i)
 def bare(cell_path: Path, trace: str, out: Path) -> float:
     nsys = tools.find_nsys()
     # in its own namespace, as %%nsys runs it: nsys's files in the machine's /dev/shm are shared with no other run
-    argv = [*tools.isolation_prefix()[0], str(nsys), "profile", f"--trace={trace}", "--sample=none",
-            "--cpuctxsw=none", f"--output={out}", sys.executable, str(cell_path)]
+    argv, _ = tools.isolated_argv([str(nsys), "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none",
+                                   f"--output={out}", sys.executable, str(cell_path)], kernel_symbols=False)
     t0 = time.perf_counter()
     if subprocess.run(argv, capture_output=True).returncode != 0:
         # nsys 2022.4 sometimes fails at start-up: once more (as %%nsys does), timing only the run that worked,

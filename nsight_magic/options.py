@@ -143,6 +143,16 @@ def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
     return out
 
 
+# switches (and any start of them nsys takes) under which nsys records kernel frames: CPU samples, their backtraces,
+# context switches; with our defaults (--sample=none --cpuctxsw=none) it records none
+KERNEL_FRAME_SWITCHES = ("-s", "-b", "--sa", "--ba", "--cpu")
+
+
+def wants_kernel_symbols(user_args: tuple[str, ...]) -> bool:
+    """Whether the user's --nsys-args may make nsys record kernel frames, which its kernel symbols name."""
+    return any(flag_name(t).startswith(KERNEL_FRAME_SWITCHES) for t in user_args if t.startswith("-"))
+
+
 SECRET_SUBSTRINGS = ("PASSWORD", "PASSWD", "SECRET")  # no word needs them except as a secret
 SECRET_NAMES = ("SSH_CONNECTION", "SSH_CLIENT")            # the address of the user's machine
 

@@ -314,7 +314,7 @@ def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     out = tmp_path / "prof"
     out.mkdir()
     nsys = shutil.which("nsys")
-    from nsight_magic.tools import isolation_prefix
+    from nsight_magic.tools import isolated_argv
 
     # nsys 2022.4 under torchrun sometimes fails at start-up (sem_open, "Local Endpoint is not available"; in CI
     # every rank exited 1, its output not kept) or hangs. Here: 3 of 26 runs failed plain; 5 of 54 failed and 1
@@ -322,10 +322,10 @@ def test_a_four_rank_gloo_job_recorded_outside_nsight_magic(tmp_path):
     # agents a failed run leaves); in the whole suite the first attempt failed in two fresh-clone runs.
     # So the job runs there, a failed recording is made again from scratch (at most 5 attempts of at most 60 s;
     # a good one takes 15-25 s), and each rank's output is shown.
-    cmd = [*isolation_prefix()[0], sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={GLOO_RANKS}", "--redirects=3", "--no-python", nsys, "profile", "-t", "nvtx",
-           "-s", "none", "--cpuctxsw=none", "--force-overwrite=true", "-o", str(out / "report.%q{RANK}"), sys.executable,
-           str(script)]
+    cmd, _ = isolated_argv([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                            f"--nproc_per_node={GLOO_RANKS}", "--redirects=3", "--no-python", nsys, "profile", "-t",
+                            "nvtx", "-s", "none", "--cpuctxsw=none", "--force-overwrite=true", "-o",
+                            str(out / "report.%q{RANK}"), sys.executable, str(script)], kernel_symbols=False)
     at = cmd.index("--redirects=3")
     for attempt in range(1, 6):
         logs = tmp_path / f"logs{attempt}"

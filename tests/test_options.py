@@ -5,7 +5,7 @@ import pytest
 
 from nsight_magic.errors import OptionError
 from nsight_magic.options import (NSYS_OWNED_FLAGS, NsysOptions, is_secret_name, nsys_default_args,
-                                  trace_for_machine, validate_passthrough)
+                                  trace_for_machine, validate_passthrough, wants_kernel_symbols)
 from nsight_magic.run import child_environment
 from nsight_magic.inside.state import free_names
 
@@ -22,6 +22,14 @@ def test_other_nsys_flags_pass_and_replace_our_defaults():
     assert args == ("--sample=cpu", "--cudabacktrace", "all")
     assert nsys_default_args(args) == ["--cpuctxsw=none"]
     assert nsys_default_args(()) == ["--sample=none", "--cpuctxsw=none"]
+
+
+@pytest.mark.parametrize("args,wanted", [
+    ("", False), ("--cudabacktrace all --osrt-threshold=1000", False), ("--cuda-memory-usage=true", False),
+    ("--sample=cpu", True), ("-s cpu", True), ("--samp=process-tree", True), ("--cpuctxsw=process-tree", True),
+    ("--backtrace=dwarf", True), ("-b fp", True), ("--sample=none", True)])  # none given by the user: left alone
+def test_kernel_symbols_are_wanted_where_nsys_may_record_kernel_frames(args, wanted):
+    assert wants_kernel_symbols(validate_passthrough(args, NSYS_OWNED_FLAGS, "nsys")) is wanted
 
 
 def test_unbalanced_quotes_are_a_clear_error():

@@ -505,8 +505,8 @@ def record_cpu_report(folder: Path, script: str, trace: str = "nvtx,osrt") -> Pa
     # in its own namespace with a private /dev/shm, as %%nsys runs nsys: two raw runs at once (pytest-xdist) can
     # break nsys's shared files in the machine's /dev/shm, and every later run there with them ("Agent launcher
     # failed")
-    argv = [*tools.isolation_prefix()[0], NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none", "-o",
-            str(out), sys.executable, str(folder / "script.py")]
+    argv, _ = tools.isolated_argv([NSYS, "profile", "-t", trace, "-s", "none", "--cpuctxsw=none", "-o", str(out),
+                                   sys.executable, str(folder / "script.py")], kernel_symbols=False)
     rep = out.with_suffix(".nsys-rep")
     for _ in range(2):  # nsys 2022.4 sometimes fails at start-up, writing nothing (as %%nsys, once more then)
         r = run_bounded(argv, timeout=120)

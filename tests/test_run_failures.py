@@ -335,13 +335,15 @@ def test_a_rank_that_died_says_how(tmp_path):
 
 @pytest.fixture
 def full_disk(tmp_path):
-    """A 1 MB tmpfs (where this machine allows mounts: CI runs as root in its container)."""
+    """A 1 MB tmpfs (where this machine allows mounts: CI runs as root in its container) with 64 KB left: room for
+    the profile folder's small files, not for nsys's raw stream of even a one-line cell (150 KB)."""
     import subprocess
 
     d = tmp_path / "full"
     d.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(d)], capture_output=True).returncode:
         pytest.skip("mounting a tmpfs is not allowed here")
+    (d / ".filler").write_bytes(b"\0" * (1024 - 64) * 1024)
     yield d
     subprocess.run(["umount", "-l", str(d)], capture_output=True)
 

@@ -60,6 +60,25 @@ def test_isolation_prefix_runs_commands_in_a_namespace_of_their_own():
     assert out[0] == "1" and int(out[1]) <= 3  # pid 1, and only a couple of processes visible
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the namespace probe's first form needs root")
+def test_a_run_that_records_no_kernel_frames_finds_no_kernel_symbols():
+    """nsys's agent parses all of /proc/kallsyms at every start; a run without CPU samples or context switches
+    gets an empty one in its namespace, any other run the machine's."""
+    import subprocess
+    import sys
+
+    tools.isolation_prefix.cache_clear()
+    probe = [sys.executable, "-c", "print(len(open('/proc/kallsyms').read()))"]
+
+    def size(kernel_symbols: bool) -> int:
+        argv, note = tools.isolated_argv(probe, kernel_symbols=kernel_symbols)
+        assert note is None
+        return int(subprocess.run(argv, capture_output=True, text=True, timeout=30, check=True).stdout)
+
+    assert size(False) == 0
+    assert size(True) > 100_000
+
+
 ASK = ("import json, sys; from nsight_magic import tools; n = sys.argv[1]; "
        "print(json.dumps([tools.nsys_version(n), sorted(tools.nsys_switches(n, 'profile'))]))")
 

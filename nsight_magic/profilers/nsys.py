@@ -22,7 +22,7 @@ from .. import tools
 from ..inside.child import CAPTURE_DOMAIN, USER_TMPDIR_ENV, remove_tool_files, tool_files_named_in
 from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
-                       validate_passthrough)
+                       validate_passthrough, wants_kernel_symbols)
 from ..store import ProfileFolder
 from ..tools.argv import flag_name
 from .extras import Extras, choose, split_for_session
@@ -440,10 +440,10 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
                  on_status, stop_grace_s: float, extras: Extras = Extras()) -> _Cold:
     """A fresh process under `nsys profile`, in its own PID namespace, until the cell's part is over."""
     folder = prep.folder
-    prefix, isolation_note = tools.isolation_prefix()
+    argv, isolation_note = tools.isolated_argv(profile_argv(nsys, opts, trace, folder, extras.args),
+                                               kernel_symbols=wants_kernel_symbols(opts.nsys_args))
     if isolation_note:
         messages.append(isolation_note)
-    argv = [*prefix, *profile_argv(nsys, opts, trace, folder, extras.args)]
     folder.command.write_text(shlex.join(argv) + "\n")
     # nsys writes its raw stream under TMPDIR and leaves it there when the run fails (a full disk): a private
     # folder, tidied after the run, keeps /tmp clean; the cell gets the user's TMPDIR back (inside.child)

@@ -146,9 +146,10 @@ class NsysSession:
             "umask": self.umask, "folder": str(path)}))
         commands.make(self.dir / "host.fifo")
         commands.make(self.dir / "worker.fifo")
-        prefix, _ = tools.isolation_prefix()
         read_end, self.lifeline = os.pipe()
-        argv = [*prefix, sys.executable, "-m", "nsight_magic.inside.session_host", str(self.dir), str(read_end)]
+        # a warm session takes no --nsys-args (a cell with them runs fresh): its nsys records no kernel frame
+        argv, _ = tools.isolated_argv([sys.executable, "-m", "nsight_magic.inside.session_host", str(self.dir),
+                                       str(read_end)], kernel_symbols=False)
         (self.dir / "command.txt").write_text(" ".join(argv) + "\n")
         with open(self.dir / "host-output.txt", "wb") as log:
             try:

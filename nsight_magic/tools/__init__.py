@@ -13,11 +13,11 @@ from __future__ import annotations
 from .find import find_executable, version_tuple
 from .nsys import (NSYS_ENV, export_sqlite, find_nsys, find_qdstrm_importer, import_qdstrm, nsys_help, nsys_switches,
                    nsys_trace_values, nsys_version, nvtx_pitfall)
-from .system import (ISOLATE_ENV, gpu_names, gpu_visible, identity_alive, isolation_prefix, jupyter_kernel_id,
-                     orphan_guard, process_identity)
+from .system import (ISOLATE_ENV, gpu_names, gpu_visible, identity_alive, isolated_argv, isolation_prefix,
+                     jupyter_kernel_id, orphan_guard, process_identity)
 
 __all__ = ["find_executable", "version_tuple", "NSYS_ENV", "export_sqlite", "find_nsys", "find_qdstrm_importer",
            "import_qdstrm", "nsys_help", "nsys_switches", "nsys_trace_values", "nsys_version", "nvtx_pitfall",
            "ISOLATE_ENV", "gpu_names",
-           "gpu_visible", "isolation_prefix", "orphan_guard", "process_identity", "identity_alive",
+           "gpu_visible", "isolated_argv", "isolation_prefix", "orphan_guard", "process_identity", "identity_alive",
            "jupyter_kernel_id"]

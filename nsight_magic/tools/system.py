@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..inside.isolate import NO_KERNEL_SYMBOLS
+
 
 def gpu_visible() -> bool:
     """Whether an NVIDIA GPU is visible to processes started from here."""
@@ -79,6 +81,14 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
             return tuple(prefix), None
     return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold "
                 "other processes' environment variables; set NSIGHT_MAGIC_ISOLATE=0 to silence this note")
+
+
+def isolated_argv(argv: list[str], *, kernel_symbols: bool = True) -> tuple[list[str], str | None]:
+    """argv in its own PID namespace (isolation_prefix), and the note when that is impossible.  Without
+    kernel_symbols, nsys there finds /proc/kallsyms empty (inside/isolate.py): for runs that record no kernel frame."""
+    prefix, note = isolation_prefix()
+    flags = [NO_KERNEL_SYMBOLS] if prefix and not kernel_symbols else []
+    return [*prefix, *flags, *argv], note
 
 
 @functools.lru_cache(maxsize=1)
