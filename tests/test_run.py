@@ -172,6 +172,8 @@ def test_timeout_stops_the_whole_process_group(tmp_path):
     # SIGINT first: nsys writes what it recorded until the timeout
     assert r.sqlite is not None and "before" in nvtx_ranges(r.sqlite)
     assert any("--timeout of 5 s" in m and str(r.folder.path) in m for m in r.messages)
+    # the cell's process ends before nsys (whose exit kills what is left): where it was stopped, whole
+    assert "time.sleep(120)\nKeyboardInterrupt\n" in r.folder.stderr.read_text()
     assert eventually(lambda: processes_mentioning(str(r.folder.path)) == [], timeout=10)
 
 

@@ -277,6 +277,9 @@ def test_a_hanging_rank_is_named_and_the_waiting_rank_shows_no_library_traceback
     err0 = (r.folder.path / "stderr.txt").read_text()
     assert "child.py" not in err0 and "Traceback" not in err0, err0
     assert "waiting for rank 1" in err0
+    # where the hung rank was, whole: the ranks end before nsys, whose exit would kill them mid-traceback
+    err1 = (r.folder.path / "stderr.rank1.txt").read_text()
+    assert "time.sleep(120)\nKeyboardInterrupt\n" in err1 and "child.py" not in err1, err1
 
 
 @requires_torch

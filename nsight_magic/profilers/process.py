@@ -29,6 +29,7 @@ StatusCallback = Callable[[str, float], None]    # (phase, seconds since start)
 
 RUN_ID_ENV = "NSIGHT_MAGIC_RUN_ID"
 POLL_S = 0.05
+CELL_STOP_S = 5.0       # a stopped cell's processes get this long to end before the profiler is stopped
 
 
 class RunFailed(NsightMagicError):
@@ -204,6 +205,12 @@ def _ns_pid(pid: int) -> str | None:
     return next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), str(pid))
 
 
+def _is_tool(argv: list[bytes]) -> bool:
+    """A process of the profiler (nsys, its launcher and agent) or of our isolation, by its command line."""
+    exe = os.path.basename(argv[0].decode(errors="replace"))
+    return not exe or exe.startswith(("nsys", "unshare", "setpriv", "mount"))
+
+
 def stop_orphans(env_name: str, run_id: str) -> list[str]:
     """The run's processes other than the profiler's (nsys, its launcher and agent), unshare, setpriv and ours
     (`-m nsight_magic.inside.*`): what the profiled process started and left when it died (os._exit, a crash), which
@@ -211,9 +218,7 @@ def stop_orphans(env_name: str, run_id: str) -> list[str]:
     found: dict[int, str] = {}
     for pid in run_processes(env_name, run_id):
         argv = process_argv(pid)
-        exe = os.path.basename(argv[0].decode(errors="replace"))
-        if not exe or exe.startswith(("nsys", "unshare", "setpriv")) or argv[1:2] == [b"-m"] and \
-                argv[2:3] and argv[2].startswith(b"nsight_magic.inside."):
+        if _is_tool(argv) or argv[1:2] == [b"-m"] and argv[2:3] and argv[2].startswith(b"nsight_magic.inside."):
             continue
         found[pid] = " ".join(x.decode(errors="replace") for x in argv if x)[:80]
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -263,8 +268,38 @@ def _signal_group(proc: subprocess.Popen, sig: int) -> None:
         pass
 
 
+def _interrupt_cell(proc: subprocess.Popen, run_id: str, wait_s: float = CELL_STOP_S) -> None:
+    """SIGINT to the profiled process the profiler started (the cell's, or torchrun, which passes it on to its
+    ranks), as nsys would pass it on; then until the cell's processes have ended, at most wait_s.  Stopped through
+    the profiler instead, they had about 0.3-0.7 s: nsys exits once it has written its report, and as the first
+    process of the PID namespace its exit kills every process left there, one still printing its KeyboardInterrupt
+    traceback (where a hung rank was) included."""
+    cell = {pid for pid in run_processes(RUN_ID_ENV, run_id) if not _is_tool(process_argv(pid))}
+    top = [pid for pid in cell if _parent(pid) not in cell]
+    for pid in top:
+        try:
+            os.kill(pid, signal.SIGINT)
+        except OSError:
+            continue
+    end = time.monotonic() + wait_s
+    while top and proc.poll() is None and time.monotonic() < end and any(process_argv(p)[0] for p in cell):
+        time.sleep(POLL_S)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _stop(proc: subprocess.Popen, run_id: str, grace_s: float) -> None:
-    """SIGINT (profiler writes its report) -> SIGTERM -> SIGKILL, then strays."""
+    """SIGINT to the cell's processes (their tracebacks written), then the profiler's: SIGINT (it writes its report)
+    -> SIGTERM -> SIGKILL, then strays."""
+    try:
+        _interrupt_cell(proc, run_id)
+    except KeyboardInterrupt:  # a second Ctrl-C: on to the profiler
+        pass
     for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         _signal_group(proc, sig)
         try:
