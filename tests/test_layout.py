@@ -3,6 +3,7 @@ pipeline, the two sides of the process boundary, no import circles."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nsight_magic"
@@ -29,16 +30,25 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _imports(modules: dict[str, Path]) -> list[tuple[str, str, int, str]]:
+@functools.lru_cache(maxsize=None)
+def _parsed(path: Path) -> tuple[str, ast.Module]:
+    """A module's text and syntax tree, parsed once for all the tests here."""
+    text = path.read_text()
+    return text, ast.parse(text)
+
+
+@functools.lru_cache(maxsize=1)
+def _imports() -> tuple[tuple[str, str, int, str], ...]:
     """(importer, imported module, line, the import's source line) for every import of our own modules."""
+    modules = _modules()
     out = []
     for name, path in modules.items():
-        text = path.read_text()
+        text, tree = _parsed(path)
         lines = text.splitlines()
         is_pkg = path.name == "__init__.py"
         here = name.split(".") if name else []
         base = here if is_pkg else here[:-1]
-        for node in ast.walk(ast.parse(text)):
+        for node in ast.walk(tree):
             targets = []
             if isinstance(node, ast.ImportFrom):
                 if node.level:
@@ -57,7 +67,7 @@ def _imports(modules: dict[str, Path]) -> list[tuple[str, str, int, str]]:
             for t in targets:
                 if t != name:
                     out.append((name, t, node.lineno, lines[node.lineno - 1]))
-    return out
+    return tuple(out)
 
 
 def _layer(module: str) -> int:
@@ -74,13 +84,13 @@ def test_every_module_has_a_layer():
 
 
 def test_the_profiled_process_side_imports_nothing_from_the_notebook_side():
-    bad = [f"nsight_magic.{a}:{line} imports nsight_magic.{b}" for a, b, line, _ in _imports(_modules())
+    bad = [f"nsight_magic.{a}:{line} imports nsight_magic.{b}" for a, b, line, _ in _imports()
            if a.startswith("inside") and not b.startswith("inside") and b not in ("errors", "version")]
     assert not bad, bad
 
 
 def test_no_import_goes_up_a_layer():
-    up = [f"nsight_magic.{a}:{line} -> nsight_magic.{b}" for a, b, line, _ in _imports(_modules())
+    up = [f"nsight_magic.{a}:{line} -> nsight_magic.{b}" for a, b, line, _ in _imports()
           if _layer(b) > _layer(a)]
     assert not up, f"imports from a lower layer up to a higher one: {up}"
 
@@ -89,7 +99,7 @@ def test_no_import_circles():
     """No cycle among modules, lazy imports included."""
     modules = _modules()
     edges: dict[str, set[str]] = {m: set() for m in modules}
-    for a, b, _, _ in _imports(modules):
+    for a, b, _, _ in _imports():
         edges[a].add(b)
     # a package's __init__ that re-exports its modules is not a circle with them: count only module -> module
     state: dict[str, int] = {}
@@ -123,7 +133,7 @@ def test_javascript_and_css_are_package_files_not_python_strings():
     code = re.compile(r"\bconst |\blet |\bfunction\s*\(|=>|[.#][\w-]+\s*\{[^}]*:[^}]*;")
     found = []
     for p in PACKAGE.rglob("*.py"):
-        tree = ast.parse(p.read_text())
+        tree = _parsed(p)[1]
         docs = {id(n.body[0].value) for n in ast.walk(tree)
                 if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
                 and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
@@ -145,7 +155,7 @@ def test_no_module_imports_another_modules_private_names():
     """A leading underscore means "this module's own": what another module needs is public (issue 49 found 25)."""
     found = []
     for p in PACKAGE.rglob("*.py"):
-        for node in ast.walk(ast.parse(p.read_text())):
+        for node in ast.walk(_parsed(p)[1]):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("nsight_magic")):
                 found += [f"{p.relative_to(PACKAGE)}:{node.lineno} {node.module}.{a.name}" for a in node.names
                           if a.name.startswith("_") and not a.name.startswith("__")]
