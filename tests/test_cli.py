@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import DATA, nvtx_ranges, requires_nsys
+from conftest import DATA, TEST_TRACE, nvtx_ranges, requires_nsys
 
 pytestmark = [pytest.mark.timeout(240)]
 
@@ -24,7 +24,7 @@ def test_profile_a_script_with_arguments(tmp_path):
     (tmp_path / "proj" / "helper.py").write_text("VALUE = 'sibling module found'\n")
     script.write_text("import sys, nvtx, helper\nwith nvtx.annotate('script range'):\n"
                       "    print('args', sys.argv[1:], helper.VALUE)\n")
-    p = _cli("profile", "--dir", str(tmp_path / "profiles"), str(script), "--lr", "0.1", cwd=tmp_path)
+    p = _cli("profile", "-t", TEST_TRACE, "--dir", str(tmp_path / "profiles"), str(script), "--lr", "0.1", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert "args ['--lr', '0.1'] sibling module found" in p.stdout  # the script's folder is on sys.path
     folder = next((tmp_path / "profiles").glob("train-*"))
@@ -37,7 +37,7 @@ def test_profile_a_script_with_arguments(tmp_path):
 def test_profile_exit_status_follows_the_script(tmp_path):
     script = tmp_path / "fail.py"
     script.write_text("raise SystemExit(4)\n")
-    p = _cli("profile", "--no-render", "--dir", str(tmp_path / "p"), str(script), cwd=tmp_path)
+    p = _cli("profile", "-t", TEST_TRACE, "--no-render", "--dir", str(tmp_path / "p"), str(script), cwd=tmp_path)
     assert p.returncode == 1
     assert "exit status 4" in p.stderr
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import requires_nsys
+from conftest import TEST_TRACE, requires_nsys
 from nsight_magic.analysis.python_code import cell_lines, code_in, functions, segments
 from nsight_magic.options import NsysOptions
 from nsight_magic.report import open_report
@@ -92,7 +92,7 @@ def test_no_samples_when_asked_for_none(tmp_path):
     from nsight_magic.run import run_nsys
 
     r = run_nsys("x = sum(range(1000))\n", NsysOptions(name="nos", directory=str(tmp_path), fresh=True, render=False,
-                                                       quiet=True, samples=False), namespace={})
+                                                       trace=TEST_TRACE, quiet=True, samples=False), namespace={})
     assert r.ok, r.messages
     assert not (Path(r.folder.path) / "python_samples.json").exists()
     rep = open_report(r.sqlite)

@@ -239,7 +239,7 @@ def test_relative_dir_when_the_notebook_is_not_the_working_directory(tmp_path, m
     nbdir.mkdir(), cwd.mkdir()
     monkeypatch.setenv("JPY_SESSION_NAME", str(nbdir / "analysis.ipynb"))
     monkeypatch.chdir(cwd)
-    r = run_nsys("print('ran')", NsysOptions(name="rel", directory="profiles"))
+    r = run_nsys("print('ran')", NsysOptions(name="rel", directory="profiles", trace=TEST_TRACE))
     assert r.ok, r.messages
     assert r.folder.path.parent == cwd / "profiles" and r.sqlite.exists()
 
