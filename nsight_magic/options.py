@@ -143,9 +143,10 @@ def nsys_default_args(user_args: tuple[str, ...]) -> list[str]:
     return out
 
 
-# switches (and any start of them nsys takes) under which nsys records kernel frames: CPU samples, their backtraces,
-# context switches; with our defaults (--sample=none --cpuctxsw=none) it records none
-KERNEL_FRAME_SWITCHES = ("-s", "-b", "--sa", "--ba", "--cpu")
+# switches (and any start of them nsys takes) under which nsys may record kernel frames: CPU samples, their
+# backtraces, context switches, CPU core and OS events (newer nsys); with our defaults (--sample=none
+# --cpuctxsw=none) it records none
+KERNEL_FRAME_SWITCHES = ("-s", "-b", "--sa", "--ba", "--cpu", "--ev", "--os-ev")
 
 
 def wants_kernel_symbols(user_args: tuple[str, ...]) -> bool:

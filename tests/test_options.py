@@ -27,7 +27,8 @@ def test_other_nsys_flags_pass_and_replace_our_defaults():
 @pytest.mark.parametrize("args,wanted", [
     ("", False), ("--cudabacktrace all --osrt-threshold=1000", False), ("--cuda-memory-usage=true", False),
     ("--sample=cpu", True), ("-s cpu", True), ("--samp=process-tree", True), ("--cpuctxsw=process-tree", True),
-    ("--backtrace=dwarf", True), ("-b fp", True), ("--sample=none", True)])  # none given by the user: left alone
+    ("--backtrace=dwarf", True), ("-b fp", True), ("--event-sample=system-wide", True), ("--os-events=0", True),
+    ("--cpu-core-events=2", True), ("--sample=none", True)])  # none given by the user: left alone
 def test_kernel_symbols_are_wanted_where_nsys_may_record_kernel_frames(args, wanted):
     assert wants_kernel_symbols(validate_passthrough(args, NSYS_OWNED_FLAGS, "nsys")) is wanted
 
