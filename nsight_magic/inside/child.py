@@ -529,6 +529,9 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
                 (folder / ".ranks" / f"stopped.{rank}").touch()
             (folder / ".ranks" / f"error.{rank}").touch()
     finally:
+        for h in extras:  # no Python sample of what follows: our bookkeeping, partly after the range is closed
+            if hasattr(h, "pause"):
+                h.pause()
         # the cell is over: from here a --timeout no longer applies (the runner reads this), and a stop signal
         # ends our own bookkeeping quietly instead of showing a traceback from this file
         progress("cell-done", status=status)

@@ -129,6 +129,11 @@ class PythonSampler:
             wait = max(interval * rng.uniform(0.5, 1.5) - (time.monotonic_ns() - self.clock_ns - now) / 1e9,
                        interval / 5)
 
+    def pause(self) -> None:
+        """No sample from here on (the cell is over: what runs next is our bookkeeping, and outside the cell's
+        range once that is closed); remove() still writes those taken."""
+        self._stop.set()
+
     def remove(self) -> None:
         self._stop.set()
         if self._thread is not None:

@@ -175,6 +175,9 @@ class InPlaceSession:
                 finally:
                     timer.cancel()
                 _synchronize_gpu()
+                for h in extras:  # no Python sample of what follows, outside the cell's range
+                    if hasattr(h, "pause"):
+                        h.pause()
             err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
             if timer.fired:
                 status = "timeout"
