@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import sys
 
 import pytest
 
@@ -177,6 +179,32 @@ def test_a_cell_that_deletes_its_own_profile_folder_is_told_in_one_line(tmp_path
     assert r.sqlite is None
     assert any("was deleted before nsys wrote its report" in m for m in r.messages), r.messages
     assert not any("capture range was never recorded" in m for m in r.messages)
+
+
+@requires_nsys
+def test_a_folder_deleted_before_its_records_were_read_is_no_start_up_failure(tmp_path, monkeypatch):
+    """Under load the cell above deleted its folder before the notebook had read a record from it, nsys failed, and
+    the run took that for nsys's start-up failure: its retry raised FileNotFoundError.  A front for nsys makes that
+    order certain: it deletes the folder and fails, as nsys then does."""
+    from nsight_magic.run import run_nsys
+
+    real = shutil.which("nsys")
+    front = tmp_path / "bin" / "nsys"
+    front.parent.mkdir()
+    front.write_text(f"""#!{sys.executable}
+import os, shutil, sys
+out = [a.split("=", 1)[1] for a in sys.argv if a.startswith("--output=")]
+if sys.argv[1:2] == ["profile"] and out:
+    shutil.rmtree(os.path.dirname(out[0]))
+    sys.exit(1)
+os.execv({real!r}, [{real!r}, *sys.argv[1:]])
+""")
+    front.chmod(0o755)
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
+    r = run_nsys("pass\n", NsysOptions(name="gone", directory=str(tmp_path / "p"), fresh=True, render=False,
+                                       quiet=True, trace="nvtx"), namespace={})
+    assert r.sqlite is None
+    assert [m for m in r.messages if "nsys" in m] == [m for m in r.messages if "was deleted before nsys" in m] != []
 
 
 def test_long_template_names_are_searched_and_shown_by_their_start(tmp_path):

@@ -268,6 +268,8 @@ def _judged(outcome: ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> 
 
 
 def _outcome_message(outcome: ChildOutcome, opts: NsysOptions, folder: ProfileFolder) -> str | None:
+    if not outcome.phases and not folder.path.is_dir():  # its records went with it: _finish_run says it was deleted
+        return None
     return describe_outcome(outcome, "nsys", opts.timeout, folder, ranks=opts.nproc or 1)
 
 
@@ -477,9 +479,10 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
 
 
 def _failed_before_any_rank_started(run: ChildRun) -> bool:
-    """The profiler exited with an error and no rank wrote a progress record: nothing of the user's ran."""
+    """The profiler exited with an error and no rank wrote a progress record: nothing of the user's ran.  Not when
+    the profile folder is gone: the cell can delete it (its records with it) before they were read."""
     rc = run.proc.returncode
-    if run.outcome is not None or rc is None or rc <= 0 or run.phases:
+    if run.outcome is not None or rc is None or rc <= 0 or run.phases or not run.folder.path.is_dir():
         return False
     return all(tail.path.stat().st_size == 0 if tail.path.exists() else True for tail in run.progress)
 
