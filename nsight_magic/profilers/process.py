@@ -208,7 +208,7 @@ def _ns_pid(pid: int) -> str | None:
 def _is_tool(argv: list[bytes]) -> bool:
     """A process of the profiler (nsys, its launcher and agent) or of our isolation, by its command line."""
     exe = os.path.basename(argv[0].decode(errors="replace"))
-    return not exe or exe.startswith(("nsys", "unshare", "setpriv", "mount"))
+    return not exe or exe.startswith(("nsys", "unshare", "setpriv"))
 
 
 def stop_orphans(env_name: str, run_id: str) -> list[str]:
