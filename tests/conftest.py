@@ -187,6 +187,23 @@ def eventually(check, timeout: float = 10.0, every: float = 0.05):
         time.sleep(every)
 
 
+# every Bokeh document of a page has drawn its roots (BokehJS's Document.is_idle): a wait for the drawing instead of
+# a fixed pause before a screenshot or a pixel read
+BOKEH_IDLE = "() => !!window.Bokeh && Bokeh.documents.length > 0 && Bokeh.documents.every(d => d.is_idle)"
+
+
+def in_page(page, value: str, ok: str, arg=None, timeout: float = 10.0):
+    """The JavaScript function `value`'s result in the page once the function `ok(result, arg)` holds, or its
+    result after `timeout` s (the test's assert then shows it): the browser's counterpart of eventually()."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    both = f"(arg) => {{ const got = ({value})(arg); return ({ok})(got, arg) ? [got] : null; }}"
+    try:
+        return page.wait_for_function(both, arg=arg, timeout=timeout * 1000).json_value()[0]
+    except PlaywrightTimeout:
+        return page.evaluate(value, arg)
+
+
 def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: bool = False):
     """Execute code cells in a real kernel (nbclient) with `cwd` as the notebook's folder; the executed notebook."""
     import nbformat

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import cell_text, fixture_path, requires_chromium, requires_nsys, run_notebook
+from conftest import BOKEH_IDLE, cell_text, fixture_path, requires_chromium, requires_nsys, run_notebook
 from nsight_magic import diff
 from nsight_magic.analysis.diff import DIFF_COLUMNS, kernel_key, nvtx_paths
 from nsight_magic.cli import main as cli_main
@@ -134,7 +134,7 @@ def test_cli_page_renders_in_chromium(browser, tmp_path, capsys):
     p.on("pageerror", lambda e: errors.append(str(e)))
     p.goto(page.as_uri())
     p.locator("canvas").first.wait_for(timeout=30_000)  # Bokeh draws in shadow roots: locators pierce them
-    p.wait_for_timeout(1000)
+    p.wait_for_function(BOKEH_IDLE, timeout=30_000)
     assert errors == []
     assert p.locator("canvas").count() >= 3  # the chart and the two timelines
     # the chart: one bar label per change shown, the slower one red

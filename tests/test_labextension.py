@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from conftest import ARGS, CHROMIUM, requires_nsys
+from conftest import ARGS, BOKEH_IDLE, CHROMIUM, requires_nsys
 from jupyterlab_server import TOKEN, isolated_env, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -93,7 +93,8 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             page.screenshot(path=str(ARTIFACTS / "labextension_profile_loading.png"))
             out.get_by_text("Timeline").first.wait_for(timeout=60_000)  # the view (the live widget's tabs)
             loading.wait_for(state="detached", timeout=10_000)
-            page.wait_for_timeout(1500)
+            out.get_by_text("profile ready", exact=False).first.wait_for(timeout=30_000)
+            page.wait_for_function(BOKEH_IDLE, timeout=30_000)  # drawn, for the screenshot
             text = out.inner_text()
             assert "the cell ran" in text and "saved in" in text and "profile ready" in text, text
             assert "loading the profile" not in text, text
@@ -119,7 +120,7 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             view = page.frame_locator(".nm-viewer iframe")
             view.locator("button.nm-tabbtn", has_text="Timeline").wait_for(timeout=60_000)
             view.locator("canvas").first.wait_for(timeout=60_000)
-            page.wait_for_timeout(1500)
+            frame_el.element_handle().content_frame().wait_for_function(BOKEH_IDLE, timeout=30_000)
             page.screenshot(path=str(ARTIFACTS / "labextension_view.png"))
             # the page's scripts run in an opaque origin: they cannot read the Lab's document
             reach = frame_el.evaluate("el => { try { return !!el.contentWindow.parent.document; } "

@@ -15,8 +15,9 @@ import time
 
 import nbformat
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from conftest import ARGS, CHROMIUM, REPO, eventually, requires_nsys
+from conftest import ARGS, CHROMIUM, REPO, eventually, in_page, requires_nsys
 from jupyterlab_server import TOKEN, answer_dialog, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = REPO / "test-artifacts"
@@ -73,23 +74,22 @@ class Frontend:
         Requests sent while the page's kernel connection still settles can be lost (seen in both frontends): if no
         cell started after 20 s, Run All once more, as a user would."""
         self.idle()
-        started = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].some(p => /\\[(\\*|\\d+)\\]/.test(p.innerText))"
+        prompts = "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.innerText)"
         for _ in range(3):
             self.menu("Run", "runmenu:run-all")
             try:
-                self.page.wait_for_function(started, timeout=20_000)
+                self.page.wait_for_function(f"() => ({prompts})().some(p => /\\[(\\*|\\d+)\\]/.test(p))",
+                                            timeout=20_000)
                 break
-            except Exception:  # noqa: BLE001 - nothing ran: again
+            except PlaywrightTimeout:  # nothing ran: again
                 continue
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            prompts = self.page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
-            if prompts and all(re.search(r"\[\d+\]", p) for p in prompts):
-                break
-            self.page.wait_for_timeout(500)
-        else:
+        try:
+            self.page.wait_for_function(f"() => {{ const all = ({prompts})();"
+                                        " return all.length > 0 && all.every(p => /\\[\\d+\\]/.test(p)); }",
+                                        timeout=timeout * 1000)
+        except PlaywrightTimeout:
             self.shot("run_all_timeout")
-            raise AssertionError(f"Run All did not finish: prompts {prompts}")
+            raise AssertionError(f"Run All did not finish: prompts {self.page.evaluate(prompts)}") from None
         self.idle()
 
     def save(self) -> None:
@@ -98,11 +98,10 @@ class Frontend:
         self.page.keyboard.press("Control+s")
         # the document is clean again once saved
         dirty = ".jp-mod-dirty" if self.app == "lab" else ".jp-NotebookCheckpoint .jp-mod-dirty, .jp-mod-dirty"
-        for _ in range(40):
-            if not self.page.locator(dirty).count():
-                return
-            self.page.wait_for_timeout(250)
-        raise AssertionError("the notebook stayed unsaved")
+        try:
+            self.page.locator(dirty).first.wait_for(state="detached", timeout=10_000)
+        except PlaywrightTimeout:
+            raise AssertionError("the notebook stayed unsaved") from None
 
     def kernel_id(self) -> str | None:
         """The id of this notebook's kernel, from the server's sessions (REST API)."""
@@ -112,8 +111,6 @@ class Frontend:
     def shut_down_kernel(self) -> None:
         """Kernel > Shut Down, until the server no longer runs this notebook's kernel (its REST API; a notebook of
         the module's other tests may still have one: Lab starts a kernel when a page reloads a notebook)."""
-        from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
         ours = self.kernel_id()
         assert ours is not None, "the notebook has no kernel to shut down"
         running = lambda: [k["id"] for k in self.page.request.get(f"{self.base}/api/kernels?token={TOKEN}").json()]
@@ -206,10 +203,12 @@ def test_run_all_of_the_quickstart_then_save_shut_down_and_reload_shows_every_pr
     fe = Frontend(browser, server, app, "quickstart.ipynb")
     try:
         fe.idle()
-        fe.page.wait_for_timeout(2000)
         saved = json.loads(QUICKSTART.read_text())["metadata"]["language_info"]["version"]
         if saved == platform.python_version():  # Lab writes the kernel's Python version into the notebook
-            assert fe.page.locator(".jp-mod-dirty").count() == 0  # opening it changed nothing
+            # opening it changed nothing: that something does not happen has no event to wait on, hence a pause
+            # (Lab writes the kernel's info when its reply comes, about when the kernel shows idle)
+            fe.page.wait_for_timeout(2000)
+            assert fe.page.locator(".jp-mod-dirty").count() == 0
         fe.run_all()
         text = fe.outputs_text()
         # open_report(folder) ran while the profile was still loading: it waited, with a line, and read it
@@ -276,16 +275,19 @@ def _run_cell(fe: Frontend, i: int) -> None:
             fe.page.wait_for_function("el => /\\[(\\*|\\d+)\\]/.test(el.innerText)",
                                       arg=cell.locator(".jp-InputPrompt").element_handle(), timeout=20_000)
             return
-        except Exception:  # noqa: BLE001
+        except PlaywrightTimeout:
             continue
     answer_dialog(fe.page, "saved_dialog")  # a dialog that says what went wrong fails with its text
     fe.shot(f"cell_{i}_never_ran")
     raise AssertionError(f"cell {i} never ran")
 
 
-def _sidebar_entries(fe: Frontend) -> dict[str, str]:
+def _sidebar_entries(fe: Frontend, count: int) -> dict[str, str]:
+    """The sidebar's entries by name once it lists `count` profiles, none of them loading, after a refresh (or what
+    it lists after 30 s)."""
     fe.page.locator(".nm-profiles-refresh").click()
-    fe.page.wait_for_timeout(1500)
+    in_page(fe.page, "() => [...document.querySelectorAll('.nm-profile')].map(e => e.className)",
+            "(classes, n) => classes.length == n && !classes.some(c => c.includes('nm-profile-loading'))", count, 30)
     entries = fe.page.locator(".nm-profile")
     out = {}
     for i in range(entries.count()):
@@ -349,7 +351,7 @@ def test_a_restart_while_a_profile_loads_and_the_sidebar_after_reload(browser, s
         # the sidebar lists at once after the reload, in the right words
         fe.page.locator(".jp-SideBar [data-id='nsight-magic-profiles']").click()
         fe.page.locator(".nm-profile").first.wait_for(timeout=30_000)
-        entries = _sidebar_entries(fe)
+        entries = _sidebar_entries(fe, 3)
         assert set(entries) == {"alpha", "beta", "gamma"}, entries
         assert "top NVTX range" not in entries["gamma"]
         if not finished:

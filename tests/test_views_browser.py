@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import fixture_path, requires_chromium
+from conftest import BOKEH_IDLE, fixture_path, in_page, requires_chromium
 from nsight_magic.views.bokehjs import LOADER_MARKER
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ class Page:
         self.page.goto(url)
         self.page.wait_for_function(js("() => window.Bokeh && Bokeh.index && $VIEWS.some("
                                     "v => v.frame && v.canvas_view)"), timeout=30_000)
-        self.page.wait_for_timeout(500)
+        self.page.wait_for_function(BOKEH_IDLE, timeout=30_000)
 
     def plots(self) -> int:
         return self.page.evaluate(js("() => $VIEWS.filter(v => v.frame).length"))
@@ -70,8 +70,8 @@ class Page:
         }"""), [plot, cat])
         self.page.mouse.move(pos["x"] - 3, pos["y"])
         self.page.mouse.move(pos["x"], pos["y"])
-        self.page.wait_for_timeout(600)
-        text = self.page.evaluate("""() => {
+        # the tooltip's text once it shows
+        text = in_page(self.page, """() => {
           const out = [];
           const walk = (n) => { if (!n) return;
             if (n.classList && [...n.classList].some(c => c.startsWith('bk-tooltip')) && n.offsetParent !== null)
@@ -80,7 +80,7 @@ class Page:
             for (const c of n.children || []) walk(c); };
           walk(document.body);
           return out.join('\\n');
-        }""")
+        }""", "text => text.length > 0")
         return {"pos": pos, "tooltip": text}
 
     def screenshot(self, name: str) -> Path:
@@ -117,9 +117,9 @@ def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_p
     window = js("() => { const v = $VIEWS.find(v => v.frame); return [v.model.x_range.start, v.model.x_range.end]; }")
     for click, (t0, t1) in ((lambda: first.click(position={"x": 5, "y": 5}), spans[0]),
                             (lambda: pg.page.click(".nm-stepper .nm-step[data-d='1']"), spans[1])):
+        before = pg.page.evaluate(window)
         click()
-        pg.page.wait_for_timeout(300)
-        start, end = pg.page.evaluate(window)
+        start, end = in_page(pg.page, window, "(now, before) => now[0] != before[0] || now[1] != before[1]", before)
         assert start <= t0 and end >= t1 and end - start < 1.2 * (t1 - t0) + 0.01, (start, end, t0, t1)
     # the name's click showed the timeline, with a stepper above it: the name and where we are
     name = first.evaluate("td => td.childNodes[0].textContent")
@@ -218,7 +218,6 @@ def test_nvtx_range_named_like_html_is_shown_as_text_and_never_runs(browser, tmp
     pg.screenshot("xss_hover.png")
     pg.page.click(".nm-tabbtn[data-tab='4']")  # the NVTX table holds the name too
     assert pg.page.locator("table.nm-table td", has_text=XSS).count() >= 1
-    pg.page.wait_for_timeout(500)
     pg.screenshot("xss_nvtx.png")
     has_img = pg.page.evaluate("""() => { let n = 0; const walk = (x) => { if (!x) return;
         if (x.tagName === 'IMG' && !x.classList.contains('nm-picture')) n++;  // but our picture of the timeline
@@ -258,10 +257,9 @@ def test_clicking_an_nvtx_range_highlights_the_kernels_launched_inside_it(browse
               y: r.y + v.frame.y_scale.compute(d.y[i])};
     }"""), [nvtx_cat, name_code, float((nv["start_ns"] - data.origin_ns) / 1e6)])
     pg.page.mouse.click(pos["x"], pos["y"])
-    pg.page.wait_for_timeout(400)
-    hl = pg.page.evaluate(js("""() => { const v = $VIEWS.find(v => v.frame);
+    hl = in_page(pg.page, js("""() => { const v = $VIEWS.find(v => v.frame);
       const s = v.model.renderers.map(r => r.data_source).find(s => Object.keys(s.data).length == 4 && 'row' in s.data);
-      return {n: s.data.left.length, rows: [...new Set(s.data.row)]}; }"""))
+      return {n: s.data.left.length, rows: [...new Set(s.data.row)]}; }"""), "hl => hl.n > 0")
     assert hl["n"] == len(launched)
     gpu_rows = data.rows.loc[data.rows["kind"] == "gpu", "row"].tolist()
     assert set(hl["rows"]) <= set(gpu_rows)
@@ -287,11 +285,11 @@ def test_clicking_a_finding_zooms_the_timeline_to_its_evidence(browser, tmp_path
     t0, t1 = float(finding.get_attribute("data-t0")), float(finding.get_attribute("data-t1"))
     pg.screenshot("advice_tab.png")
     finding.locator(".nm-title").click()
-    pg.page.wait_for_timeout(400)
-    start, end, bands = pg.page.evaluate(js(
+    start, end, bands = in_page(pg.page, js(
         "() => { const v = $VIEWS.find(v => v.frame), d = Bokeh.documents[0];"
         " const src = d.get_model_by_name(v.model.name + '-bands');"
-        " return [v.model.x_range.start, v.model.x_range.end, src.data.left.length]; }"))
+        " return [v.model.x_range.start, v.model.x_range.end, src.data.left.length]; }"),
+        "(now, before) => now[0] != before[0] || now[1] != before[1]", before)
     assert (start, end) != tuple(before)
     assert start <= t0 and end >= t1 and end - start <= 1.2 * (t1 - t0) + 0.01
     assert bands == len(rep.findings(rules=["cuda_memcpy_async"])[0].ranges) > 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ARGS, CHROMIUM, fixture_path
+from conftest import ARGS, CHROMIUM, eventually, fixture_path
 from jupyterlab_server import TOKEN, answer_dialog, jupyterlab_server, needs_jupyterlab
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -91,7 +91,8 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
         # the caption shows once, as the plot's title: no label repeats it above the legend
         assert page.evaluate("() => [...document.querySelectorAll('.widget-label')]"
                              ".filter(e => e.innerText.startsWith('showing')).length") == 0
-        total = len(prepare_timeline(open_report(report)).events)
+        data = prepare_timeline(open_report(report))
+        total = len(data.events)
         assert re.match(rf"[\d,]+ of {total:,} events exact", before), before
         # the static view under it stays, hidden: a reopened notebook shows it (tests/test_saved_notebook.py)
         assert page.locator(".nm-output.nm-is-live .nm-live-slot.nm-live-on").count() == 1
@@ -101,26 +102,24 @@ def test_wheel_zoom_in_jupyterlab_fetches_exact_events_from_the_kernel(jupyterla
         page.mouse.move(pos["x"], pos["y"])
         for _ in range(9):
             page.mouse.wheel(0, -300)
-            page.wait_for_timeout(80)
+            page.wait_for_timeout(80)  # a user's pace: wheel steps apart, each a window of its own
         page.wait_for_function(f"() => {title}.startsWith('showing all')", timeout=60_000)
-        # each wheel step asks the kernel for its window; wait until the last answer is in (nothing changes for
-        # a second): on a busy machine the caption of an earlier window can still be showing
+        # each wheel step asks the kernel for its window: wait until the browser shows the answer for the range it
+        # shows (on a busy machine the caption of an earlier window can still be showing)
         state = f"""() => {{ const v = {VIEWS}.find(v => v.frame);
             const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data);
             return [v.model.x_range.start, v.model.x_range.end, src.get_length(), v.model.title.text]; }}"""
-        last = None
-        for _ in range(30):
-            page.wait_for_timeout(1000)
+
+        def answered():
             now = page.evaluate(state)
-            if now == last:
-                break
-            last = now
-        start, end, drawn, after = last
+            g = view_glyphs(data, int(now[0] * 1e6), int(now[1] * 1e6), width_px=1100, budget=LIVE_BUDGET)
+            return now if (now[2], now[3]) == (g.shown, g.caption) else None
+
+        start, end, drawn, after = eventually(answered, 60, every=0.2) or page.evaluate(state)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "jupyterlab_live_zoom.png"))
         b.close()
     # the same window, computed here from the same report, has exactly the events the browser received
-    data = prepare_timeline(open_report(report))
     g = view_glyphs(data, int(start * 1e6), int(end * 1e6), width_px=1100, budget=LIVE_BUDGET)
     assert g.shown == g.total and drawn == g.shown > 0 and after == g.caption
     # failed loads may only be JupyterLab's own optional server extensions (e.g. /lsp/ without jupyter-lsp)

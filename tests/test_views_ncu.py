@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ARGS, CHROMIUM, fixture_path, requires_chromium
+from conftest import ARGS, BOKEH_IDLE, CHROMIUM, fixture_path, requires_chromium
 from nsight_magic.views.bokehjs import LOADER_MARKER
 from nsight_magic import open_report
 from nsight_magic.readers.ncu import open_ncu_report
@@ -190,8 +190,8 @@ def test_page_in_chromium_tabs_filter_charts_and_no_script_from_names(evil_repor
             assert sum(r.is_visible() for r in rows) == (shown["metric"] == "L2 Hit Rate").sum() > 0
             assert errors == []
 
-            page.goto(page_evil.as_uri())
-            page.wait_for_timeout(500)
+            page.goto(page_evil.as_uri())  # its load event: images failed, the inline scripts ran
+            page.wait_for_function(BOKEH_IDLE, timeout=30000)
             assert page.evaluate("() => window.__xss") is None
             assert EVIL in page.inner_text(".nm-pane >> nth=0")
         finally:

@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from conftest import requires_chromium, requires_nsys
+from conftest import in_page, requires_chromium, requires_nsys
 from test_views_browser import Page, js
 
 pytestmark = [pytest.mark.browser, pytest.mark.nsys, requires_nsys, pytest.mark.timeout(300),
@@ -86,12 +86,14 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     pg.screenshot("timeline_colours.png")
     # the plot follows the window's width
     w_wide = pg.page.evaluate(js("() => " + MAIN + ".el.getBoundingClientRect().width"))
+    width = js("() => " + MAIN + ".el.getBoundingClientRect().width")
+    frame = js("() => " + MAIN + ".frame.bbox.width")  # Bokeh's own layout, which places what is clicked below
+    f_wide = pg.page.evaluate(frame)
     pg.page.set_viewport_size({"width": 900, "height": 900})
-    pg.page.wait_for_timeout(700)
-    w_narrow = pg.page.evaluate(js("() => " + MAIN + ".el.getBoundingClientRect().width"))
+    w_narrow = in_page(pg.page, width, "(w, wide) => wide - w > 400", w_wide)
     assert w_wide - w_narrow > 400, (w_wide, w_narrow)
     pg.page.set_viewport_size({"width": 1400, "height": 900})
-    pg.page.wait_for_timeout(700)
+    assert in_page(pg.page, frame, "(w, wide) => Math.abs(w - wide) < 1", f_wide) == pytest.approx(f_wide, abs=1)
     # folding the process hides its rows (a click on its name in the tree on the left)
     proc = data.rows[data.rows["kind"] == "process"].iloc[0]
     where = """([key, labels]) => { const lv = eval(labels);
@@ -105,8 +107,8 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
                  " return [ys.length, new Set(ys).size]; }")
     before = pg.page.evaluate(visible)
     pg.page.mouse.click(at["x"], at["y"])
-    pg.page.wait_for_timeout(600)
-    assert before[0] > 0 and before[1] > 1 and pg.page.evaluate(visible) == [before[0], 1], before
+    folded = in_page(pg.page, visible, "(now, before) => now[1] == 1", before)
+    assert before[0] > 0 and before[1] > 1 and folded == [before[0], 1], (before, folded)
     label_text = pg.page.evaluate(f"() => {LABELS}.model.renderers[0].data_source.data.text")
     assert label_text[0].startswith("▸ ")  # the folded mark on the process
     # names on the one strip do not overlap (the sleep's OS calls lie under the ranges): each starts after the last
@@ -119,8 +121,7 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     pg.screenshot("timeline_folded.png")
     at = pg.page.evaluate(where, [proc["key"], LABELS])  # the plot is shorter now: the name moved
     pg.page.mouse.click(at["x"], at["y"])  # and back
-    pg.page.wait_for_timeout(600)
-    assert pg.page.evaluate(visible) == before
+    assert in_page(pg.page, visible, "(now, before) => now[1] == before[1]", before) == before
     # the measuring tool: drag across the plot, read the span's duration
     box = pg.page.evaluate(js("() => { const v = " + MAIN + "; const r = v.el.getBoundingClientRect();"
                               " return {x0: r.x + v.frame.x_scale.compute(100), x1: r.x + v.frame.x_scale.compute(300),"
@@ -134,9 +135,9 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     pg.page.mouse.move((box["x0"] + box["x1"]) / 2, box["y"], steps=5)
     pg.page.mouse.move(box["x1"], box["y"], steps=5)
     pg.page.mouse.up()
-    pg.page.wait_for_timeout(500)
-    label = pg.page.evaluate(js("() => { const v = " + MAIN + "; const l = v.model.center.find(m => "
-                                "m.x_offset !== undefined && m.text !== undefined); return l ? l.text : null; }"))
+    label = in_page(pg.page, js("() => { const v = " + MAIN + "; const l = v.model.center.find(m => "
+                                "m.x_offset !== undefined && m.text !== undefined); return l ? l.text : null; }"),
+                    "text => !!text")
     assert label and label.startswith("Δ 2") and "ms" in label, label  # about 200 ms
     pg.screenshot("timeline_measure.png")
     assert pg.errors == [] and pg.dialogs == []
