@@ -106,9 +106,13 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
                  ".find(s => 'detail' in s.data).data; const ys = d.y.filter(y => isFinite(y));"
                  " return [ys.length, new Set(ys).size]; }")
     before = pg.page.evaluate(visible)
+    # the row labels' plot as laid out: folding makes it shorter, and what is clicked next is placed by it
+    drawn_height = f"() => {LABELS}.el.getBoundingClientRect().height"
+    tall = pg.page.evaluate(drawn_height)
     pg.page.mouse.click(at["x"], at["y"])
     folded = in_page(pg.page, visible, "(now, before) => now[1] == 1", before)
     assert before[0] > 0 and before[1] > 1 and folded == [before[0], 1], (before, folded)
+    assert in_page(pg.page, drawn_height, "(h, tall) => h < tall - 10", tall) < tall - 10
     label_text = pg.page.evaluate(f"() => {LABELS}.model.renderers[0].data_source.data.text")
     assert label_text[0].startswith("▸ ")  # the folded mark on the process
     # names on the one strip do not overlap (the sleep's OS calls lie under the ranges): each starts after the last
@@ -120,8 +124,12 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
         assert y0 != y1 or x1 >= x0 + 6.2 * len(t0), (t0, x0, x1)
     pg.screenshot("timeline_folded.png")
     at = pg.page.evaluate(where, [proc["key"], LABELS])  # the plot is shorter now: the name moved
+    # BokehJS takes a second tap within 300 ms of the first for a double tap (UIGestures.doubletap_threshold):
+    # a user's second click comes later than that
+    pg.page.wait_for_timeout(350)
     pg.page.mouse.click(at["x"], at["y"])  # and back
     assert in_page(pg.page, visible, "(now, before) => now[1] == before[1]", before) == before
+    assert in_page(pg.page, drawn_height, "(h, tall) => Math.abs(h - tall) < 1", tall) == pytest.approx(tall, abs=1)
     # the measuring tool: drag across the plot, read the span's duration
     box = pg.page.evaluate(js("() => { const v = " + MAIN + "; const r = v.el.getBoundingClientRect();"
                               " return {x0: r.x + v.frame.x_scale.compute(100), x1: r.x + v.frame.x_scale.compute(300),"
