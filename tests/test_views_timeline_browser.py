@@ -85,10 +85,9 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     assert green[1] > 90 and green[0] < 60 and green[2] < 60, green
     pg.screenshot("timeline_colours.png")
     # the plot follows the window's width
-    w_wide = pg.page.evaluate(js("() => " + MAIN + ".el.getBoundingClientRect().width"))
     width = js("() => " + MAIN + ".el.getBoundingClientRect().width")
     frame = js("() => " + MAIN + ".frame.bbox.width")  # Bokeh's own layout, which places what is clicked below
-    f_wide = pg.page.evaluate(frame)
+    w_wide, f_wide = pg.page.evaluate(width), pg.page.evaluate(frame)
     pg.page.set_viewport_size({"width": 900, "height": 900})
     w_narrow = in_page(pg.page, width, "(w, wide) => wide - w > 400", w_wide)
     assert w_wide - w_narrow > 400, (w_wide, w_narrow)
