@@ -21,7 +21,7 @@ from typing import Callable
 from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files, tool_files_named_in
 from ..errors import NsightMagicError
 from ..store import ProfileFolder
-from ..tools import orphan_guard
+from ..tools import orphan_guard, parent_pid
 from ..tools.environment import profiled_environment
 
 OutputCallback = Callable[[str, str], None]      # (stream name "stdout"|"stderr", text)
@@ -275,7 +275,7 @@ def _interrupt_cell(proc: subprocess.Popen, run_id: str, wait_s: float = CELL_ST
     process of the PID namespace its exit kills every process left there, one still printing its KeyboardInterrupt
     traceback (where a hung rank was) included."""
     cell = {pid for pid in run_processes(RUN_ID_ENV, run_id) if not _is_tool(process_argv(pid))}
-    top = [pid for pid in cell if _parent(pid) not in cell]
+    top = [pid for pid in cell if parent_pid(pid) not in cell]
     for pid in top:
         try:
             os.kill(pid, signal.SIGINT)
@@ -284,13 +284,6 @@ def _interrupt_cell(proc: subprocess.Popen, run_id: str, wait_s: float = CELL_ST
     end = time.monotonic() + wait_s
     while top and proc.poll() is None and time.monotonic() < end and any(process_argv(p)[0] for p in cell):
         time.sleep(POLL_S)
-
-
-def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
 
 
 def _stop(proc: subprocess.Popen, run_id: str, grace_s: float) -> None:

@@ -136,10 +136,23 @@ def identity_alive(ident: dict | None) -> bool:
         return False
 
 
-def _start_time(pid: int) -> str | None:
+def process_stat(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command's name (state, parent pid, ...; proc(5)'s third on), or []
+    when the process is gone; the name is cut at its last ')', since it may hold spaces and parentheses."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
-        return None
+        return []
+
+
+def parent_pid(pid: int) -> int | None:
+    """The parent of a running process; None when it is gone."""
+    fields = process_stat(pid)
+    return int(fields[1]) if len(fields) > 1 else None
+
+
+def _start_time(pid: int) -> str | None:
+    fields = process_stat(pid)
+    return fields[19] if len(fields) > 19 else None
 
