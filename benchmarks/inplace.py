@@ -14,6 +14,11 @@ Both run the workload's setup (the plain kernel as %%nsight_setup, which its wor
               the profiled cells run: in place against %%nsys in the plain kernel (a worker of its own)
     big       (a GPU, --big F) a tensor of F of the GPU's memory made in the notebook: %%nsys profiles a cell in
               place, and the plain kernel's %%nsight_setup + %%nsys say at once that a copy cannot fit
+    left      after the in-place kernel is shut down: seconds until no process of its session is left (nsys, its
+              agent, the kernel), and what is left after 10 s
+    ncu       (a GPU, --ncu) a cell of 30 kernels under %%ncu: in the Nsight Compute kernel (`kernel install
+              --ncu`, measured in place) against the plain kernel's %%ncu (a fresh process that runs the setup
+              again): blocked, drawn, the kernels each measured
 
 Workloads are latency.py's: cpu (10 x 50 ms in NVTX ranges; Debian's nsys on any machine) and torch (a 6-layer
 transformer encoder, 16 AdamW steps on the GPU).
@@ -85,14 +90,14 @@ def cell_seconds(text: str) -> float:
     return float(m[-1])
 
 
-def stop_seconds(work: Path, name: str) -> float | None:
-    """nsys stop's seconds of the newest profile named `name` (its timings.json), once it is written."""
+def timings(work: Path, name: str) -> dict:
+    """The newest profile named `name`'s timings.json (nsys_stop_s, read_s, draw_s, ...), once it is written."""
     folders = sorted((work / "nsight-profiles").glob(f"{name}-*"), key=lambda p: p.stat().st_mtime)
     for _ in range(100):
         if folders and (folders[-1] / "timings.json").exists():
-            return json.loads((folders[-1] / "timings.json").read_text()).get("nsys_stop_s")
+            return json.loads((folders[-1] / "timings.json").read_text())
         time.sleep(0.1)
-    return None
+    return {}
 
 
 def measure(args, kernels: Path, gpu: GpuApps) -> dict:
@@ -121,18 +126,84 @@ def measure(args, kernels: Path, gpu: GpuApps) -> dict:
                 if res["status"] != "ok" or res.get("drawn_s") is None or \
                         (which == "inplace") != ("profiled in place" in res["text"]):
                     raise RuntimeError(f"{which} %%nsys: {res['text'][-2000:]}")
+                t = timings(work, name)
                 cells.append({"blocked_s": round(res["blocked_s"], 3), "drawn_s": round(res["drawn_s"], 3),
                               "cell_s": round(cell_seconds(res["text"]), 3),
-                              "nsys_stop_s": stop_seconds(work, name),
-                              "in_place": "profiled in place" in res["text"]})
+                              "nsys_stop_s": t.get("nsys_stop_s"), "read_s": t.get("read_s"),
+                              "draw_s": t.get("draw_s"), "in_place": "profiled in place" in res["text"]})
             gpu.on = False
             if gpu.smi:
                 r["while_profiling"] = {"most_apps": gpu.most_apps, "most_mib": gpu.most_mib}
             r["profiled"] = cells
             if args.big and gpu.smi:
                 r["big"] = big_case(fe, args.big, which)
+            session = json.loads(fe.run("import os; print(os.environ.get('NSIGHT_MAGIC_INPLACE', '{}'))")["text"]
+                                 or "{}").get("session") if which == "inplace" else None
         finally:
             fe.close()
+        if which == "inplace":
+            r["left"] = left_after_shutdown(session)
+    return out
+
+
+def session_processes(session: str | None) -> list[str]:
+    """The machine's processes whose command line names the session (nsys launch, its agent)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if session and d.name.isdigit():
+            try:
+                cmd = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if session in cmd and "/proc/" not in cmd:
+                out.append(f"{d.name} {cmd[:120]}")
+    return out
+
+
+def left_after_shutdown(session: str | None, limit_s: float = 10.0) -> dict:
+    """Seconds from the kernel's shutdown (its client's return) until no process of its session is left."""
+    t0 = time.monotonic()
+    while session_processes(session) and time.monotonic() - t0 < limit_s:
+        time.sleep(0.05)
+    return {"session": session, "gone_s": round(time.monotonic() - t0, 2), "left": session_processes(session)}
+
+
+NCU_SETUP = "import torch\nw = torch.randn(2048, 2048, device='cuda')\ntorch.cuda.synchronize()\n"
+NCU_CELL = "for _ in range(10):\n    y = torch.relu(w @ w) + 1\ntorch.cuda.synchronize()\n"  # 30 kernels
+
+
+def ncu_case(repeat: int) -> dict:
+    """%%ncu of a 30-kernel cell: in place (the Nsight Compute kernel) against the plain kernel's fresh process."""
+    prefix = Path(tempfile.mkdtemp(prefix="nsight-inplace-ncu-kernel-"))
+    subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", str(prefix), "--ncu"],
+                   check=True, capture_output=True, timeout=120)
+    kernels = prefix / "share" / "jupyter" / "kernels"
+    out = {}
+    try:
+        for which in ("plain", "inplace"):
+            work = Path(tempfile.mkdtemp(prefix=f"nsight-ncu-{which}-"))
+            env = {**os.environ, "JPY_SESSION_NAME": str(work / "bench.ipynb"), "NSIGHT_MAGIC_PREWARM": "0"}
+            fe = Frontend(work, env, *(("nsight-magic-ncu", kernels) if which == "inplace" else ("python3", None)))
+            cells = []
+            try:
+                fe.run("%load_ext nsight_magic" if which == "plain" else "pass")
+                setup = fe.run(("%%nsight_setup\n" if which == "plain" else "") + NCU_SETUP)
+                if setup["status"] != "ok":
+                    raise RuntimeError(setup["text"][-2000:])
+                for i in range(repeat):
+                    name = f"ncu{which}{i}"
+                    res = fe.run(f"%%ncu --name {name}\n{NCU_CELL}", draw_timeout=600)
+                    folder = sorted((work / "nsight-profiles").glob(f"{name}-*"))[-1]
+                    raw = folder / "report_raw.csv"
+                    ids = sum(1 for ln in raw.read_text().splitlines()[2:] if ln.strip()) if raw.exists() else 0
+                    cells.append({"blocked_s": round(res["blocked_s"], 3),
+                                  "drawn_s": round(res["drawn_s"], 3) if res.get("drawn_s") else None,
+                                  "kernels": ids, "in_place": "measured in place" in res["text"]})
+            finally:
+                fe.close()
+            out[which] = cells
+    finally:
+        shutil.rmtree(prefix, ignore_errors=True)
     return out
 
 
@@ -172,6 +243,8 @@ def main() -> None:
     ap.add_argument("--pause", type=float, default=2.0, help="seconds the user takes to write the next cell")
     ap.add_argument("--big", type=float, default=0.0, help="with a GPU: the notebook holds this share of it "
                                                            "(e.g. 0.65) for the big-model case")
+    ap.add_argument("--ncu", action="store_true", help="with a GPU: %%%%ncu of a 30-kernel cell, in place against "
+                                                       "a fresh process")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     trace = args.trace or ("cuda,nvtx" if args.workload == "torch" else "nvtx,osrt")
@@ -179,6 +252,8 @@ def main() -> None:
     gpu = GpuApps()
     try:
         result = measure(args, install_kernel(prefix, trace), gpu)
+        if args.ncu:
+            result["ncu"] = ncu_case(args.repeat)
     finally:
         gpu.close()
         shutil.rmtree(prefix, ignore_errors=True)
@@ -192,7 +267,8 @@ def main() -> None:
     for i, c in enumerate(cells):
         print(f"  in place %%nsys {i}  blocked {c['blocked_s']:.3f} s (cell {c['cell_s']:.3f} s: plain + "
               f"{c['blocked_s'] - step_inp:.3f} s)  drawn {c['drawn_s']:.3f} s (nsys stop {c['nsys_stop_s']} s, "
-              f"+{c['drawn_s'] - c['cell_s'] - (c['nsys_stop_s'] or 0):.3f} s after it)")
+              f"+{c['drawn_s'] - c['blocked_s'] - (c['nsys_stop_s'] or 0):.3f} s after it: read {c['read_s']} s, "
+              f"draw {c['draw_s']} s)")
     for c in plain["profiled"]:
         print(f"  worker %%nsys     blocked {c['blocked_s']:.3f} s  drawn {c['drawn_s']:.3f} s")
     for which in ("inplace", "plain"):
@@ -203,6 +279,13 @@ def main() -> None:
                   f"{r['while_profiling']['most_mib']} MiB")
         if "big" in r:
             print(f"  big {which:<8} {r['big']}")
+    left = inp["left"]
+    print(f"  shutdown          no process of session {left['session']} after {left['gone_s']:.2f} s; left after "
+          f"10 s: {len(left['left'])}")
+    for which, cells in result.get("ncu", {}).items():
+        for c in cells:
+            print(f"  %%ncu {which:<8} blocked {c['blocked_s']:.3f} s  drawn {c['drawn_s']} s  kernels {c['kernels']}"
+                  f"  in place {c['in_place']}")
     if args.json:
         args.json.write_text(json.dumps({"workload": args.workload, "trace": trace, "repeat": args.repeat,
                                          "not_recording_cost_pct": round(cost, 2), **result}, indent=1) + "\n")

@@ -28,7 +28,8 @@ from typing import Callable
 
 from .errors import NsightMagicError, ReportError
 from .heap import give_back_freed_memory
-from .store import FINISHING_FILE, clear_finishing, finishing_state, mark_finishing, mark_interrupted
+from .store import (FINISHING_FILE, clear_finishing, finishing_state, mark_finishing, mark_interrupted,
+                    write_summary_file)
 
 _JOBS: list["ProfileJob"] = []
 _LOCK = threading.Lock()
@@ -86,6 +87,7 @@ class ProfileJob:
         self.finish_s: float | None = None
         self.thread: threading.Thread | None = None
         self.released = False       # its report was closed to free memory (report_or_raise opens it again)
+        self.phases: dict = {}      # seconds of the finish stage's own steps: read_s, draw_s
         self.had_report = False
 
     # ---- the stage ------------------------------------------------------------------------------------------
@@ -119,18 +121,25 @@ class ProfileJob:
                 self._status("reading the report")
                 from .report import open_report
 
+                t = time.monotonic()
                 self.report = open_report(self.folder)
+                self.phases["read_s"] = time.monotonic() - t
                 if not self.cancel.is_set():
                     self._status("drawing the view" if self.render else "summarising")
                     from .views.output import profile_bundle
 
+                    t = time.monotonic()
                     self.bundle = profile_bundle(self.report, self.folder, render=self.render,
                                                  thresholds=self.thresholds, lines=self.new_messages(),
                                                  loader=self.loader, live=self.live)
+                    self.phases["draw_s"] = time.monotonic() - t
             completed = True
         except NsightMagicError as e:
             self.error = str(e)
             completed = True
+            if self.result is not None and not self.cancel.is_set() and self.folder.is_dir():
+                # finished, with nothing to show: listings (the Lab sidebar) say why instead of "not finished"
+                write_summary_file(self.folder, {"tool": self.tool, "error": self.error.splitlines()[0][:500]})
         except Exception as e:  # noqa: BLE001 - a bug of ours: said in one line, the files are kept
             self.error = _folder_trouble(self.folder, e) or \
                 f"could not show the profile ({type(e).__name__}: {e}); the files are in {self.folder}/"
@@ -151,7 +160,7 @@ class ProfileJob:
         """timings.json: how long each step took (the cell's wait, the profiler's writing, the export, the view)."""
         data = {"record_s": round(self.recording.record_s, 3), "finish_s": round(self.finish_s or 0.0, 3),
                 **({k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.result.timings.items()}
-                   if self.result is not None else {})}
+                   if self.result is not None else {}), **{k: round(v, 3) for k, v in self.phases.items()}}
         try:
             (self.folder / "timings.json").write_text(json.dumps(data, indent=1) + "\n")
         except OSError:

@@ -10,7 +10,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-from .errors import NsightMagicError
+from .errors import NsightMagicError, OptionError
 from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
 from .views.pages import write_page
 
@@ -50,7 +50,8 @@ def _parser() -> argparse.ArgumentParser:
     where.add_argument("--sys-prefix", action="store_true", help=f"in this environment ({sys.prefix}; the default "
                                                                  "inside a virtual environment)")
     where.add_argument("--prefix", default=None, metavar="DIR", help="under DIR/share/jupyter/kernels")
-    ins.add_argument("--name", default="nsight-magic", help="the kernelspec's name (default nsight-magic)")
+    ins.add_argument("--name", default=None, help="the kernelspec's name (default nsight-magic, with --ncu "
+                                                  "nsight-magic-ncu)")
     ins.add_argument("--trace", default="cuda,nvtx",
                      help="what nsys traces, fixed for the kernel's life (default cuda,nvtx; with osrt `nsys stop` "
                           "takes about three times as long)")
@@ -60,6 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     ins.add_argument("--memory", action="store_true",
                      help="nsys records every device allocation too (--cuda-memory-usage; about a third slower "
                           "GPU work while recording); torch's allocator history is recorded either way")
+    ins.add_argument("--ncu", action="store_true",
+                     help="a kernel under Nsight Compute instead: its %%%%ncu measures a cell's kernels in place")
+    ins.add_argument("--set", dest="ncu_set", default=None, metavar="SET",
+                     help="with --ncu: the section set every kernel is measured with (default basic)")
+    ins.add_argument("--section", dest="sections", action="append", default=None, metavar="NAME",
+                     help="with --ncu: the sections beside the set (repeatable; default MemoryWorkloadAnalysis)")
     ksub.add_parser("list", help="the in-place kernels Jupyter finds")
     rem = ksub.add_parser("remove", help="remove an in-place kernelspec")
     rem.add_argument("name")
@@ -90,14 +97,21 @@ def _kernel(args) -> int:
         in_venv = sys.prefix != getattr(sys, "base_prefix", sys.prefix)
         user = args.user or not (args.sys_prefix or args.prefix or in_venv)
         prefix = args.prefix or (sys.prefix if (args.sys_prefix or (in_venv and not args.user)) else None)
+        if not args.ncu and (args.ncu_set or args.sections):
+            raise OptionError("--set and --section choose what an Nsight Compute kernel measures: add --ncu")
+        if args.ncu and (args.memory or args.trace != k.DEFAULT_TRACE):
+            raise OptionError("--trace and --memory are nsys's: an Nsight Compute kernel (--ncu) measures kernels")
         where = k.install(args.name, trace=args.trace, env_names=[n for n in args.env.split(",") if n],
-                          user=user, prefix=prefix, memory=args.memory)
-        print(f"nsight-magic: installed the in-place kernel {args.name!r} in {where} (tracing {args.trace}); "
-              "choose it in JupyterLab's launcher or kernel picker")
+                          user=user, prefix=prefix, memory=args.memory, ncu=args.ncu, ncu_set=args.ncu_set,
+                          sections=args.sections)
+        what = "measuring kernels with Nsight Compute" if args.ncu else f"tracing {args.trace}"
+        print(f"nsight-magic: installed the in-place kernel {where.name!r} in {where} ({what}); choose it in "
+              "JupyterLab's launcher or kernel picker")
     elif args.kernel_command == "list":
         found = k.installed()
         for name, info in found.items():
-            print(f"{name}\t{info['trace']}\t{info['dir']}")
+            what = f"ncu --set {info['set']}" if info["tool"] == "ncu" else f"nsys {info['trace']}"
+            print(f"{name}\t{what}\t{info['dir']}")
         if not found:
             print("nsight-magic: no in-place kernel installed (nsight-magic kernel install)", file=sys.stderr)
     else:

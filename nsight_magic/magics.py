@@ -267,7 +267,14 @@ class NsightMagics(Magics):
             from .profilers.inplace import InPlaceSession, inplace_config
 
             cfg = inplace_config()
-            self._in_place = InPlaceSession(cfg) if cfg is not None else False
+            if cfg is None:
+                self._in_place = False
+            elif cfg.get("tool") == "ncu":
+                from .profilers.inplace_ncu import InPlaceNcu
+
+                self._in_place = InPlaceNcu(cfg)
+            else:
+                self._in_place = InPlaceSession(cfg)
         return self._in_place or None
 
     @staticmethod
@@ -325,6 +332,7 @@ class NsightMagics(Magics):
         %%nsight_setup code once and runs every later cell with the same setup and trace, recorded one by one
         (`%nsys_session` shows it; --fresh runs one cell in a fresh process instead).
         """
+        header = f"%%nsys {line}".strip()  # the magic's line as the editor shows it
         if self.trace and not TRACE_FLAG.search(line):  # %config NsightMagics.trace: the line's own comes first
             line = f"--trace {shlex.quote(self.trace)} {line}"
         try:
@@ -333,15 +341,17 @@ class NsightMagics(Magics):
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         status = _LiveStatus("nsys", opts.quiet)
-        if self._inplace() is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
+        ip = self._inplace()
+        if ip is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
             from .profilers.inplace import why_not_in_place
 
             given = args.trace if TRACE_FLAG.search(line) else None
-            why = why_not_in_place(opts, given, self._inplace().trace)
+            why = ("this kernel runs under Nsight Compute (its %%ncu measures cells in place)" if ip.tool == "ncu"
+                   else why_not_in_place(opts, given, ip.trace))
             if why is None:
                 try:
-                    rec = self._inplace().record(cell, opts, self.shell, on_status=status,
-                                                 cell_first_line=args.cell_line)
+                    rec = ip.record(cell, opts, self.shell, on_status=status, cell_first_line=args.cell_line,
+                                    number=self._prompt_number(), header=header)
                 except NsightMagicError as e:
                     raise UsageError(str(e)) from None
                 self._after_record(self.frontend.made(rec), status, opts.render, opts.thresholds, args.wait)
@@ -378,11 +388,14 @@ class NsightMagics(Magics):
             print(f"nsight-magic: not passed to the profiled process ({len(withheld)}): {', '.join(withheld) or '-'}"
                   f"; passed beyond the allow-list: {', '.join(self.pass_env) or '-'}")
             return
-        if self._inplace() is not None:
-            ip = self._inplace()
-            print(f"nsight-magic: in place: this kernel runs under nsys session {ip.name}, tracing {ip.trace}; "
-                  f"{ip.cells} cell{'s' if ip.cells != 1 else ''} recorded (there is no worker to stop or restart: "
-                  "restart the kernel for a new session)")
+        ip = self._inplace()
+        if ip is not None:
+            what = (f"Nsight Compute (--set {ip.set}), its report {ip.report}" if ip.tool == "ncu" else
+                    f"nsys session {ip.name}, tracing {ip.trace}")
+            said = f"; {ip.refused}" if ip.refused else ""
+            print(f"nsight-magic: in place: this kernel runs under {what}; {ip.cells} cell"
+                  f"{'s' if ip.cells != 1 else ''} recorded{said} (there is no worker to stop or restart: restart "
+                  "the kernel for a new session)")
             return
         sessions = self.frontend.sessions
         old = sessions.session
@@ -448,9 +461,21 @@ class NsightMagics(Magics):
         if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
             raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
                              "and the cell was not run; %%nsys shows its CPU activity and NVTX ranges")
-        self._guard_gpu_memory(fresh=True)  # %%ncu always runs the cell in a process of its own
-
         status = _LiveStatus("ncu", opts.quiet)
+        ip = self._inplace()
+        if ip is not None and ip.tool == "ncu":  # a kernel under ncu: its kernels are measured here, in place
+            why = ip.why_not_in_place(ncu_opts, fresh=bool(args.fresh))
+            if why is None:
+                try:
+                    rec = ip.record(cell, opts, ncu_opts, self.shell, on_status=status, cell_first_line=2,
+                                    number=self._prompt_number(), header=f"%%ncu {line}".strip())
+                except NsightMagicError as e:
+                    raise UsageError(str(e)) from None
+                self._after_record(self.frontend.made(rec), status, opts.render, None, args.wait)
+                return
+            print(f"nsight-magic: in a fresh process, not in place: {why}")
+        self._guard_gpu_memory(fresh=True)  # otherwise %%ncu runs the cell in a process of its own
+
         try:
             rec = self.frontend.record_ncu(cell, opts, ncu_opts, namespace=self.shell.user_ns,
                                            on_output=status.output, on_status=status,

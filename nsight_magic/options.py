@@ -316,6 +316,9 @@ def _ncu_args():
                             help=f"profile at most N kernels (default {DEFAULT_COUNT})")),
         (("--skip",), dict(type=int, default=0, metavar="N", help="skip the first N matching kernels")),
         (("--replay",), dict(default="kernel", choices=REPLAY_MODES, help="replay mode (default kernel)")),
+        (("--fresh",), dict(action="store_true",
+                            help="in the in-place Nsight Compute kernel: run the cell in a fresh process under ncu, "
+                                 "as in any other kernel (elsewhere %%ncu always does)")),
         (("--ncu-args",), dict(default="", metavar='"..."',
                                help="more ncu flags; flags nsight-magic sets (-o/--export, -f, --log-file, --csv, "
                                     "--page, --print-units, --import, and those of the options above) are refused")),

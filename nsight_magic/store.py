@@ -78,7 +78,7 @@ class ProfileFolder:
 SUMMARY_FILE = "summary.json"
 # what a profile folder's listing shows; summary.json holds these (written when the profile is made)
 SUMMARY_KEYS = ("name", "tool", "created", "capture_ns", "kernels", "top_kernel", "top_kernel_pct", "top_range",
-                "top_range_pct")
+                "top_range_pct", "error")  # error: finished with nothing to show (an empty capture), why
 
 
 def write_summary_file(folder: Path, data: dict) -> dict:
@@ -230,7 +230,7 @@ def list_profiles(root: Path, include_failed: bool = False):
 
 
 _NUMBERS = ("capture_ns", "kernels", "top_kernel_pct", "top_range_pct")
-_TEXTS = ("tool", "created", "top_kernel", "top_range")
+_TEXTS = ("tool", "created", "top_kernel", "top_range", "error")
 
 
 def _summary_of(d: Path) -> dict:

@@ -934,10 +934,12 @@ for i in range(10):
 
 
 def check_inplace(work: Path) -> None:
-    """The in-place kernel (issue 44): a transformer cell profiled in the kernel itself, executed by nbclient with
-    the kernelspec `nsight-magic kernel install` writes; its kernels against `nsys stats` on the same report and
-    the optimizer's step count after it; then benchmarks/inplace.py (blocked, drawn, not-recording cost, GPU
-    memory by nvidia-smi, the big-model case and the subprocess guard): $OUT/inplace_torch.json."""
+    """The in-place kernel (issues 44, 60): a transformer cell profiled in the kernel itself, executed by nbclient
+    with the kernelspec `nsight-magic kernel install` writes; its kernels against `nsys stats` on the same report
+    and the optimizer's step count after it; then benchmarks/inplace.py (blocked, drawn, not-recording cost, GPU
+    memory by nvidia-smi, the big-model case and the subprocess guard, the processes left after shutdown, %%ncu in
+    place against a fresh process): $OUT/inplace_torch.json.  NM_INPLACE_REPEAT, NM_INPLACE_BIG (0: no big case),
+    NM_INPLACE_TIMEOUT."""
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
     subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", "/tmp/site"],
@@ -976,9 +978,10 @@ def check_inplace(work: Path) -> None:
         say("inplace", "stats_output", (p.stdout + p.stderr)[-1500:])
     shutil.copy(folder / "report.sqlite", OUT / "inplace_e2e_report.sqlite")
     b = subprocess.run([sys.executable, str(repo / "benchmarks" / "inplace.py"), "--workload", "torch",
-                        "--repeat", "3", "--big", os.environ.get("NM_INPLACE_BIG", "0.65"),
-                        "--json", str(OUT / "inplace_torch.json")], capture_output=True, text=True, timeout=560,
-                       cwd=work)
+                        "--repeat", os.environ.get("NM_INPLACE_REPEAT", "3"),
+                        "--big", os.environ.get("NM_INPLACE_BIG", "0.65"), "--ncu",
+                        "--json", str(OUT / "inplace_torch.json")], capture_output=True, text=True,
+                       timeout=int(os.environ.get("NM_INPLACE_TIMEOUT", "560")), cwd=work)
     say("inplace", "benchmark", "\n" + "\n".join(x for x in (b.stdout + b.stderr).splitlines()
                                                   if "WARNING" not in x)[-5000:])
 

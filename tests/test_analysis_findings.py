@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA, FIXTURES, parse_nsys_csv, recorded_text, requires_nsys
+from conftest import DATA, FIXTURES, fixture_path, parse_nsys_csv, recorded_text, requires_nsys
 from nsight_magic.analysis.findings import NSYS_ANALYZE_NAMES, Finding
 from nsight_magic.thresholds import DEFAULTS, parse_assignments
 from nsight_magic.errors import OptionError
@@ -384,3 +384,17 @@ def test_text_helpers_read_as_astype_str_and_keep_codes():
     assert list(pd.Series(tx.as_text(col)).astype(str)) == list(col.astype(str).astype(str))
     plain = pd.Series(["a", None], dtype=object)
     assert list(tx.prefixed("x ", plain).astype(str)) == list(("x " + plain.astype(str)).astype(str))
+
+
+def test_the_verdict_says_nothing_of_os_waits_that_were_not_traced(opened):
+    """Without the OS runtime traced (the in-place kernel's cuda,nvtx), no time is known to be blocked in the OS:
+    the verdict says what it could not tell apart instead of "the host blocked in the OS 0%"."""
+    from nsight_magic.analysis.bottleneck import CATEGORIES, osrt_traced, verdict_summary
+
+    pct = {c: 0.0 for c in CATEGORIES}
+    pct.update(launch=60.0, compute=40.0)
+    traced, untraced = verdict_summary("cpu", pct), verdict_summary("cpu", pct, osrt=False)
+    assert "the host blocked in the OS 0%" in traced
+    assert "blocked in the OS" not in untraced and "not traced" in untraced and "60%" in untraced
+    assert not osrt_traced(opened(DATA / "nsys_h100_a_cuda_nvtx.sqlite"))  # -t cuda,nvtx
+    assert osrt_traced(opened(fixture_path("nsys", "h100-2025.3", "b_cuda_nvtx_osrt.sqlite")))

@@ -317,3 +317,27 @@ def test_wait_and_fresh_keep_their_meaning(lab, tmp_path):
     assert "fresh process (--fresh)" in lab.text(fresh["msg_id"])
     assert lab.drawn(fresh["msg_id"])["header"]["date"] > fresh["header"]["date"]
     assert shutil.which("nsys")
+
+
+def test_a_profile_that_finished_with_nothing_to_show_says_why_in_its_summary(tmp_path):
+    """A finish stage that ended (its report could not be read) is a finished profile, not one its kernel left
+    half-loaded: summary.json says why, finishing.json is gone, and the listing calls it finished."""
+    from nsight_magic import background
+    from nsight_magic.profilers.process import Recording, RunResult
+    from nsight_magic.store import ProfileFolder, create_profile_folder, list_profiles
+
+    folder = ProfileFolder(create_profile_folder(tmp_path, "unreadable"))
+    folder.cell.write_text("print('ran')\n")
+    damaged = folder.path / "report.sqlite"
+    damaged.write_bytes(b"not a database, whatever its name says" * 100)
+
+    def finish(on_status=None, cancel=None):
+        return RunResult(folder, "ok", 0, 0.1, None, damaged)
+
+    job = background.start(Recording(folder, "nsys", "ok", 0.1, {}, [], [], [], finish), render=False)
+    assert job.wait(60) and job.error
+    summary = json.loads((folder.path / "summary.json").read_text())
+    assert summary["error"] == job.error.splitlines()[0] and summary["tool"] == "nsys"
+    assert not (folder.path / "finishing.json").exists()
+    listed = list_profiles(tmp_path, include_failed=True)
+    assert listed.iloc[0]["state"] == "finished" and listed.iloc[0]["error"] == summary["error"]

@@ -80,3 +80,31 @@ def test_diff_checks_its_output_path_before_comparing(tmp_path, where, capsys):
     assert main(["diff", rep, rep, "-o", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("nsight-magic: -o ") and "Traceback" not in err[0], err
+
+
+def test_kernel_install_refuses_names_that_are_not_a_kernel_of_its_own(tmp_path):
+    """`--name .` or `..` would name the kernels folder or its parent (jupyter_client removes the destination
+    before it copies: every kernelspec, Lab settings and extensions would go), and a kernel that is not ours
+    (the environment's python3) is never replaced; each refusal is one line and leaves the prefix as it was."""
+    prefix = tmp_path / "prefix"
+    kernels = prefix / "share" / "jupyter" / "kernels"
+    (kernels / "python3").mkdir(parents=True)
+    (kernels / "python3" / "kernel.json").write_text('{"argv": ["python", "-m", "ipykernel_launcher", "-f", '
+                                                     '"{connection_file}"], "display_name": "Python 3"}')
+    settings = prefix / "share" / "jupyter" / "lab" / "settings"
+    settings.mkdir(parents=True)
+    (settings / "overrides.json").write_text("{}")
+    before = sorted(str(p) for p in prefix.rglob("*"))
+    for name, said in ((".", "starting with a letter or digit"), ("..", "starting with a letter or digit"),
+                       ("x" * 300, "1-64 letters"), ("python3", "not nsight-magic's")):
+        p = _cli("kernel", "install", "--prefix", str(prefix), "--name", name, cwd=tmp_path)
+        assert p.returncode == 2 and said in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    p = _cli("kernel", "install", "--prefix", str(prefix), "--set", "full", cwd=tmp_path)
+    assert p.returncode == 2 and "add --ncu" in p.stderr, p.stderr
+    assert sorted(str(p) for p in prefix.rglob("*")) == before
+    # ours is replaced by a new install of the same name
+    for _ in range(2):
+        p = _cli("kernel", "install", "--prefix", str(prefix), "--name", "mine", "--ncu", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+    spec = (kernels / "mine" / "kernel.json").read_text()
+    assert "--tool" in spec and "Nsight Compute in place" in spec

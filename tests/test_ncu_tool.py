@@ -177,3 +177,26 @@ def test_import_of_a_report_newer_than_ncu_explains_itself(tmp_path):
     with pytest.raises(RuntimeError, match="report is from a newer Nsight Compute than this ncu"):
         import_csvs(find_ncu(), rep, timeout=120)
     assert not (tmp_path / "report_raw.csv").exists()
+
+
+def test_the_pages_of_some_kernels_are_cut_from_ncus_own_csv_pages(tmp_path):
+    """In place, a cell's kernels are read from the kernel's whole report and --kernel/--skip/--count pick among
+    them by id (profilers/inplace_ncu.py): ncu's raw and details pages keep their units row and messages, and the
+    reader finds exactly the kept kernels."""
+    from nsight_magic.profilers.inplace_ncu import keep_kernels, kernel_ids
+    from nsight_magic.readers.ncu import open_ncu_pages
+
+    raw = fixture_path("ncu", "public-csv", "GEN_ncu2022.3_montecarlo_raw_baseunits.csv").read_text()
+    details = fixture_path("ncu", "public-csv", "GEN_ncu2022.3_montecarlo_details_baseunits.csv").read_text()
+    ids = kernel_ids(raw)
+    assert len(ids) >= 2 and kernel_ids(details) == ids
+    keep = {ids[-1]}
+    (tmp_path / "r.csv").write_text(keep_kernels(raw, keep))
+    (tmp_path / "d.csv").write_text(keep_kernels(details, keep))
+    whole = open_ncu_pages(fixture_path("ncu", "public-csv", "GEN_ncu2022.3_montecarlo_raw_baseunits.csv"),
+                           fixture_path("ncu", "public-csv", "GEN_ncu2022.3_montecarlo_details_baseunits.csv"))
+    cut = open_ncu_pages(tmp_path / "r.csv", tmp_path / "d.csv")
+    assert list(cut.kernels["id"]) == [int(ids[-1])]
+    mine = whole.kernels[whole.kernels["id"] == int(ids[-1])].reset_index(drop=True)
+    assert cut.kernels.iloc[0]["duration_ns"] == mine.iloc[0]["duration_ns"]
+    assert set(cut.metrics["kernel_id"]) == {int(ids[-1])}

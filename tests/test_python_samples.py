@@ -56,6 +56,35 @@ def test_the_samples_are_written_and_placed_on_the_reports_clock(sampled):
 
 @requires_nsys
 @pytest.mark.nsys
+def test_samples_whose_first_clock_mark_was_dropped_are_placed_by_the_one_at_the_cells_end(sampled, tmp_path):
+    """nsys 2025.3 drops the first milliseconds after `nsys start` in a process that has started CUDA (the in-place
+    kernel's, a warm worker's): the sampler marks its clock again as the cell ends, and the reader places the
+    samples by that mark where the first is missing, at the same times."""
+    import shutil
+
+    from nsight_magic.readers.python_samples import read_python_samples
+
+    r, rep = sampled
+    folder = Path(r.folder.path)
+    raw = json.loads((folder / "python_samples.json").read_text())
+    assert len(raw["clocks"]) == 1 and raw["clocks"][0] > raw["clock_ns"]  # the mark made as the cell ended
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    shutil.copy(folder / "run.json", copy)
+    # as if nsys had dropped the first mark: the file names a first clock no mark of the report carries
+    raw["clock_ns"] -= 1
+    raw["samples"]["t"] = [t + 1 for t in raw["samples"]["t"]]
+    (copy / "python_samples.json").write_text(json.dumps(raw))
+    _, marks = rep._own_rows()
+    moved = read_python_samples(copy, marks)
+    assert moved.placed and len(moved.samples) == len(rep.python_samples.samples)
+    # within a millisecond (a fifth of the sampling interval): each mark is stamped a little after its clock read
+    gap = moved.samples["time_ns"].to_numpy() - rep.python_samples.samples["time_ns"].to_numpy()
+    assert abs(gap).max() < 1e6, abs(gap).max()
+
+
+@requires_nsys
+@pytest.mark.nsys
 def test_the_hottest_code_is_the_cells_own_function_and_line(sampled):
     _, rep = sampled
     ps = rep.python_samples

@@ -61,6 +61,10 @@ def test_our_cell_ranges_are_the_capture_whatever_else_the_report_says():
     s = own_span([], [(7, 50, "process start"), (7, 800, "process end")], last_event_ns=900)
     assert (s.start_ns, s.end_ns, s.source) == (50, 800, "process marks")
     assert own_span([], [], last_event_ns=900) is None
+    # nsys dropped the range's push (the first milliseconds after `nsys start` on the H100): the mark made as the
+    # range closed carries its length
+    s = own_span([], [(7, 5_000, "cell ended after 3000 ns"), (7, 2_500, "nsight-magic clock 1")], last_event_ns=9)
+    assert (s.start_ns, s.end_ns, s.source) == (2_000, 5_000, "cell range") and "not recorded" in s.note
 
 
 @pytest.mark.parametrize("path", _all_sqlite())

@@ -28,6 +28,7 @@ export interface IProfile {
   hasView: boolean;
   state: ProfileState;
   rawKept?: boolean; // interrupted: what the profiler wrote (report.qdstrm / report.nsys-rep) is in the folder
+  error?: string; // finished without a profile to show: why, in one line (summary.json's error)
 }
 
 export function joinPath(...parts: string[]): string {
@@ -129,7 +130,7 @@ export async function listProfiles(
                 (p as any)[k] = summary[k];
               }
             }
-            for (const k of ['top_kernel', 'top_range', 'created'] as const) {
+            for (const k of ['top_kernel', 'top_range', 'created', 'error'] as const) {
               if (typeof summary[k] === 'string') {
                 (p as any)[k] = summary[k];
               }
@@ -171,6 +172,13 @@ export function stateWords(p: IProfile): { meta: string; title: string; why?: st
         why: `${p.name} left no report: the run failed or was stopped before the profiler wrote one; stderr.txt and tool-output.txt in the folder say why.`
       };
     default:
+      if (p.error) {
+        return {
+          meta: `no profile: ${p.error.length > 60 ? p.error.slice(0, 59) + '…' : p.error}`,
+          title: p.error,
+          why: `${p.name} was finished, but there is nothing to show: ${p.error}`
+        };
+      }
       if (!p.hasView) {
         return {
           meta: '',

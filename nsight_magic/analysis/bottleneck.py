@@ -668,21 +668,33 @@ def _quiet_pct(pairs) -> float:
     return 100.0 * quiet / max(sum(p.window_ns for p in pairs), 1)
 
 
-def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0) -> str:
+# without the OS runtime traced, a wait in the OS looks like any other time the launching thread did not launch
+UNTRACED_LAUNCH = "launch overhead, Python and waits in the OS (not told apart: the OS runtime was not traced)"
+
+
+def osrt_traced(report) -> bool:
+    """Whether the report holds OS runtime calls (nsys -t ...,osrt): without them no time is known to be spent
+    blocked in the OS, and nothing may be said of it."""
+    meta = getattr(report, "meta", None)
+    return "OSRT_API" in (getattr(meta, "tables", None) or ()) or len(report.osrt) > 0
+
+
+def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0, osrt: bool = True) -> str:
     parts = sorted(HOST, key=lambda c: -pct[c])
     shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
     if "launch" not in shown:
         shown.append("launch")
-    if "host wait" not in shown:
+    if "host wait" not in shown and osrt:
         shown.append("host wait")
-    said = [(HOST_WORDS[c], pct[c]) for c in shown]
+    words = dict(HOST_WORDS, launch=UNTRACED_LAUNCH) if not osrt else HOST_WORDS
+    said = [(words[c], pct[c]) for c in shown if osrt or c != "host wait"]
     if quiet_pct >= QUIET_SHOWN_PCT:  # launch gaps are launch overhead or code that launches nothing (host_code)
         quiet = min(quiet_pct, pct["launch"])
         at = shown.index("launch")
         from ..thresholds import DEFAULTS
 
         said[at:at + 1] = [(f"host code launching nothing for {DEFAULTS['host_code.min_gap_ms']:g} ms or more", quiet),
-                           (HOST_WORDS["launch"], pct["launch"] - quiet)]
+                           (words["launch"], pct["launch"] - quiet)]
     words = ", ".join(f"{w} {v:.0f}%" for w, v in said)
     return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words, matrix=matrix)
 
@@ -721,6 +733,7 @@ def _bottleneck(report) -> Bottleneck:
     pct = _shares(totals, window_sum)
     kind = verdict_kind(pct)
     ranks = report.ranks_by_pid
+    osrt = osrt_traced(report)
     per = None
     pids = sorted({p.pid for p in d.pairs})
     if len(pids) > 1:
@@ -731,7 +744,7 @@ def _bottleneck(report) -> Bottleneck:
             pp = _shares(t, sum(p.window_ns for p in mine))
             k = verdict_kind(pp)
             rows.append({"pid": pid, "rank": ranks.get(pid, (None, None))[0], "kind": k,
-                         "summary": verdict_summary(k, pp, quiet_pct=_quiet_pct(mine)),
+                         "summary": verdict_summary(k, pp, quiet_pct=_quiet_pct(mine), osrt=osrt),
                          **{f"{c.replace(' ', '_')}_pct": round(pp[c], 1) for c in CATEGORIES}})
         per = pd.DataFrame(rows)
         per["rank"] = per["rank"].astype("Int64")
@@ -744,7 +757,8 @@ def _bottleneck(report) -> Bottleneck:
     breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [int(totals[c]) for c in CATEGORIES],
                               "pct": [round(pct[c], 1) for c in CATEGORIES]})
     window = next((p.window for p in d.pairs if p.pid == main_pid), first.window)
-    summary = verdict_summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "", _quiet_pct(d.pairs))
+    summary = verdict_summary(kind, pct, _matrix_words(report, window) if kind == "gpu" else "", _quiet_pct(d.pairs),
+                              osrt)
     where = d.sources[main_pid]
     startup = d.startup.get(main_pid, 0)
     tail = f" (window: {where}"
@@ -770,10 +784,15 @@ def _cpu_only(report) -> Bottleneck:
             o = o[pd.to_numeric(o["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
         blocked = I.total(I.clip(I.union(o["start_ns"], o["end_ns"]), a, b))
     w = max(b - a, 1)
-    breakdown = pd.DataFrame({"category": ["host running", "host blocked"], "time_ns": [w - blocked, blocked],
-                              "pct": [round(100.0 * (w - blocked) / w, 1), round(100.0 * blocked / w, 1)]})
-    summary = (f"no GPU work was recorded: the cell ran on the CPU (its thread blocked in the OS "
-               f"{100.0 * blocked / w:.0f}% of the capture)")
+    if osrt_traced(report):
+        breakdown = pd.DataFrame({"category": ["host running", "host blocked"], "time_ns": [w - blocked, blocked],
+                                  "pct": [round(100.0 * (w - blocked) / w, 1), round(100.0 * blocked / w, 1)]})
+        summary = (f"no GPU work was recorded: the cell ran on the CPU (its thread blocked in the OS "
+                   f"{100.0 * blocked / w:.0f}% of the capture)")
+    else:  # how long it was blocked is not known: say only what was recorded
+        breakdown = pd.DataFrame({"category": ["host"], "time_ns": [w], "pct": [100.0]})
+        summary = ("no GPU work was recorded: the cell ran on the CPU (the OS runtime was not traced, so how long "
+                   "its thread was blocked in the OS is not known: -t ...,osrt records it)")
     steps = find_steps(report)
     st = next(iter(steps.values()), None)
     return Bottleneck("cpu", summary, breakdown, (a, b), "the capture (no GPU work)",

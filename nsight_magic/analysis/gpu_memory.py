@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
-from ..readers.python_samples import frame_kind, is_cell_file, read_cell_first_line
+from ..readers.python_samples import cell_first_line_of, frame_kinds, read_code_files, shown_files
 from .frame_memo import report_memo
 from .python_code import stack_info
 from .steps import find_steps, user_ranges
@@ -124,9 +124,11 @@ def _site_labels(mem, folder) -> tuple[np.ndarray, np.ndarray]:
         stacks.append(np.asarray(ids, np.int32))
         lines.append(np.asarray(ln, np.int32))
     fr = pd.DataFrame(frames, columns=["function", "file", "first_line"])
-    cells = {f for f in fr["file"] if is_cell_file(f)}
-    fr["kind"] = [frame_kind(f, cells) for f in fr["file"]]
-    ps = SimpleNamespace(frames=fr, stacks=stacks, lines=lines, cell_first_line=read_cell_first_line(folder))
+    code = read_code_files(folder) if folder is not None else {}
+    fr["kind"] = frame_kinds(fr["file"], code)
+    fr["file"] = shown_files(fr["file"], code)
+    first = cell_first_line_of(folder, code) if folder is not None else 1
+    ps = SimpleNamespace(frames=fr, stacks=stacks, lines=lines, cell_first_line=first)
     info = stack_info(ps)
     return info.label, info.cell_line
 

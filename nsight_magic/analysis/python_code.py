@@ -30,6 +30,7 @@ class StackInfo:
     leaf: np.ndarray         # per stack: the innermost frame that is not ours (-1: none)
     labels: list             # distinct summaries
     label_code: np.ndarray   # per stack: index into labels
+    machinery: np.ndarray    # per stack: bool, the machinery that runs the cell (see thread_roles)
 
 
 def stack_info(ps) -> StackInfo:
@@ -45,8 +46,15 @@ def stack_info(ps) -> StackInfo:
     label = np.empty(n, object)
     cell_line = np.full(n, -1, np.int64)
     leaf = np.full(n, -1, np.int64)
+    machinery = np.zeros(n, bool)
+    bootstrap = np.array([str(f).replace("\\", "/").endswith("/threading.py") for f in ps.frames["file"]], bool)
     for s, (fids, lines) in enumerate(zip(ps.stacks, ps.lines)):
         ids = np.asarray(fids)
+        # a thread's own code starts below threading's bootstrap: when that is ours (ipykernel, IPython, tornado,
+        # nsight-magic) and no frame of the user's is on the stack, the stack is the machinery's
+        started = [j for j in range(len(ids) - 1, -1, -1) if not bootstrap[ids[j]]]
+        machinery[s] = bool(started) and kind[ids[started[0]]] == "ours" and \
+            not any(kind[i] in ("cell", "user") for i in ids)
         notours = [j for j in range(len(ids)) if kind[ids[j]] != "ours"]
         if not notours:
             label[s] = "(nsight-magic)"
@@ -80,7 +88,7 @@ def stack_info(ps) -> StackInfo:
             break
         label[s] = SEP.join(parts)
     codes, uniq = pd.factorize(pd.Series(label, dtype=object), sort=False)
-    info = StackInfo(label, cell_line, leaf, list(uniq), codes.astype(np.int32))
+    info = StackInfo(label, cell_line, leaf, list(uniq), codes.astype(np.int32), machinery)
     try:
         ps._stack_info = info
     except AttributeError:
@@ -88,11 +96,57 @@ def stack_info(ps) -> StackInfo:
     return info
 
 
+CELL, PROGRAM, KERNEL = "cell", "program", "kernel"
+
+
+def thread_roles(ps) -> dict:
+    """(pid, tid) -> the sampled thread's role: CELL, the thread that ran the cell (per process, the one with the
+    most samples inside the cell's lines); PROGRAM, another thread of the program (the user's, a library's); KERNEL,
+    a thread of the machinery that runs the cell (in the in-place kernel ipykernel's IOPub, heartbeat, control and
+    history threads, nsight-magic's own): every sample of it is a machinery stack (StackInfo.machinery)."""
+    s = ps.samples
+    if s.empty:
+        return {}
+    info = stack_info(ps)
+    st = s["stack"].to_numpy(np.int64)
+    df = pd.DataFrame({"pid": s["pid"].to_numpy(np.int64), "tid": s["tid"].to_numpy(np.int64),
+                       "ours": info.machinery[st], "cell": info.cell_line[st] >= 0})
+    per = df.groupby(["pid", "tid"], sort=True).agg(ours=("ours", "all"), cell=("cell", "sum"))
+    roles = {k: (KERNEL if r.ours else PROGRAM) for k, r in zip(per.index, per.itertuples())}
+    for pid, g in per[~per["ours"] & (per["cell"] > 0)].groupby(level=0):
+        roles[g["cell"].idxmax()] = CELL
+    return roles
+
+
+def _by_role(ps, roles: dict, wanted) -> np.ndarray:
+    """A mask of the samples of the threads whose role is in `wanted`."""
+    s = ps.samples
+    keys = [k for k, r in roles.items() if r in wanted]
+    if not keys:
+        return np.zeros(len(s), bool)
+    idx = pd.MultiIndex.from_arrays([s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)])
+    return idx.isin(keys)
+
+
+def cell_thread_ns(ps) -> float:
+    """The sampled time of the threads that ran the cell (the shares' whole), else of every program thread, else
+    of all: the in-place kernel's idle threads would otherwise make the cell's own code look small."""
+    roles = thread_roles(ps)
+    w = ps.samples["weight_ns"].to_numpy(float)
+    for wanted in ((CELL,), (CELL, PROGRAM)):
+        m = _by_role(ps, roles, wanted)
+        if m.any():
+            return float(w[m].sum()) or 1.0
+    return float(w.sum()) or 1.0
+
+
 def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
-    """Per function: own_ns (on top of the Python stack), total_ns (anywhere on it), their shares of the sampled
-    time, samples; the machinery that runs the cell (ours, IPython) left out.  `mask`: these samples only."""
+    """Per function: own_ns (on top of the Python stack), total_ns (anywhere on it), their shares of the time the
+    cell's thread was sampled (cell_thread_ns), samples; the machinery that runs the cell (ours, IPython, the kernel's
+    own threads) left out.  `mask`: these samples only."""
     cols = ["function", "file", "line", "kind", "own_ns", "total_ns", "own_pct", "total_pct", "samples"]
-    s = ps.samples if mask is None else ps.samples[mask]
+    program = ~_by_role(ps, thread_roles(ps), (KERNEL,))
+    s = ps.samples[program if mask is None else (program & mask)]
     if s.empty:
         return pd.DataFrame(columns=cols)
     info = stack_info(ps)
@@ -111,7 +165,7 @@ def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
         u = np.unique(ps.stacks[st])
         total[u] += wsum[k]
         count[u] += wcnt[k]
-    all_ns = float(wsum.sum()) or 1.0
+    all_ns = cell_thread_ns(ps) if mask is None else (float(wsum.sum()) or 1.0)
     keep = (total > 0) & (kind != "ours")
     fr = ps.frames
     out = pd.DataFrame({"function": fr["function"].to_numpy(object)[keep],
@@ -141,7 +195,7 @@ def cell_lines(ps) -> pd.DataFrame:
     per = df.groupby("line")["w"].sum()
     top = df.groupby(["line", "label"])["w"].sum().reset_index().sort_values("w", ascending=False, kind="stable")
     top = top.drop_duplicates("line").set_index("line")
-    all_ns = float(s["weight_ns"].sum()) or 1.0
+    all_ns = cell_thread_ns(ps)
     out = pd.DataFrame({"line": per.index.to_numpy(np.int64), "total_ns": per.to_numpy().round().astype(np.int64)})
     out["pct"] = 100 * out["total_ns"] / all_ns
     labels = np.asarray(info.labels, dtype=object)

@@ -26,6 +26,13 @@ CAPTURE_DOMAIN = "nsight-magic"
 # TMPDIR travels in this variable ('' when it was unset) and is put back before any of the cell's code runs.
 USER_TMPDIR_ENV = "NSIGHT_MAGIC_USER_TMPDIR"
 OWN_START_MARK, OWN_END_MARK = "process start", "process end"  # readers.capture_span reads them
+# marked as the cell's range closes, with the range's own length: where nsys dropped the range's push (the first
+# milliseconds after `nsys start` in a process that had started CUDA, seen with nsys 2025.3), its start is known
+CELL_END_MARK = "cell ended after"
+
+
+def cell_end_text(elapsed_ns: int) -> str:
+    return f"{CELL_END_MARK} {int(elapsed_ns)} ns"
 EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4
 
 
@@ -496,6 +503,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             name = f"{name} rank {rank}"
             _wait_for(folder / ".ranks" / "recording", 10.0)  # what a rank marks before that is not recorded
         nvtx.push_range(name, domain=CAPTURE_DOMAIN)
+        pushed_ns = time.monotonic_ns()
         rng = True
     if (cfg.get("extras") or {}).get("samples"):  # inside the capture: its clock mark must be recorded
         from .python_samples import PythonSampler, samples_name
@@ -541,6 +549,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
             if rank is not None:
                 _barrier(folder, "end", rank, world)
             if rng:
+                nvtx.mark(cell_end_text(time.monotonic_ns() - pushed_ns), domain=CAPTURE_DOMAIN)
                 nvtx.pop_range(domain=CAPTURE_DOMAIN)
             # the cell's annotations first (our own bookkeeping must not show in them), then the sampler, then
             # the allocator's snapshot (the sampler must not see it: it is not the cell's)

@@ -7,13 +7,18 @@ such switch.  So a thread of ours samples `sys._current_frames()` every `interva
 default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, python_samples.json:
 
     clock     the process's time.monotonic_ns() at an NVTX mark in nsight-magic's domain whose text carries the same
-              value ("nsight-magic clock N"): the reader places every sample on the report's time axis by that mark
+              value ("nsight-magic clock N"): the reader places every sample on the report's time axis by that mark;
+              clocks: more such values, marked as the cell ends (nsys may drop the first mark: the first
+              milliseconds after `nsys start` in a process that has started CUDA)
     frames    [file, function, first line] per code object seen
     stacks    each distinct stack, leaf first, as [frame, line, frame, line, ...]
     samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
+    threads   the sampled threads' Python names by native id ("IOPub", "MainThread", the program's own names)
 
 A sample takes the GIL for tens of microseconds; the thread sleeps a random 0.5-1.5 intervals in between (no
-phase lock with a loop whose steps last about an interval).  While the sampler is the only other Python thread,
+phase lock with a loop whose steps last about an interval).  While the sampler is the only other thread of the
+program (the threads of the machinery that runs the cell, such as the in-place kernel's IOPub, heartbeat, control
+and history threads, mostly wait in the OS and do not count),
 the interpreter's switch interval is at most SWITCH_S: a thread waiting for the GIL makes the running one let go
 only after that long, and at CPython's 5 ms the samples fell where the cell released the GIL (its CUDA calls),
 never in a 4 ms pure-Python function between them (seen on the H100).  As soon as the program has a thread of its
@@ -62,15 +67,12 @@ class PythonSampler:
         self.clock_ns = 0
         self._switch: float | None = None
         self._lowered = False
+        self.names: dict[int, str] = {}
+        self.clocks: list[int] = []   # later clock marks (pause)
 
     def start(self) -> "PythonSampler":
-        self.clock_ns = time.monotonic_ns()
-        try:
-            import nvtx
-
-            nvtx.mark(f"{CLOCK_MARK}{self.clock_ns}", domain=self.domain)
-        except Exception:  # noqa: BLE001 - without the mark the samples cannot be placed: the reader says so
-            pass
+        self.clock_ns = self._mark()
+        self.clocks = []
         self._switch = sys.getswitchinterval()
         self._lowered = False
         self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
@@ -78,7 +80,17 @@ class PythonSampler:
         return self
 
     def _native_ids(self) -> dict[int, int]:
-        return {t.ident: t.native_id for t in threading.enumerate() if t.ident is not None and t.native_id}
+        out = {}
+        for t in threading.enumerate():
+            if t.ident is not None and t.native_id:
+                out[t.ident] = t.native_id
+                self.names.setdefault(t.native_id, t.name)
+        return out
+
+    def _alone(self) -> bool:
+        """Whether the cell's thread is the program's only thread (ours and the machinery's aside)."""
+        me = threading.get_ident()
+        return sum(1 for t in threading.enumerate() if t.ident != me and not _machinery(t)) <= 1
 
     def _run(self) -> None:
         _name_os_thread(b"nsight-magic-py")  # the report's thread rows name it (its waits are OS runtime calls)
@@ -88,11 +100,14 @@ class PythonSampler:
         interval = self.interval
         rng = random.Random()
         wait = interval
-        self._lower(len(sys._current_frames()) <= 2)
+        threads = len(sys._current_frames())
+        self._lower(self._alone())
         while not self._stop.wait(wait):
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
-            self._lower(len(current) <= 2)
+            if len(current) != threads:  # a thread came or went: is the cell's still alone?
+                threads = len(current)
+                self._lower(self._alone())
             for ident, frame in current.items():
                 if ident == me:
                     continue
@@ -131,17 +146,33 @@ class PythonSampler:
 
     def pause(self) -> None:
         """No sample from here on (the cell is over: what runs next is our bookkeeping, and outside the cell's
-        range once that is closed); remove() still writes those taken."""
+        range once that is closed); remove() still writes those taken.  A second clock mark, still inside the
+        capture."""
         self._stop.set()
+        if not self.clocks:
+            self.clocks.append(self._mark())
+
+    def _mark(self) -> int:
+        now = time.monotonic_ns()
+        try:
+            import nvtx
+
+            nvtx.mark(f"{CLOCK_MARK}{now}", domain=self.domain)
+        except Exception:  # noqa: BLE001 - without the mark the samples cannot be placed: the reader says so
+            pass
+        return now
 
     def remove(self) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._lower(False)
-        data = {"clock_ns": self.clock_ns, "interval_ns": int(self.interval * 1e9), "pid": os.getpid(),
+        seen = set(self.tid)
+        data = {"clock_ns": self.clock_ns, "clocks": self.clocks, "interval_ns": int(self.interval * 1e9),
+                "pid": os.getpid(),
                 "frames": self.frames, "stacks": self.stacks,
-                "samples": {"t": self.t, "tid": self.tid, "stack": self.stack}}
+                "samples": {"t": self.t, "tid": self.tid, "stack": self.stack},
+                "threads": {str(k): v for k, v in self.names.items() if k in seen}}
         try:
             tmp = self.path.with_name(self.path.name + ".part")
             # an encoder of our own: the cell may have patched json.dumps (--functions json.dumps annotates it)
@@ -160,6 +191,18 @@ class PythonSampler:
             if sys.getswitchinterval() == SWITCH_S:
                 sys.setswitchinterval(self._switch)
             self._lowered = False
+
+
+# the machinery that runs a cell: a thread whose class or target lives in these packages is not the program's
+_MACHINERY = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "nsight_magic")
+
+
+def _machinery(t: threading.Thread) -> bool:
+    target = getattr(t, "_target", None)
+    for mod in (type(t).__module__, getattr(target, "__module__", None)):
+        if mod and mod.split(".")[0] in _MACHINERY:
+            return True
+    return False
 
 
 def _name_os_thread(name: bytes) -> None:

@@ -426,7 +426,7 @@ class Job:
 
     def bottleneck(self) -> "JobVerdict":
         """The job's verdict from its ranks' (analysis.bottleneck), with one row per rank."""
-        from ..analysis.bottleneck import CATEGORIES, verdict_kind, verdict_summary
+        from ..analysis.bottleneck import CATEGORIES, UNTRACED_LAUNCH, verdict_kind, verdict_summary
 
         totals = {c: 0 for c in CATEGORIES}
         window = 0
@@ -452,7 +452,9 @@ class Job:
         breakdown = pd.DataFrame({"category": list(CATEGORIES), "time_ns": [totals[c] for c in CATEGORIES],
                                   "pct": [round(pct[c], 1) for c in CATEGORIES]})
         s = self.straggler()
-        summary = verdict_summary(kind, pct) + f" ({len(rows)} ranks"
+        # the ranks' verdicts say whether their OS runtime was traced
+        osrt = not all(UNTRACED_LAUNCH in str(r.get("summary") or "") for r in rows)
+        summary = verdict_summary(kind, pct, osrt=osrt) + f" ({len(rows)} ranks"
         if s:
             summary += f"; the others wait for rank {s['rank']}: {s['ns'] / 1e6:,.1f} ms"
         return JobVerdict(kind, summary + ")", breakdown, per)

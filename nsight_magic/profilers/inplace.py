@@ -7,7 +7,14 @@ the cell's variables stay, a model loaded in the notebook is profiled as it is (
     finish   `nsys stop --session=S` (the report is written), the import and export, in the background.
 
 The kernel's environment is the profiled process's: the launcher starts the kernel from the allow-list
-(tools/environment.py), so no secret of the server's environment reaches the reports.
+(tools/environment.py), so no secret of the server's environment reaches the reports; and it runs in a PID namespace
+of its own (inside/kernel_host.py), so nsys records no other process.
+
+The cell runs as the editor numbers it: its text is compiled under a comment line for each line above it (the
+`%%nsys` line), so a traceback, the Python samples and the allocation sites name the editor's lines, and under the
+cell's own prompt number ("Cell In[4], line 6").  run.json's `code_files` names every notebook cell the kernel
+compiled ("In [3]"), so that functions defined in other cells are named by their cell, not by ipykernel's hashed
+file names.
 """
 from __future__ import annotations
 
@@ -22,7 +29,8 @@ import time
 from pathlib import Path
 
 from ..errors import NsightMagicError
-from ..inside.child import CAPTURE_DOMAIN, annotate_cell
+from ..inside.child import CAPTURE_DOMAIN, annotate_cell, cell_end_text
+from ..inside.kernel_host import INPLACE_ENV
 from ..inside.memory_history import AllocatorHistory
 from ..inside.python_samples import SAMPLES_FILE, PythonSampler
 from ..options import nsys_default_args
@@ -31,8 +39,8 @@ from .nsys import finish_nsys
 from .prepare import tool_versions
 from .process import Recording, RunResult
 
-INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"  # set by the launcher: {"session", "nsys", "trace", "launch"} as JSON
 START_TIMEOUT_S = 120
+NVTX_SETTLE_S = 0.025
 STOP_TIMEOUT_S = 600
 
 
@@ -47,9 +55,16 @@ def inplace_config() -> dict | None:
         return None
     try:
         cfg = json.loads(raw)
-        return cfg if isinstance(cfg, dict) and cfg.get("session") and cfg.get("nsys") else None
     except ValueError:
         return None
+    if not isinstance(cfg, dict):
+        return None
+    if cfg.get("refused") or (cfg.get("session") and (cfg.get("nsys") or cfg.get("ncu"))):
+        from ..tools.injection import injection_free
+
+        injection_free()  # what the profiler added to the environment, noted before any cell adds its own
+        return cfg
+    return None
 
 
 def why_not_in_place(opts, trace_given: str | None, kernel_trace: str) -> str | None:
@@ -75,8 +90,11 @@ def why_not_in_place(opts, trace_given: str | None, kernel_trace: str) -> str | 
 class InPlaceSession:
     """This kernel's nsys session; one recording at a time (a `nsys start` waits for the previous `nsys stop`)."""
 
+    tool = "nsys"
+
     def __init__(self, cfg: dict):
-        self.name, self.nsys, self.trace = cfg["session"], Path(cfg["nsys"]), cfg.get("trace", "")
+        self.refused = cfg.get("refused")  # the kernel started without nsys: why, in one line
+        self.name, self.nsys, self.trace = cfg.get("session", ""), Path(cfg.get("nsys") or "nsys"), cfg.get("trace", "")
         self.launch = cfg.get("launch", "")
         self.version = cfg.get("version")
         self.pid = cfg.get("pid")
@@ -89,10 +107,21 @@ class InPlaceSession:
 
     def alive(self) -> bool:
         """Whether `nsys launch` of this kernel still runs.  When it ends (its agent killed, say), `nsys start`
-        still answers 0 and records nothing, and Jupyter, whose handle on the kernel is that process, restarts
-        the kernel within seconds (measured with Jupyter Server 2.21: the old kernel exits with its launcher)."""
-        if not self.pid:
-            return True
+        still answers 0 and records nothing; the kernel lives on (its namespace's first process stays while the
+        kernel runs: inside/kernel_host.py) and says so instead of recording."""
+        if not self.pid:  # in the kernel's PID namespace (inside/kernel_host.py): few processes to look at
+            mark = f"--session-new={self.name}".encode()
+            try:
+                names = [d for d in os.listdir("/proc") if d.isdigit()]
+            except OSError:
+                return True  # no /proc to ask: assume it runs
+            for d in names:
+                try:
+                    if mark in Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0"):
+                        return True
+                except OSError:
+                    continue
+            return False
         try:  # a zombie's cmdline is empty; another process that took the pid does not name our session
             return self.name.encode() in Path(f"/proc/{int(self.pid)}/cmdline").read_bytes()
         except FileNotFoundError:
@@ -102,27 +131,34 @@ class InPlaceSession:
 
     def _gone(self, folder: ProfileFolder) -> SessionGone:
         return SessionGone(f"this kernel's nsys session {self.name} has ended (its nsys launch process exited), so "
-                           "nothing can be recorded in place: restart the kernel (Jupyter does when it notices; "
-                           f"the kernel's variables go with it), or profile in a fresh process with %%nsys --fresh; "
+                           "nothing can be recorded in place: restart the kernel for a new session (its variables "
+                           "go with it; save what you need first), or profile in a fresh process with %%nsys --fresh; "
                            f"the cell was not run ({folder.path})")
 
     def _nsys(self, verb: str, *args: str, timeout: float) -> tuple[int | None, str]:
+        from ..tools.injection import tool_environment
+
         argv = [str(self.nsys), verb, f"--session={self.name}", *args]
         try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                               env=tool_environment())
             return p.returncode, (p.stdout + p.stderr).strip()
         except subprocess.TimeoutExpired:
             return None, f"nsys {verb} did not answer within {timeout:.0f} s"
         except OSError as e:
             return None, f"nsys {verb} could not run ({e.strerror or e})"
 
-    def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1) -> Recording:
-        """Run `cell` in this kernel (shell.run_cell) between `nsys start` and `nsys stop`; the Recording whose
-        finish() stops the recording and exports the report."""
+    def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1, number: int | None = None,
+               header: str = "") -> Recording:
+        """Run `cell` in this kernel (shell.run_cell, as the editor numbers it: `header` is the magic's line,
+        `number` the cell's prompt number) between `nsys start` and `nsys stop`; the Recording whose finish()
+        stops the recording and exports the report."""
         t0 = time.monotonic()
         root = profiles_root(opts.directory)
         folder = ProfileFolder(create_profile_folder(root, opts.name))
         folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
+        if self.refused:
+            raise SessionGone(f"{self.refused}; the cell was not run (kept in {folder.path}/)")
         folder.write_json(folder.run_config, {"tool": "nsys", "mode": "in place", "session": self.name,
                                               "trace": self.trace, "cell_first_line": cell_first_line,
                                               "extras": {"samples": opts.samples is not False,
@@ -155,8 +191,12 @@ class InPlaceSession:
                               f"%%nsys --fresh; nsys's output is in {folder.tool_log}")
         self._stopped.clear()
         self.cells += 1
+        # nsys 2025.3 drops what a process that has started CUDA marks in the first milliseconds after `nsys start`
+        # (1-5 ms measured on the H100: the cell's first NVTX range was lost): wait them out before the cell
+        time.sleep(NVTX_SETTLE_S)
         status, annotations, extras = "ok", [], []
-        timer = _Timeout(opts.timeout)
+        cell_file, file_first = None, cell_first_line
+        timer = CellTimeout(opts.timeout)
         record_start = time.monotonic()
         try:
             if opts.modules is not None or opts.functions:  # on the kernel's own objects, taken off after the cell
@@ -171,10 +211,10 @@ class InPlaceSession:
                     extras.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN).start())
                 timer.start()
                 try:
-                    result = shell.run_cell(cell, store_history=False)
+                    result, cell_file, file_first = run_as_editor(shell, cell, cell_first_line, number, header)
                 finally:
                     timer.cancel()
-                _synchronize_gpu()
+                synchronize_gpu()
                 for h in extras:  # no Python sample of what follows, outside the cell's range
                     if hasattr(h, "pause"):
                         h.pause()
@@ -192,6 +232,7 @@ class InPlaceSession:
             for h in [*annotations, *reversed(extras)]:
                 h.remove()
         cell_s = time.monotonic() - record_start
+        note_code_files(folder, shell, cell_file, file_first)
         if status == "timeout":
             messages.append(f"the cell ran past --timeout {opts.timeout:g} s and was interrupted (KeyboardInterrupt "
                             "in the cell; the kernel lives on, with what the cell had done)")
@@ -234,7 +275,66 @@ class InPlaceSession:
                          messages, {}, [], timings, list(notes))
 
 
-class _Timeout:
+def run_as_editor(shell, cell: str, first_line: int, number: int | None, header: str = ""):
+    """shell.run_cell(cell) numbered as the editor numbers it: above the cell, a comment line for each line the
+    editor shows above it (`header`, the magic's own line, first), so that the cell's line N is line N of the code
+    IPython compiles (tracebacks show the source at that line: a shifted line number alone would show the wrong
+    one); and under the cell's prompt number (IPython counts the running %%nsys cell already).  A cell that starts
+    with a cell magic of its own is run as it is.  Returns (the ExecutionResult, the compiled cell's file name, the editor's number of that file's line 1)."""
+    code, file_first = cell, first_line
+    if first_line > 1 and not cell.lstrip().startswith("%%"):
+        above = [f"# {header}".rstrip() if header else "#"] + ["#"] * (first_line - 2)
+        code, file_first = "\n".join(above) + "\n" + cell, 1
+    names = _filename_map(shell)
+    before = dict(names)
+    count = shell.execution_count
+    if number is not None:
+        shell.execution_count = number
+    try:
+        result = shell.run_cell(code, store_history=False)
+    finally:
+        shell.execution_count = count
+    changed = [k for k, v in names.items() if before.get(k, object()) != v or k not in before]
+    return result, (changed[-1] if changed else None), file_first
+
+
+def _filename_map(shell) -> dict:
+    """IPython's compiler's map of compiled cell file names to prompt numbers (what names "Cell In[3]")."""
+    m = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    return m if isinstance(m, dict) else {}
+
+
+CODE_FILES_KEPT = 2000  # the newest cells a profile names (a kernel may have run tens of thousands)
+
+
+def code_files(shell, cell_file: str | None, first_line: int) -> dict:
+    """The notebook's cells this kernel compiled, by file name: {"label": "In [3]"}; for the profiled cell also
+    {"cell": true, "first_line": N} (its lines are the editor's: run_as_editor), and for the magic's own cell (the
+    `%%nsys` line's code, compiled under the same number) {"ours": true}."""
+    out = {}
+    names = _filename_map(shell)
+    number = names.get(cell_file) if cell_file else None
+    for name, n in list(names.items())[-CODE_FILES_KEPT:]:
+        if isinstance(name, str) and isinstance(n, int):
+            out[name] = {"label": f"In [{n}]"}
+            if n == number and name != cell_file:
+                out[name]["ours"] = True
+    if cell_file:
+        out.setdefault(cell_file, {"label": "the cell"}).update(cell=True, first_line=first_line)
+    return out
+
+
+def note_code_files(folder: ProfileFolder, shell, cell_file: str | None, first_line: int) -> None:
+    """run.json's code_files (see code_files): written after the cell, which may have compiled cells of its own."""
+    try:
+        cfg = json.loads(folder.run_config.read_text())
+        cfg["code_files"] = code_files(shell, cell_file, first_line)
+        folder.write_json(folder.run_config, cfg)
+    except (OSError, ValueError):
+        pass  # the profile without them: hashed file names
+
+
+class CellTimeout:
     """--timeout in place: KeyboardInterrupt in the cell after `seconds` (the kernel is not killed)."""
 
     def __init__(self, seconds: float | None):
@@ -266,16 +366,18 @@ class _cell_range:
         import nvtx
 
         nvtx.push_range(self.name, domain=CAPTURE_DOMAIN)
+        self.pushed_ns = time.monotonic_ns()
         return self
 
     def __exit__(self, *exc):
         import nvtx
 
+        nvtx.mark(cell_end_text(time.monotonic_ns() - self.pushed_ns), domain=CAPTURE_DOMAIN)
         nvtx.pop_range(domain=CAPTURE_DOMAIN)
         return False
 
 
-def _synchronize_gpu() -> None:
+def synchronize_gpu() -> None:
     """The cell's queued GPU work inside the capture: torch's, when torch is in use here."""
     torch = sys.modules.get("torch")
     try:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..inside.child import OWN_END_MARK, OWN_START_MARK  # --capture all: the process marks its start and end
+import re
+
+from ..inside.child import CELL_END_MARK, OWN_END_MARK, OWN_START_MARK  # the process marks its start and end
 OWN_SOURCES = ("cell range", "ranks' cell ranges", "process marks")
 
 
@@ -48,7 +50,14 @@ class CaptureSpan:
 
 def own_span(ranges, marks, last_event_ns: int | None) -> CaptureSpan | None:
     """The capture from nsight-magic's own rows: `ranges` [(pid, start, end or None)] of the cell ranges, `marks`
-    [(pid, t, text)] in our domain.  A range never closed (the process was stopped) ends at the last event."""
+    [(pid, t, text)] in our domain.  A range never closed (the process was stopped) ends at the last event.  A
+    range whose push nsys dropped is known by the mark made as it closed, which carries its length."""
+    lost = None
+    if not ranges:
+        ranges = [(pid, t - int(m.group(1)), t) for pid, t, text in marks
+                  if (m := _CELL_END.search(str(text))) is not None]
+        lost = ranges and ("the cell range's start was not recorded (nsys drops the first milliseconds after "
+                           "`nsys start` in a process that has started CUDA): it is its end less its length")
     if ranges:
         starts = [int(s) for _, s, _ in ranges]
         ends = [int(e) if e is not None else None for _, _, e in ranges]
@@ -67,6 +76,8 @@ def own_span(ranges, marks, last_event_ns: int | None) -> CaptureSpan | None:
             note = ((note + "; ") if note else "") + (
                 f"{open_} cell range{'s were' if open_ > 1 else ' was'} never closed (the process was stopped): "
                 "the capture ends at the last event")
+        if lost:
+            note = ((note + "; ") if note else "") + lost
         return CaptureSpan(a, max(end, a), source, note, a, max(end, a))
     starts = [int(t) for _, t, text in marks if str(text).endswith(OWN_START_MARK)]
     if starts:
@@ -76,6 +87,9 @@ def own_span(ranges, marks, last_event_ns: int | None) -> CaptureSpan | None:
         note = None if ends else "the profiled process never marked its end: the capture ends at the last event"
         return CaptureSpan(a, max(a, b), "process marks", note, a, max(a, b))
     return None
+
+
+_CELL_END = re.compile(re.escape(CELL_END_MARK) + r" (\d+) ns$")
 
 
 def foreign_span(bounds: tuple[int | None, int | None, int | None] | None,

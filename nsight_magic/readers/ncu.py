@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from ..tools.injection import tool_environment
 from .ncu_spec import INT_COLUMNS, KERNEL_COLUMNS, KERNEL_FRAME_COLUMNS, METRIC_FRAME_COLUMNS
 
 __all__ = ["NcuData", "open_ncu_report", "build_kernels"]
@@ -71,7 +72,8 @@ def read_in_worker(path: Path, timeout: float = 600):
         out = Path(tmp) / "report.pkl"
         try:
             proc = subprocess.run([sys.executable, "-m", "nsight_magic.readers.ncu_worker", str(path), str(out)],
-                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                                  capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                  env=tool_environment())
         except subprocess.TimeoutExpired:
             raise ReportError(f"{path.name}: reading took more than {timeout:.0f} s") from None
         if proc.returncode == 0 and out.exists():

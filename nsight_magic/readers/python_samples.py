@@ -28,7 +28,7 @@ KINDS = ("cell", "user", "library", "stdlib", "ours")
 # frames of the machinery that runs the cell (ours, runpy, IPython, ipykernel and its event loop, threading's
 # bootstrap): never the user's code
 _OURS = re.compile(r"[/\\]nsight_magic[/\\]|^<frozen runpy>$|[/\\](IPython|ipykernel|tornado|traitlets|jupyter_client|"
-                   r"zmq|comm)[/\\]|[/\\]asyncio[/\\]|[/\\]threading\.py$|[/\\]runpy\.py$")
+                   r"zmq|comm)[/\\]|[/\\]asyncio[/\\]|[/\\]threading\.py$|[/\\]runpy\.py$|[/\\]ipykernel_launcher\.py$")
 _LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]|^<frozen ")
 
@@ -43,6 +43,7 @@ class PythonSamples:
     placed: bool = True                 # every file's clock mark was found in the report
     files: tuple = ()
     cell_first_line: int = 1            # the editor's number of the cell's first line (2 under %%nsys)
+    thread_names: dict = field(default_factory=dict, repr=False)  # (pid, tid) -> the thread's Python name
 
     @property
     def empty(self) -> bool:
@@ -68,12 +69,60 @@ def frame_kind(file: str, cell_files=()) -> str:
     return "user"
 
 
-def is_cell_file(file: str, cell_names=("cell.py",)) -> bool:
-    """A cell's own code: the profile folder's cell.py (a fresh or warm run), or a cell IPython compiled (the
-    in-place kernel: <ipython-input-N-...>, ipykernel's /tmp/ipykernel_PID/HASH.py; which of them is the profiled
-    one, the stacks tell: analysis/python_code.py)."""
+# a cell IPython compiled: ipykernel's <tempdir>/ipykernel_PID/HASH.py, IPython's <ipython-input-N-HASH>
+_IPYTHON_CELL = re.compile(r"[/\\]ipykernel_\d+[/\\]\d+\.py$|^<ipython-input-\d+-[0-9a-f]+>$")
+
+
+def is_cell_file(file: str, cell_names=("cell.py",), code_files=None) -> bool:
+    """A cell's own code: the profile folder's cell.py (a fresh or warm run), or the profiled cell as the in-place
+    kernel compiled it (run.json's code_files says which file that was).  Profiles made in place before
+    code_files existed: any cell IPython compiled (analysis/python_code.py takes the outermost one)."""
     name = file.replace("\\", "/").rsplit("/", 1)[-1]
-    return name in cell_names or file.startswith("<ipython-input-") or "/ipykernel_" in file
+    if name in cell_names:
+        return True
+    if code_files:
+        return bool((code_files.get(file) or {}).get("cell"))
+    return _IPYTHON_CELL.search(file) is not None
+
+
+def read_code_files(folder: Path) -> dict:
+    """run.json's code_files (the in-place kernel's compiled cells: file -> {"label": "In [3]", "cell": bool,
+    "first_line": N}), only well-formed entries; {} when absent or damaged."""
+    try:
+        raw = json.loads((Path(folder) / "run.json").read_text()).get("code_files")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(raw, dict):
+        return {}
+    out = {}
+    for k, v in raw.items():
+        if isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("label", ""), str):
+            first = v.get("first_line")
+            out[k] = {"label": v.get("label") or k[-40:], "cell": v.get("cell") is True, "ours": v.get("ours") is True,
+                      "first_line": first if isinstance(first, int) and 0 < first < 1_000_000 else None}
+    return out
+
+
+def cell_first_line_of(folder: Path, code_files: dict) -> int:
+    """The editor's number of the profiled cell's first compiled line: the in-place cell's own (code_files), else
+    run.json's cell_first_line (cell.py under the magic's line)."""
+    for v in code_files.values():
+        if v.get("cell") and v.get("first_line"):
+            return int(v["first_line"])
+    return read_cell_first_line(folder)
+
+
+def frame_kinds(files, code_files: dict, cell_names=("cell.py",)) -> list:
+    """frame_kind of each file: the profiled cell by run.json's code_files where it names one, the magic's own
+    cell (the `%%nsys` line's code) as ours."""
+    files = list(files)
+    cells = {f for f in set(files) if is_cell_file(f, cell_names, code_files)}
+    return ["ours" if (code_files.get(f) or {}).get("ours") else frame_kind(f, cells) for f in files]
+
+
+def shown_files(files, code_files: dict) -> list:
+    """Each frame's file as it is shown: a notebook cell by its label ("In [3]"), other files as they are."""
+    return [(code_files.get(f) or {}).get("label") or f for f in files]
 
 
 def short_file(file: str) -> str:
@@ -102,6 +151,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     frames: list = []
     frame_index: dict = {}
     stacks, lines, parts = [], [], []
+    names: dict = {}
     placed = True
     interval = None
     for path in files:
@@ -127,12 +177,20 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
         if not (len(t) == len(tid) == len(sid)) or (len(sid) and (sid.min() < 0 or sid.max() >= len(data["stacks"]))):
             raise ReportError(f"{path.name}: its sample lists differ in length or name unknown stacks; the file is "
                               "damaged")
-        mark = by_clock.get(str(data["clock_ns"]))
-        if mark is None:
+        # the first clock mark, else a later one (nsys may drop the first): t counts from the first
+        clocks = [data["clock_ns"], *(c for c in (data.get("clocks") or []) if isinstance(c, int))]
+        found = next(((by_clock[str(c)], int(c) - int(data["clock_ns"])) for c in clocks if str(c) in by_clock), None)
+        if found is None:
             placed = False
             pid, time_ns = int(data.get("pid", -1)), np.full(len(t), np.nan)
         else:
-            pid, time_ns = mark[0], (mark[1] + t).astype(float)
+            (pid, mark_ns), since = found
+            time_ns = (mark_ns - since + t).astype(float)
+        threads = data.get("threads")
+        if isinstance(threads, dict):
+            for k, v in threads.items():
+                if isinstance(v, str) and str(k).isdigit():
+                    names[(pid, int(k))] = v[:200]
         interval = int(data.get("interval_ns") or 5_000_000)
         parts.append(pd.DataFrame({"time_ns": time_ns, "pid": np.full(len(t), pid, np.int64), "tid": tid,
                                    "stack": (sid + base).astype(np.int32), "t": t}))
@@ -141,10 +199,12 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     samples["weight_ns"] = _weights(samples, interval or 5_000_000)
     samples = samples.drop(columns="t")
     fr = pd.DataFrame(frames, columns=["file", "function", "first_line"])
-    cells = {f for f in fr["file"] if is_cell_file(f, cell_names)}
-    fr["kind"] = [frame_kind(f, cells) for f in fr["file"]]
+    code = read_code_files(folder)
+    fr["kind"] = frame_kinds(fr["file"], code, cell_names)
+    fr["file"] = shown_files(fr["file"], code)  # kinds first: they read the paths
     return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
-                         interval or 5_000_000, placed, tuple(p.name for p in files), read_cell_first_line(folder))
+                         interval or 5_000_000, placed, tuple(p.name for p in files), cell_first_line_of(folder, code),
+                         names)
 
 
 def read_cell_first_line(folder: Path) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from ..options import SECRET_NAME_PATTERNS, is_secret
+from .injection import injection_free
 
 PASS_ENV = "NSIGHT_MAGIC_PASS_ENV"              # comma-separated names to pass (headless runs, the command line)
 SECRET_PATTERNS_ENV = "NSIGHT_MAGIC_SECRET_PATTERNS"  # extra name fragments the second net drops
@@ -63,7 +64,7 @@ def passed_names(extra=()) -> tuple[str, ...]:
 def profiled_environment(base: dict | None = None, passed=()) -> tuple[dict, list[str]]:
     """(the profiled process's environment, the names left out): the allow-list, checked by the secret rules,
     plus the names in `passed` (and NSIGHT_MAGIC_PASS_ENV) as they are."""
-    base = dict(os.environ if base is None else base)
+    base = injection_free(base)
     extra = tuple(p.strip().upper() for p in base.get(SECRET_PATTERNS_ENV, "").split(",") if p.strip())
     patterns = SECRET_NAME_PATTERNS + extra
     names = set(passed_names(passed))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..errors import OptionError, ToolNotFound
 from .argv import validate_passthrough
+from .injection import tool_environment
 from .find import find_executable
 
 ENV_VAR = "NSIGHT_MAGIC_NCU"
@@ -86,7 +87,8 @@ def parse_ncu_version(text: str) -> str:
 def ncu_version(ncu: Path, timeout: float = 30) -> str:
     """Run `ncu --version` and return its version string (ToolNotFound when it does not answer with one)."""
     try:
-        proc = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run([str(ncu), "--version"], capture_output=True, text=True, timeout=timeout,
+                              env=tool_environment())
         return parse_ncu_version(proc.stdout + proc.stderr)
     except (OSError, subprocess.TimeoutExpired, ValueError) as e:
         raise ToolNotFound(f"{ncu} --version failed ({e}); check the installation or NSIGHT_MAGIC_NCU") from None
@@ -221,7 +223,7 @@ def import_csvs(ncu, report, timeout: float = 300) -> tuple[Path, Path]:
         dest = report.with_name(f"{report.stem}_{page}.csv")
         argv = [str(ncu), "--import", str(report), "--csv", "--page", page, "--print-units", "base"]
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=tool_environment())
         except subprocess.TimeoutExpired:
             raise RuntimeError(f"ncu --import {report.name} --page {page} took more than {timeout:.0f} s") from None
         if proc.returncode != 0 or not proc.stdout.strip():

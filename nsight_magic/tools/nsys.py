@@ -19,6 +19,7 @@ from pathlib import Path
 from ..errors import Interrupted, ReportError, ToolNotFound
 from .cache import remembered
 from .find import find_executable, version_tuple
+from .injection import tool_environment
 from .system import orphan_guard
 
 NSYS_ENV = "NSIGHT_MAGIC_NSYS"
@@ -47,7 +48,8 @@ def find_nsys() -> Path:
 
 def _said(argv: list[str]) -> str:
     """What a short question to a tool printed (stdout, then stderr)."""
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+                         env=tool_environment())
     return out.stdout + out.stderr
 
 
@@ -187,7 +189,7 @@ def run_tool(argv: list[str], timeout: float, what: str, cancel=None) -> subproc
     try:
         proc = subprocess.Popen([*orphan_guard(), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, TOOL_ENV: str(os.getpid())})
+                                env={**tool_environment(), TOOL_ENV: str(os.getpid())})
     except OSError as e:
         raise ToolNotFound(f"{what} could not start: {e}") from None
     end = time.monotonic() + timeout

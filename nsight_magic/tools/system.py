@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..inside.isolate import NO_KERNEL_SYMBOLS
+from .injection import tool_environment
 
 
 def gpu_visible() -> bool:
@@ -25,7 +26,7 @@ def gpu_visible() -> bool:
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20)
+            out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=20, env=tool_environment())
             return out.returncode == 0 and "GPU" in out.stdout
         except (OSError, subprocess.TimeoutExpired):
             return False
@@ -45,7 +46,7 @@ def _gpu_names() -> tuple[str, ...]:
         return ()
     try:
         out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=20)
+                             timeout=20, env=tool_environment())
     except (OSError, subprocess.TimeoutExpired):
         return ()
     return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip()) if out.returncode == 0 else ()
@@ -74,7 +75,10 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
     attempts.append([unshare, "--user", "--map-root-user", *ns, *isolate])
     for prefix in attempts:
         try:
-            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=20).returncode == 0
+            # from an in-place kernel without its profiler's injection: injected, the namespace's first process
+            # cannot reach the kernel's nsys agent and fails (it would be profiled by the kernel's session)
+            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=20,
+                                env=tool_environment()).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             ok = False
         if ok:
@@ -101,7 +105,7 @@ def orphan_guard() -> tuple[str, ...]:
         return ()
     try:
         ok = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True,
-                            timeout=20).returncode == 0
+                            timeout=20, env=tool_environment()).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         ok = False
     return (setpriv, "--pdeathsig", "KILL", "--") if ok else ()

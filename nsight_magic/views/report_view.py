@@ -111,14 +111,18 @@ def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
 
 PYTHON_INTRO = ("<p>What the profiled process's threads were running in Python, sampled every {interval} during "
                 "the cell ({samples:,} samples of {threads} thread{s}): per function the time it was on top of the "
-                "stack (own) and anywhere on it (total), then per line of the cell what it spent its time in. "
-                "The timeline's Python rows show the same samples in time.</p>")
+                "stack (own) and anywhere on it (total), then per line of the cell what it spent its time in; "
+                "shares are of the time the cell's own thread was sampled. "
+                "The timeline's Python rows show the same samples in time.{kernel}</p>")
+KERNEL_THREADS = (" The {n} thread{s} of the machinery that runs the cell (the kernel's IOPub, heartbeat, control "
+                  "and history threads, nsight-magic's own) {are} left out here; the timeline folds them into one "
+                  "row, \"kernel threads\".")
 PYTHON_ROWS = 60
 
 
 def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
-    from ..analysis.python_code import cell_lines, functions
+    from ..analysis.python_code import KERNEL, cell_lines, functions, thread_roles
 
     try:
         ps = report.python_samples
@@ -126,9 +130,15 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
             return pd.DataFrame(), pd.DataFrame(), ""
         fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
         lines = cell_lines(ps)
-        threads = ps.samples.groupby(["pid", "tid"]).ngroups
-        intro = PYTHON_INTRO.format(interval=f"{ps.interval_ns / 1e6:g} ms", samples=len(ps.samples),
-                                    threads=threads, s="s" if threads != 1 else "")
+        roles = thread_roles(ps)
+        kernel = sum(1 for r in roles.values() if r == KERNEL)
+        threads = len(roles) - kernel
+        said = KERNEL_THREADS.format(n=kernel, s="s" if kernel != 1 else "", are="are" if kernel != 1 else "is") \
+            if kernel else ""
+        per_thread = ps.samples.groupby(["pid", "tid"]).size()
+        shown = int(sum(n for k, n in per_thread.items() if roles.get(k) != KERNEL))
+        intro = PYTHON_INTRO.format(interval=f"{ps.interval_ns / 1e6:g} ms", samples=shown,
+                                    threads=threads, s="s" if threads != 1 else "", kernel=said)
         if not ps.placed:
             intro += ("<p>These samples could not be placed on the timeline: the report has no clock mark of "
                       "theirs.</p>")

@@ -457,11 +457,29 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
 
 
 def _thread_names(report) -> dict:
+    """(pid, tid) -> the thread's name: nsys's, else the Python name the samples recorded ("IOPub")."""
+    ps = getattr(report, "python_samples", None)
+    out = dict(getattr(ps, "thread_names", None) or {})
     th = _frame(report, "threads")
     if th.empty or not {"pid", "tid", "name"} <= set(th.columns):
-        return {}
+        return out
     th = th.dropna(subset=["name"]).drop_duplicates(["pid", "tid"])
-    return dict(zip(zip(_int(th["pid"]), _int(th["tid"])), th["name"].astype(str)))
+    processes = _process_names(report) if out else {}
+    for k, v in zip(zip(_int(th["pid"]), _int(th["tid"])), th["name"].astype(str)):
+        # nsys names a thread after its process until the thread names itself: the Python name says more
+        if not (k in out and v == (processes.get(k[0]) or "")[:15]):
+            out[k] = v
+    return out
+
+
+def _kernel_threads(report) -> set:
+    """The threads of the machinery that runs the cell (analysis/python_code.thread_roles): one folded group."""
+    ps = getattr(report, "python_samples", None)
+    if ps is None or getattr(ps, "empty", True):
+        return set()
+    from ..analysis.python_code import KERNEL, thread_roles
+
+    return {k for k, r in thread_roles(ps).items() if r == KERNEL}
 
 
 def _process_names(report) -> dict:
@@ -510,6 +528,7 @@ def _layout_rows(ev: dict, report, cat_code):
     first = np.full(len(uniq), -1, np.int64)
     first[codes[::-1]] = np.arange(len(key))[::-1]
     tnames, gnames, pnames = _thread_names(report), _gpu_names(report), _process_names(report)
+    kernel_threads = _kernel_threads(report)
     by_sub = {v[0]: k for k, v in _THREAD_SOURCES.items()}
     leaves = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
     for code, k in enumerate(uniq.tolist()):
@@ -525,7 +544,8 @@ def _layout_rows(ev: dict, report, cat_code):
             pid, tid, sub = int(ev["key_a"][i]), int(ev["key_b"][i]), int(ev["sub"][i])
             # ranks first, in rank order; the process's main thread first, then by thread id; within a thread
             # NVTX levels, then sources
-            main = 0 if tid == pid else 1
+            # the kernel's own threads after the program's (folded together: KERNEL_GROUP)
+            main = 0 if tid == pid else (2 if (pid, tid) in kernel_threads else 1)
             order = (0, order_of[pid], pid, 0, main, tid, sub) if pid in order_of else (1, pid, main, tid, sub, 0, 0)
             leaves.append((order, dict(kind="nvtx" if sub < 256 else by_sub[sub], pid=pid, tid=tid, device_id=-1,
                                        sub=sub), code))
@@ -594,6 +614,16 @@ def _layout_rows(ev: dict, report, cat_code):
             who = (tname or "thread") + f" [{tid}]"
             what = (("NVTX" if sub == 0 else f"NVTX ·{sub}") if sub < 256 else _THREAD_SOURCES[f["kind"]][1])
             anc = [pkey]
+            if (pid, tid) in kernel_threads:  # one group for all of them, its rows named by thread
+                gkey = f"{pkey}/{KERNEL_GROUP}"
+                if gkey not in seen:
+                    seen.add(gkey)
+                    n = sum(1 for p, _ in kernel_threads if p == pid)
+                    add(gkey, 1, [pkey], f"kernel threads ({n})", f"{group} / kernel threads", group, "thread",
+                        pid=pid)
+                leaf_row[code] = add(f"{gkey}/t{tid}/{sub}", 2, [pkey, gkey], f"{who} · {what}",
+                                     f"{group} / kernel threads / {who} / {what}", group, f["kind"], pid=pid, tid=tid)
+                continue
             if len(threads_of[pid]) > 1 or pid in order_of:  # a rank's threads stay apart from its GPU rows
                 tkey = f"{pkey}/t{tid}"
                 if tkey not in seen:
@@ -614,14 +644,16 @@ def _layout_rows(ev: dict, report, cat_code):
 
 
 ROW_BUDGET = 48  # rows a static page shows unfolded; above it the thread/context groups start folded
+KERNEL_GROUP = "kernel"  # the key's last part of a process's group of the kernel's own threads
 
 
 def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set:
-    """Groups folded when the page first shows: none, unless the rows exceed `budget` (then threads and
-    contexts fold, then every process and GPU but the first of each)."""
+    """Groups folded when the page first shows: the kernel's own threads always, others only when the rows exceed
+    `budget` (then threads and contexts fold, then every process and GPU but the first of each)."""
+    kernel = set(rows.loc[rows["key"].astype(str).str.endswith(f"/{KERNEL_GROUP}"), "key"])
     if len(rows) <= budget:
-        return set()
-    folded = set(rows.loc[rows["level"] == 1, "key"])
+        return kernel
+    folded = set(rows.loc[rows["level"] == 1, "key"]) | kernel
     if (~np.isnan(fold_layout(rows, folded))).sum() <= budget:
         return folded
     top = rows[rows["level"] == 0]
