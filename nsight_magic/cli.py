@@ -7,10 +7,11 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
 from importlib import metadata
 from pathlib import Path
 
-from .errors import NsightMagicError, OptionError
+from .errors import NsightMagicError, OptionError, ReportWarning
 from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
 from .views.pages import write_page
 
@@ -73,7 +74,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _say_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """A ReportWarning (a damaged optional file left out, rows of a report left out) as one line of ours."""
+    if issubclass(category, ReportWarning):
+        print(f"nsight-magic: {message}", file=sys.stderr)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv: list[str] | None = None) -> int:
+    warnings.showwarning = _say_warning
     args = _parser().parse_args(argv)
     try:
         return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor,
@@ -101,9 +111,15 @@ def _kernel(args) -> int:
             raise OptionError("--set and --section choose what an Nsight Compute kernel measures: add --ncu")
         if args.ncu and (args.memory or args.trace != k.DEFAULT_TRACE):
             raise OptionError("--trace and --memory are nsys's: an Nsight Compute kernel (--ncu) measures kernels")
-        where = k.install(args.name, trace=args.trace, env_names=[n for n in args.env.split(",") if n],
-                          user=user, prefix=prefix, memory=args.memory, ncu=args.ncu, ncu_set=args.ncu_set,
-                          sections=args.sections)
+        try:
+            where = k.install(args.name, trace=args.trace, env_names=[n for n in args.env.split(",") if n],
+                              user=user, prefix=prefix, memory=args.memory, ncu=args.ncu, ncu_set=args.ncu_set,
+                              sections=args.sections)
+        except OSError as e:  # a --prefix that is a file, a folder that cannot be written, a full disk
+            place = f"--prefix {prefix}" if args.prefix else ("--user" if user else f"this environment ({sys.prefix})")
+            raise NsightMagicError(f"could not write the kernelspec under {place} ({e.strerror or e}"
+                                   f"{': ' + str(e.filename) if e.filename else ''}); choose a folder you can "
+                                   "write (--prefix DIR, --user)") from None
         what = "measuring kernels with Nsight Compute" if args.ncu else f"tracing {args.trace}"
         print(f"nsight-magic: installed the in-place kernel {where.name!r} in {where} ({what}); choose it in "
               "JupyterLab's launcher or kernel picker")

@@ -102,6 +102,13 @@ def test_kernel_install_refuses_names_that_are_not_a_kernel_of_its_own(tmp_path)
     p = _cli("kernel", "install", "--prefix", str(prefix), "--set", "full", cwd=tmp_path)
     assert p.returncode == 2 and "add --ncu" in p.stderr, p.stderr
     assert sorted(str(p) for p in prefix.rglob("*")) == before
+    # a --prefix that is a file, or under one: said in one line, naming the option to change (the tests run as
+    # root, for whom no folder is read-only)
+    (tmp_path / "a-file").write_text("")
+    for bad in (tmp_path / "a-file", tmp_path / "a-file" / "sub"):
+        p = _cli("kernel", "install", "--prefix", str(bad), cwd=tmp_path)
+        assert p.returncode == 2 and "could not write the kernelspec under --prefix" in p.stderr, p.stderr
+        assert len(p.stderr.strip().splitlines()) == 1 and "-o" not in p.stderr.split(";")[-1], p.stderr
     # ours is replaced by a new install of the same name
     for _ in range(2):
         p = _cli("kernel", "install", "--prefix", str(prefix), "--name", "mine", "--ncu", cwd=tmp_path)

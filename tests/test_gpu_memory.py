@@ -124,7 +124,7 @@ def test_a_hostile_snapshot_runs_no_code(tmp_path):
     with pytest.raises(ReportError, match="not a readable torch memory snapshot"):
         load_snapshot(p)
     p.write_bytes(b"\x80\x05garbage")
-    with pytest.raises(ReportError, match="remove it to open the report without it"):
+    with pytest.raises(ReportError, match="not a readable torch memory snapshot"):
         load_snapshot(p)
 
 
@@ -136,7 +136,7 @@ def test_a_damaged_snapshot_beside_a_report_leaves_the_rest_of_the_profile(opene
     try:
         assert rep.findings()  # the time findings stand
         v = NsysView(rep)
-        assert "The GPU memory record could not be read" in v.html_page()
+        assert "the profile is shown without torch" in v.html_page()
     finally:
         rep.close()
 
@@ -193,3 +193,30 @@ def test_nsys_diff_compares_the_peaks(opened):
     assert before == pytest.approx(MANIFEST["eval_keeps_graph_bad"]["torch_memory"]["peak_allocated"], rel=0.01)
     assert after == pytest.approx(MANIFEST["eval_keeps_graph_fixed"]["torch_memory"]["peak_allocated"], rel=0.01)
     assert "GPU memory peak: device 0 3.99 GB -> 1.18 GB" in diff_text(d)
+
+
+@pytest.mark.parametrize("snapshot", [
+    {"segments": [], "device_traces": [5]},                                     # was "'int' object is not iterable"
+    {"segments": [{"device": "x", "address": "y", "total_size": None,
+                   "blocks": [{"size": "q", "state": "active_allocated", "frames": 5}]}], "device_traces": []},
+    {"segments": [], "device_traces": [[{"action": "alloc", "size": 10 ** 40, "addr": 1, "time_us": 2}]]},  # Overflow
+])
+def test_a_snapshot_with_damaged_entries_is_left_out_in_one_line(opened, tmp_path, snapshot):
+    """Entries of the wrong shape or size (an int where a trace is, a size beyond int64) leave the snapshot out with
+    one line naming it; the report and its other tabs show."""
+    import warnings
+
+    from nsight_magic.errors import ReportWarning
+
+    shutil.copy(opened("fragmentation_bad").path, tmp_path / "report.sqlite")
+    (tmp_path / "memory_snapshot.pickle").write_bytes(pickle.dumps(snapshot))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rep = open_report(tmp_path / "report.sqlite")
+        try:
+            assert "memory_snapshot.pickle" in rep.gpu_memory.problem
+            assert rep.findings() is not None and "the profile is shown without torch" in NsysView(rep).html_page()
+        finally:
+            rep.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, ReportWarning)]
+    assert len(said) == 1 and "memory_snapshot.pickle" in said[0], said

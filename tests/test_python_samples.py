@@ -219,3 +219,71 @@ def test_pure_python_between_gil_releases_is_sampled(tmp_path):
     # the share of the samples taken while the sampler was alone that fell in _busy: 0.0 with the bug; about 0.7
     # on an idle machine, less on a loaded one (a 1 ms sleep then lasts longer), so the bound sits well below
     assert got["n"] > 40 and got["share"] > 0.15, got
+
+
+DAMAGES = {
+    "a frame that is a list": lambda d: d["frames"].__setitem__(0, [["a"], "f", 1]),
+    "a NaN time": lambda d: d["samples"]["t"].__setitem__(0, float("nan")),
+    "a time of 1e30": lambda d: d["samples"]["t"].__setitem__(0, 1e30),
+    "interval_ns 'abc'": lambda d: d.__setitem__("interval_ns", "abc"),
+    "a negative interval": lambda d: d.__setitem__("interval_ns", -5_000_000),
+    "pid 'x'": lambda d: d.__setitem__("pid", "x"),
+    "a stack that is a string": lambda d: d["stacks"].__setitem__(0, "abc"),
+    "a thread id that is a string": lambda d: d["samples"]["tid"].__setitem__(0, "q"),
+    "100,000 nested brackets": None,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_samples_file_is_left_out_in_one_line_and_the_rest_shows(tmp_path, damage):
+    """python_samples.json is optional: damaged, the profile opens and draws without it, saying why once (a
+    warning; the Python tab says it), never a traceback through the reader."""
+    import sys
+    import warnings
+
+    from conftest import DATA
+    from nsight_magic.errors import ReportWarning
+
+    sys.path.insert(0, str(DATA / "planted"))
+    from planted_files import unpack
+
+    manifest = json.loads((DATA / "planted" / "planted.json").read_text())
+    report = unpack(manifest["growing_prefix"], "bad", tmp_path)
+    path = Path(report).parent / "python_samples.json"
+    data = json.loads(path.read_text())
+    if DAMAGES[damage] is None:
+        path.write_text("[" * 100_000 + "]" * 100_000)
+    else:
+        DAMAGES[damage](data)
+        path.write_text(json.dumps(data))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rep = open_report(report)
+        try:
+            ps = rep.python_samples
+            assert ps.empty and "python_samples.json" in ps.problem
+            assert rep.findings() and rep.bottleneck().kind  # the rest of the diagnosis stands
+            html = NsysView(rep).html_page()
+            assert "the profile is shown without its Python samples" in html and "Advice" in html
+        finally:
+            rep.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, ReportWarning)]
+    assert len(said) == 1 and "\n" not in said[0], said
+
+
+def test_the_command_line_draws_a_profile_whose_samples_are_damaged_with_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import DATA
+
+    sys.path.insert(0, str(DATA / "planted"))
+    from planted_files import unpack
+
+    manifest = json.loads((DATA / "planted" / "planted.json").read_text())
+    folder = Path(unpack(manifest["growing_prefix"], "bad", tmp_path)).parent
+    (folder / "python_samples.json").write_text("[" * 100_000 + "]" * 100_000)
+    p = subprocess.run([sys.executable, "-m", "nsight_magic.cli", "view", str(folder), "-o", str(tmp_path / "v.html")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and (tmp_path / "v.html").stat().st_size > 10_000, p.stderr
+    assert p.stderr.strip().splitlines() == [p.stderr.strip()] and "python_samples.json" in p.stderr, p.stderr

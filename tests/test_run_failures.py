@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -363,6 +364,36 @@ def test_a_full_disk_is_named_as_such(full_disk):
     assert "never recorded" not in said and "--dir" in said
     assert (r.folder.path / "cell.py").exists()
     _paths_exist(r.messages)
+
+
+def test_a_disk_that_fills_while_the_report_is_written_keeps_the_raw_recording(tmp_path):
+    """The raw recording fits, its report does not (a 300 kB disk, 3,000 NVTX ranges): the raw stream stays, the
+    line names the full disk and how to go on, and once there is space the profile opens from what was kept."""
+    import subprocess
+
+    d = tmp_path / "small"
+    d.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(d)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs is not allowed here")
+    try:
+        cell = "import nvtx\nfor i in range(3000):\n    nvtx.push_range(f'r{i}')\n    nvtx.pop_range()\n"
+        r = run_nsys(cell, _opts(d, fresh=True, samples=False))
+        said = " ".join(r.messages)
+        assert r.sqlite is None and f"the disk holding {r.folder.path} is full" in said, r.messages
+        assert f"%nsys_load {r.folder.path} makes its report" in said and "magic number" not in said, said
+        raw = r.folder.path / "report.qdstrm"
+        assert raw.stat().st_size > 100_000 and not (r.folder.path / "report.nsys-rep").exists()
+        moved = tmp_path / "moved"
+        shutil.copytree(r.folder.path, moved)  # space, elsewhere: what was kept makes the profile
+    finally:
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+    from nsight_magic import open_report
+
+    rep = open_report(moved)
+    try:
+        assert len(rep.nvtx) >= 3000
+    finally:
+        rep.close()
 
 
 def test_the_cell_sees_the_users_tmpdir_not_nsys_private_one(tmp_path, monkeypatch):

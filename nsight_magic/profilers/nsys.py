@@ -135,28 +135,50 @@ def finish_nsys(folder: ProfileFolder, nsys: Path, messages: list[str],
 def _import_export(base: Path, nsys: Path, messages: list[str], cancel=None) -> tuple[Path | None, Path | None]:
     """BASE.nsys-rep (imported from BASE.qdstrm when nsys left only that) -> BASE.sqlite."""
     rep, qdstrm = base.with_name(base.name + ".nsys-rep"), base.with_name(base.name + ".qdstrm")
+    imported = False
     if not rep.exists() and qdstrm.exists():
         try:
             rep = tools.import_qdstrm(qdstrm, nsys, cancel=cancel)
-            qdstrm.unlink()  # imported; the raw stream can be GBs
+            imported = True
         except Interrupted:
             messages.append(f"interrupted while importing: the raw {qdstrm.name} is kept in {base.parent}/ "
                             f"(%nsys_load {base.parent} imports it)")
             return None, None
         except (ReportError, ToolNotFound) as e:
-            messages.append(f"{e}; the raw {qdstrm.name} is kept in {base.parent}/")
+            messages.append(_raw_kept(e, qdstrm))
             return None, None
     if not rep.exists():
         return None, None
     try:
-        return rep, tools.export_sqlite(rep, nsys, base.with_name(base.name + ".sqlite"), cancel=cancel)
+        sqlite = tools.export_sqlite(rep, nsys, base.with_name(base.name + ".sqlite"), cancel=cancel)
     except Interrupted:
         messages.append(f"interrupted while exporting: {rep.name} is kept in {base.parent}/ (%nsys_load "
                         f"{base.parent} exports and shows it)")
         return rep, None
     except (ReportError, ToolNotFound) as e:
+        if imported:  # the report made from the raw recording does not open: it goes, the raw recording stays
+            rep.unlink(missing_ok=True)
+            messages.append(_raw_kept(e, qdstrm))
+            return None, None
         messages.append(f"{e}; {rep.name} is kept in {base.parent}/ (open it in Nsight Systems)")
         return rep, None
+    if imported:
+        qdstrm.unlink(missing_ok=True)  # the report made from it opens; the raw stream can be GBs
+    return rep, sqlite
+
+
+def _raw_kept(e: Exception, qdstrm: Path) -> str:
+    """The line for a raw recording that could not be made a report: the full disk first, where it is one."""
+    folder = qdstrm.parent
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    if "No space left" in str(e) or (free is not None and free < 4 * 2**20):
+        said = f"{free / 2**10:,.0f} kB free, " if free is not None else ""
+        return (f"the disk holding {folder} is full ({said}the report could not be written); the raw recording "
+                f"{qdstrm.name} is kept there: free space, then %nsys_load {folder} makes its report")
+    return f"{e}; the raw {qdstrm.name} is kept in {folder}/ (%nsys_load {folder} tries again)"
 
 
 def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks: int, cancel=None):
@@ -305,7 +327,13 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
         own = f" nsys's own output is in {folder.tool_log}" if folder.tool_log.exists() and \
             folder.tool_log.stat().st_size else " nsys printed nothing"
         full = disk_full(folder)
-        messages.append(f"nsys wrote no report: {full};{own}" if full else f"nsys wrote no report:{hint}{own}")
+        stopped = outcome.details.get("stop_failed")
+        if stopped:  # the agent may still write the raw recording: say where it will be and what to do then
+            messages.append(f"nsys stop {stopped} before it wrote the report; nsys may still write the raw "
+                            f"recording as report.qdstrm in {folder.path}/ within a minute: then %nsys_load "
+                            f"{folder.path} makes the report from it;{own}")
+        else:
+            messages.append(f"nsys wrote no report: {full};{own}" if full else f"nsys wrote no report:{hint}{own}")
     return RunResult(folder, outcome.status, outcome.returncode, time.monotonic() - t0, rep, sqlite, messages,
                      returned, manifest, timings, notes)
 

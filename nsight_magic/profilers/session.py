@@ -96,6 +96,7 @@ class WarmCell:
     steps: dict                         # seconds: load_s, nsys_start_s, cell_s
     stop_seq: int | None = None         # the `nsys stop` sent at the end of the record stage
     keep: bool = True                   # the worker may run the next cell
+    stop_failed: str | None = None      # how that `nsys stop` ended when it did not end well (killed, an error)
 
     @property
     def status_so_far(self) -> str:
@@ -374,6 +375,11 @@ class NsysSession:
                 with self._lock:
                     self.pending.pop(cell.stop_seq, None)
             _append(tool_log, answer)
+            rc = answer.get("rc")
+            if rc != 0:
+                cell.stop_failed = (f"was killed by {signal.Signals(-rc).name}" if isinstance(rc, int) and rc < 0
+                                    and -rc in signal.valid_signals() else
+                                    f"exited {rc}" if isinstance(rc, int) else str(answer.get("output") or "failed"))
         elif not self.alive() and self.proc is not None:
             self._wait_ended()
             _append(tool_log, {"output": self.log_tail()})
@@ -401,6 +407,8 @@ class NsysSession:
         exited = [r for r in records.items if r.get("phase") == "exited"]
         if exited:
             details["exit_status"] = exited[-1].get("status")  # the worker lives on: its own status says nothing
+        if cell.stop_failed:
+            details["stop_failed"] = cell.stop_failed
         for key, orphans in (("leftovers", False), ("orphans", True)):
             left = [p for r in records.items if r.get("phase") == "leftovers" and bool(r.get("orphans")) == orphans
                     for p in r.get("processes", [])]

@@ -50,6 +50,7 @@ class GpuMemory:
     sources: tuple = ()
     placed: bool = True           # torch's history was placed on the report's clock
     files: tuple = ()
+    problem: str | None = None    # a damaged snapshot left out: why, in one line
 
     @property
     def empty(self) -> bool:
@@ -77,24 +78,23 @@ def load_snapshot(path: Path) -> dict:
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise ReportError(f"{path}: {size / 1e9:.1f} GB, larger than a memory snapshot can be "
-                          f"({MAX_FILE_BYTES / 1e9:.0f} GB); remove it to open the report without it")
+                          f"({MAX_FILE_BYTES / 1e9:.0f} GB)")
     try:
         data = _PlainUnpickler(io.BytesIO(path.read_bytes())).load()
     except Exception as e:  # noqa: BLE001 - any damage: one line
-        raise ReportError(f"{path}: not a readable torch memory snapshot ({type(e).__name__}: {e}); remove it "
-                          "to open the report without it") from None
+        raise ReportError(f"{path}: not a readable torch memory snapshot ({type(e).__name__}: {e})") from None
     if not isinstance(data, dict) or not isinstance(data.get("device_traces", []), list) \
             or not isinstance(data.get("segments", []), list):
-        raise ReportError(f"{path}: not a torch memory snapshot (no segments and device_traces); remove it to "
-                          "open the report without it")
+        raise ReportError(f"{path}: not a torch memory snapshot (no segments and device_traces)")
     return data
 
 
 def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.DataFrame | None = None,
-                    capacity: dict | None = None) -> GpuMemory:
-    """Both records of the report in `folder`: torch's snapshots (every rank's) and `nsys_events` (the rows of
-    CUDA_GPU_MEMORY_USAGE_EVENTS: start, deviceId, bytes, memKind, memoryOperationType), or an empty GpuMemory."""
-    files = snapshot_files(folder)
+                    capacity: dict | None = None, snapshots: bool = True, problem: str | None = None) -> GpuMemory:
+    """Both records of the report in `folder`: torch's snapshots (every rank's; not with snapshots=False) and
+    `nsys_events` (the rows of CUDA_GPU_MEMORY_USAGE_EVENTS: start, deviceId, bytes, memKind,
+    memoryOperationType), or an empty GpuMemory.  ReportError (one line) for a damaged snapshot."""
+    files = snapshot_files(folder) if snapshots else []
     stacks: list = []
     stack_ids: dict = {}
     timeline, blocks, ooms = [], [], []
@@ -103,7 +103,13 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
     for path in files:
         snap = load_snapshot(path)
         settings = snap.get("allocator_settings") or settings
-        t, b, o, h = _torch_view(snap, utc_start_ns, stacks, stack_ids)
+        try:
+            t, b, o, h = _torch_view(snap, utc_start_ns, stacks, stack_ids)
+        except ReportError:
+            raise
+        except Exception as e:  # noqa: BLE001 - entries of the wrong shape or size: one line, naming the file
+            raise ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); "
+                              "the file is damaged") from None
         timeline.append(t)
         blocks.append(b)
         ooms.append(o)
@@ -116,7 +122,7 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
     return GpuMemory(tl, pd.concat(blocks, ignore_index=True) if blocks else empty_memory().blocks, stacks,
                      pd.concat(ooms, ignore_index=True) if ooms else _ooms_frame([]), cap, held_before,
                      settings if isinstance(settings, dict) else {}, sources,
-                     utc_start_ns is not None or not files, tuple(str(p) for p in files))
+                     utc_start_ns is not None or not files, tuple(str(p) for p in files), problem)
 
 
 # ---- torch's history ------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import re
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import NsightMagicError, OptionError, ReportError
+from ..errors import NsightMagicError, OptionError, ReportError, ReportWarning
 from ..tools.cache import private_cache
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
@@ -533,10 +534,15 @@ class NsysData:
     def python_samples(self):
         """The Python call stacks sampled in the profiled process during the cell (readers/python_samples.py:
         samples, stacks, frames; empty when none were recorded), placed on this report's clock."""
-        from .python_samples import read_python_samples
+        from .python_samples import empty_samples, read_python_samples
 
         _, marks = self._own_rows()
-        return read_python_samples(self.path.parent, marks)
+        try:
+            return read_python_samples(self.path.parent, marks)
+        except ReportError as e:  # an optional file: the report shows without it, saying so once
+            said = f"{e}: the profile is shown without its Python samples"
+            warnings.warn(said, ReportWarning, stacklevel=2)
+            return empty_samples(problem=said)
 
     @functools.cached_property
     def gpu_memory(self):
@@ -553,7 +559,13 @@ class NsysData:
             raw = pd.DataFrame(dict(zip(cols, got)))
         gpus = self.gpus
         capacity = {int(i): int(m) for i, m in zip(gpus["id"], gpus["memory_bytes"]) if pd.notna(i) and pd.notna(m)}
-        return read_gpu_memory(self.path.parent, self.meta.utc_start_ns, raw, capacity)
+        try:
+            return read_gpu_memory(self.path.parent, self.meta.utc_start_ns, raw, capacity)
+        except ReportError as e:  # a damaged snapshot (optional): nsys's own record still shows, said once
+            said = f"{e}: the profile is shown without torch's memory history"
+            warnings.warn(said, ReportWarning, stacklevel=2)
+            return read_gpu_memory(self.path.parent, self.meta.utc_start_ns, raw, capacity, snapshots=False,
+                                   problem=said)
 
     def memory_timeline(self) -> pd.DataFrame:
         """GPU memory in use over time: start_ns, device_id, bytes, allocated and reserved (where torch's

@@ -44,17 +44,19 @@ class PythonSamples:
     files: tuple = ()
     cell_first_line: int = 1            # the editor's number of the cell's first line (2 under %%nsys)
     thread_names: dict = field(default_factory=dict, repr=False)  # (pid, tid) -> the thread's Python name
+    problem: str | None = None          # a damaged samples file left out: why, in one line
 
     @property
     def empty(self) -> bool:
         return self.samples.empty
 
 
-def empty_samples() -> PythonSamples:
+def empty_samples(problem: str | None = None) -> PythonSamples:
     return PythonSamples(pd.DataFrame({"time_ns": pd.Series([], dtype=float), "pid": pd.Series([], dtype=np.int64),
                                        "tid": pd.Series([], dtype=np.int64), "stack": pd.Series([], dtype=np.int32),
                                        "weight_ns": pd.Series([], dtype=float)}),
-                         [], [], pd.DataFrame({"function": [], "file": [], "first_line": [], "kind": []}))
+                         [], [], pd.DataFrame({"function": [], "file": [], "first_line": [], "kind": []}),
+                         problem=problem)
 
 
 def frame_kind(file: str, cell_files=()) -> str:
@@ -165,24 +167,26 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
             remap[i] = frame_index[key]
         base = len(stacks)
         for st in data["stacks"]:
-            a = np.asarray(st, dtype=np.int64)
+            a = _ints(st, "a stack", path)
             if a.size % 2 or (a.size and (a[0::2].min() < 0 or a[0::2].max() >= len(remap))):
                 raise ReportError(f"{path.name}: a stack names a frame it does not list; the file is damaged")
             stacks.append(remap[a[0::2]] if a.size else np.empty(0, np.int32))
-            lines.append(a[1::2].astype(np.int32))
+            lines.append(np.clip(a[1::2], 0, 2**31 - 1).astype(np.int32))
         s = data["samples"]
-        t = np.asarray(s["t"], dtype=np.int64)
-        tid = np.asarray(s["tid"], dtype=np.int64)
-        sid = np.asarray(s["stack"], dtype=np.int64)
+        t, tid, sid = (_ints(s[k], f"samples.{k}", path) for k in ("t", "tid", "stack"))
         if not (len(t) == len(tid) == len(sid)) or (len(sid) and (sid.min() < 0 or sid.max() >= len(data["stacks"]))):
             raise ReportError(f"{path.name}: its sample lists differ in length or name unknown stacks; the file is "
                               "damaged")
+        if len(t) and (np.abs(t).max() > TIME_LIMIT_NS):
+            raise ReportError(f"{path.name}: a sample's time is more than {TIME_LIMIT_NS / 3.6e12:.0f} hours from its "
+                              "clock; the file is damaged")
         # the first clock mark, else a later one (nsys may drop the first): t counts from the first
-        clocks = [data["clock_ns"], *(c for c in (data.get("clocks") or []) if isinstance(c, int))]
-        found = next(((by_clock[str(c)], int(c) - int(data["clock_ns"])) for c in clocks if str(c) in by_clock), None)
+        clock = data["clock_ns"]
+        clocks = [clock, *(c for c in (data.get("clocks") or []) if _is_int(c))]
+        found = next(((by_clock[str(c)], int(c) - clock) for c in clocks if str(c) in by_clock), None)
         if found is None:
             placed = False
-            pid, time_ns = int(data.get("pid", -1)), np.full(len(t), np.nan)
+            pid, time_ns = data["pid"], np.full(len(t), np.nan)
         else:
             (pid, mark_ns), since = found
             time_ns = (mark_ns - since + t).astype(float)
@@ -191,7 +195,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
             for k, v in threads.items():
                 if isinstance(v, str) and str(k).isdigit():
                     names[(pid, int(k))] = v[:200]
-        interval = int(data.get("interval_ns") or 5_000_000)
+        interval = data["interval_ns"]
         parts.append(pd.DataFrame({"time_ns": time_ns, "pid": np.full(len(t), pid, np.int64), "tid": tid,
                                    "stack": (sid + base).astype(np.int32), "t": t}))
     samples = pd.concat(parts, ignore_index=True) if parts else empty_samples().samples
@@ -233,19 +237,39 @@ def _weights(samples: pd.DataFrame, interval: int) -> np.ndarray:
     return w
 
 
+TIME_LIMIT_NS = 30 * 24 * 3600 * 10**9  # a sample this far from its clock is no sample of a cell
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -2**62 < v < 2**62
+
+
+def _ints(values, what: str, path: Path) -> np.ndarray:
+    """A list of integers as int64; ReportError for anything else (a float, NaN, a string, a list, a huge number)."""
+    if not isinstance(values, list):
+        raise ReportError(f"{path.name}: {what} is not a list of integers; the file is damaged")
+    a = np.asarray(values) if values else np.empty(0, np.int64)
+    if a.ndim != 1 or a.dtype.kind not in "iu":
+        raise ReportError(f"{path.name}: {what} holds something other than integers; the file is damaged")
+    return a.astype(np.int64)
+
+
 def _load(path: Path) -> dict:
     try:
         if path.stat().st_size > MAX_FILE_BYTES:
             raise ReportError(f"{path.name} is larger than {MAX_FILE_BYTES >> 20} MB; it was not read")
         data = json.loads(path.read_text(encoding="utf-8", errors="surrogatepass"))
-    except (OSError, ValueError) as e:
-        raise ReportError(f"{path.name} could not be read ({type(e).__name__}: {e}); remove it to open the "
-                          "profile without Python samples") from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ReportError(f"{path.name} could not be read ({type(e).__name__}: {str(e)[:200]})") from None
     ok = (isinstance(data, dict) and isinstance(data.get("frames"), list) and isinstance(data.get("stacks"), list)
           and isinstance(data.get("samples"), dict) and all(isinstance(data["samples"].get(k), list)
                                                             for k in ("t", "tid", "stack")))
     if not ok or not all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and isinstance(f[1], str)
-                         for f in data["frames"]):
-        raise ReportError(f"{path.name} is not a samples file nsight-magic wrote (frames, stacks, samples); remove "
-                          "it to open the profile without Python samples")
-    return data
+                         and _is_int(f[2]) for f in data["frames"]):
+        raise ReportError(f"{path.name} is not a samples file nsight-magic wrote (frames, stacks, samples)")
+    interval = data.get("interval_ns", 5_000_000)
+    if not _is_int(data.get("clock_ns")) or not _is_int(interval) or interval <= 0 or \
+            not _is_int(data.get("pid", -1)):
+        raise ReportError(f"{path.name}: its clock, interval or pid is not a (positive) integer; the file is "
+                          "damaged")
+    return {**data, "interval_ns": interval, "pid": data.get("pid", -1)}

@@ -148,8 +148,10 @@ def import_qdstrm(qdstrm: Path, nsys: Path | str | None = None, timeout: float =
     out = Path(out) if out is not None else qdstrm.with_suffix(".nsys-rep")
     with _partial(out) as tmp:
         proc = run_tool([str(importer), "-i", str(qdstrm), "-o", str(tmp), "-f"], timeout, "QdstrmImporter", cancel)
-        if not tmp.exists():
-            raise ReportError(f"QdstrmImporter could not import {qdstrm.name}: {_last_line(proc)}")
+        # its exit status decides: on a full disk it leaves a truncated report (and exits 2)
+        if proc.returncode != 0 or not tmp.exists():
+            raise ReportError(f"QdstrmImporter could not import {qdstrm.name} (exit {proc.returncode}): "
+                              f"{_last_line(proc)}")
         os.replace(tmp, out)
     return out
 

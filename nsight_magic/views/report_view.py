@@ -126,6 +126,8 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
 
     try:
         ps = report.python_samples
+        if ps is not None and getattr(ps, "problem", None):
+            return pd.DataFrame(), pd.DataFrame(), f"<p>{escape(ps.problem)}.</p>"
         if ps is None or ps.empty:
             return pd.DataFrame(), pd.DataFrame(), ""
         fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
@@ -159,11 +161,13 @@ def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame
 
     empty = pd.DataFrame()
     try:
+        problem = getattr(report.gpu_memory, "problem", None)
+        said = f"<p>{escape(problem)}.</p>" if problem else ""
         s = memory_summary(report)
         if s.empty:
-            return "", empty, empty, empty
+            return said, empty, empty, empty
         names = {"torch": "torch's allocator history", "nsys": "nsys's device-memory record"}
-        intro = GPU_MEMORY_INTRO.format(sources=" and ".join(names.get(x, x) for x in s.sources))
+        intro = said + GPU_MEMORY_INTRO.format(sources=" and ".join(names.get(x, x) for x in s.sources))
         d = s.devices
         dev = pd.DataFrame({"device": d["device_id"], "peak GB": d["peak_bytes"] / 1e9,
                             "at ms": (d["peak_ns"] - origin_ns) / 1e6,
