@@ -25,7 +25,7 @@ SECRET = f"inplace-{uuid.uuid4().hex}"
 
 @pytest.fixture
 def kernel(tmp_path):
-    k = inplace_kernel(tmp_path, env={"MY_SERVICE_CREDS": SECRET})
+    k = inplace_kernel(tmp_path, env={"MY_SERVICE_CREDS": SECRET, "CUDA_HIDDEN": SECRET, "TRITON_KEYISH": SECRET})
     session = k.session
     yield k
     k.close()

@@ -1,7 +1,7 @@
 """No secret of the kernel's environment reaches a saved profile (issue 47): the profiled process starts from an
 allow-list (nsight_magic/tools/environment.py), whatever names a team gives its secrets.
 
-A real kernel with 36 secret-looking variables of many shapes in its environment profiles a cell in every path
+A real kernel with 40 secret-looking variables of many shapes in its environment profiles a cell in every path
 (warm, fresh, capture all, --nsys-args, --nproc 2, Nsight Compute's runner, the command line, a variable set in
 os.environ while the kernel runs), then every byte of every file of every profile folder, and of the warm session's
 own folder, is searched for every value: none may be found.  A variable passed by name reaches the process."""
@@ -52,6 +52,8 @@ def _secrets() -> dict[str, str]:
         "OPENAI_KEY": f"sk-proj-{t}abcdefghijklmnopqrst", "HF_TOKEN": f"hf_{t}abcdefghijklmnopqrstu",
         "WANDB_API_KEY": f"wandb{t}", "PASSWORT": f"geheim{t}", "MOT_DE_PASSE": f"secret{t}",
         "CONTRASENA": f"clave{t}", "dbPassword": f"camel{t}", "api_key": f"lower{t}", "JETON_ACCES": f"jeton{t}",
+        # under prefixes the allow-list passes (issue 63: a prefix is no promise)
+        "CUDA_HIDDEN": f"hid{t}", "CONDA_TOKENISH": f"tok{t}", "MKL_CREDS": f"mkl:{t}", "TRITON_KEYISH": f"key{t}",
     }
 
 

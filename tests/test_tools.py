@@ -42,6 +42,8 @@ def test_isolation_can_be_turned_off_with_a_note(monkeypatch):
     try:
         prefix, note = tools.isolation_prefix()
         assert prefix == () and "NSIGHT_MAGIC_ISOLATE=0" in note
+        # what nsys then records: every process with its environment, the kernel's own (issue 63)
+        assert "every process of this machine" in note and "this kernel's" in note
     finally:
         tools.isolation_prefix.cache_clear()
 

@@ -65,10 +65,12 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
     `nsight_magic.inside.isolate` then gives nsys a private /dev/shm and /tmp/nvidia (ids restart inside the namespace).
     """
     if os.environ.get(ISOLATE_ENV, "1") == "0":
-        return (), f"{ISOLATE_ENV}=0: nsys may record other processes' environment variables in the report"
+        return (), (f"{ISOLATE_ENV}=0: the report may hold every process of this machine with its command line and "
+                    "environment, this kernel's (and its secrets) included")
     unshare = shutil.which("unshare")
     if not unshare:
-        return (), "unshare (util-linux) not found: nsys may record other processes' environment variables"
+        return (), ("unshare (util-linux) not found: the report may hold every process of this machine with its "
+                    "command line and environment, this kernel's included")
     isolate = [sys.executable, "-m", "nsight_magic.inside.isolate"]
     ns = ["--pid", "--fork", "--mount-proc", "--kill-child"]
     attempts = [[unshare, *ns, *isolate]] if os.geteuid() == 0 else []
@@ -83,8 +85,9 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
             ok = False
         if ok:
             return tuple(prefix), None
-    return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold "
-                "other processes' environment variables; set NSIGHT_MAGIC_ISOLATE=0 to silence this note")
+    return (), ("could not start nsys in its own PID namespace (unshare was refused): the report may hold every "
+                "process of this machine with its command line and environment, this kernel's included; set "
+                "NSIGHT_MAGIC_ISOLATE=0 to silence this note")
 
 
 def isolated_argv(argv: list[str], *, kernel_symbols: bool = True) -> tuple[list[str], str | None]:
