@@ -169,7 +169,10 @@ def _profile(args) -> int:
     args.vars, args.no_vars, args.returns = None, True, None
     script = Path(args.script).resolve()
     if not script.is_file():
-        print(f"nsight-magic: {args.script}: no such script", file=sys.stderr)
+        why = ("is a folder; give the Python script to run in it" if script.is_dir() else
+               "is not a regular file (a pipe or a device); give a Python script" if script.exists() else
+               "no such script")
+        print(f"nsight-magic: {args.script}: {why}", file=sys.stderr)
         return 2
     opts = nsys_options_from_args(args, default_name=script.stem)
     out = lambda stream, text: (sys.stdout if stream == "stdout" else sys.stderr).write(text)  # noqa: E731

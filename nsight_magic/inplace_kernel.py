@@ -194,8 +194,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--section", dest="sections", action="append", default=[])
     a = ap.parse_args(argv)
     env, _withheld = profiled_environment(passed=[n for n in a.env.split(",") if n])
+    from .inside.kernel_host import sweep_left_files
+    from .tools.cache import home_cache
+
     session = _session_name(a.connection_file, a.tool)
-    cfg: dict = {"tool": a.tool, "session": session}
+    left = home_cache("in-place")  # what killed in-place kernels left: removed by the next one to start
+    if left is not None:
+        sweep_left_files(left)
+    cfg: dict = {"tool": a.tool, "session": session, "connection_file": a.connection_file,
+                 "left_dir": str(left) if left is not None else None}
     try:
         if a.tool == "nsys":
             launch = _nsys_launch(a, cfg)

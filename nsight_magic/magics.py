@@ -187,6 +187,17 @@ class NsightMagics(Magics):
     def _prewarm_default(self) -> bool:
         return os.environ.get(PREWARM_ENV, "1") != "0"
 
+    @validate("pass_env")
+    def _valid_pass_env(self, proposal) -> list:
+        from .options import valid_names
+
+        names = [str(n).strip() for n in proposal["value"]]
+        try:
+            valid_names(tuple(n for n in names if n))
+        except NsightMagicError as e:  # said when set, not in every later %%nsys as an --env nobody passed
+            raise TraitError(str(e).replace("--env", "NsightMagics.pass_env", 1)) from None
+        return [n for n in names if n]
+
     @validate("trace")
     def _valid_trace(self, proposal) -> str:
         from .profilers.nsys import check_trace
@@ -792,6 +803,21 @@ for _name in ("nsys", "ncu", "nsight_setup"):
     _cell_magic_help(getattr(NsightMagics, _name), _name)
 
 
+def _say_previous_end(ipython) -> None:
+    """In a restarted in-place kernel: what ended the previous one's processes, under the first cell run."""
+    from .profilers.inplace import inplace_config, previous_end_note
+
+    said = previous_end_note(inplace_config() or {})
+    if not said:
+        return
+
+    def once(*_):
+        ipython.events.unregister("post_run_cell", once)
+        print(f"nsight-magic: the previous kernel: {said}", file=sys.stderr)
+
+    ipython.events.register("post_run_cell", once)
+
+
 def register(ipython) -> None:
     magics = NsightMagics(ipython, parent=ipython)
     ipython.register_magics(magics)
@@ -801,7 +827,9 @@ def register(ipython) -> None:
         ipython.events.register("post_run_cell", after_cell)
     # a notebook without setup code gets its worker while the user writes the next cell; Run All's next cell
     # (often %%nsight_setup, which needs another worker) comes at once, before any would be used (idle.py)
-    magics._inplace()  # made here, on the kernel's thread, not first in the idle prewarm's
+    ip = magics._inplace()  # made here, on the kernel's thread, not first in the idle prewarm's
+    if ip is not None:
+        _say_previous_end(ipython)
     idle.when_idle(ipython, magics.prewarm)
     from .background import import_finish_stage
 

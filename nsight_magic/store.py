@@ -1,6 +1,7 @@
 """Saved profiles: one folder per run beside the notebook, never overwritten."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -280,6 +281,21 @@ def pick_profile(profiles, key: str | None) -> dict:
                       f"give the whole name or an index")
 
 
+def dangling_link(p: Path) -> str | None:
+    """What a path that does not exist is when it is a symbolic link (exists() follows links): a loop, or a link
+    to nothing; None otherwise."""
+    if not p.is_symlink() or p.exists():
+        return None
+    try:
+        p.resolve(strict=True)
+    except RuntimeError:  # Python's word for a link loop
+        return "a symbolic link loop"
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop"
+    return f"a symbolic link to {os.readlink(p)}, which does not exist"
+
+
 def find_profile(spec: str, root: Path | None = None) -> Path:
     """A profile given by the user: an existing folder or report file, else a profile's name (or a part of it
     only one has, or an index, 0 = newest) among the profile folders of `root` (default: nsight-profiles beside
@@ -289,6 +305,9 @@ def find_profile(spec: str, root: Path | None = None) -> Path:
     p = Path(spec).expanduser()
     if p.exists():
         return p
+    dangling = dangling_link(p)
+    if dangling:
+        raise OptionError(f"{p}: {dangling}; pass the report itself")
     root = Path(root) if root is not None else profiles_root(None)
     profiles = list_profiles(root)
     if profiles.empty:

@@ -45,6 +45,30 @@ def test_profile_exit_status_follows_the_script(tmp_path):
 def test_profile_missing_script_is_one_line(tmp_path):
     p = _cli("profile", str(tmp_path / "nope.py"), cwd=tmp_path)
     assert p.returncode == 2 and p.stderr.strip().count("\n") == 0 and "no such script" in p.stderr
+    # a folder is not a missing script (issue 63)
+    p = _cli("profile", str(tmp_path), cwd=tmp_path)
+    assert p.returncode == 2 and "is a folder; give the Python script to run in it" in p.stderr, p.stderr
+
+
+@requires_nsys
+def test_a_scripts_syntax_error_names_the_script_and_its_line(tmp_path):
+    script = tmp_path / "broken.py"
+    script.write_text("x = 1\ny = (\n")
+    p = _cli("profile", "-t", TEST_TRACE, "--dir", str(tmp_path / "p"), str(script), cwd=tmp_path)
+    assert p.returncode == 2 and "syntax error in broken.py, line 2" in p.stderr, p.stderr
+    assert "the cell" not in p.stderr
+
+
+def test_a_symbolic_link_loop_or_a_link_to_nothing_is_named_as_such(tmp_path):
+    import os
+
+    os.symlink(tmp_path / "a", tmp_path / "b")
+    os.symlink(tmp_path / "b", tmp_path / "a")
+    os.symlink(tmp_path / "nothing", tmp_path / "c")
+    p = _cli("view", str(tmp_path / "a"), cwd=tmp_path)
+    assert p.returncode == 2 and "a symbolic link loop" in p.stderr and "no such" not in p.stderr, p.stderr
+    p = _cli("diff", str(tmp_path / "c"), str(tmp_path / "a"), cwd=tmp_path)
+    assert p.returncode == 2 and "a symbolic link to" in p.stderr and "which does not exist" in p.stderr, p.stderr
 
 
 def test_doctor_reports_a_missing_nsys(tmp_path):

@@ -21,6 +21,8 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
         "%%nsys --name configured --fresh\nprint('ran')",
         "%%nsys --name own --fresh -t nvtx,osrt\nprint('ran')",  # the line's own --trace comes first
         "print(next(c for c in get_ipython().configurables if type(c).__name__ == 'NsightMagics').trace)",
+        "%config NsightMagics.pass_env = ['A B', '$(id)']",  # refused when set, not at every later %%nsys
+        "%%nsys --name after-bad-env --fresh\nprint('ran after')",
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
@@ -40,3 +42,7 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
     assert "ran" in cell_text(nb.cells[5], "stdout")
     assert "nsight-profiles" in cell_text(nb.cells[5]) and "loading" not in cell_text(nb.cells[5]).lower()
     assert cell_text(nb.cells[7], "stdout").strip() == "nvtx"
+    bad_env = cell_text(nb.cells[8])
+    assert "NsightMagics.pass_env 'A B': give the names of environment variables" in bad_env, bad_env
+    assert bad_env.count("\n") < 12, bad_env
+    assert "ran after" in cell_text(nb.cells[9], "stdout") and "--env" not in cell_text(nb.cells[9])

@@ -29,10 +29,7 @@ def kernel(tmp_path):
     session = k.session
     yield k
     k.close()
-    end = time.monotonic() + 20
-    while nsys_of(session) and time.monotonic() < end:
-        time.sleep(0.2)
-    assert nsys_of(session) == []  # nothing of the kernel's nsys is left
+    assert _gone_within([session]) == []  # nothing of the kernel's nsys is left
 
 
 def test_the_cell_runs_once_in_the_kernel_and_its_state_stays(kernel):
@@ -178,7 +175,7 @@ def _gone_within(names: list[str], seconds: float = GONE_WITHIN_S) -> list[str]:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("how", ["restarts-then-shutdown", "shutdown-now", "exit-with-a-child"])
+@pytest.mark.parametrize("how", ["restarts-then-shutdown", "shutdown-now", "exit-with-a-child", "exit-with-a-fork"])
 def test_a_restart_shutdown_or_death_leaves_no_process_of_the_session(tmp_path, how):
     """Whatever ends the kernel (a restart, Jupyter's SIGKILL on a restart "now", a shutdown, a shutdown "now", the
     kernel's own death while a process it started still runs), within 10 s no process of its session is left
@@ -196,18 +193,35 @@ def test_a_restart_shutdown_or_death_leaves_no_process_of_the_session(tmp_path, 
                 sessions.append(k.session)
                 assert "profile ready" in k.run(f"%%nsys --name after{int(now)}\nprint('after the restart')")
                 assert _gone_within(sessions[:-1]) == []  # the old sessions went with their kernels
-        elif how == "exit-with-a-child":
-            k.run(f"import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
-                  f"'import time; time.sleep(300)', {mark!r}])")
-            assert nsys_of(mark)
+        elif how.startswith("exit-with"):
+            if how == "exit-with-a-child":
+                k.run(f"import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
+                      f"'import time; time.sleep(300)', {mark!r}])")
+                assert nsys_of(mark)
+            else:
+                k.run("import os, time\nif os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)")
             k.kc.execute("import os; os._exit(1)")  # nsys launch would wait for the child, holding the session
             end = time.monotonic() + GONE_WITHIN_S
             while k.km.is_alive() and time.monotonic() < end:
                 time.sleep(0.1)
             assert not k.km.is_alive(), "the kernel's process is still there"
+            # Jupyter restarts a kernel that died: the new one says what was stopped as the old one ended
+            k.km.restart_kernel(now=True)
+            k.kc.wait_for_ready(timeout=120)
+            out = k.run("print('restarted')")
+            sessions.append(k.session)
+            said = "a fork of the kernel's process" if how.endswith("fork") else "time.sleep(300) left-by-the-cell"
+            assert "the previous kernel: the kernel ended while 1 process it had started still ran" in out, out
+            assert said in out and "it was stopped" in out, out
+        injection = k.run("import os; print(os.environ.get('QUADD_INJECTION_CONFIG', ''))").strip()
     finally:
         k.close(now=how != "restarts-then-shutdown")
     assert _gone_within([*sessions, mark]) == []
+    if how == "shutdown-now":  # SIGKILL left nsys's settings file; the next in-place kernel to start removes it
+        assert injection.startswith("/") and "injection_config_" in injection, injection
+        if Path(injection).exists():
+            inplace_kernel(tmp_path / "next").close()
+        assert not Path(injection).exists()
 
 
 def test_a_profiler_that_fails_as_it_starts_is_started_again(tmp_path):
@@ -295,17 +309,19 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
     assert len(names) == 1 and names[0].startswith("lab-")
 
 
-def test_when_nsys_dies_the_kernel_lives_and_says_the_session_is_gone(kernel):
-    """nsys's agent killed: `nsys launch` exits (Jupyter would restart the kernel: its handle is that process);
-    until then the kernel answers, and %%nsys says the session has ended instead of recording nothing."""
+@pytest.mark.parametrize("what", ["--start-agent", " launch "])
+def test_when_nsys_dies_the_kernel_lives_and_says_the_session_is_gone(kernel, what):
+    """nsys's agent, or `nsys launch`, killed: the kernel lives on (its namespace's first process stays while it
+    runs), answers, and %%nsys says the session has ended instead of recording nothing; its shutdown then leaves
+    nothing (the fixture checks)."""
     import os
     import signal
 
     assert "profile ready" in kernel.run("%%nsys --name before\nkept = 7")
     session = kernel.session
-    agents = [int(line.split()[0]) for line in nsys_of(session) if "--start-agent" in line]
-    assert agents, nsys_of(session)
-    for pid in agents:
+    victims = [int(line.split()[0]) for line in nsys_of(session) if what in line]
+    assert victims, nsys_of(session)
+    for pid in victims:
         os.kill(pid, signal.SIGKILL)
     end = time.monotonic() + 20
     while any(" launch " in line for line in nsys_of(session)) and time.monotonic() < end:

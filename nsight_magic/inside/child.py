@@ -605,8 +605,13 @@ def main(argv: list[str]) -> int:
     status = run_setup(folder / "setup.py", ns, progress) or load_variables(folder, ns, progress)
     if not status:
         status = run_cell(folder, cfg, ns, progress)
-    # objects of the cell (a DataLoader's workers) end with the namespace; whatever else it started is stopped
-    ns.clear()
+    # objects of the cell (a DataLoader's workers) end with the namespace; whatever else it started is stopped.
+    # Not while a thread of the program's own still runs: its functions read their globals from the namespace
+    # (a setup's metrics thread died with "NameError: name 'METRICS' is not defined"); it ends with the process.
+    import threading
+
+    if not any(t.is_alive() and t is not threading.current_thread() for t in threading.enumerate()):
+        ns.clear()
     import gc
 
     gc.collect()

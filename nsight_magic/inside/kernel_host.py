@@ -28,6 +28,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from .child import TOOL_FILE_ENV, remove_tool_files
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"
 ATTEMPTS = 3
@@ -66,6 +69,58 @@ def find_kernel() -> int | None:
         if argv[1:3] == ["-m", KERNEL_MODULE] and _state(pid) not in ("Z", "X", ""):
             return pid
     return None
+
+
+def _tool_files_of(pid: int) -> list[str]:
+    """The settings files nsys wrote for the kernel (/tmp/injection_config_*), named in its environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    except OSError:
+        return []
+    return sorted({env[k.encode()].decode(errors="replace") for k in TOOL_FILE_ENV if env.get(k.encode())})
+
+
+def _note_tool_files(cfg: dict, files: list[str]) -> Path | None:
+    """Write down the kernel's settings files where the next in-place kernel to start looks (when this one is
+    killed, SIGKILL reaches us too and nothing here can remove them): cfg["left_dir"]/SESSION.json."""
+    folder = cfg.get("left_dir")
+    if not folder or not files:
+        return None
+    record = Path(folder) / f"{cfg['session']}.json"
+    try:
+        record.write_text(json.dumps({"session": cfg["session"], "files": files}))
+        return record
+    except OSError:
+        return None
+
+
+def sweep_left_files(folder) -> None:
+    """Remove what killed in-place kernels left (their settings files): records of sessions no process names."""
+    try:
+        records = list(Path(folder).glob("*.json"))
+    except OSError:
+        return
+    if not records:
+        return
+    running = b"\0".join(_cmdline_bytes(p) for p in _pids())
+    for record in records:
+        try:
+            got = json.loads(record.read_text())
+            session = str(got["session"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if session.encode() not in running:
+            remove_tool_files(got.get("files") or ())
+            record.unlink(missing_ok=True)
+
+
+def _cmdline_bytes(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
 
 
 def _alive(pid: int) -> bool:
@@ -108,6 +163,27 @@ def _profiler_processes(launch: subprocess.Popen) -> set[int]:
         if exe.startswith(("nsys", tool)) and tool:
             out.add(pid)
     return out
+
+
+def _named(pid: int) -> str:
+    """A process as a line names it: a copy of the kernel (a fork) by what it is, others by their command."""
+    argv = [a for a in _cmdline(pid) if a]
+    if argv[1:3] == ["-m", KERNEL_MODULE]:
+        return f"{pid}: a fork of the kernel's process"
+    return f"{pid}: {' '.join(argv)[:80]}"
+
+
+NOTE_SUFFIX = ".nsight-magic-ended.json"  # beside the connection file: a restarted kernel (same file) says it
+
+
+def _leave_note(connection_file: str | None, said: str) -> None:
+    if not connection_file:
+        return
+    try:
+        with open(connection_file + NOTE_SUFFIX, "w") as f:
+            json.dump({"said": said, "t": time.time()}, f)
+    except OSError:
+        pass
 
 
 def _wait(pred, seconds: float) -> bool:
@@ -173,6 +249,18 @@ def run(cfg: dict, env: dict) -> int:
         break
     else:
         return rc
+    files = _tool_files_of(kernel) if kernel is not None else []
+    record = _note_tool_files(mine, files)
+    try:
+        return _watch(kernel, launch, term, cfg)
+    finally:
+        remove_tool_files(files)  # the kernel has ended: its settings files go with it
+        if record is not None:
+            record.unlink(missing_ok=True)
+
+
+def _watch(kernel: int | None, launch: subprocess.Popen, term: _Term, cfg: dict) -> int:
+    """From the kernel's start to its end and its profiler's; the exit status to pass on."""
     while not term.asked and kernel is not None and _alive(kernel):
         _reap()
         time.sleep(POLL_S)
@@ -183,9 +271,14 @@ def run(cfg: dict, env: dict) -> int:
     # it waiting for them (nsys: "Waiting for termination of re-parented processes")
     if not _wait(lambda: launch.poll() is not None, LAUNCH_GRACE_S):
         keep = _profiler_processes(launch)
+        named = [_named(p) for p in _pids() if p != os.getpid() and p not in keep and _alive(p)]
         left = _signal_all_but(keep, signal.SIGTERM)
         if left:
-            _say(f"the kernel ended while {len(left)} process(es) it started still ran; they were stopped")
+            said = (f"the kernel ended while {len(left)} process{'es' if len(left) > 1 else ''} it had started "
+                    f"still ran ({'; '.join(named[:5])}): {'they were' if len(left) > 1 else 'it was'} stopped "
+                    "when the kernel ended")
+            _say(said)
+            _leave_note(cfg.get("connection_file"), said)
             if not _wait(lambda: not any(_alive(p) for p in left), LEFT_GRACE_S):
                 _signal_all_but(keep, signal.SIGKILL)
         _wait(lambda: launch.poll() is not None, WRITE_GRACE_S)

@@ -275,6 +275,23 @@ class InPlaceSession:
                          messages, {}, [], timings, list(notes))
 
 
+def previous_end_note(cfg: dict) -> str | None:
+    """What the namespace's first process said as the previous kernel of this connection file ended (processes
+    the kernel had left running, stopped): read once (the file is removed), for the restarted kernel to say."""
+    from ..inside.kernel_host import NOTE_SUFFIX
+
+    conn = cfg.get("connection_file")
+    if not conn:
+        return None
+    note = Path(conn + NOTE_SUFFIX)
+    try:
+        said = json.loads(note.read_text()).get("said")
+        note.unlink()
+    except (OSError, ValueError, AttributeError):
+        return None
+    return said if isinstance(said, str) else None
+
+
 def run_as_editor(shell, cell: str, first_line: int, number: int | None, header: str = ""):
     """shell.run_cell(cell) numbered as the editor numbers it: above the cell, a comment line for each line the
     editor shows above it (`header`, the magic's own line, first), so that the cell's line N is line N of the code

@@ -328,7 +328,13 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
             folder.tool_log.stat().st_size else " nsys printed nothing"
         full = disk_full(folder)
         stopped = outcome.details.get("stop_failed")
-        if stopped:  # the agent may still write the raw recording: say where it will be and what to do then
+        kept = outcome.details.get("raw_kept_at")
+        if kept:  # nothing lost: the raw recording the folder could not take, where it is
+            why = full or (f"the profile folder {folder.path}/ could not take nsys's raw recording "
+                           f"({outcome.details.get('raw_kept_why')}): make it writable")
+            messages.append(f"{why}; nsys's raw recording is kept at {kept}: %nsys_load {kept} makes its "
+                            f"report;{own}")
+        elif stopped:  # the agent may still write the raw recording: say where it will be and what to do then
             messages.append(f"nsys stop {stopped} before it wrote the report; nsys may still write the raw "
                             f"recording as report.qdstrm in {folder.path}/ within a minute: then %nsys_load "
                             f"{folder.path} makes the report from it;{own}")
@@ -390,9 +396,12 @@ class _Cold:
 
     def finish(self, on_status=None, cancel=None) -> ChildOutcome:
         try:
-            return self.run.finish(on_status, cancel)
+            out = self.run.finish(on_status, cancel)
         finally:
-            _tidy_tmp(self.tmp, self.folder)
+            kept = _tidy_tmp(self.tmp, self.folder)
+        if kept is not None:
+            out.details["raw_kept_at"], out.details["raw_kept_why"] = kept
+        return out
 
 
 TMP_PREFIX = "nsight-magic-nsys-"
@@ -408,7 +417,7 @@ def remove_stale_tmp_dirs() -> None:
             owner = json.loads((d / "owner.json").read_text())
         except (OSError, ValueError):
             continue  # being made now, or not ours
-        if tools.identity_alive(owner):
+        if tools.identity_alive(owner) or owner.get("kept"):  # a raw recording its folder could not take stays
             continue
         folder = Path(owner.get("folder", ""))
         if folder.is_dir():
@@ -418,17 +427,34 @@ def remove_stale_tmp_dirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _tidy_tmp(tmp: Path, folder: ProfileFolder) -> None:
+def _tidy_tmp(tmp: Path, folder: ProfileFolder) -> tuple[str, str] | None:
     """nsys's private TMPDIR after the run: a raw stream it left there, when no report was written, becomes the
-    profile's report.qdstrm (nothing lost); the folder is removed."""
+    profile's report.qdstrm (nothing lost); the folder is removed.  Where the profile folder cannot take it (a
+    full disk, a folder made read-only) it stays where it is, marked kept: (its path, why), else None."""
     dst = folder.path / "report.qdstrm"
+    left = []
     try:
         left = sorted(tmp.glob("*.qdstrm"), key=lambda p: p.stat().st_size)
         if left and not folder.nsys_rep.exists() and not any(folder.path.glob("report*.qdstrm")):
             shutil.move(str(left[-1]), dst)
-    except OSError:  # a full disk: the raw stream cannot be kept, and no cut copy of it is left to mislead
-        dst.unlink(missing_ok=True)
+            left = []
+    except OSError as e:  # no cut copy is left to mislead; the raw recording itself stays
+        try:
+            dst.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raw = left[-1]
+        for p in tmp.iterdir():
+            if p != raw and p.name != "owner.json":
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+        try:
+            owner = json.loads((tmp / "owner.json").read_text())
+            (tmp / "owner.json").write_text(json.dumps({**owner, "kept": True}))
+        except (OSError, ValueError):
+            pass
+        return str(raw), e.strerror or str(e)
     shutil.rmtree(tmp, ignore_errors=True)
+    return None
 
 
 class _Warm:

@@ -36,10 +36,13 @@ def _check_unicode(text: str, what: str, folder: ProfileFolder) -> None:
                           f"{folder.path}/")
 
 
-def _check_syntax(cell: str, folder: ProfileFolder) -> None:
+def _check_syntax(cell: str, folder: ProfileFolder, script: str | None = None) -> None:
     try:
         compile(cell, str(folder.cell), "exec")
     except SyntaxError as e:
+        if script:  # `nsight-magic profile script.py`: the script's own name and lines
+            raise OptionError(f"syntax error in {Path(script).name}, line {e.lineno}: {e.msg}; nothing was run, "
+                              f"a copy is kept in {folder.path}/") from None
         hint = ""
         bad = (e.text or "").lstrip()
         if bad.startswith(("%", "!")):
@@ -67,7 +70,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     setup_text = write_setup(folder.setup, setup_sources)
     _check_unicode(cell, "the cell", folder)
     _check_unicode(setup_text, "the setup code", folder)
-    _check_syntax(cell, folder)
+    _check_syntax(cell, folder, script)
     manifest = []
     namespace = namespace or {}
     if not no_vars and not script:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import ReportError
+from ..store import dangling_link
 
 NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
@@ -17,6 +18,9 @@ def read_report(path):
                           "disk")
     p = Path(path).expanduser()
     if not p.exists():
+        dangling = dangling_link(p)
+        if dangling:
+            raise ReportError(f"{p}: {dangling}; pass the report itself")
         raise ReportError(f"{p}: no such file or folder; pass a .nsys-rep, .sqlite, .ncu-rep, .csv or a profile folder")
     if p.is_dir():
         return _open_folder(p)
