@@ -175,53 +175,51 @@ def _gone_within(names: list[str], seconds: float = GONE_WITHIN_S) -> list[str]:
         time.sleep(0.1)
 
 
-@pytest.mark.parametrize("how", ["restarts-then-shutdown", "shutdown-now", "exit-with-a-child", "exit-with-a-fork"])
+@pytest.mark.parametrize("how", ["restarts-then-shutdown-now", "exit-with-leftovers"])
 def test_a_restart_shutdown_or_death_leaves_no_process_of_the_session(tmp_path, how):
-    """Whatever ends the kernel (a restart, Jupyter's SIGKILL on a restart "now", a shutdown, a shutdown "now", the
-    kernel's own death while a process it started still runs), within 10 s no process of its session is left
-    (nsys, its agent, the kernel, what the cell started), and a restarted kernel profiles again."""
+    """Whatever ends the kernel (a restart, Jupyter's SIGKILL on a restart or shutdown "now", the kernel's own death
+    while processes it started still run: a Popen, a fork), within 10 s no process of its session is left (nsys,
+    its agent, the kernel, what the cell started), a restarted kernel profiles again and says what was stopped,
+    and the settings file nsys wrote for a SIGKILLed kernel is removed by the next in-place kernel to start."""
     mark = f"left-by-the-cell-{uuid.uuid4().hex}"
     k = inplace_kernel(tmp_path)
     sessions = [k.session]
+    injection = lambda: k.run("import os; print(os.environ.get('QUADD_INJECTION_CONFIG', ''))").strip()  # noqa: E731
     try:
         assert "profile ready" in k.run("%%nsys --name once\nprint('once')")
         assert nsys_of(sessions[0])
-        if how == "restarts-then-shutdown":
+        if how == "restarts-then-shutdown-now":
             for now in (False, True):
+                killed = injection()
                 k.km.restart_kernel(now=now)
                 k.kc.wait_for_ready(timeout=120)
                 sessions.append(k.session)
                 assert "profile ready" in k.run(f"%%nsys --name after{int(now)}\nprint('after the restart')")
                 assert _gone_within(sessions[:-1]) == []  # the old sessions went with their kernels
-        elif how.startswith("exit-with"):
-            if how == "exit-with-a-child":
-                k.run(f"import subprocess, sys\nchild = subprocess.Popen([sys.executable, '-c', "
-                      f"'import time; time.sleep(300)', {mark!r}])")
-                assert nsys_of(mark)
-            else:
-                k.run("import os, time\nif os.fork() == 0:\n    time.sleep(300)\n    os._exit(0)")
-            k.kc.execute("import os; os._exit(1)")  # nsys launch would wait for the child, holding the session
+            # the restart "now" SIGKILLed the kernel, leaving nsys's settings file: the new kernel's start removed it
+            assert "injection_config_" in killed and not Path(killed).exists(), killed
+        else:
+            k.run(f"import os, subprocess, sys, time\nchild = subprocess.Popen([sys.executable, '-c', "
+                  f"'import time; time.sleep(300)', {mark!r}])\nif os.fork() == 0:\n    time.sleep(300)\n"
+                  f"    os._exit(0)")
+            assert nsys_of(mark)
+            k.kc.execute("import os; os._exit(1)")  # nsys launch would wait for them, holding the session
             end = time.monotonic() + GONE_WITHIN_S
             while k.km.is_alive() and time.monotonic() < end:
                 time.sleep(0.1)
             assert not k.km.is_alive(), "the kernel's process is still there"
+            assert _gone_within([mark]) == []
             # Jupyter restarts a kernel that died: the new one says what was stopped as the old one ended
             k.km.restart_kernel(now=True)
             k.kc.wait_for_ready(timeout=120)
             out = k.run("print('restarted')")
             sessions.append(k.session)
-            said = "a fork of the kernel's process" if how.endswith("fork") else "time.sleep(300) left-by-the-cell"
-            assert "the previous kernel: the kernel ended while 1 process it had started still ran" in out, out
-            assert said in out and "it was stopped" in out, out
-        injection = k.run("import os; print(os.environ.get('QUADD_INJECTION_CONFIG', ''))").strip()
+            assert "the previous kernel: the kernel ended while 2 processes it had started still ran" in out, out
+            assert "a fork of the kernel's process" in out and "time.sleep(300) left-by-the-cell" in out, out
+            assert "they were stopped" in out, out
     finally:
-        k.close(now=how != "restarts-then-shutdown")
+        k.close(now=True)
     assert _gone_within([*sessions, mark]) == []
-    if how == "shutdown-now":  # SIGKILL left nsys's settings file; the next in-place kernel to start removes it
-        assert injection.startswith("/") and "injection_config_" in injection, injection
-        if Path(injection).exists():
-            inplace_kernel(tmp_path / "next").close()
-        assert not Path(injection).exists()
 
 
 def test_a_profiler_that_fails_as_it_starts_is_started_again(tmp_path):
