@@ -176,13 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     starts the profiler with the kernel under it."""
     import argparse
 
-    from . import tools
+    from .inside.isolate import NO_KERNEL_SYMBOLS
     from .inside.kernel_host import INPLACE_ENV
+    from .options import wants_kernel_symbols
     from .tools.environment import profiled_environment
     from .tools.injection import LAUNCHED_NAMES, LAUNCHED_PATHS, PATH_NAMES
     from .tools.system import ISOLATE_ENV, isolation_prefix
-    from .options import wants_kernel_symbols
-    from .inside.isolate import NO_KERNEL_SYMBOLS
 
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     ap.add_argument("-f", dest="connection_file", required=True)

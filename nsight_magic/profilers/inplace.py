@@ -196,7 +196,6 @@ class InPlaceSession:
         time.sleep(NVTX_SETTLE_S)
         status, annotations, extras = "ok", [], []
         cell_file, file_first = None, cell_first_line
-        timer = CellTimeout(opts.timeout)
         record_start = time.monotonic()
         try:
             if opts.modules is not None or opts.functions:  # on the kernel's own objects, taken off after the cell
@@ -209,24 +208,12 @@ class InPlaceSession:
             with _cell_range(folder.path.name):
                 if opts.samples is not False:  # its clock mark inside the capture
                     extras.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN).start())
-                timer.start()
-                try:
-                    result, cell_file, file_first = run_as_editor(shell, cell, cell_first_line, number, header)
-                finally:
-                    timer.cancel()
-                synchronize_gpu()
-                for h in extras:  # no Python sample of what follows, outside the cell's range
-                    if hasattr(h, "pause"):
-                        h.pause()
-            err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
-            if timer.fired:
-                status = "timeout"
-            elif isinstance(err, KeyboardInterrupt):
-                status = "interrupted"
-            elif err is not None:
-                status = "cell-error"
+                # no Python sample of what follows the cell, outside its range
+                status, cell_file, file_first = run_timed(
+                    shell, cell, opts.timeout, cell_first_line, number, header,
+                    after=[h.pause for h in extras if hasattr(h, "pause")])
         except KeyboardInterrupt:  # between our steps, not inside the cell: the recording still ends
-            status = "timeout" if timer.fired else "interrupted"
+            status = "interrupted"
         finally:
             # the cell's annotations first, then the sampler, then the history's snapshot (not the cell's code)
             for h in [*annotations, *reversed(extras)]:
@@ -234,8 +221,7 @@ class InPlaceSession:
         cell_s = time.monotonic() - record_start
         note_code_files(folder, shell, cell_file, file_first)
         if status == "timeout":
-            messages.append(f"the cell ran past --timeout {opts.timeout:g} s and was interrupted (KeyboardInterrupt "
-                            "in the cell; the kernel lives on, with what the cell had done)")
+            messages.append(timeout_message(opts.timeout))
         record_s = time.monotonic() - t0
 
         def finish(on_status_cb=None, cancel=None) -> RunResult:
@@ -273,6 +259,37 @@ class InPlaceSession:
                    "report_s": round(time.monotonic() - t_stop - stop_s, 3)}
         return RunResult(folder, status, 0 if status == "ok" else None, time.monotonic() - t0, rep, sqlite,
                          messages, {}, [], timings, list(notes))
+
+
+def run_timed(shell, cell: str, timeout: float | None, first_line: int, number: int | None, header: str,
+              after=()) -> tuple[str, str | None, int]:
+    """The cell run here (run_as_editor) under --timeout, its queued GPU work synchronised, then `after` (each a
+    callable); (its status: ok | cell-error | interrupted | timeout, the compiled cell's file, that file's first
+    line as the editor numbers it)."""
+    timer = CellTimeout(timeout)
+    cell_file, file_first = None, first_line
+    try:
+        timer.start()
+        try:
+            result, cell_file, file_first = run_as_editor(shell, cell, first_line, number, header)
+        finally:
+            timer.cancel()
+        synchronize_gpu()
+        for f in after:
+            f()
+    except KeyboardInterrupt:  # Ctrl-C (or the timer) between the cell's end and ours
+        return ("timeout" if timer.fired else "interrupted"), cell_file, file_first
+    err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+    if timer.fired:
+        return "timeout", cell_file, file_first
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted", cell_file, file_first
+    return ("cell-error" if err is not None else "ok"), cell_file, file_first
+
+
+def timeout_message(seconds: float) -> str:
+    return (f"the cell ran past --timeout {seconds:g} s and was interrupted (KeyboardInterrupt in the cell; the "
+            "kernel lives on, with what the cell had done)")
 
 
 def previous_end_note(cfg: dict) -> str | None:

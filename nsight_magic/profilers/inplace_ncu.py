@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import NsightMagicError
 from ..inside.child import CAPTURE_DOMAIN, annotate_cell
 from ..store import ProfileFolder, create_profile_folder, profiles_root
-from .inplace import SessionGone, synchronize_gpu, CellTimeout, note_code_files, run_as_editor
+from .inplace import SessionGone, note_code_files, run_timed, timeout_message
 from .prepare import tool_versions
 from .process import Recording, RunResult
 
@@ -95,7 +95,6 @@ class InPlaceNcu:
         self.cells += 1
         status, annotations = "ok", []
         cell_file, file_first = None, cell_first_line
-        timer = CellTimeout(opts.timeout)
         record_start = time.monotonic()
         try:
             wanted = {"modules": 0 if ncu_opts.module else opts.modules, "functions": list(opts.functions)}
@@ -105,31 +104,18 @@ class InPlaceNcu:
 
             nvtx.push_range(range_name, domain=CAPTURE_DOMAIN)
             try:
-                timer.start()
-                try:
-                    result, cell_file, file_first = run_as_editor(shell, cell, cell_first_line, number, header)
-                finally:
-                    timer.cancel()
-                synchronize_gpu()
+                status, cell_file, file_first = run_timed(shell, cell, opts.timeout, cell_first_line, number, header)
             finally:
                 nvtx.pop_range(domain=CAPTURE_DOMAIN)
-            err = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
-            if timer.fired:
-                status = "timeout"
-            elif isinstance(err, KeyboardInterrupt):
-                status = "interrupted"
-            elif err is not None:
-                status = "cell-error"
         except KeyboardInterrupt:
-            status = "timeout" if timer.fired else "interrupted"
+            status = "interrupted"
         finally:
             for h in annotations:
                 h.remove()
         cell_s = time.monotonic() - record_start
         note_code_files(folder, shell, cell_file, file_first)
         if status == "timeout":
-            messages.append(f"the cell ran past --timeout {opts.timeout:g} s and was interrupted (KeyboardInterrupt "
-                            "in the cell; the kernel lives on, with what the cell had done)")
+            messages.append(timeout_message(opts.timeout))
         record_s = time.monotonic() - t0
 
         def finish(on_status_cb=None, cancel=None) -> RunResult:
