@@ -41,12 +41,17 @@ WRITE_GRACE_S = 4.0    # then the profiler again, before the namespace goes
 KERNEL_MODULE = "ipykernel_launcher"
 
 
-def _cmdline(pid: int) -> list[str]:
+def _cmdline_bytes(pid: int) -> bytes:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().decode(errors="replace").split("\0")
+            return f.read()
     except OSError:
-        return []
+        return b""
+
+
+def _cmdline(pid: int) -> list[str]:
+    raw = _cmdline_bytes(pid)
+    return raw.decode(errors="replace").split("\0") if raw else []
 
 
 def _state(pid: int) -> str:
@@ -113,14 +118,6 @@ def sweep_left_files(folder) -> None:
         if session.encode() not in running:
             remove_tool_files(got.get("files") or ())
             record.unlink(missing_ok=True)
-
-
-def _cmdline_bytes(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
 
 
 def _alive(pid: int) -> bool:

@@ -94,7 +94,8 @@ class InPlaceSession:
 
     def __init__(self, cfg: dict):
         self.refused = cfg.get("refused")  # the kernel started without nsys: why, in one line
-        self.name, self.nsys, self.trace = cfg.get("session", ""), Path(cfg.get("nsys") or "nsys"), cfg.get("trace", "")
+        self.name, self.trace = cfg.get("session", ""), cfg.get("trace", "")
+        self.nsys = Path(cfg.get("nsys") or "nsys")
         self.launch = cfg.get("launch", "")
         self.version = cfg.get("version")
         self.pid = cfg.get("pid")
@@ -314,7 +315,8 @@ def run_as_editor(shell, cell: str, first_line: int, number: int | None, header:
     editor shows above it (`header`, the magic's own line, first), so that the cell's line N is line N of the code
     IPython compiles (tracebacks show the source at that line: a shifted line number alone would show the wrong
     one); and under the cell's prompt number (IPython counts the running %%nsys cell already).  A cell that starts
-    with a cell magic of its own is run as it is.  Returns (the ExecutionResult, the compiled cell's file name, the editor's number of that file's line 1)."""
+    with a cell magic of its own is run as it is.  Returns (the ExecutionResult, the compiled cell's file name, the
+    editor's number of that file's line 1)."""
     code, file_first = cell, first_line
     if first_line > 1 and not cell.lstrip().startswith("%%"):
         above = [f"# {header}".rstrip() if header else "#"] + ["#"] * (first_line - 2)
