@@ -454,7 +454,8 @@ class NsightMagics(Magics):
     @arguments_from(NCU_ARGS, COMMON_ARGS)
     @cell_magic
     def ncu(self, line, cell):
-        """Profile this cell's CUDA kernels with Nsight Compute in a fresh process.
+        """Profile this cell's CUDA kernels with Nsight Compute in a fresh process (in the Nsight Compute in-place
+        kernel, `nsight-magic kernel install --ncu`: in the kernel itself).
 
         Each cell picks its own sections and filters: no kernel restart. Defaults: --set basic plus
         MemoryWorkloadAnalysis, NVTX ranges recorded, at most 50 kernels, only the cell's own kernels (setup code
