@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .version import __version__
 
-__all__ = ["open_report", "open_job", "last", "readable", "diff", "annotate_modules", "annotate_functions",
+__all__ = ["open_report", "open_job", "last", "readable", "diff", "gate", "save_baseline", "annotate_modules", "annotate_functions",
            "load_ipython_extension", "__version__"]
 
 
@@ -53,6 +53,24 @@ def diff(before, after, **kw):
     from .analysis.diff import diff as _diff
 
     return _diff(before, after, **kw)
+
+
+def gate(before, after, fail_above: float, ranges=(), top_kernels: int = 5, **kw):
+    """The CI gate of `nsight-magic diff --fail-above`: did the cell, an NVTX range (`ranges`; default the loop's
+    steps) or one of the `top_kernels` kernels get slower than `fail_above` percent beyond the noise?  A GateResult
+    (.failed, .checks, .lines(), .to_json()); see nsight_magic.analysis.gate."""
+    from .analysis.gate import gate as _gate
+
+    return _gate(diff(before, after, **kw), fail_above, ranges=ranges, top_kernels=top_kernels)
+
+
+def save_baseline(name: str, profile=None, directory=None):
+    """Keep a profile (folder, name or index; None: the newest) as baseline `name` in the profiles folder
+    (default: nsight-profiles beside the notebook); compare with it as "baseline:NAME"."""
+    from .store import profiles_root
+    from .store import save_baseline as _save
+
+    return _save(name, profile, profiles_root(directory))
 
 
 def annotate_modules(model, depth=None, include=None, **kw):

@@ -1,5 +1,6 @@
 """Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`,
-`nsight-magic diff A B [-o page.html]`, `nsight-magic doctor`, `nsight-magic kernel install|list|remove` (the
+`nsight-magic diff A B [-o page.html] [--fail-above PCT]`, `nsight-magic baseline NAME PROFILE`,
+`nsight-magic doctor`, `nsight-magic kernel install|list|remove` (the
 in-place kernel)."""
 from __future__ import annotations
 
@@ -41,6 +42,21 @@ def _parser() -> argparse.ArgumentParser:
     dif.add_argument("--dir", default=None, help="where profiles named by name are (default: ./nsight-profiles)")
     dif.add_argument("--match", choices=("name", "order"), default="name",
                      help="order: number kernels repeated within a step (gemm #0, gemm #1, ...)")
+    dif.add_argument("--fail-above", type=float, default=None, metavar="PCT",
+                     help="exit with status 1 when the cell, a --range or a top kernel got slower by more than PCT "
+                          "percent beyond the run-to-run noise the profiles show (a CI gate)")
+    dif.add_argument("--range", action="append", default=[], metavar="NAME",
+                     help="an NVTX range the gate checks (repeatable; digits count as one name: 'step 3' is 'step "
+                          "#'); default: the loop's step range when both profiles have one")
+    dif.add_argument("--top-kernels", type=int, default=5, metavar="N",
+                     help="how many of the kernels that took most GPU time before the gate checks (default 5)")
+    dif.add_argument("--json", default=None, metavar="FILE", help="also write the comparison (and the gate) as JSON")
+    base = sub.add_parser("baseline", help="keep a profile as a named baseline in the profiles folder, to compare "
+                                           "with later: nsight-magic diff baseline:NAME PROFILE")
+    base.add_argument("name", nargs="?", help="the baseline's name (none: list the baselines)")
+    base.add_argument("profile", nargs="?", help="profile folder, or a profile's name or index in --dir "
+                                                 "(default: the newest)")
+    base.add_argument("--dir", default=None, help="the profiles folder (default: ./nsight-profiles)")
     sub.add_parser("doctor", help="check nsys, ncu, GPU, NVTX and the profile folder")
     ker = sub.add_parser("kernel", help="the in-place kernel: a Jupyter kernel under nsys launch, whose %%nsys "
                                         "records a cell in the kernel itself (nothing re-run, models held once)")
@@ -87,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor,
-                "kernel": _kernel}[args.command](args)
+                "kernel": _kernel, "baseline": _baseline}[args.command](args)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return 2
@@ -149,17 +165,51 @@ def check_output_file(path: Path) -> None:
 
 
 def _diff(args) -> int:
+    from .analysis.gate import check_args, gate
     from .frontend import diff_profiles
-    from .views.diff import diff_page, diff_text
+    from .views.diff import diff_json, diff_page, diff_text
 
     root = Path(args.dir) if args.dir else Path.cwd() / "nsight-profiles"
-    if args.output:
-        check_output_file(Path(args.output))  # before the comparison: a bad path must not cost its time
+    for out in (args.output, args.json):
+        if out:
+            check_output_file(Path(out))  # before the comparison: a bad path must not cost its time
+    if args.fail_above is None and (args.range or args.top_kernels != 5):
+        raise OptionError("--range and --top-kernels choose what --fail-above checks: add --fail-above PCT")
+    if args.fail_above is not None:
+        check_args(args.fail_above, args.top_kernels)
     d = diff_profiles(args.before, args.after, root, match=args.match)
+    result = None
+    if args.fail_above is not None:
+        result = gate(d, args.fail_above, ranges=args.range, top_kernels=args.top_kernels)
     print(diff_text(d))
+    if result is not None:
+        print("\n" + "\n".join(result.lines()))
     if args.output:
         write_page(Path(args.output), diff_page(d))
         print(f"nsight-magic: wrote {args.output}", file=sys.stderr)
+    if args.json:
+        import json
+
+        write_page(Path(args.json), json.dumps(diff_json(d, result), indent=1))
+        print(f"nsight-magic: wrote {args.json}", file=sys.stderr)
+    return 1 if result is not None and result.failed else 0
+
+
+def _baseline(args) -> int:
+    from .baselines import baselines, source_of
+    from .store import save_baseline
+
+    root = Path(args.dir).resolve() if args.dir else Path.cwd() / "nsight-profiles"
+    if args.name is None:
+        found = baselines(root)
+        for name, folder in found.items():
+            print(f"{name}\t{folder}\t{source_of(folder) or '?'}")
+        if not found:
+            print(f"nsight-magic: no baselines in {root} (nsight-magic baseline NAME PROFILE)", file=sys.stderr)
+        return 0
+    dst = save_baseline(args.name, args.profile, root)
+    print(f"nsight-magic: kept {Path(source_of(dst)).name} as baseline {args.name!r} ({dst}); compare with: "
+          f"nsight-magic diff baseline:{args.name} PROFILE --fail-above PCT")
     return 0
 
 

@@ -434,20 +434,35 @@ class NsightMagics(Magics):
     @argument("--dir", default=None, help="where profiles given by name are (default: nsight-profiles beside the "
                                           "notebook)")
     @argument("--no-render", action="store_true", help="print the comparison as text")
+    @argument("--fail-above", type=float, default=None, metavar="PCT",
+              help="the CI gate of `nsight-magic diff`: say whether the cell, a --range or a top kernel got slower "
+                   "by more than PCT percent beyond the run-to-run noise (the result is also in `_nsys_gate`)")
+    @argument("--range", action="append", default=[], metavar="NAME", help="an NVTX range the gate checks")
+    @argument("--top-kernels", type=int, default=5, metavar="N", help="how many top kernels the gate checks")
     @line_magic
     def nsys_diff(self, line):
         """Compare two profiles: capture and GPU busy time, the biggest changes (chart), kernels / NVTX / CUDA API /
         memory tables with before, after, change and status (new, gone, changed, same), findings that came or
         went, and both timelines on linked axes.  The result is also in `_nsys_diff` (a ProfileDiff)."""
         args = parse_line(self.nsys_diff, line)
+        from .analysis.gate import check_args, gate
         from .views.diff import display_diff
 
         try:
+            if args.fail_above is not None:
+                check_args(args.fail_above, args.top_kernels)
             d = self.frontend.diff(args.profiles, args.dir, args.match, say=_say)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         self.shell.user_ns["_nsys_diff"] = d
         display_diff(d, render=not args.no_render)
+        if args.fail_above is not None:
+            try:
+                result = gate(d, args.fail_above, ranges=args.range, top_kernels=args.top_kernels)
+            except NsightMagicError as e:
+                raise UsageError(str(e)) from None
+            self.shell.user_ns["_nsys_gate"] = result
+            print("\n".join(result.lines()))
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()

@@ -299,7 +299,9 @@ def dangling_link(p: Path) -> str | None:
 def find_profile(spec: str, root: Path | None = None) -> Path:
     """A profile given by the user: an existing folder or report file, else a profile's name (or a part of it
     only one has, or an index, 0 = newest) among the profile folders of `root` (default: nsight-profiles beside
-    the notebook).  Raises OptionError saying what exists."""
+    the notebook), or `baseline:NAME`, a baseline kept there (baselines.py).  Raises OptionError saying what
+    exists."""
+    from .baselines import PREFIX, find_baseline
     from .errors import OptionError
 
     p = Path(spec).expanduser()
@@ -309,6 +311,8 @@ def find_profile(spec: str, root: Path | None = None) -> Path:
     if dangling:
         raise OptionError(f"{p}: {dangling}; pass the report itself")
     root = Path(root) if root is not None else profiles_root(None)
+    if str(spec).startswith(PREFIX):
+        return find_baseline(str(spec)[len(PREFIX):], root)
     profiles = list_profiles(root)
     if profiles.empty:
         raise OptionError(f"{spec}: no such file or folder, and {root} holds no profiles")
@@ -316,3 +320,24 @@ def find_profile(spec: str, root: Path | None = None) -> Path:
         return Path(pick_profile(profiles, spec)["folder"])
     except OptionError as e:
         raise OptionError(str(e).replace("--pick ", "")) from None
+
+
+def save_baseline(name: str, profile: str | os.PathLike | None, root: Path) -> Path:
+    """Keep profile `profile` (a folder, a name in `root` or an index; None: the newest) as baseline `name`
+    (baselines.py); returns the baseline's folder."""
+    from .baselines import check_name, keep
+    from .errors import OptionError
+
+    check_name(name)
+    if profile is None:
+        found = list_profiles(root)
+        if found.empty:
+            raise OptionError(f"{root} holds no finished profile to keep as baseline {name!r}; give one")
+        src = Path(found.iloc[0]["folder"])
+    else:
+        src = find_profile(str(profile), root)
+    if src.is_file():
+        raise OptionError(f"{src}: a baseline is a profile folder; give the folder that holds this report")
+    if not has_report(src):
+        raise OptionError(f"{src}: not a finished profile (no report in it, or still being loaded)")
+    return keep(src, name, root)

@@ -157,6 +157,9 @@ def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
         "%nsys_diff --no-render",
         "print(type(_nsys_diff).__name__, _nsys_diff.nvtx.set_index('name').loc['b', 'status'])",
         "%nsys_diff nothing-here also-not",
+        "%nsys_diff --no-render --fail-above 20 --range b",
+        "print(_nsys_gate.failed, [c.what for c in _nsys_gate.checks if c.failed])",
+        "%nsys_diff --fail-above -3",
     ], tmp_path, allow_errors=True)
     shown = cell_text(nb.cells[3])
     assert shown.startswith("Profile diff: cell") and " -> cell" in shown
@@ -164,6 +167,12 @@ def test_nsys_diff_magic_compares_the_last_two_cells(tmp_path):
     assert first < second  # the older profile first
     assert "ProfileDiff changed" in cell_text(nb.cells[4])
     assert "nothing-here" in cell_text(nb.cells[5]) and "UsageError" in cell_text(nb.cells[5])
+    # the gate says what `nsight-magic diff --fail-above` says: b took 0.05 s, then 0.25 s
+    gated = cell_text(nb.cells[6]).splitlines()
+    assert any(line.startswith("SLOWER range b: ") for line in gated), gated
+    assert gated[-1].startswith("gate FAILED: fail above 20% slower")
+    assert "True ['cell', 'range']" in cell_text(nb.cells[7])
+    assert "give a percentage of 0 or more" in cell_text(nb.cells[8]) and "Profile diff" not in cell_text(nb.cells[8])
 
 
 @requires_nsys

@@ -187,3 +187,16 @@ def display_diff(d, render: bool = True) -> None:
         print(text)
         return
     publish_display_data({"text/html": diff_fragment(d, include_bokehjs=needs_bokehjs()), "text/plain": text})
+
+
+def diff_json(d, gate_result=None, rows: int = 15) -> dict:
+    """The comparison as JSON-ready data (`nsight-magic diff --json`): headline, the `rows` biggest changes and,
+    with a gate (analysis/gate.py), its checks and verdict.  Bounded, whatever the profiles' sizes."""
+    import json
+
+    headline = {k: v for k, v in d.headline.items() if k != "top"}
+    # memory peaks are {device: bytes}: JSON keys are text
+    headline = json.loads(json.dumps(headline, default=lambda v: v.item() if hasattr(v, "item") else str(v)))
+    return {"before": d.before_label, "after": d.after_label, "headline": headline,
+            "top": json.loads(d.top(rows).to_json(orient="records")),
+            "gate": gate_result.to_json() if gate_result is not None else None}
