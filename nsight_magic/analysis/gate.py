@@ -88,6 +88,7 @@ def _spread(d: np.ndarray) -> float:
 def _stats(d, total: bool = False) -> tuple[float, float, int]:
     """(value, its noise as a standard error, n): the median instance, or with `total` the sum of all."""
     d = np.asarray(d, float)
+    d = d[np.isfinite(d)]
     n = len(d)
     if n == 0:
         return math.nan, 0.0, 0
@@ -118,7 +119,10 @@ def range_durations(report, name: str) -> np.ndarray:
     if "domain" in nv:
         nv = nv[nv["domain"].astype("string").fillna("") != CAPTURE_DOMAIN]
     ends = pd.to_numeric(nv["end_ns"], errors="coerce")
-    keep = ends.notna().to_numpy() & (nv["name"].astype(str).map(_pattern) == _pattern(name)).to_numpy()
+    codes, uniq = pd.factorize(nv["name"].astype(str))  # each distinct name once: a million ranges, a few names
+    target = _pattern(name)
+    named = np.array([_pattern(u) == target for u in uniq], dtype=bool)[codes]
+    keep = ends.notna().to_numpy() & named
     return (ends[keep] - pd.to_numeric(nv["start_ns"], errors="coerce")[keep]).to_numpy(float)
 
 
@@ -188,9 +192,9 @@ def gate(d: ProfileDiff, fail_above_pct: float, ranges=(), top_kernels: int = 5)
             checks.append(got)
     if top_kernels:
         kb, ka = _kernel_durations(b), _kernel_durations(a)
-        top = d.kernels.sort_values("total_before_ns", ascending=False, kind="stable")
-        for name in top[top["total_before_ns"] > 0]["name"].head(top_kernels):
-            if name in kb and name in ka:
+        top = sorted(kb, key=lambda k: -np.nansum(kb[k]))[:top_kernels]
+        for name in top:
+            if name in ka:
                 got = _check("kernel", name, _stats(kb[name], total=True), _stats(ka[name], total=True),
                              fail_above_pct)
                 if got is not None:
