@@ -220,9 +220,7 @@ class InPlaceSession:
             for h in [*annotations, *reversed(extras)]:
                 h.remove()
         cell_s = time.monotonic() - record_start
-        note_code_files(folder, shell, cell_file, file_first)
-        if status == "timeout":
-            messages.append(timeout_message(opts.timeout))
+        cell_done(folder, shell, status, cell_file, file_first, opts.timeout, messages)
         record_s = time.monotonic() - t0
 
         def finish(on_status_cb=None, cancel=None) -> RunResult:
@@ -288,9 +286,14 @@ def run_timed(shell, cell: str, timeout: float | None, first_line: int, number: 
     return ("cell-error" if err is not None else "ok"), cell_file, file_first
 
 
-def timeout_message(seconds: float) -> str:
-    return (f"the cell ran past --timeout {seconds:g} s and was interrupted (KeyboardInterrupt in the cell; the "
-            "kernel lives on, with what the cell had done)")
+def cell_done(folder: ProfileFolder, shell, status: str, cell_file: str | None, first_line: int,
+              timeout: float | None, messages: list) -> None:
+    """After a cell recorded in place (%%nsys and %%ncu alike): run.json's code files, and the line a timeout
+    owes the user."""
+    note_code_files(folder, shell, cell_file, first_line)
+    if status == "timeout":
+        messages.append(f"the cell ran past --timeout {timeout:g} s and was interrupted (KeyboardInterrupt in the "
+                        "cell; the kernel lives on, with what the cell had done)")
 
 
 def previous_end_note(cfg: dict) -> str | None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from ..errors import NsightMagicError
 from ..inside.child import CAPTURE_DOMAIN, annotate_cell
 from ..store import ProfileFolder, create_profile_folder, profiles_root
-from .inplace import SessionGone, note_code_files, run_timed, timeout_message
+from .inplace import SessionGone, cell_done, run_timed
 from .prepare import tool_versions
 from .process import Recording, RunResult
 
@@ -113,9 +113,7 @@ class InPlaceNcu:
             for h in annotations:
                 h.remove()
         cell_s = time.monotonic() - record_start
-        note_code_files(folder, shell, cell_file, file_first)
-        if status == "timeout":
-            messages.append(timeout_message(opts.timeout))
+        cell_done(folder, shell, status, cell_file, file_first, opts.timeout, messages)
         record_s = time.monotonic() - t0
 
         def finish(on_status_cb=None, cancel=None) -> RunResult:
