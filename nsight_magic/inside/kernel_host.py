@@ -167,7 +167,9 @@ def _named(pid: int) -> str:
     argv = [a for a in _cmdline(pid) if a]
     if argv[1:3] == ["-m", KERNEL_MODULE]:
         return f"{pid}: a fork of the kernel's process"
-    return f"{pid}: {' '.join(argv)[:80]}"
+    # the program by its name (a venv's path would crowd out the arguments that tell one process from another)
+    line = " ".join([os.path.basename(argv[0]), *argv[1:]]) if argv else "?"
+    return f"{pid}: {line[:120]}"
 
 
 NOTE_SUFFIX = ".nsight-magic-ended.json"  # beside the connection file: a restarted kernel (same file) says it
