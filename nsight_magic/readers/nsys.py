@@ -492,7 +492,27 @@ class NsysData:
 
     @functools.cached_property
     def osrt(self) -> pd.DataFrame:
-        return self._frame("osrt")
+        """OS runtime calls of the profiled program; those our Python sampler caused are `instrument_waits`."""
+        return self._osrt_split[0]
+
+    @property
+    def instrument_waits(self) -> pd.DataFrame:
+        """OS runtime calls our own instruments caused or made (readers/instrument_waits.py): the program's
+        threads waiting for the GIL while our sampler held it, and the sampler's own thread."""
+        return self._osrt_split[1]
+
+    @functools.cached_property
+    def _osrt_split(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        from .instrument_waits import instrument_rows
+
+        df = self._frame("osrt")
+        if len(df) == 0:
+            return df, df
+        ps = self.python_samples
+        ours = instrument_rows(df, ps.passes, ps.sampler_threads)
+        if not ours.any():
+            return df, df.iloc[:0]
+        return df[~ours].reset_index(drop=True), df[ours].reset_index(drop=True)
 
     @functools.cached_property
     def sync(self) -> pd.DataFrame:

@@ -5,6 +5,8 @@ export, placed on the report's clock by nsight-magic's NVTX clock mark.
               weight_ns (the time the sample stands for: since the thread's previous sample)
     stacks    per stack id: frame ids from the leaf to the root (int32 arrays), and their line numbers
     frames    DataFrame: function, file, first_line, kind (cell, user, library, stdlib, ours)
+    passes    DataFrame: pid, start_ns, end_ns: when the sampler held the GIL (report clock; files that have them)
+    sampler_threads  {(pid, tid)} of the sampler's own thread
 
 Several processes (ranks) each write their own file (python_samples.rankR.json).  The readers know nothing of what
 the samples mean: analysis/python_code.py says which code the host ran.
@@ -45,10 +47,17 @@ class PythonSamples:
     cell_first_line: int = 1            # the editor's number of the cell's first line (2 under %%nsys)
     thread_names: dict = field(default_factory=dict, repr=False)  # (pid, tid) -> the thread's Python name
     problem: str | None = None          # a damaged samples file left out: why, in one line
+    passes: pd.DataFrame = field(default_factory=lambda: _no_passes(), repr=False)
+    sampler_threads: frozenset = frozenset()
 
     @property
     def empty(self) -> bool:
         return self.samples.empty
+
+
+def _no_passes() -> pd.DataFrame:
+    return pd.DataFrame({"pid": pd.Series([], dtype=np.int64), "start_ns": pd.Series([], dtype=np.int64),
+                         "end_ns": pd.Series([], dtype=np.int64)})
 
 
 def empty_samples(problem: str | None = None) -> PythonSamples:
@@ -156,6 +165,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     names: dict = {}
     placed = True
     interval = None
+    passes, samplers = [], set()
     for path in files:
         data = _load(path)
         remap = np.empty(len(data["frames"]), np.int32)
@@ -190,6 +200,9 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
         else:
             (pid, mark_ns), since = found
             time_ns = (mark_ns - since + t).astype(float)
+            passes.append(_passes(data, pid, mark_ns - since, path))
+        if _is_int(data.get("sampler_tid")) and data["sampler_tid"] > 0:
+            samplers.add((int(pid), int(data["sampler_tid"])))
         threads = data.get("threads")
         if isinstance(threads, dict):
             for k, v in threads.items():
@@ -208,7 +221,20 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     fr["file"] = shown_files(fr["file"], code)  # kinds first: they read the paths
     return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
                          interval or 5_000_000, placed, tuple(p.name for p in files), cell_first_line_of(folder, code),
-                         names)
+                         names, passes=pd.concat(passes, ignore_index=True) if passes else _no_passes(),
+                         sampler_threads=frozenset(samplers))
+
+
+def _passes(data: dict, pid: int, origin_ns: int, path: Path) -> pd.DataFrame:
+    """The sampler's passes of one file on the report's clock (files written before they were kept have none)."""
+    got = data.get("passes")
+    if not isinstance(got, dict):
+        return _no_passes()
+    t, ns = _ints(got.get("t"), "passes.t", path), _ints(got.get("ns"), "passes.ns", path)
+    if len(t) != len(ns) or (len(t) and (np.abs(t).max() > TIME_LIMIT_NS or ns.min() < 0 or ns.max() > TIME_LIMIT_NS)):
+        raise ReportError(f"{path.name}: its passes differ in length or hold impossible times; the file is damaged")
+    return pd.DataFrame({"pid": np.full(len(t), pid, np.int64), "start_ns": origin_ns + t,
+                         "end_ns": origin_ns + t + ns})
 
 
 def read_cell_first_line(folder: Path) -> int:
