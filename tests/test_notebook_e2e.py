@@ -35,9 +35,10 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
         "%load_ext nsight_magic",
         "%%nsight_setup\nimport time, nvtx\nwith nvtx.annotate('setup work'):\n    time.sleep(0.01)\n"
         "def helper(v):\n    return v * 2",
-        "x = 20\nunused_here = object()",
+        "import time\nx = 20\nunused_here = object()\ndef spin(s):\n    end = time.perf_counter() + s\n"
+        "    while time.perf_counter() < end:\n        pass",
         "%%nsys --name e2e --return y\nwith nvtx.annotate('outer'):\n    with nvtx.annotate('inner'):\n"
-        "        print('cell sees x =', x, flush=True)\n        y = helper(x) + 2\n",
+        "        print('cell sees x =', x, flush=True)\n        y = helper(x) + 2\n        spin(0.3)\n",
         "print('back in the notebook: y =', y)",
         "import glob\n%nsys_load {glob.glob('nsight-profiles/e2e-*')[0]}",
     ])
@@ -45,7 +46,8 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     cells = nb.cells
     assert "remembered as setup code" in cell_text(cells[1])
     profiled = cell_text(cells[3])
-    assert "sending 1 variable: x (int" in profiled  # the manifest: free names only, setup names excluded
+    # the manifest: free names only, setup names excluded
+    assert "sending 2 variables: spin (function" in profiled and "x (int" in profiled, profiled
     assert "cell sees x = 20" in cell_text(cells[3], "stdout")  # streamed from the child
     assert "nsys:" in profiled  # the status line
     assert "back in the notebook: y = 42" in cell_text(cells[4])
@@ -63,13 +65,23 @@ def test_nsys_cell_in_a_real_kernel(tmp_path, monkeypatch):
     for f in ("cell.py", "setup.py", "vars.json", "stdout.txt", "stderr.txt", "command.txt", "versions.json",
               "report.nsys-rep", "report.sqlite", "view.html"):
         assert (folder / f).exists(), f
-    assert json.loads((folder / "vars.json").read_text())[0]["name"] == "x"
+    assert [v["name"] for v in json.loads((folder / "vars.json").read_text())] == ["spin", "x"]
     assert "def helper" in (folder / "setup.py").read_text()
     ranges = nvtx_ranges(folder / "report.sqlite")
     assert "outer" in ranges and "inner" in ranges
     assert "setup work" not in ranges  # setup ran outside the capture
     blob = (folder / "report.sqlite").read_bytes() + (folder / "report.nsys-rep").read_bytes()
     assert SECRET.encode() not in blob
+    # a function the notebook sent (cloudpickle names its code "<dynamic-code>") is named by the cell that defined it
+    from nsight_magic.report import open_report
+
+    rep = open_report(folder / "report.sqlite")
+    try:
+        fr = rep.python_samples.frames
+        assert (fr[fr["function"] == "spin"]["file"] == "In [3]").all() and (fr["function"] == "spin").any(), fr
+        assert not fr["file"].eq("<dynamic-code>").any(), fr
+    finally:
+        rep.close()
     versions = json.loads((folder / "versions.json").read_text())
     assert versions["nsys"].startswith("20")
 

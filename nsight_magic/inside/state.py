@@ -6,6 +6,7 @@ import builtins
 import io
 import pickle
 import re
+import types
 from dataclasses import dataclass
 
 import cloudpickle
@@ -61,15 +62,45 @@ def free_names(cell: str, setup_sources: list[str], namespace: dict) -> list[str
     return sorted(n for n in wanted if n in namespace and not re.fullmatch(r"_i+\d*", n))
 
 
-def pack_variables(names: list[str], namespace: dict, optional=()) -> tuple[bytes, list[SentVariable]]:
+SENT_CODE_KEPT = 5000  # code objects a run names (a sent object graph may hold many functions)
+
+
+class _CodePickler(cloudpickle.CloudPickler):
+    """cloudpickle, noting where each function it meets was defined: it sends code objects with co_filename
+    "<dynamic-code>" (cloudpickle 3.1), so the profiled process's frames no longer say which notebook cell
+    defined them; `codes` maps (name, first line) -> the file the notebook compiled them from."""
+
+    def __init__(self, file, protocol, codes: dict):
+        super().__init__(file, protocol=protocol)
+        self.codes = codes
+
+    def reducer_override(self, obj):
+        # functions sent by value: the notebook's own (importable ones go by reference, their files intact)
+        if isinstance(obj, types.FunctionType) and len(self.codes) < SENT_CODE_KEPT and \
+                getattr(obj, "__module__", None) in (None, "__main__"):
+            _note_code(obj.__code__, self.codes)
+        return super().reducer_override(obj)
+
+
+def _note_code(code: types.CodeType, codes: dict, depth: int = 0) -> None:
+    codes.setdefault((code.co_name, code.co_firstlineno), code.co_filename)
+    if depth < 8:  # nested functions, lambdas and comprehensions are constants of their code
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                _note_code(c, codes, depth + 1)
+
+
+def pack_variables(names: list[str], namespace: dict, optional=(), codes: dict | None = None
+                   ) -> tuple[bytes, list[SentVariable]]:
     """cloudpickle the variables into one stream; raise UnpicklableVariable naming the first that fails.
 
     One pickler for all of them, so objects they share stay shared in the child (a model and the optimizer that
     holds its parameters).  Each manifest size is what that variable added to the stream.  Names in `optional`
-    (those the cell assigns itself) are left out with no error when they cannot be pickled.
+    (those the cell assigns itself) are left out with no error when they cannot be pickled.  `codes`, when given,
+    receives where each sent function was defined (_CodePickler).
     """
     buf = io.BytesIO()
-    pickler = cloudpickle.CloudPickler(buf, protocol=pickle.HIGHEST_PROTOCOL)
+    pickler = _CodePickler(buf, pickle.HIGHEST_PROTOCOL, {} if codes is None else codes)
     sent: list[str] = []
     manifest: list[SentVariable] = []
     for name in names:
@@ -82,7 +113,7 @@ def pack_variables(names: list[str], namespace: dict, optional=()) -> tuple[byte
         except Exception as e:  # pickling can fail with any exception type
             if name in optional:
                 # start again without it: the failed dump may have left entries in the pickler's memo
-                return pack_variables([n for n in names if n != name], namespace, optional)
+                return pack_variables([n for n in names if n != name], namespace, optional, codes)
             raise UnpicklableVariable(
                 f"variable {name!r} ({type(value).__name__}) cannot be sent to the profiled process "
                 f"({type(e).__name__}: {str(e)[:120]}); create it in a %%nsight_setup cell instead, "

@@ -72,12 +72,14 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     _check_unicode(setup_text, "the setup code", folder)
     _check_syntax(cell, folder, script)
     manifest = []
+    codes: dict = {}
     namespace = namespace or {}
     if not no_vars and not script:
         names = list(send_vars) if send_vars is not None else state.free_names(cell, list(setup_sources), namespace)
         try:
             blob, manifest = state.pack_variables(names, namespace,
-                                                  optional=state.bound_names(cell) if send_vars is None else ())
+                                                  optional=state.bound_names(cell) if send_vars is None else (),
+                                                  codes=codes)
         except OptionError as e:
             raise type(e)(f"{e}; nothing was run (kept: {folder.path}/)") from None
         if manifest:
@@ -99,8 +101,23 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
         "return_all": return_all,
         "per_rank_reports": per_rank_reports,  # one nsys per rank: each rank pushes the capture range itself
         "cell_first_line": cell_first_line,    # the editor's number of the cell's first line (2 under %%nsys)
+        # functions sent with the variables: [name, first line, file, "In [N]" or None] (readers/python_samples)
+        "sent_code": sent_code(codes),
     })
     return _Prepared(folder, manifest, cwd)
+
+
+def sent_code(codes: dict) -> list:
+    """Where each sent function was defined, with the notebook cell that compiled it ("In [3]") where this runs in
+    an IPython kernel: cloudpickle's copies in the profiled process say only "<dynamic-code>"."""
+    labels: dict = {}
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    names = getattr(getattr(shell, "compile", None), "_filename_map", None)
+    if isinstance(names, dict):
+        labels = {k: f"In [{v}]" for k, v in names.items() if isinstance(k, str) and isinstance(v, int)}
+    return [[name, first, file, labels.get(file)] for (name, first), file in codes.items()
+            if isinstance(file, str) and not file.startswith("<frozen")]
 
 
 def current_umask() -> int:

@@ -114,6 +114,37 @@ def read_code_files(folder: Path) -> dict:
     return out
 
 
+DYNAMIC_CODE = "<dynamic-code>"  # cloudpickle's co_filename for the functions it sends by value (3.1+)
+
+
+def read_sent_code(folder: Path) -> dict:
+    """run.json's sent_code: (function, first line) -> the notebook cell ("In [3]") or file that defined a function
+    sent to the profiled process with the variables; {} when absent or damaged."""
+    try:
+        raw = json.loads((Path(folder) / "run.json").read_text()).get("sent_code")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    out = {}
+    for item in raw if isinstance(raw, list) else ():
+        if isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and _is_int(item[1]) \
+                and isinstance(item[2], str):
+            out.setdefault((item[0], int(item[1])), item[3] if isinstance(item[3], str) else item[2])
+    return out
+
+
+def _name_sent_code(fr: pd.DataFrame, sent: dict) -> None:
+    """Frames of functions the notebook sent (file "<dynamic-code>") named by the cell that defined them: the
+    user's code."""
+    if not sent or not len(fr):
+        return
+    dyn = fr["file"].eq(DYNAMIC_CODE).to_numpy()
+    for i in np.flatnonzero(dyn):
+        where = sent.get((fr.at[i, "function"], int(fr.at[i, "first_line"])))
+        if where is not None:
+            fr.at[i, "file"] = where
+            fr.at[i, "kind"] = "user"
+
+
 def cell_first_line_of(folder: Path, code_files: dict) -> int:
     """The editor's number of the profiled cell's first compiled line: the in-place cell's own (code_files), else
     run.json's cell_first_line (cell.py under the magic's line)."""
@@ -219,6 +250,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     code = read_code_files(folder)
     fr["kind"] = frame_kinds(fr["file"], code, cell_names)
     fr["file"] = shown_files(fr["file"], code)  # kinds first: they read the paths
+    _name_sent_code(fr, read_sent_code(folder))
     return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
                          interval or 5_000_000, placed, tuple(p.name for p in files), cell_first_line_of(folder, code),
                          names, passes=pd.concat(passes, ignore_index=True) if passes else _no_passes(),
