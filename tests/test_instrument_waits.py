@@ -48,7 +48,7 @@ def hashes(n):
     for _ in range(n):
         hashlib.sha256(buf).digest()
 with nvtx.annotate("alone"):
-    end = time.perf_counter() + 0.8
+    end = time.perf_counter() + 0.5
     while time.perf_counter() < end:
         hashes(20)
 stop = False
@@ -59,26 +59,50 @@ def spin():
 th = threading.Thread(target=spin, name="spinner")
 th.start()
 with nvtx.annotate("contended"):
-    end = time.perf_counter() + 0.8
-    while time.perf_counter() < end:
-        hashes(20)
+    for step in range(6):
+        with nvtx.annotate("step"):
+            end = time.perf_counter() + 0.05
+            while time.perf_counter() < end:
+                hashes(2)
 stop = True
 th.join()
 """
 
 
-@requires_nsys
-@pytest.mark.nsys
-def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_its_own(tmp_path):
-    """Measured on this machine: alone, the main thread's GIL waits were 3 ms the program's and 27 ms ours (all
-    30 ms the program's before); contended by its own spinning thread, 883 ms the program's and 21 ms ours."""
+@pytest.fixture(scope="module")
+def gil_profile(tmp_path_factory):
     from nsight_magic.run import run_nsys
 
-    r = run_nsys(CELL, NsysOptions(name="gil", directory=str(tmp_path), fresh=True, render=False, quiet=True,
-                                   trace="nvtx,osrt"))
+    r = run_nsys(CELL, NsysOptions(name="gil", directory=str(tmp_path_factory.mktemp("gil")), fresh=True,
+                                   render=False, quiet=True, trace="nvtx,osrt"))
     assert r.ok, r.messages
     rep = open_report(r.sqlite)
-    try:
+    yield rep
+    rep.close()
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_thread_holding_the_gil_is_named_with_its_code(gil_profile):
+    """The steps wait for the GIL that the program's own spinning thread holds: the finding names the thread, its
+    function and the GIL (it said "waits in OS calls ... data loading, a lock"), not our sampler."""
+    found = [f for f in gil_profile.findings() if f.rule == "host_wait"]
+    assert found, [f.title for f in gil_profile.findings()]
+    f = found[0]
+    assert "'step' waits for the GIL held by thread 'spinner'" in f.title, f.title
+    spinner_lines = [i + 1 for i, ln in enumerate(CELL.splitlines()) if ln in ("    while not stop:", "        s += 1")]
+    said = f.explanation.split("which thread 'spinner' of the process held")[1]
+    assert any(f"line {n} of the cell" in said for n in spinner_lines), f.explanation
+    assert "process" in f.suggestion and "setswitchinterval" in f.suggestion, f.suggestion
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_its_own(gil_profile):
+    """Measured on this machine (0.8 s each): alone, the main thread's GIL waits were 3 ms the program's and 27 ms
+    ours (all 30 ms the program's before); contended by its own spinning thread, 883 ms the program's, 21 ms ours."""
+    rep = gil_profile
+    if True:
         nv = rep.nvtx
         ps = rep.python_samples
         assert len(ps.passes) > 100 and len(ps.sampler_threads) == 1
@@ -96,5 +120,3 @@ def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_
         # the sampler's own thread is not the program's
         (pid, tid), = ps.sampler_threads
         assert not ((rep.osrt["pid"] == pid) & (rep.osrt["tid"] == tid)).any()
-    finally:
-        rep.close()

@@ -329,3 +329,37 @@ def code_words(report, ev: pd.DataFrame) -> CodeSaid:
     rest = table.iloc[2:]["pct"].sum()
     return CodeSaid(f" Python samples in these stretches: the host was in {said}"
                     + (f"; other code {rest:.0f}%" if rest >= 1 else "") + ".", said, _readable(table["label"].iloc[0]))
+
+
+@dataclass(frozen=True)
+class GilHolder:
+    thread: str       # the thread's name ("metrics"), or "thread N"
+    code: str         # what the samples show it ran: "`aggregate (In [3]:4)` 88%; ..."
+    ns: float         # the sampled time of that thread inside the waits
+
+
+def gil_holder(report, waits: pd.DataFrame) -> GilHolder | None:
+    """The other Python thread of the process that ran while a thread waited for the GIL (waits: pid, tid,
+    start_ns, end_ns of its GIL calls): the one the samples saw most inside those waits, with its code; None
+    without samples or when no program thread was seen there."""
+    ps = report.python_samples
+    if ps is None or ps.empty or not ps.placed or waits.empty:
+        return None
+    roles = thread_roles(ps)
+    best = None
+    for pid, w in waits.groupby("pid"):
+        waiting = set(w["tid"].astype(np.int64).tolist())
+        for (p, th), role in roles.items():
+            if p != pid or th in waiting or role == KERNEL:
+                continue
+            n = len(w)
+            table, _ = code_in(ps, np.full(n, p), np.full(n, th), w["start_ns"].to_numpy(np.int64),
+                               w["end_ns"].to_numpy(np.int64))
+            got = float(table["ns"].sum()) if len(table) else 0.0
+            if got and (best is None or got > best[0]):
+                best = (got, (p, th), table)
+    if best is None:
+        return None
+    got, key, table = best
+    name = ps.thread_names.get(key) or f"thread {key[1]}"
+    return GilHolder(name, describe(table, 1.0, got) or "", got)

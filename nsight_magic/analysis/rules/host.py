@@ -110,20 +110,21 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
     c = pd.concat(calls) if calls else osrt.iloc[0:0]
     ev = evidence(c, c["name"]) if len(c) else evidence(gaps, "GPU idle, host blocked")
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
-    gil = _gil_share(ev) >= GIL_MIN_SHARE
+    holder = _gil_holder(report, ev)
+    gil = holder is not None or _gil_share(ev) >= GIL_MIN_SHARE
     return [Finding(
         "host_wait", ctx.severity(at_stake),
-        f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS",
+        f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS"
+        + (f", waiting for the GIL held by thread '{holder.thread}'" if holder else ""),
         "While the GPU had nothing to do, the thread that launches its work was blocked in operating-system calls, "
         "mostly " + ", ".join(f"{nm} ({v / 1e6:,.1f} ms)" for nm, v in top.items())
         + ": sleeping, waiting for I/O, a lock, or another process or thread." + _spawned_words(report, spawned)
         + _child_words(child_gaps, child_ns, spawned)
-        + (" Its timed waits of about 5 ms are CPython's GIL changing hands (sys.getswitchinterval()): another "
+        + (_holder_words(holder) if holder else
+           " Its timed waits of about 5 ms are CPython's GIL changing hands (sys.getswitchinterval()): another "
            "Python thread of the process held the interpreter, and this one asked for it back every 5 ms."
            if gil else ""),
-        ("Python code in another thread of the process (a metrics, logging or prefetching thread in pure Python) "
-         "takes the GIL from the loop's thread: run it in a process (multiprocessing, DataLoader workers), run it "
-         "less often or between steps, or let it call into numpy/torch, which release the GIL. " if gil else "")
+        (GIL_ADVICE if gil else "")
         + "Find what it waits for: a sleep or poll in the loop, a lock shared with another thread, logging or "
         "checkpoint I/O on the critical path, or data loading (more DataLoader workers, prefetching)."
         + (" A tool run as a process every step (nvidia-smi, a shell command) costs its start each time: call it "
@@ -196,6 +197,34 @@ def _child_words(n_gaps: int, ns: int, spawned: list[int]) -> str:
             f"({ns / 1e6:,.1f} ms) is the profiler's and is left out; a plain run whose GPU queue is full hides "
             "more of it. Time a step with and without the call (%timeit) to see what it costs without the "
             "profiler.")
+
+
+GIL_ADVICE = ("Python code in another thread of the process (a metrics, logging or prefetching thread in pure "
+              "Python) takes the GIL from the loop's thread: run it in a process (multiprocessing, DataLoader "
+              "workers), run it less often or between steps, or do its work in numpy/torch, which release the GIL. "
+              "sys.setswitchinterval() below its 5 ms lets the waiting thread take the GIL back sooner, at the cost "
+              "of more hand-offs for both. ")
+
+
+def _gil_holder(report, ev: pd.DataFrame):
+    """The Python thread that held the GIL while the evidence's thread waited in GIL calls (Python samples)."""
+    from ...readers.instrument_waits import GIL_CALLS
+    from ..python_code import gil_holder
+
+    if ev.empty or "tid" not in ev:
+        return None
+    w = ev[tx.contains(ev["name"], GIL_CALLS, regex=True)].dropna(subset=["pid", "tid"])
+    if w.empty:
+        return None
+    holder = gil_holder(report, w.astype({"pid": np.int64, "tid": np.int64}))
+    # named only when that thread ran through a good part of the waits (else the waits were something else's)
+    return holder if holder is not None and holder.ns >= 0.3 * float(w["duration_ns"].sum()) else None
+
+
+def _holder_words(holder) -> str:
+    return (f": waiting for CPython's GIL, which thread '{holder.thread}' of the process held: the Python samples "
+            f"saw it run {holder.ns / 1e6:,.1f} ms inside these waits"
+            + (f", in {holder.code}" if holder.code else "") + ".")
 
 
 # CPython's GIL: a thread that wants it waits on a condition variable for the switch interval (5 ms unless
@@ -274,13 +303,18 @@ def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
         ev = evidence(calls, calls["name"], {"nvtx_range": label})
         top = sorted(by_call.items(), key=lambda kv: -kv[1])[:3]
         total = int(waited[hit].sum())
+        holder = _gil_holder(report, ev)
         findings.append(Finding(
             "host_wait", ctx.severity(total),
-            f"'{label}' waits in OS calls for {share[hit].mean():.0f}% of its time ({int(hit.sum())} of {len(r)})",
+            f"'{label}' waits "
+            + (f"for the GIL held by thread '{holder.thread}'" if holder else "in OS calls")
+            + f" for {share[hit].mean():.0f}% of its time ({int(hit.sum())} of {len(r)})",
             f"In {int(hit.sum())} of the {len(r)} instances of the NVTX range '{label}' its thread spent at least "
             f"{th['host_wait.min_share_pct']:g}% of the range blocked in operating-system calls, mostly "
             + ", ".join(f"{nm} ({c / 1e6:,.1f} ms)" for nm, c in top)
-            + ": sleeping, waiting for I/O, a lock, or another process or thread (DataLoader workers).",
+            + (_holder_words(holder) if holder else
+               ": sleeping, waiting for I/O, a lock, or another process or thread (DataLoader workers)."),
+            GIL_ADVICE if holder else
             "Find what it waits for: data loading (more DataLoader workers, prefetching, faster storage), a lock "
             "shared with another thread, or an explicit sleep or poll in the loop.",
             total, "the blocked time inside the flagged instances", ev, ranges_of(ev)))
