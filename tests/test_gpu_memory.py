@@ -86,6 +86,27 @@ def test_a_leak_is_named_with_its_pace_and_its_line_and_the_fixed_twin_is_no_ala
     assert all(f.severity not in ALARM for f in fixed)  # it keeps one 32 MiB output a step: no alarm
 
 
+@pytest.mark.parametrize("name", ["eval_keeps_graph_bad", "eval_keeps_graph_fixed"])
+def test_growth_per_step_from_nsys_record_alone(name, opened, tmp_path):
+    """Without torch's snapshot (`--cuda-memory-usage=true` only) the growth per step comes from the device
+    memory nsys saw allocated: the leak raises the same alarm at torch's own pace, its fixed twin none."""
+    src = Path(opened(name).path).parent
+    for f in ("report.sqlite", "run.json", "python_samples.json"):
+        shutil.copy(src / f, tmp_path / f)
+    rep = open_report(tmp_path / "report.sqlite")
+    try:
+        d = rep.memory_summary().devices.iloc[0]
+        assert d["source"] == "nsys"
+        grows = [f for f in rep.findings() if f.rule == "memory_growth" and f.severity in ALARM]
+        if MANIFEST[name]["expect_memory"] == "memory_growth":
+            assert d["growth_per_step"] == pytest.approx(MANIFEST[name]["torch_memory"]["growth_per_step"], rel=0.10)
+            assert len(grows) == 1 and "+0.27 GB a step over 12 steps" in grows[0].title, grows
+        else:
+            assert grows == []
+    finally:
+        rep.close()
+
+
 def test_a_cell_that_ran_out_comes_first_with_what_was_live(opened):
     rep = opened("oom_cell_bad")
     first = rep.findings()[0]

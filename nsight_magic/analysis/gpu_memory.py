@@ -81,15 +81,17 @@ def _memory_summary(report) -> MemorySummary:
                        peak_reserved=float(torch_rows["reserved"].max()),
                        held_before=float(mem.held_before.get(int(device), np.nan)), end_allocated=float(a[-1]),
                        free_when_grown=_free_when_grown(torch_rows))
-            g_rows = _growth(torch_rows, steps)
-            if len(g_rows) >= 3:
-                d = np.diff(g_rows["allocated"].to_numpy(float))
-                per = float(np.median(d))
-                row.update(steps=len(g_rows), growth_per_step=per)
-                cap = row["capacity"]
-                if per > 0 and np.isfinite(cap):
-                    row["steps_to_full"] = max(0.0, (cap - float(g_rows["allocated"].iloc[-1])) / per)
-                growth.append(g_rows.assign(device_id=int(device)))
+        # growth per step from either record: torch's allocated bytes, else the device memory nsys saw allocated
+        # (--cuda-memory-usage: the allocator's segments, so growth shows in their sizes)
+        g_rows = _growth(torch_rows, steps, "allocated") if len(torch_rows) else _growth(nsys_rows, steps, "bytes")
+        if len(g_rows) >= 3:
+            d = np.diff(g_rows["allocated"].to_numpy(float))
+            per = float(np.median(d))
+            row.update(steps=len(g_rows), growth_per_step=per)
+            cap = row["capacity"]
+            if per > 0 and np.isfinite(cap):
+                row["steps_to_full"] = max(0.0, (cap - float(g_rows["allocated"].iloc[-1])) / per)
+            growth.append(g_rows.assign(device_id=int(device)))
         oom = mem.ooms[mem.ooms["device_id"] == device]
         if len(oom):
             o = oom.iloc[0]
@@ -145,11 +147,12 @@ def _step_ends(report) -> np.ndarray:
     return s.ends.astype(float)
 
 
-def _growth(torch_rows: pd.DataFrame, ends: np.ndarray) -> pd.DataFrame:
-    if not len(ends) or torch_rows["start_ns"].isna().all():
+def _growth(rows: pd.DataFrame, ends: np.ndarray, col: str) -> pd.DataFrame:
+    """What `col` (bytes in use) was at each step's end: the last event at or before it."""
+    if not len(ends) or not len(rows) or rows["start_ns"].isna().all():
         return _growth_frame([])
-    t = torch_rows["start_ns"].to_numpy(float)
-    a = torch_rows["allocated"].to_numpy(float)
+    t = rows["start_ns"].to_numpy(float)
+    a = rows[col].to_numpy(float)
     k = np.searchsorted(t, ends, side="right") - 1   # the last event at or before each step's end
     ok = k >= 0
     return pd.DataFrame({"step": np.arange(len(ends))[ok], "end_ns": ends[ok], "allocated": a[k[ok]]})
