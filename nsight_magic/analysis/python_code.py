@@ -215,19 +215,7 @@ def code_in(ps, pid, tid, start_ns, end_ns) -> tuple[pd.DataFrame, float]:
     pid, tid = np.asarray(pid, np.int64), np.asarray(tid, np.int64)
     start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
     # a sample stands for the time before it: it belongs to the stretch that holds the middle of that time
-    t = s["time_ns"].to_numpy(float) - s["weight_ns"].to_numpy(float) / 2
-    spid, stid = s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)
-    picked = np.zeros(len(s), bool)
-    for p, th in set(zip(pid.tolist(), tid.tolist())):  # the threads concerned: a few
-        rows = np.flatnonzero((spid == p) & (stid == th))
-        if not len(rows):
-            continue
-        m = (pid == p) & (tid == th)
-        a, b = np.sort(start_ns[m]), end_ns[m][np.argsort(start_ns[m], kind="stable")]
-        tt = t[rows]  # sorted within a thread (the reader sorts by pid, tid, time)
-        i = np.searchsorted(a, tt, side="right") - 1
-        ok = (i >= 0) & (tt < b[np.clip(i, 0, None)])
-        picked[rows[ok]] = True
+    picked = _picked(ps, pid, tid, start_ns, end_ns)
     if not picked.any():
         return pd.DataFrame(columns=cols), 0.0
     w = s["weight_ns"].to_numpy(float)[picked]
@@ -363,3 +351,56 @@ def gil_holder(report, waits: pd.DataFrame) -> GilHolder | None:
     got, key, table = best
     name = ps.thread_names.get(key) or f"thread {key[1]}"
     return GilHolder(name, describe(table, 1.0, got) or "", got)
+
+
+_IMPORTING = {"_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "exec_module", "_gcd_import"}
+
+
+def importing(ps, ev: pd.DataFrame) -> tuple[float, str]:
+    """(share, module): how much of the sampled time of the evidence's threads inside its stretches (ev: pid, tid,
+    start_ns, end_ns) Python spent importing a module, and the module most imported ("torch/_dynamo/__init__.py")."""
+    s = ps.samples if ps is not None else None
+    if s is None or s.empty or not ps.placed or ev.empty:
+        return 0.0, ""
+    e = ev.dropna(subset=["pid", "tid"])
+    picked = _picked(ps, e["pid"].to_numpy(np.int64), e["tid"].to_numpy(np.int64),
+                     e["start_ns"].to_numpy(np.int64), e["end_ns"].to_numpy(np.int64))
+    if not picked.any():
+        return 0.0, ""
+    func = ps.frames["function"].to_numpy(object)
+    files = ps.frames["file"].astype(str).to_numpy(object)
+    boot = np.array([f.startswith("<frozen importlib") for f in files], bool)
+    modules = {}
+    for sid in np.unique(s["stack"].to_numpy(np.int64)[picked]):
+        ids = np.asarray(ps.stacks[sid])
+        imp = [j for j in range(len(ids)) if boot[ids[j]] and func[ids[j]] in _IMPORTING]
+        if imp:  # the module: the outermost <module> run below the outermost import
+            inner = [j for j in range(imp[-1]) if func[ids[j]] == "<module>" and not boot[ids[j]]]
+            modules[int(sid)] = short_file(files[ids[inner[-1]]]) if inner else "?"
+    w = s["weight_ns"].to_numpy(float)[picked]
+    st = s["stack"].to_numpy(np.int64)[picked]
+    mod = pd.Series([modules.get(int(x)) for x in st], dtype=object)
+    share = float(w[mod.notna().to_numpy()].sum() / max(w.sum(), 1.0))
+    top = pd.Series(w).groupby(mod.to_numpy()).sum().sort_values(ascending=False)
+    return share, (str(top.index[0]) if len(top) else "")
+
+
+def _picked(ps, pid, tid, start_ns, end_ns) -> np.ndarray:
+    """A mask of the samples of threads (pid, tid) inside their stretches [start, end): a sample stands for the
+    time before it, so it belongs to the stretch that holds the middle of that time."""
+    s = ps.samples
+    t = s["time_ns"].to_numpy(float) - s["weight_ns"].to_numpy(float) / 2
+    spid, stid = s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)
+    picked = np.zeros(len(s), bool)
+    for p, th in set(zip(pid.tolist(), tid.tolist())):
+        rows = np.flatnonzero((spid == p) & (stid == th))
+        if not len(rows):
+            continue
+        m = (pid == p) & (tid == th)
+        order = np.argsort(start_ns[m], kind="stable")
+        a, b = start_ns[m][order], end_ns[m][order]
+        tt = t[rows]
+        i = np.searchsorted(a, tt, side="right") - 1
+        ok = (i >= 0) & (tt < b[np.clip(i, 0, None)])
+        picked[rows[ok]] = True
+    return picked

@@ -112,6 +112,10 @@ def rule_host_wait(ctx: Context) -> list[Finding]:
     top = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
     holder = _gil_holder(report, ev)
     gil = holder is not None or _gil_share(ev) >= GIL_MIN_SHARE
+    imports = _imports(report, ev)
+    if imports:
+        return [_import_finding(ctx, imports, at_stake, "the GPU's idle time while the launching thread was "
+                                "blocked", ev)]
     return [Finding(
         "host_wait", ctx.severity(at_stake),
         f"The GPU idled {at_stake / 1e6:,.1f} ms while the launching thread was blocked in the OS"
@@ -221,6 +225,37 @@ def _gil_holder(report, ev: pd.DataFrame):
     return holder if holder is not None and holder.ns >= 0.3 * float(w["duration_ns"].sum()) else None
 
 
+IMPORT_MIN_SHARE = 0.5  # of the sampled time inside the waits: Python importing modules
+
+
+def _imports(report, ev: pd.DataFrame) -> tuple[float, str] | None:
+    """(share, module) when Python samples show the waiting thread importing modules for most of the waits."""
+    from ..python_code import importing
+
+    if ev.empty or "tid" not in ev:
+        return None
+    share, module = importing(report.python_samples, ev)
+    return (share, module) if share >= IMPORT_MIN_SHARE else None
+
+
+def _import_finding(ctx: Context, imports: tuple[float, str], at_stake: int, estimate: str,
+                    ev: pd.DataFrame) -> Finding:
+    """Blocked in the OS because Python was importing (reading and opening module files): start-up."""
+    share, module = imports
+    calls = ev.groupby("name")["duration_ns"].sum().sort_values(ascending=False).head(3)
+    return Finding(
+        "host_wait", "low",
+        f"Importing modules blocked the host {at_stake / 1e6:,.1f} ms" + (f" ({module})" if module else ""),
+        "The thread was blocked in operating-system calls ("
+        + ", ".join(f"{nm} {v / 1e6:,.1f} ms" for nm, v in calls.items())
+        + f"), and the Python samples show it importing modules for {100 * share:.0f}% of that time"
+        + (f", mostly {module}" if module else "") + ": the start-up of a first call (a library that imports "
+        "more of itself when first used), paid once, not data loading.",
+        "Import it before the loop (in a %%nsight_setup cell, or with one warm-up step outside the measured "
+        "part), so the steps show what they cost from then on.",
+        at_stake, estimate, ev, ranges_of(ev))
+
+
 def _holder_words(holder) -> str:
     return (f": waiting for CPython's GIL, which thread '{holder.thread}' of the process held: the Python samples "
             f"saw it run {holder.ns / 1e6:,.1f} ms inside these waits"
@@ -304,6 +339,11 @@ def _host_wait_cpu_only(ctx: Context) -> list[Finding]:
         top = sorted(by_call.items(), key=lambda kv: -kv[1])[:3]
         total = int(waited[hit].sum())
         holder = _gil_holder(report, ev)
+        imports = _imports(report, ev)
+        if imports:
+            findings.append(_import_finding(ctx, imports, total, "the blocked time inside the flagged instances of "
+                                            f"'{label}'", ev))
+            continue
         findings.append(Finding(
             "host_wait", ctx.severity(total),
             f"'{label}' waits "

@@ -1,4 +1,6 @@
-"""Waits our Python sampler causes are ours, not the program's (issue 61): readers/instrument_waits.py."""
+"""What the host waited for, told apart (issue 61): waits our Python sampler causes are ours
+(readers/instrument_waits.py), a Python thread holding the GIL is named with its code, and importing modules is
+start-up, not data loading."""
 from __future__ import annotations
 
 import numpy as np
@@ -120,3 +122,41 @@ def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_
         # the sampler's own thread is not the program's
         (pid, tid), = ps.sampler_threads
         assert not ((rep.osrt["pid"] == pid) & (rep.osrt["tid"] == tid)).any()
+
+
+# each step's first call imports a module of the program's that reads a file as it loads (as a library that reads
+# its data files or compiles on first use): the thread blocks in read()/open() while Python imports
+IMPORT_CELL = """
+import importlib, sys, tempfile, os, nvtx
+folder = tempfile.mkdtemp()
+data = os.path.join(folder, "table.bin")
+with open(data, "wb") as f:
+    f.write(os.urandom(48 << 20))
+for i in range(4):
+    with open(os.path.join(folder, f"plugin{i}.py"), "w") as f:
+        f.write(f"TABLE = open({data!r}, 'rb').read()\\n")
+sys.path.insert(0, folder)
+for i in range(4):
+    with nvtx.annotate("step"):
+        importlib.import_module(f"plugin{i}")
+        sum(range(20000))
+"""
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_first_call_that_imports_is_start_up_not_data_loading(tmp_path):
+    from nsight_magic.run import run_nsys
+
+    r = run_nsys(IMPORT_CELL, NsysOptions(name="imp", directory=str(tmp_path), fresh=True, render=False, quiet=True,
+                                          trace="nvtx,osrt"))
+    assert r.ok, r.messages
+    rep = open_report(r.sqlite)
+    try:
+        found = [f for f in rep.findings() if f.rule == "host_wait"]
+        assert found, [f.title for f in rep.findings()]
+        f = found[0]
+        assert f.title.startswith("Importing modules blocked the host") and "plugin" in f.title, f.title
+        assert f.severity == "low" and "data loading" not in f.suggestion and "start-up" in f.explanation
+    finally:
+        rep.close()
