@@ -44,7 +44,6 @@ from pathlib import Path
 SAMPLES_FILE = "python_samples.json"
 INTERVAL_S = 0.005
 SWITCH_S = 0.0005
-PASS_SWITCH_S = 0.05
 MAX_SAMPLES = 200_000
 CLOCK_MARK = "nsight-magic clock "
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
@@ -111,16 +110,11 @@ class PythonSampler:
         threads = len(sys._current_frames())
         self._lower(self._alone())
         while not self._stop.wait(wait):
-            # one pass holds the GIL from start to end: with the switch interval lowered the cell's thread took it
-            # back each 0.5 ms, every hand-off a wait of the cell's thread for us (a CPU training loop on this
-            # 2-core machine: passes of 0.73 ms median before, 0.50 ms with this; the OS deschedules us too)
-            switch = sys.getswitchinterval()
-            held = max(switch, PASS_SWITCH_S)
-            sys.setswitchinterval(held)
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
-            came_or_went = len(current) != threads
-            threads = len(current)
+            if len(current) != threads:  # a thread came or went: is the cell's still alone?
+                threads = len(current)
+                self._lower(self._alone())
             for ident, frame in current.items():
                 if ident == me:
                     continue
@@ -148,12 +142,10 @@ class PythonSampler:
                 self.tid.append(tid)
                 self.stack.append(sid)
             del frame, f, current
+            # the pass: from when it held the GIL to its end (it may have let the GIL go meanwhile: the switch
+            # interval; on this 2-core machine passes of a CPU training loop lasted 0.5 ms, median)
             self.pass_t.append(now)
             self.pass_ns.append(time.monotonic_ns() - self.clock_ns - now)
-            if sys.getswitchinterval() == held:  # (unless the cell set one meanwhile: a lock let it run)
-                sys.setswitchinterval(switch)
-            if came_or_went:  # a thread came or went: is the cell's still alone?
-                self._lower(self._alone())
             if len(self.t) >= MAX_SAMPLES:  # keep a bounded record: every other sample, half the rate from now
                 self.t, self.tid, self.stack = self.t[::2], self.tid[::2], self.stack[::2]
                 self.pass_t, self.pass_ns = self.pass_t[::2], self.pass_ns[::2]

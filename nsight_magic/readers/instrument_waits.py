@@ -2,10 +2,11 @@
 
 The Python sampler (inside/python_samples.py) takes the GIL for each pass over the threads.  Meanwhile the
 program's threads that want it wait, and nsys records those waits as the OS runtime calls CPython's GIL is made of
-(a condition wait, a mutex lock).  Measured on this CPU machine (a CPU training loop of 200 steps, 4.8 s): the main
-thread waited 448 ms in such calls with samples and 13 ms outside the sampler's passes; with `--no-samples` its
-thread was blocked 2% of the cell against 13% with them.  Left in, those waits read "the thread waits in OS calls
-for N%: data loading".
+(a condition wait, a mutex lock).  `python benchmarks/sampler_waits.py` (a CPU training loop of 200 steps, 3.6-4.2
+s, on this 2-core machine): the main thread waited 356-444 ms in such calls with samples, 0.1-0.2 ms without;
+17-24 ms of them are left to the program once the sampler's are taken out, and the verdict's blocked share is 2%
+with samples against 1% without (10-13% with samples before).  Left in, those waits read "the thread waits in OS
+calls for N%: data loading".
 
 A wait is ours when it is one of those calls, on a thread of the sampler's process, and at least half of it lies
 within a pass (widened by PAD_NS each side: the GIL is requested up to a switch interval before the pass begins,
