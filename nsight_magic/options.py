@@ -89,6 +89,7 @@ class NsysOptions(RunOptions):
     per_rank_reports: bool = False   # --per-rank-reports: one nsys per rank, merged on one clock for the view
     samples: bool | None = None      # --samples / --no-samples: Python call stacks (None: on)
     memory: bool | None = None       # --memory / --no-memory: None: torch's allocator history; True: + nsys's
+    gpu_metrics: bool = False        # --gpu-metrics: nsys samples the GPU's counters (SMs, tensor cores, DRAM)
 
     @property
     def thresholds(self) -> dict[str, float]:
@@ -240,6 +241,11 @@ NSYS_ARGS = (
                               "(the memory track, the Memory tab and its advice); --memory adds nsys's record of every "
                               "device allocation (--cuda-memory-usage: GPU work about a third slower while "
                               "recording), --no-memory records neither")),
+    (("--gpu-metrics",), dict(action="store_true",
+                              help="nsys samples the GPU's own counters (SMs active, SM issue, tensor cores, DRAM "
+                                   "and PCIe bandwidth) every 0.1 ms: rows under each GPU's kernels, and the advice "
+                                   "says what bounds them (memory-, latency- or tensor-core-bound); needs access "
+                                   "to the GPU's performance counters")),
     (("--fresh",), dict(action="store_true",
                         help="run in a fresh process instead of the notebook's warm session (the setup code runs "
                              "again; nothing of earlier cells is left)")),
@@ -292,6 +298,7 @@ def nsys_options_from_args(args, default_name: str) -> NsysOptions:
                        nproc=getattr(args, "nproc", None), return_all=bool(getattr(args, "return_all", False)),
                        per_rank_reports=bool(getattr(args, "per_rank_reports", False)),
                        samples=getattr(args, "samples", None), memory=getattr(args, "memory", None),
+                       gpu_metrics=bool(getattr(args, "gpu_metrics", False)),
                        advice_thresholds=tuple(parse_assignments(getattr(args, "advice_threshold", None)).items()))
 
 

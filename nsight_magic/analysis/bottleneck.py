@@ -706,13 +706,22 @@ def _matrix_words(report, window) -> str:
     kc = kernel_classes(report, window)
     m = kc[kc["cls"].isin(MATRIX)]
     if m.empty or kc["time_ns"].sum() <= 0:
-        return ""
+        return _metrics_words(report, window)
     share = 100.0 * m["time_ns"].sum() / kc["time_ns"].sum()
     tc = 100.0 * m["tc_ns"].sum() / max(m["time_ns"].sum(), 1)
+    metrics = _metrics_words(report, window)
     # fp64 runs on H100's tensor cores too, at a fraction of the TF32/bf16 rate: say so beside the share
     fp64 = 100.0 * m.loc[m["precision"] == "fp64", "time_ns"].sum() / max(m["time_ns"].sum(), 1)
     return (f"; matrix kernels (GEMM, convolution, attention) take {share:.0f}% of kernel time, {tc:.0f}% of that "
-            f"on tensor cores" + (f", {fp64:.0f}% in fp64" if fp64 >= 1 else ""))
+            f"on tensor cores" + (f", {fp64:.0f}% in fp64" if fp64 >= 1 else "") + metrics)
+
+
+def _metrics_words(report, window) -> str:
+    """'; GPU metrics: SMs active 97%, ... : memory-bound kernels' where nsys sampled the GPU's counters."""
+    from .gpu_metrics import read_metrics
+
+    got = read_metrics(report, window)
+    return "".join(f"; GPU {m.device_id} metrics: {m.words}" for m in got[:2])
 
 
 def bottleneck(report) -> Bottleneck:

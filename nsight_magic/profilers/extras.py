@@ -31,14 +31,30 @@ class Extras:
     history: bool = False          # torch's allocator history in the profiled process (when it uses CUDA)
     args: tuple[str, ...] = ()     # nsys switches, in the order given
     notes: tuple[str, ...] = ()    # why something asked for is not recorded
+    gpu_metrics: bool = False      # nsys samples the GPU's counters (--gpu-metrics-devices)
 
     def config(self) -> dict:
         """What run.json says the profiled process records (read by inside/child.py and the views)."""
-        return {"samples": self.samples, "memory": self.memory, "history": self.history}
+        return {"samples": self.samples, "memory": self.memory, "history": self.history,
+                "gpu_metrics": self.gpu_metrics}
+
+
+def gpu_metrics_args(switches: frozenset[str], help_text: str = "") -> tuple[str, ...]:
+    """The switch that samples the GPU's counters, as this nsys spells it: `--gpu-metrics-devices` (2023.2+; its
+    `cuda-visible` where the help names it: the GPUs the program sees), `--gpu-metrics-device` (2022.x); () when
+    it has neither."""
+    if "--gpu-metrics-devices" in switches:
+        return (f"--gpu-metrics-devices={'cuda-visible' if 'cuda-visible' in help_text else 'all'}",)
+    if "--gpu-metrics-device" in switches:
+        return ("--gpu-metrics-device=all",)
+    return ()
+
+
+GPU_METRICS_SWITCHES = ("--gpu-metrics-devices", "--gpu-metrics-device")
 
 
 def choose(samples: bool | None, memory: bool | None, trace: str, switches: frozenset[str],
-           user_args=(), version: str | None = None) -> Extras:
+           user_args=(), version: str | None = None, gpu_metrics: bool = False, help_text: str = "") -> Extras:
     """What to record: `samples` as asked (None: yes), `memory` as asked (None: torch's allocator history only;
     True: nsys's record too), `switches` the nsys switches available (`nsys profile`'s), `user_args` the user's own
     --nsys-args (which win)."""
@@ -55,7 +71,18 @@ def choose(samples: bool | None, memory: bool | None, trace: str, switches: froz
         else:
             args += MEMORY
     nsys_memory = "--cuda-memory-usage" in given or any(a in MEMORY for a in args)
-    return Extras(samples is not False, nsys_memory, memory is not False, tuple(args), tuple(notes))
+    metrics = bool(given & set(GPU_METRICS_SWITCHES))
+    if gpu_metrics and not metrics:
+        got = gpu_metrics_args(switches, help_text)
+        if "cuda" not in traced:
+            notes.append("GPU metrics were not sampled: no GPU is visible")
+        elif got:
+            args += got
+            metrics = True
+        else:
+            notes.append(f"GPU metrics were not sampled: nsys {version or ''} has no --gpu-metrics-devices"
+                         .replace("  ", " "))
+    return Extras(samples is not False, nsys_memory, memory is not False, tuple(args), tuple(notes), metrics)
 
 
 def split_for_session(args, launch_switches: frozenset[str]) -> tuple[list[str], list[str]]:

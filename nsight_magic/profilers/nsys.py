@@ -67,7 +67,9 @@ def profile_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolde
 def recording_extras(opts: NsysOptions, trace: str, nsys: Path, version: str | None, folder: ProfileFolder):
     """What this run records beyond the trace (profilers/extras.py), written into run.json for the profiled
     process (the allocator's history) and the views."""
-    extras = choose(opts.samples, opts.memory, trace, tools.nsys_switches(nsys, "profile"), opts.nsys_args, version)
+    extras = choose(opts.samples, opts.memory, trace, tools.nsys_switches(nsys, "profile"), opts.nsys_args, version,
+                    gpu_metrics=opts.gpu_metrics,
+                    help_text=tools.nsys_help("profile", nsys) if opts.gpu_metrics else "")
     try:
         cfg = json.loads(folder.run_config.read_text())
         cfg["extras"] = extras.config()

@@ -565,6 +565,14 @@ class NsysData:
             return empty_samples(problem=said)
 
     @functools.cached_property
+    def gpu_metrics(self):
+        """GPU metrics nsys sampled (`--gpu-metrics-devices`; readers/gpu_metrics.py): every sample, with the
+        metrics' names and the known ones' keys; empty when none were recorded."""
+        from .gpu_metrics import read_gpu_metrics
+
+        return self._query(read_gpu_metrics, self._con, self._tables, self.sqlite_path)
+
+    @functools.cached_property
     def gpu_memory(self):
         """GPU memory during the cell (readers/gpu_memory.py): torch's allocator history beside the export and
         nsys's record of device allocations (`--cuda-memory-usage`); empty when neither was recorded."""

@@ -27,8 +27,9 @@ from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, defau
 
 ROW_PX = 22
 LABEL_PX = 250  # width of the row names on the left
-MEMORY_PX = 130  # height of the GPU memory track under the timeline
+MEMORY_PX = 130  # height of the GPU memory track (and of the GPU metrics track) under the timeline
 MEMORY_COLORS = ("#d62728", "#ff9896", "#9467bd", "#2ca02c", "#98df8a", "#8c564b")
+METRIC_COLORS = ("#1f77b4", "#17becf", "#2ca02c", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
 UTIL_HEIGHT = 0.45  # the GPU utilization strip is thin (a heat strip); events fill 0.8 of a row
 
 
@@ -216,10 +217,35 @@ class TimelineView:
         self.label_plot = self._label_plot(p)
         if self.embed:
             self._embed_exact(self.embed)
-        track = self._memory_track(p)
-        if track is None:
+        tracks = [t for t in (self._memory_track(p), self._metrics_track(p)) if t is not None]
+        if not tracks:
             return row(self.label_plot, p, sizing_mode="stretch_width")
-        return column(row(self.label_plot, p, sizing_mode="stretch_width"), track, sizing_mode="stretch_width")
+        return column(row(self.label_plot, p, sizing_mode="stretch_width"), *tracks, sizing_mode="stretch_width")
+
+    def _metrics_track(self, p):
+        """The GPU's counters under the timeline (nsys --gpu-metrics-devices), on its x range: SMs active, SM issue,
+        tensor cores, DRAM read and write, each a share of its peak; None without GPU metrics."""
+        m = self.data.gpu_metrics
+        if m is None or m.empty:
+            return None
+        mp = figure(name=f"{self.plot_name}-metrics", height=MEMORY_PX, sizing_mode="stretch_width", min_width=400,
+                    x_range=p.x_range, y_range=(0, 135), tools=[], toolbar_location=None,
+                    min_border_left=p.min_border_left, min_border_right=p.min_border_right)
+        mp.yaxis.visible = False
+        mp.title.text = "GPU metrics (% of peak; hover for values)"
+        mp.title.text_font_size = "9pt"
+        for i, (name, g) in enumerate(m.groupby("series", sort=False)):
+            src = ColumnDataSource({"x": g["t_ms"].to_numpy(float), "y": g["pct"].to_numpy(float),
+                                    "series": [name] * len(g)})
+            mp.line("x", "y", source=src, line_width=1.2, legend_label=name,
+                    color=METRIC_COLORS[i % len(METRIC_COLORS)])
+        # one line of legend above 100%: the lines stay visible under it
+        mp.legend.orientation = "horizontal"
+        mp.legend.location = "top_left"
+        mp.legend.label_text_font_size = "8pt"
+        mp.legend.background_fill_alpha = 0.6
+        mp.add_tools(HoverTool(tooltips=[("", "@series"), ("%", "@y{0.0}"), ("ms", "@x{0,0.000}")], mode="vline"))
+        return row(Spacer(width=LABEL_PX, height=MEMORY_PX), mp, sizing_mode="stretch_width")
 
     def _memory_track(self, p):
         """GPU memory in use under the timeline, on its x range (zoom and pan move both): torch's reserved and

@@ -78,6 +78,7 @@ class TimelineData:
     frame_ns: tuple | None = None  # our cell range (start, end) relative to the origin, when the report has one
     last_ns: int = 0    # latest event end relative to origin: the first view spans first_ns..last_ns
     memory: pd.DataFrame | None = None  # the memory track: t_ms, gb, series (memory_series)
+    gpu_metrics: pd.DataFrame | None = None  # the GPU metrics track: t_ms, pct, series (metrics_series)
     _index: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -399,7 +400,8 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
     data = TimelineData(events=ev, rows=rows, names=list(names), details=list(details), categories=cat_list,
                         colors=cat_colors, span_ns=max(span, 1), api_row_of_row=api_row,
                         origin_ns=origin, first_ns=first, palette=list(st.colors), frame_ns=frame_rel,
-                        last_ns=max(min(last, max(span, 1)), first + 1), memory=memory_series(report, origin))
+                        last_ns=max(min(last, max(span, 1)), first + 1), memory=memory_series(report, origin),
+                        gpu_metrics=metrics_series(report, origin))
     _build_index(data)
     return data
 
@@ -429,6 +431,44 @@ def memory_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.Dat
             tt, yy = _peaks(t, g[col].to_numpy(float) / 1e9, points)
             parts.append(pd.DataFrame({"t_ms": tt, "gb": yy, "series": name}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(cols)
+
+
+# the GPU metrics track's lines (readers/gpu_metrics.KEYS), in this order
+METRIC_LINES = (("sm_active", "SMs active"), ("sm_issue", "SM issue"), ("tensor_active", "tensor cores"),
+                ("dram_read", "DRAM read"), ("dram_write", "DRAM write"))
+
+
+def metrics_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.DataFrame:
+    """The GPU metrics track's lines: t_ms, pct (of the metric's peak), series ('GPU 0 SM issue'), each the mean
+    of at most `points` bins (nsys samples every 0.1 ms: a minute is 600,000 samples per metric)."""
+    cols = {"t_ms": pd.Series([], dtype=float), "pct": pd.Series([], dtype=float),
+            "series": pd.Series([], dtype=object)}
+    try:
+        gm = getattr(report, "gpu_metrics", None)
+    except Exception:  # noqa: BLE001 - an odd metrics table: the timeline without its track
+        gm = None
+    if gm is None or gm.empty:
+        return pd.DataFrame(cols)
+    parts = []
+    for dev in sorted(set(gm.names["device_id"].astype(int))):
+        for key, label in METRIC_LINES:
+            s = gm.series(dev, key)
+            if s.empty:
+                continue
+            t = (s["start_ns"].to_numpy(float) - origin_ns) / 1e6
+            tt, yy = _means(t, s["value"].to_numpy(float), points)
+            parts.append(pd.DataFrame({"t_ms": tt, "pct": yy, "series": f"GPU {dev} {label}"}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(cols)
+
+
+def _means(t: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
+    if len(t) <= points:
+        return t, y
+    edges = np.linspace(t[0], t[-1], points + 1)
+    starts = np.unique(np.searchsorted(t, edges[:-1], side="left"))
+    starts = starts[starts < len(t)]
+    counts = np.diff(np.append(starts, len(t)))
+    return t[starts], np.add.reduceat(y, starts) / counts
 
 
 def _peaks(t: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:

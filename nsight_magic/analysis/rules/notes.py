@@ -71,3 +71,57 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
         "Read the GPU time of such ranges from the timeline or the kernels table, or annotate the backward pass "
         "per module (`%%nsys --modules`), whose backward hooks run on the autograd thread.",
         0, "a note: nothing to save", ev, ranges_of(ev))]
+
+
+def rule_gpu_metrics(ctx: Context) -> list[Finding]:
+    """A note from the GPU's own counters (nsys --gpu-metrics-devices): what bounds the kernels while they run
+    (analysis/gpu_metrics.py), over the cell and in each top-level NVTX range that ran kernels; without metrics,
+    nothing."""
+    from ..gpu_metrics import read_metrics
+
+    report = ctx.report
+    gm = getattr(report, "gpu_metrics", None)
+    if gm is not None and gm.empty and gm.problem:
+        span = report.time_span
+        ev = evidence(pd.DataFrame({"start_ns": [span.start_ns], "end_ns": [span.end_ns]}), "GPU metrics")
+        title, _, rest = gm.problem.partition(": ")
+        return [Finding("gpu_metrics", "info", title, gm.problem + ".", rest, 0, "a note", ev, ranges_of(ev))]
+    if gm is None or gm.empty:
+        return []
+    span = report.time_span
+    whole = read_metrics(report, (span.start_ns, span.end_ns))
+    if not whole:
+        return []
+    lines = []
+    nv = report.nvtx
+    if not nv.empty:
+        r = nv[~tx.eq(nv["kind"], "mark") & nv["end_ns"].notna() & ~tx.eq(nv["domain"], CAPTURE_DOMAIN)]
+        if "nesting_level" in r:
+            r = r[pd.to_numeric(r["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
+        for label, g in list(r.groupby(r["label"].astype(str), sort=False))[:8]:
+            a, b = int(g["start_ns"].min()), int(pd.to_numeric(g["end_ns"]).max())
+            for m in read_metrics(report, (a, b)):
+                if m.busy_ns >= 0.01 * max(b - a, 1):
+                    lines.append(f"'{label}' (GPU {m.device_id}, {m.busy_ns / 1e6:,.1f} ms of GPU work): {m.words}.")
+    top = max(whole, key=lambda m: m.busy_ns)
+    ev = evidence(pd.DataFrame({"start_ns": [span.start_ns], "end_ns": [span.end_ns]}), "GPU metrics")
+    return [Finding(
+        "gpu_metrics", "info", f"GPU metrics: {top.words.split(': ', 1)[-1].split(' (')[0]}",
+        " ".join(f"GPU {m.device_id}, over {m.busy_ns / 1e6:,.1f} ms of its kernels and copies: {m.words}."
+                 for m in whole) + (" By NVTX range: " + " ".join(lines) if lines else ""),
+        SUGGESTION.get(top.kind, ""), 0, "a note: the counters say what bounds the kernels, not what a fix saves",
+        ev, ranges_of(ev))]
+
+
+SUGGESTION = {
+    "memory": "Move fewer bytes: fuse elementwise chains (torch.compile), keep activations in bf16/fp16, avoid "
+              "copies that only reshape; Nsight Compute (%%ncu) on the top kernels shows their memory workload.",
+    "latency": "Give the SMs more independent work: larger batches, fused kernels, fewer dependent steps; %%ncu's "
+               "warp-state sections show what the warps wait on.",
+    "few_sms": "Launch fewer, larger kernels: batch small operations, fuse them (torch.compile), CUDA graphs for "
+               "many tiny launches.",
+    "tensor": "The tensor cores are near their peak: faster math needs lower precision (fp8 where accuracy "
+              "allows) or less of it (smaller models, sparsity).",
+    "compute": "The SMs compute on their other pipes: matrix work on tensor cores (bf16/TF32), fewer fp32/fp64 "
+               "operations.",
+}
