@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..tools.argv import flag_name
 
 MEMORY = ("--cuda-memory-usage=true",)
+GRAPH_NODES = ("--cuda-graph-trace=node",)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,11 @@ def choose(samples: bool | None, memory: bool | None, trace: str, switches: froz
                          "--cuda-memory-usage".replace("  ", " "))
         else:
             args += MEMORY
+    # the kernels inside CUDA graphs: nsys's default (graph) lists a graph's launch as one interval and none of its
+    # kernels; node tracing cost 6% more for 20 replays of a 24-kernel graph (3.67 -> 3.89 ms, H100, one run each:
+    # tests/data/gpu_features/README.md) and nothing where no graph runs
+    if "cuda" in traced and "--cuda-graph-trace" in switches and "--cuda-graph-trace" not in given:
+        args += GRAPH_NODES
     nsys_memory = "--cuda-memory-usage" in given or any(a in MEMORY for a in args)
     metrics = bool(given & set(GPU_METRICS_SWITCHES))
     if gpu_metrics and not metrics:

@@ -60,6 +60,8 @@ KERNELS = TableSpec("kernels", ("CUPTI_ACTIVITY_KIND_KERNEL",), GPU_COMMON + (
     _c("registers_per_thread", "registersPerThread"),
     _c("static_smem_bytes", "staticSharedMemory"),
     _c("dynamic_smem_bytes", "dynamicSharedMemory"),
+    # --cuda-graph-trace=node: a kernel a CUDA graph replayed (its correlation id is the graph launch's); NA else
+    _c("graph_node_id", "graphNodeId", dtype="Int64"),
 ))
 MEMCPY = TableSpec("memcpy", ("CUPTI_ACTIVITY_KIND_MEMCPY",), GPU_COMMON + (
     _c("bytes", "bytes"),

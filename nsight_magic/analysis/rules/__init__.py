@@ -20,7 +20,7 @@ from .host_code import rule_host_code
 from .idle import rule_gpu_gaps, rule_gpu_time_util, rule_startup
 from .kernels import rule_launch_bound, rule_layout_transpose, rule_undersized_launch
 from .memory import rule_memory_fragmentation, rule_memory_growth, rule_near_capacity, rule_out_of_memory
-from .notes import rule_gpu_metrics, rule_nvtx_other_thread
+from .notes import rule_cuda_graphs, rule_gpu_metrics, rule_nvtx_other_thread
 from .precision import (rule_attention_unfused, rule_elementwise_fusion, rule_fp32_gemm, rule_fp64_compute,
                         rule_gemm_alignment)
 from .pytorch import (rule_conv_bias_bn, rule_extra_copy, rule_optimizer_single_tensor, rule_python_loop,
@@ -66,6 +66,7 @@ NSYS_RULES = {
     "gpu_time_util": rule_gpu_time_util,
     "nvtx_other_thread": rule_nvtx_other_thread,
     "gpu_metrics": rule_gpu_metrics,
+    "cuda_graphs": rule_cuda_graphs,
     "memory_growth": rule_memory_growth,
     "memory_near_capacity": rule_near_capacity,
     "memory_fragmentation": rule_memory_fragmentation,

@@ -61,11 +61,15 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
     k = _kernels_with_launch(report)
     tiny = np.zeros(len(k), bool)
     api_ns = np.zeros(len(k))
+    # a kernel a CUDA graph replayed (--cuda-graph-trace=node) has no launch of its own: one cudaGraphLaunch
+    # queues the whole graph, so it is never "shorter than its launch"
+    own = k["graph_node_id"].isna().to_numpy(bool) if "graph_node_id" in k else np.ones(len(k), bool)
     if len(k):
         api_ns = pd.to_numeric(pd.Series(k["api_ns"]), errors="coerce").to_numpy(float)
-        tiny = (k["duration_ns"].to_numpy(float) < api_ns) & ~np.isnan(api_ns)
+        tiny = (k["duration_ns"].to_numpy(float) < api_ns) & ~np.isnan(api_ns) & own
     n = int(tiny.sum())
-    many_tiny = n >= th["launch_bound.min_kernels"] and n * 100.0 / max(len(k), 1) >= th["launch_bound.min_share_pct"]
+    launched = int(own.sum())
+    many_tiny = n >= th["launch_bound.min_kernels"] and n * 100.0 / max(launched, 1) >= th["launch_bound.min_share_pct"]
     if share < th["launch_bound.min_idle_pct"] and not (many_tiny and at_stake > 0):
         return []
     named = ctx.claimed.get("launch", 0)
@@ -78,7 +82,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
         top = ev["name"].value_counts()
         top.index = top.index.astype(str)  # ties by name, not by the order the categories were read in
         top = top.sort_index().sort_values(ascending=False, kind="stable").head(3)
-        title = (f"{n} of {len(k)} kernels ({n * 100 / len(k):.0f}%) are shorter than their launch: the GPU waits "
+        title = (f"{n} of {launched} kernels ({n * 100 / launched:.0f}%) are shorter than their launch: the GPU waits "
                  f"for the CPU {share:.0f}% of the steady state{explained}")
         why = ("Each of these kernels runs for less time than the CPU takes to launch it "
                f"(median kernel {ev['duration_ns'].median() / 1e3:.1f} us, median launch "

@@ -125,3 +125,36 @@ SUGGESTION = {
     "compute": "The SMs compute on their other pipes: matrix work on tensor cores (bf16/TF32), fewer fp32/fp64 "
                "operations.",
 }
+
+
+def rule_cuda_graphs(ctx: Context) -> list[Finding]:
+    """CUDA graphs recorded as whole launches (nsys's --cuda-graph-trace=graph): their kernels are not in the report,
+    so neither the kernel tables nor the kernel advice see where that GPU time goes.  With node tracing (our
+    default) the kernels are listed, each with its graph launch's correlation id."""
+    from .. import intervals as I
+
+    report = ctx.report
+    g = report.graphs
+    if g.empty:
+        return []
+    end = pd.to_numeric(g["end_ns"], errors="coerce").fillna(g["start_ns"]).to_numpy(np.int64)
+    hidden = I.union(g["start_ns"].to_numpy(np.int64), end)
+    k = report.kernels
+    parts = [hidden]
+    if len(k):
+        parts.append(I.union(k["start_ns"].to_numpy(np.int64), pd.to_numeric(k["end_ns"]).to_numpy(np.int64)))
+    busy = I.union(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]))
+    hidden_ns, busy_ns = I.total(hidden), max(I.total(busy), 1)
+    share = 100.0 * hidden_ns / busy_ns
+    ev = evidence(g.assign(end_ns=end), "CUDA graph launch")
+    return [Finding(
+        "cuda_graphs", "low" if share >= 20 else "info",
+        f"CUDA graphs hide their kernels: {len(g):,} graph launches, {hidden_ns / 1e6:,.1f} ms of GPU time "
+        f"({share:.0f}% of the GPU's busy time)",
+        "nsys recorded each CUDA graph launch as one interval (--cuda-graph-trace=graph, its default): the kernels "
+        "inside are not in this report, so the kernel tables, the kernel classes and the advice on kernels see only "
+        "the kernels launched outside graphs (torch.compile's mode='reduce-overhead' and CUDA-graph training or "
+        "inference loops run most of their work inside).",
+        "Record it again with node tracing: %%nsys does by default (--cuda-graph-trace=node; 6% more GPU time for "
+        "graph replays on the H100); elsewhere pass --cuda-graph-trace=node to nsys profile.",
+        0, "a note: what the graphs' kernels cost is not in this report", ev, ranges_of(ev))]
