@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from .version import __version__
 
-__all__ = ["open_report", "open_job", "last", "readable", "diff", "gate", "save_baseline", "annotate_modules", "annotate_functions",
+__all__ = ["open_report", "open_job", "last", "readable", "diff", "gate", "save_baseline", "export_trace",
+           "annotate_modules", "annotate_functions",
            "load_ipython_extension", "__version__"]
 
 
@@ -71,6 +72,23 @@ def save_baseline(name: str, profile=None, directory=None):
     from .store import save_baseline as _save
 
     return _save(name, profile, profiles_root(directory))
+
+
+def export_trace(report, path) -> dict:
+    """Write a profile (a folder, a report file or an opened NsysReport) as a Chrome / Perfetto trace (Trace Event
+    JSON; `.gz` compresses) for ui.perfetto.dev or Chrome DevTools: threads, NVTX ranges, CUDA API and OS calls,
+    kernels and copies per stream, flows from launches to GPU work, the sampled Python code.  Returns counts."""
+    from .readers.nsys import NsysData
+    from .report import open_report as _open
+    from .views.chrome_trace import write_chrome_trace
+
+    rep = report if isinstance(report, NsysData) else _open(report)
+    if not isinstance(rep, NsysData):
+        from .errors import OptionError
+
+        raise OptionError("export_trace: only Nsight Systems profiles become traces (an Nsight Compute report has "
+                          "no timeline)")
+    return write_chrome_trace(rep, path)
 
 
 def annotate_modules(model, depth=None, include=None, **kw):

@@ -1,7 +1,7 @@
 """Command line: `nsight-magic profile script.py [args]`, `nsight-magic view REPORT -o view.html`,
 `nsight-magic diff A B [-o page.html] [--fail-above PCT]`, `nsight-magic baseline NAME PROFILE`,
-`nsight-magic doctor`, `nsight-magic kernel install|list|remove` (the
-in-place kernel)."""
+`nsight-magic export REPORT --perfetto out.json[.gz]`, `nsight-magic doctor`,
+`nsight-magic kernel install|list|remove` (the in-place kernel)."""
 from __future__ import annotations
 
 import argparse
@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     base.add_argument("profile", nargs="?", help="profile folder, or a profile's name or index in --dir "
                                                  "(default: the newest)")
     base.add_argument("--dir", default=None, help="the profiles folder (default: ./nsight-profiles)")
+    exp = sub.add_parser("export", help="write a profile as a Chrome / Perfetto trace (ui.perfetto.dev, Chrome "
+                                        "DevTools) for people without Nsight")
+    exp.add_argument("report", help=".nsys-rep, .sqlite or a profile folder")
+    exp.add_argument("--perfetto", required=True, metavar="OUT.json[.gz]",
+                     help="the trace file to write (Trace Event JSON; .gz compresses)")
     sub.add_parser("doctor", help="check nsys, ncu, GPU, NVTX and the profile folder")
     ker = sub.add_parser("kernel", help="the in-place kernel: a Jupyter kernel under nsys launch, whose %%nsys "
                                         "records a cell in the kernel itself (nothing re-run, models held once)")
@@ -103,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor,
-                "kernel": _kernel, "baseline": _baseline}[args.command](args)
+                "kernel": _kernel, "baseline": _baseline, "export": _export}[args.command](args)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
         return 2
@@ -265,6 +270,17 @@ def _view(args) -> int:
 
         write_view_html(report, out, folder=folder)
     print(f"nsight-magic: view written to {out}")
+    return 0
+
+
+def _export(args) -> int:
+    from . import export_trace
+
+    out = Path(args.perfetto)
+    check_output_file(out)
+    counts = export_trace(args.report, out)
+    said = ", ".join(f"{v:,} {k}" for k, v in counts.items() if v)
+    print(f"nsight-magic: trace written to {out} ({said}); open it in https://ui.perfetto.dev")
     return 0
 
 

@@ -73,4 +73,7 @@ step "virtual environment .venv" venv
 step "nsight-magic[test] and its JupyterLab extension" test_packages
 step "PyTorch (CPU build)" torch_cpu
 step "Jupyter kernel" kernel
+# Chrome DevTools' trace engine, pinned by tests/trace_reader/package-lock.json: it reads the Chrome/Perfetto trace
+# exports in the tests (a reader that is not ours; Perfetto's trace processor cannot be had on these machines)
+step "trace reader for the export tests" npm ci --prefix tests/trace_reader --no-audit --no-fund --silent
 echo "setup done: $(.venv/bin/python -c 'import nsight_magic; print("nsight_magic", nsight_magic.__version__)')"

@@ -160,3 +160,27 @@ def test_a_first_call_that_imports_is_start_up_not_data_loading(tmp_path):
         assert f.severity == "low" and "data loading" not in f.suggestion and "start-up" in f.explanation
     finally:
         rep.close()
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_the_profile_exports_as_a_trace_with_its_os_calls_and_python_rows(gil_profile, tmp_path):
+    """The export of a CPU profile (OS runtime calls, NVTX, sampled Python code), read by Chrome DevTools' trace
+    engine (tests/test_chrome_trace.py): the main thread with its OS calls, its NVTX and Python tracks, the
+    spinner's Python track; our sampler's waits are not the program's, so not in the trace either."""
+    from nsight_magic import export_trace
+    from test_chrome_trace import read_with_devtools, requires_reader
+
+    if requires_reader.args[0]:
+        pytest.skip(requires_reader.kwargs["reason"])
+    rep = gil_profile
+    out = tmp_path / "gil.json"
+    counts = export_trace(rep, out)
+    assert counts["osrt"] == len(rep.osrt) and counts["python"] > 0 and counts["nvtx"] >= 8
+    got = read_with_devtools(out)
+    pid = int(rep.osrt["pid"].iloc[0])
+    names = {t["name"]: t["entries"] for t in got["processes"][str(pid)]["threads"].values()}
+    main = [n for n in names if n.endswith(f"[{pid}]")]
+    assert main and names[main[0]] == int(((rep.osrt["tid"] == pid)).sum())
+    assert any(n.endswith("· Python") and n.startswith("spinner") for n in names), names
+    assert any(n.endswith("· NVTX") for n in names), names

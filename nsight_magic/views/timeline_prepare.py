@@ -496,7 +496,7 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
     return origin, max(end - origin, 1), first
 
 
-def _thread_names(report) -> dict:
+def thread_names(report) -> dict:
     """(pid, tid) -> the thread's name: nsys's, else the Python name the samples recorded ("IOPub")."""
     ps = getattr(report, "python_samples", None)
     out = dict(getattr(ps, "thread_names", None) or {})
@@ -567,7 +567,7 @@ def _layout_rows(ev: dict, report, cat_code):
     codes, uniq = pd.factorize(key, sort=False)
     first = np.full(len(uniq), -1, np.int64)
     first[codes[::-1]] = np.arange(len(key))[::-1]
-    tnames, gnames, pnames = _thread_names(report), _gpu_names(report), _process_names(report)
+    tnames, gnames, pnames = thread_names(report), _gpu_names(report), _process_names(report)
     kernel_threads = _kernel_threads(report)
     by_sub = {v[0]: k for k, v in _THREAD_SOURCES.items()}
     leaves = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
