@@ -101,3 +101,53 @@ def test_ncu_profiles_one_modules_kernels_and_both_readers_agree(tmp_path):
     pd.testing.assert_series_equal(pages.kernels["duration_ns"].astype(float), k["duration_ns"].astype(float),
                                    check_names=False, rtol=1e-6)
     assert rep.findings() is not None and len(rep.rules) > 0
+
+
+FEATURES_SETUP = """%%nsight_setup
+import torch, nvtx
+torch.manual_seed(0)
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+mlp = torch.nn.Sequential(*[m for _ in range(6) for m in (torch.nn.Linear(1024, 1024), torch.nn.GELU())]).cuda()
+static_x = torch.randn(64, 1024, device="cuda")
+s = torch.cuda.Stream()
+s.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(s), torch.no_grad():
+    for _ in range(3):
+        mlp(static_x)
+torch.cuda.current_stream().wait_stream(s)
+graph = torch.cuda.CUDAGraph()
+with torch.no_grad(), torch.cuda.graph(graph):
+    static_y = mlp(static_x)
+torch.cuda.synchronize()
+"""
+FEATURES_CELL = """%%nsys --name features --gpu-metrics
+with nvtx.annotate("gemm"):
+    for _ in range(40):
+        a @ a
+    torch.cuda.synchronize()
+for i in range(20):
+    with nvtx.annotate(f"replay {i}"):
+        graph.replay()
+torch.cuda.synchronize()
+"""
+
+
+def test_gpu_metrics_and_the_kernels_inside_cuda_graphs(tmp_path):
+    """%%nsys --gpu-metrics samples the GPU's counters (a bf16 GEMM phase reads tensor-core-bound) and the default
+    node tracing lists every kernel a CUDA graph replays, with its graph launch's correlation id."""
+    from nsight_magic import open_report
+    from nsight_magic.analysis.gpu_metrics import read_metrics
+
+    nb = _run(["%load_ext nsight_magic", FEATURES_SETUP, FEATURES_CELL], tmp_path)
+    assert "nsys: ok" in cell_text(nb.cells[2]), cell_text(nb.cells[2])
+    folder = next((tmp_path / "nsight-profiles").glob("features-*"))
+    rep = open_report(folder)
+    gm = rep.gpu_metrics
+    assert not gm.empty, gm.problem
+    r = rep.nvtx[rep.nvtx["name"].astype(str) == "gemm"].iloc[0]
+    (m,) = read_metrics(rep, (int(r["start_ns"]), int(r["end_ns"])))
+    assert m.kind == "tensor" and m.means["tensor_active"] > 50 and m.means["sm_active"] > 80, m
+    assert any(f.rule == "gpu_metrics" for f in rep.findings())
+    nodes = rep.kernels[rep.kernels["graph_node_id"].notna()]
+    assert len(nodes) == 20 * 12 * 2 and nodes.groupby("correlation_id").size().eq(24).all(), len(nodes)
+    assert not [f for f in rep.findings() if f.rule == "cuda_graphs"]
