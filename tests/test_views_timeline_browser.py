@@ -111,7 +111,11 @@ def test_colours_names_frame_fold_width_and_measure(profile, browser):
     pg.page.mouse.click(at["x"], at["y"])
     folded = in_page(pg.page, visible, "(now, before) => now[1] == 1", before)
     assert before[0] > 0 and before[1] > 1 and folded == [before[0], 1], (before, folded)
-    assert in_page(pg.page, drawn_height, "(h, tall) => h < tall - 10", tall) < tall - 10
+    # shorter, down to the plot's least height (200 px: a profile of four rows is drawn that tall unfolded)
+    if tall > 210:
+        assert in_page(pg.page, drawn_height, "(h, tall) => h < tall - 10", tall) < tall - 10
+    else:
+        assert pg.page.evaluate(drawn_height) <= tall
     label_text = pg.page.evaluate(f"() => {LABELS}.model.renderers[0].data_source.data.text")
     assert label_text[0].startswith("▸ ")  # the folded mark on the process
     # names on the one strip do not overlap (the sleep's OS calls lie under the ranges): each starts after the last
