@@ -129,13 +129,15 @@ def test_no_byte_of_another_process_reaches_a_file_of_an_in_place_kernel(tmp_pat
     k = inplace_kernel(tmp_path)
     try:
         assert planted not in k.run("import os; print(os.environ)")
-        cells = {"ordinary": "", "fresh": " --fresh", "lines": " --lines", "ops": " --ops"}
+        cells = {"ordinary": " --gpu-metrics", "fresh": " --fresh", "lines": " --lines", "ops": " --ops"}
         for name, flags in cells.items():
             body = ("import torch\nx = torch.ones(3)\nprint('recorded', (x + 1).sum().item())" if name == "ops" else
                     "import nvtx\nwith nvtx.annotate('the cell'):\n    print('recorded', 6.0)")
             out = k.run(f"%%nsys --name {name}{flags}\n{body}")
             assert "recorded 6.0" in out and "profile ready" in out, out
             assert "PID namespace" not in out and "empty capture" not in out, out
+            if "--gpu-metrics" in flags:  # per cell in place too: here, with no GPU, it says why none were sampled
+                assert "GPU metrics were not sampled: no GPU is visible" in out, out
         from nsight_magic import open_report
 
         for name in cells:

@@ -149,6 +149,21 @@ class InPlaceSession:
         except OSError as e:
             return None, f"nsys {verb} could not run ({e.strerror or e})"
 
+    def _gpu_metrics_args(self, opts) -> tuple[list[str], str | None]:
+        """--gpu-metrics for this cell's `nsys start`, where it takes the switch: (args, a note when it cannot)."""
+        if not getattr(opts, "gpu_metrics", False):
+            return [], None
+        from ..tools import nsys_help, nsys_switches
+        from .extras import gpu_metrics_args
+
+        if "cuda" not in self.trace.split(","):
+            return [], "GPU metrics were not sampled: no GPU is visible"
+        got = gpu_metrics_args(nsys_switches(self.nsys, "start"), nsys_help("start", self.nsys))
+        if not got:
+            return [], (f"GPU metrics were not sampled: this kernel's nsys {self.version or ''} takes no "
+                        "--gpu-metrics-devices per cell (`nsys start`); `%%nsys --fresh --gpu-metrics` samples them")
+        return list(got), None
+
     def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1, number: int | None = None,
                header: str = "") -> Recording:
         """Run `cell` in this kernel (shell.run_cell, as the editor numbers it: `header` is the magic's line,
@@ -160,13 +175,15 @@ class InPlaceSession:
         folder.cell.write_text(cell, encoding="utf-8", errors="surrogatepass")
         if self.refused:
             raise SessionGone(f"{self.refused}; the cell was not run (kept in {folder.path}/)")
+        metrics_args, metrics_note = self._gpu_metrics_args(opts)
         folder.write_json(folder.run_config, {"tool": "nsys", "mode": "in place", "session": self.name,
                                               "trace": self.trace, "cell_first_line": cell_first_line,
                                               "extras": {"samples": opts.samples is not False,
                                                          "memory": self.memory,
-                                                         "history": opts.memory is not False}})
+                                                         "history": opts.memory is not False,
+                                                         "gpu_metrics": bool(metrics_args)}})
         start_args = [f"--output={folder.report_base}", *nsys_default_args(self.start_args), *self.start_args,
-                      "--force-overwrite=true"]
+                      *metrics_args, "--force-overwrite=true"]
         start = shlex.join([str(self.nsys), "start", f"--session={self.name}", *start_args])
         folder.command.write_text(f"in place: {self.launch}\n{start}\n")
         folder.write_json(folder.versions, tool_versions(self.nsys, "nsys", self.version))
@@ -175,6 +192,8 @@ class InPlaceSession:
         if opts.memory and not self.memory:
             notes.append("this kernel's nsys makes no device-memory record (its launch fixed that): torch's allocator "
                          "history is recorded; `%%nsys --fresh --memory` records nsys's too")
+        if metrics_note:
+            notes.append(metrics_note)
         if opts.send_vars or opts.no_vars or opts.return_vars:
             notes.append("in place nothing is sent or returned: the cell runs in this kernel, with its variables")
         if not self._stopped.is_set():
