@@ -114,6 +114,9 @@ def test_syntax_error_is_reported_before_nsys_starts(tmp_path):
     assert str(folder) in str(e.value)
     assert (folder / "cell.py").read_text().startswith("x = 1")
     assert not (folder / "tool-output.txt").exists()
+    # under the %%nsys line the editor numbers the same line 3 (the magic's line is 1)
+    with pytest.raises(OptionError, match=r"syntax error in the cell, line 3"):
+        run_nsys("x = 1\nif x = 2:\n  pass\n", _opts(tmp_path), cell_first_line=2)
 
 
 def test_ipython_syntax_in_the_cell_is_explained(tmp_path):

@@ -52,12 +52,38 @@ def bound_names(source: str) -> set[str]:
     return out
 
 
+_SURE_BINDINGS = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
+                  ast.ClassDef)
+
+
+def assigned_before_read(source: str) -> set[str]:
+    """Names the code binds at its top level, unconditionally, before any statement reads them (`t = time.time()`
+    first, `print(t)` after): the cell makes its own, so the notebook's need not be sent.  A read anywhere before
+    (in a loop, a branch, a function body, the assignment's own value: `x = x + 1`) keeps the name free; a binding
+    inside a loop, branch or `try` may not happen and does not count."""
+    tree = ast.parse(source)
+    read: set[str] = set()
+    first: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, _SURE_BINDINGS) and not (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
+            bound = bound_names(ast.unparse(stmt)) if not isinstance(stmt, (ast.Import, ast.ImportFrom)) else \
+                {(a.asname or a.name).split(".")[0] for a in stmt.names}
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound = {stmt.name}
+            read |= loaded_names(ast.unparse(stmt))  # its value (and a def's body) first
+            first |= {n for n in bound if n not in read}
+        else:
+            read |= loaded_names(ast.unparse(stmt))
+    return first
+
+
 def free_names(cell: str, setup_sources: list[str], namespace: dict) -> list[str]:
-    """Names the cell reads that live in the notebook namespace and that the setup code does not define."""
+    """Names the cell reads that live in the notebook namespace and that neither the setup code defines nor the
+    cell binds before it reads them."""
     defined_by_setup: set[str] = set()
     for src in setup_sources:
         defined_by_setup |= bound_names(src)
-    wanted = loaded_names(cell) - defined_by_setup - _IPYTHON_NAMES - set(dir(builtins))
+    wanted = loaded_names(cell) - defined_by_setup - assigned_before_read(cell) - _IPYTHON_NAMES - set(dir(builtins))
     # _i, _i7, _ii...: IPython's input history
     return sorted(n for n in wanted if n in namespace and not re.fullmatch(r"_i+\d*", n))
 

@@ -36,7 +36,9 @@ def _check_unicode(text: str, what: str, folder: ProfileFolder) -> None:
                           f"{folder.path}/")
 
 
-def _check_syntax(cell: str, folder: ProfileFolder, script: str | None = None) -> None:
+def _check_syntax(cell: str, folder: ProfileFolder, script: str | None = None, first_line: int = 1) -> None:
+    """A syntax error before anything runs, at the line as the editor numbers it (`first_line`: the number of the
+    cell's first line there, 2 under a %%nsys line)."""
     try:
         compile(cell, str(folder.cell), "exec")
     except SyntaxError as e:
@@ -47,7 +49,8 @@ def _check_syntax(cell: str, folder: ProfileFolder, script: str | None = None) -
         bad = (e.text or "").lstrip()
         if bad.startswith(("%", "!")):
             hint = " (IPython magics and shell escapes do not run in the profiled process; use plain Python)"
-        raise OptionError(f"syntax error in the cell, line {e.lineno}: {e.msg}{hint}; nothing was run, "
+        line = (e.lineno or 1) + first_line - 1
+        raise OptionError(f"syntax error in the cell, line {line}: {e.msg}{hint}; nothing was run, "
                           f"the cell is kept in {folder.path}/") from None
 
 
@@ -70,7 +73,7 @@ def prepare(cell: str, *, name: str, directory, setup_sources=(), namespace=None
     setup_text = write_setup(folder.setup, setup_sources)
     _check_unicode(cell, "the cell", folder)
     _check_unicode(setup_text, "the setup code", folder)
-    _check_syntax(cell, folder, script)
+    _check_syntax(cell, folder, script, cell_first_line)
     manifest = []
     codes: dict = {}
     namespace = namespace or {}
