@@ -114,6 +114,9 @@ def test_the_view_has_a_python_row_and_tab(sampled):
     assert "Python" in v.tabs
     html = v.html_page()
     assert "log_metrics" in html and "Lines of the cell" in html
+    # the GPU tabs of a CPU-only profile say why they are empty and what would fill them
+    assert "No kernels: no GPU was visible to the profiled process" in html
+    assert "No copies between host and device: no GPU was visible" in html
 
 
 @requires_nsys

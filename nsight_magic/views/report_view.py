@@ -213,6 +213,33 @@ STATIC_BUDGET = 10000   # glyphs in saved output: keeps a cell under 2 MB with B
 STATIC_EXACT = 10000    # events besides those kept in the saved output for exact zoom without a kernel (benchmarks/view.py)
 LIVE_BUDGET = 30000     # glyphs per refresh through the widget comm
 TABS = ("Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files")
+_GPU_TABS = {"kernels": "kernels", "memory": "copies between host and device", "cudaapi": "CUDA calls"}
+
+
+def empty_reason(report, key: str) -> str:
+    """Why a tab has no rows, and what would fill it: no GPU visible, CUDA not traced, or no GPU work in the
+    cell."""
+    what = _GPU_TABS.get(key)
+    if what is None:
+        return "No rows in this report."
+    tables = set(getattr(report.meta, "tables", ()) or ())
+    traced = any(t.startswith("CUPTI_ACTIVITY_KIND_") for t in tables)
+    try:
+        gpus = len(report.gpus.dropna(subset=["name"])) if "name" in report.gpus else len(report.gpus)
+    except Exception:  # noqa: BLE001 - a report without its GPUs' table: say what is known
+        gpus = 0
+    if not traced and not gpus:
+        return (f"No {what}: no GPU was visible to the profiled process, so CUDA was not traced (CPU activity and "
+                "NVTX ranges only). On a machine with an NVIDIA GPU, %%nsys traces CUDA (-t cuda,nvtx,osrt) and "
+                "this tab lists them.")
+    if not traced:
+        return (f"No {what}: CUDA was not traced in this profile (its -t/--trace list had no cuda); "
+                "%%nsys -t cuda,nvtx,osrt records them.")
+    api = getattr(report, "cuda_api", None)
+    if api is not None and api.empty:
+        return (f"No {what}: CUDA was traced, but the cell made no CUDA call during the capture (its tensors "
+                "stayed on the CPU, or torch never started CUDA: `.cuda()` / `device='cuda'`).")
+    return f"No {what} in the capture: the cell's CUDA calls queued none."
 
 
 @dataclass
@@ -366,7 +393,7 @@ class NsysView:
 
     def _table(self, key, df, zoom, plot_name, zoom_col: str = "name") -> str:
         if df is None or df.empty:
-            return "<p>No rows in this report.</p>"
+            return f"<p>{escape(empty_reason(self.report, key))}</p>"
         return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name, zoom_col=zoom_col)
 
     def _files_html(self) -> str:
