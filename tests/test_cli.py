@@ -31,6 +31,13 @@ def test_profile_a_script_with_arguments(tmp_path):
     assert "script range" in nvtx_ranges(folder / "report.sqlite")
     assert (folder / "view.html").stat().st_size > 1000
     assert str(folder) in p.stdout
+    from nsight_magic.report import open_report
+
+    rep = open_report(folder)
+    try:  # a script is called a script, not a cell
+        assert rep.subject == "the script" and "the script ran on the CPU" in rep.bottleneck().summary
+    finally:
+        rep.close()
 
 
 @requires_nsys

@@ -781,6 +781,7 @@ def _bottleneck(report) -> Bottleneck:
 
 def _cpu_only(report) -> Bottleneck:
     """No GPU work was recorded: the main thread's time split into running and blocked in the OS."""
+    subject = getattr(report, "subject", "the cell")
     span = report.time_span
     a, b = span.start_ns, span.end_ns
     threads = cell_threads(report)
@@ -796,11 +797,11 @@ def _cpu_only(report) -> Bottleneck:
     if osrt_traced(report):
         breakdown = pd.DataFrame({"category": ["host running", "host blocked"], "time_ns": [w - blocked, blocked],
                                   "pct": [round(100.0 * (w - blocked) / w, 1), round(100.0 * blocked / w, 1)]})
-        summary = (f"no GPU work was recorded: the cell ran on the CPU (its thread blocked in the OS "
+        summary = (f"no GPU work was recorded: {subject} ran on the CPU (its thread blocked in the OS "
                    f"{100.0 * blocked / w:.0f}% of the capture)")
     else:  # how long it was blocked is not known: say only what was recorded
         breakdown = pd.DataFrame({"category": ["host"], "time_ns": [w], "pct": [100.0]})
-        summary = ("no GPU work was recorded: the cell ran on the CPU (the OS runtime was not traced, so how long "
+        summary = (f"no GPU work was recorded: {subject} ran on the CPU (the OS runtime was not traced, so how long "
                    "its thread was blocked in the OS is not known: -t ...,osrt records it)")
     steps = find_steps(report)
     st = next(iter(steps.values()), None)

@@ -10,6 +10,7 @@ Frames are read lazily (functools.cached_property); absent tables give empty fra
 from __future__ import annotations
 
 import functools
+import json
 import hashlib
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -563,6 +564,16 @@ class NsysData:
             said = f"{e}: the profile is shown without its Python samples"
             warnings.warn(said, ReportWarning, stacklevel=2)
             return empty_samples(problem=said)
+
+    @functools.cached_property
+    def subject(self) -> str:
+        """What was profiled, as the words about it say: "the script" (`nsight-magic profile script.py`, run.json's
+        script) or "the cell"."""
+        try:
+            cfg = json.loads((self.path.parent / "run.json").read_text())
+            return "the script" if isinstance(cfg, dict) and cfg.get("script") else "the cell"
+        except (OSError, ValueError):
+            return "the cell"
 
     @functools.cached_property
     def gpu_metrics(self):
