@@ -138,15 +138,20 @@ def started_by_this_worker(environ: bytes) -> bool:
     return WORKER is None or f"NSIGHT_MAGIC_TEST_WORKER={WORKER}".encode() in environ.split(b"\0")
 
 
+def unxz(src: Path, dst: Path) -> Path:
+    """An xz-compressed file of tests/data written out uncompressed at `dst`; its path."""
+    import lzma
+
+    with lzma.open(src) as f, open(dst, "wb") as out:
+        shutil.copyfileobj(f, out)
+    return dst
+
+
 def unpack_job_rank(dest: Path, rank_from: int, rank_to: int | None = None) -> Path:
     """tests/data/job's report of rank `rank_from` (an H200 job's, xz-compressed), written to `dest` as the report
     of rank `rank_to` (default: the same rank); its path."""
-    import lzma
-
     dst = dest / f"report.{rank_to if rank_to is not None else rank_from}.sqlite"
-    with lzma.open(DATA / "job" / f"report.{rank_from}.sqlite.xz") as f, open(dst, "wb") as out:
-        shutil.copyfileobj(f, out)
-    return dst
+    return unxz(DATA / "job" / f"report.{rank_from}.sqlite.xz", dst)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import lzma
 import shutil
 import subprocess
 import sys
@@ -14,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA
+from conftest import DATA, unxz
 from nsight_magic.report import open_report
 from nsight_magic.views.chrome_trace import GPU_PID_BASE
 
@@ -34,10 +33,8 @@ def read_with_devtools(path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def graph_report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("trace") / "graph_node.sqlite"
-    with lzma.open(DATA / "gpu_features" / "graph_node.sqlite.xz") as a, open(path, "wb") as b:
-        shutil.copyfileobj(a, b)
-    rep = open_report(path)
+    rep = open_report(unxz(DATA / "gpu_features" / "graph_node.sqlite.xz",
+                           tmp_path_factory.mktemp("trace") / "graph_node.sqlite"))
     yield rep
     rep.close()
 

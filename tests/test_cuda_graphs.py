@@ -2,13 +2,10 @@
 20 replays of a captured 24-kernel MLP forward, each in an NVTX range, with --cuda-graph-trace=graph and =node."""
 from __future__ import annotations
 
-import lzma
-import shutil
-
 import numpy as np
 import pytest
 
-from conftest import DATA
+from conftest import DATA, unxz
 from nsight_magic.analysis.rules.common import api_of
 from nsight_magic.profilers.extras import choose
 from nsight_magic.report import open_report
@@ -21,10 +18,7 @@ def graphs(tmp_path_factory):
     root = tmp_path_factory.mktemp("graphs")
     got = {}
     for mode in ("graph", "node"):
-        path = root / f"graph_{mode}.sqlite"
-        with lzma.open(HERE / f"graph_{mode}.sqlite.xz") as a, open(path, "wb") as b:
-            shutil.copyfileobj(a, b)
-        got[mode] = open_report(path)
+        got[mode] = open_report(unxz(HERE / f"graph_{mode}.sqlite.xz", root / f"graph_{mode}.sqlite"))
     yield got
     for r in got.values():
         r.close()

@@ -2,7 +2,6 @@
 lent H100 (tests/data/gpu_features/README.md: 40 bf16 GEMMs in 'compute', 40 device copies of 512 MB in 'memory')."""
 from __future__ import annotations
 
-import lzma
 import shutil
 import sqlite3
 
@@ -10,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from conftest import DATA
+from conftest import DATA, unxz
 from nsight_magic.analysis.gpu_metrics import read_metrics
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.extras import choose
@@ -24,10 +23,7 @@ HERE = DATA / "gpu_features"
 
 @pytest.fixture(scope="module")
 def gm(tmp_path_factory):
-    path = tmp_path_factory.mktemp("gm") / "gm.sqlite"
-    with lzma.open(HERE / "gm.sqlite.xz") as a, open(path, "wb") as b:
-        shutil.copyfileobj(a, b)
-    rep = open_report(path)
+    rep = open_report(unxz(HERE / "gm.sqlite.xz", tmp_path_factory.mktemp("gm") / "gm.sqlite"))
     yield rep
     rep.close()
 

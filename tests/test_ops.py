@@ -275,19 +275,14 @@ def test_without_the_composite_mark_the_outermost_range_is_the_operator():
 @pytest.fixture(scope="module")
 def gpu_ops_reports(tmp_path_factory):
     """The same three transformer steps recorded on the lent H100 with --ops both ways (tests/data/README.md)."""
-    import lzma
-    import shutil
-
-    from conftest import DATA
+    from conftest import DATA, unxz
     from nsight_magic.report import open_report
 
     root = tmp_path_factory.mktemp("ops")
     out = {}
     for name in ("emit_nvtx", "dispatch"):
         dst = root / f"{name}.sqlite"
-        with lzma.open(DATA / "ops" / f"{name}.sqlite.xz") as f, open(dst, "wb") as o:
-            shutil.copyfileobj(f, o)
-        out[name] = open_report(dst)
+        out[name] = open_report(unxz(DATA / "ops" / f"{name}.sqlite.xz", dst))
     yield out
     for r in out.values():
         r.close()

@@ -461,22 +461,24 @@ def metrics_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.Da
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(cols)
 
 
+def _bin_starts(t: np.ndarray, points: int) -> np.ndarray:
+    """The first sample of each of `points` equal bins of time (empty bins dropped); t sorted."""
+    edges = np.linspace(t[0], t[-1], points + 1)
+    starts = np.unique(np.searchsorted(t, edges[:-1], side="left"))
+    return starts[starts < len(t)]
+
+
 def _means(t: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
     if len(t) <= points:
         return t, y
-    edges = np.linspace(t[0], t[-1], points + 1)
-    starts = np.unique(np.searchsorted(t, edges[:-1], side="left"))
-    starts = starts[starts < len(t)]
-    counts = np.diff(np.append(starts, len(t)))
-    return t[starts], np.add.reduceat(y, starts) / counts
+    starts = _bin_starts(t, points)
+    return t[starts], np.add.reduceat(y, starts) / np.diff(np.append(starts, len(t)))
 
 
 def _peaks(t: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.ndarray]:
     if len(t) <= points:
         return t, y
-    edges = np.linspace(t[0], t[-1], points + 1)
-    starts = np.unique(np.searchsorted(t, edges[:-1], side="left"))
-    starts = starts[starts < len(t)]
+    starts = _bin_starts(t, points)
     return t[starts], np.maximum.reduceat(y, starts)
 
 
