@@ -26,12 +26,13 @@ def test_a_gil_wait_within_a_pass_is_ours_and_the_programs_own_waits_stay():
         (10, 11, "pthread_mutex_lock", 200 * MS, 200 * MS + 500_000),          # another thread, same pass: ours
         (10, 10, "pthread_cond_wait", 150 * MS, 160 * MS),                      # no pass near: the program's
         (10, 10, "pthread_cond_timedwait", 195 * MS, 205 * MS),                 # a long wait a pass crossed
+        (10, 10, "pthread_cond_wait", 100 * MS + 500_000, 102 * MS),            # began in a pass, woken late
         (10, 10, "read", 100 * MS, 101 * MS),                                   # not a GIL call
         (11, 11, "pthread_cond_wait", 100 * MS, 101 * MS),                      # another process
         (10, 12, "sem_timedwait", 50 * MS, 55 * MS),                            # the sampler's own thread
     ])
     got = instrument_rows(osrt, passes, frozenset({(10, 12)}))
-    assert got.tolist() == [True, True, False, False, False, False, True]
+    assert got.tolist() == [True, True, False, False, True, False, False, True]
 
 
 def test_without_passes_or_rows_nothing_is_ours():
