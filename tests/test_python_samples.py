@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import TEST_TRACE, requires_nsys
-from nsight_magic.analysis.python_code import cell_lines, code_in, functions, segments
+from nsight_magic.analysis.python_code import cell_lines, code_in, functions, segments, stack_info
 from nsight_magic.options import NsysOptions
 from nsight_magic.report import open_report
 from nsight_magic.views.report_view import NsysView
@@ -97,6 +97,9 @@ def test_the_hottest_code_is_the_cells_own_function_and_line(sampled):
     assert {3, 4} <= set(lines.index)
     assert "dumps" in lines.loc[4, "top_call"] or "log_metrics" in lines.loc[4, "top_call"]
     assert lines.loc[3, "top_call"] == "line 3"  # time.sleep is C: no Python frame below the line
+    # each line's time rests on a count of samples, shown beside it (the precision samples give)
+    in_cell = stack_info(ps).cell_line[ps.samples["stack"].to_numpy()]
+    assert lines["samples"].sum() == (in_cell >= 0).sum() and (lines["samples"] > 0).all()
     # a stretch of the cell names the code that ran in it
     seg = segments(ps)
     assert not seg.empty and seg["name"].str.contains("line 4").any()

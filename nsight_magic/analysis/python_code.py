@@ -178,9 +178,10 @@ def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
 
 
 def cell_lines(ps) -> pd.DataFrame:
-    """Per line of the cell (the editor's numbers): the sampled time spent in it (and below it), its share, and
-    what it spent it in most (the summary below the line)."""
-    cols = ["line", "total_ns", "pct", "top_call", "top_call_pct"]
+    """Per line of the cell (the editor's numbers): the sampled time spent in it (and below it), its share, the
+    samples it rests on (a time of n samples is good to about 1/sqrt(n) of itself), and what it spent it in most
+    (the summary below the line)."""
+    cols = ["line", "total_ns", "pct", "samples", "top_call", "top_call_pct"]
     if ps.samples.empty:
         return pd.DataFrame(columns=cols)
     info = stack_info(ps)
@@ -193,11 +194,13 @@ def cell_lines(ps) -> pd.DataFrame:
     df = pd.DataFrame({"line": line[inside], "label": info.label_code[st][inside],
                        "w": s["weight_ns"].to_numpy(float)[inside]})
     per = df.groupby("line")["w"].sum()
+    n = df.groupby("line").size()
     top = df.groupby(["line", "label"])["w"].sum().reset_index().sort_values("w", ascending=False, kind="stable")
     top = top.drop_duplicates("line").set_index("line")
     all_ns = cell_thread_ns(ps)
     out = pd.DataFrame({"line": per.index.to_numpy(np.int64), "total_ns": per.to_numpy().round().astype(np.int64)})
     out["pct"] = 100 * out["total_ns"] / all_ns
+    out["samples"] = n.reindex(per.index).to_numpy(np.int64)
     labels = np.asarray(info.labels, dtype=object)
     out["top_call"] = [labels[int(top.loc[ln, "label"])] for ln in out["line"]]
     out["top_call_pct"] = [100 * float(top.loc[ln, "w"]) / float(per.loc[ln]) for ln in out["line"]]

@@ -112,7 +112,9 @@ def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
 PYTHON_INTRO = ("<p>What the profiled process's threads were running in Python, sampled every {interval} during "
                 "the cell ({samples:,} samples of {threads} thread{s}): per function the time it was on top of the "
                 "stack (own) and anywhere on it (total), then per line of the cell what it spent its time in; "
-                "shares are of the time the cell's own thread was sampled. "
+                "shares are of the time the cell's own thread was sampled. Each time is a count of samples "
+                "(the samples column): n samples measure it to about 1/√n of itself, so a line seen 4 times is "
+                "known to ±50%; an NVTX range or %%nsys --lines measures the same code exactly. "
                 "The timeline's Python rows show the same samples in time.{kernel}</p>")
 KERNEL_THREADS = (" The {n} thread{s} of the machinery that runs the cell (the kernel's IOPub, heartbeat, control "
                   "and history threads, nsight-magic's own) {are} left out here; the timeline folds them into one "
