@@ -238,6 +238,8 @@ DAMAGES = {
     "pid 'x'": lambda d: d.__setitem__("pid", "x"),
     "a stack that is a string": lambda d: d["stacks"].__setitem__(0, "abc"),
     "a thread id that is a string": lambda d: d["samples"]["tid"].__setitem__(0, "q"),
+    "passes of another length": lambda d: d.__setitem__("passes", {"t": [1, 2], "ns": [5]}),
+    "a pass of -1 ns": lambda d: d.__setitem__("passes", {"t": [1], "ns": [-1]}),
     "100,000 nested brackets": None,
 }
 
