@@ -14,8 +14,9 @@ default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, p
     stacks    each distinct stack, leaf first, as [frame, line, frame, line, ...]
     samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
     threads   the sampled threads' Python names by native id ("IOPub", "MainThread", the program's own names)
-    passes    when the sampler held the GIL: parallel lists t (ns since the clock's value, as samples) and ns (how
-              long), one per pass over the threads; sampler_tid: its own native id.  A thread of the program that
+    passes    when the sampler held the GIL: parallel lists t (ns since the clock's value, as samples), ns (how
+              long) and lead (how long before t its sleep ended and it asked for the GIL), one per pass over the
+              threads; sampler_tid: its own native id.  A thread of the program that
               waited for the GIL meanwhile waited for us: the reader leaves those waits out of the program's time
 
 A sample takes the GIL for tens of microseconds; the thread sleeps a random 0.5-1.5 intervals in between (no
@@ -74,6 +75,7 @@ class PythonSampler:
         self.clocks: list[int] = []   # later clock marks (pause)
         self.pass_t: list[int] = []   # each pass over the threads: when it began (GIL held) and how long it took
         self.pass_ns: list[int] = []
+        self.pass_lead: list[int] = []  # how long before `now` the sleep ended (it asked for the GIL then)
         self.native_id = 0
 
     def start(self) -> "PythonSampler":
@@ -109,6 +111,7 @@ class PythonSampler:
         wait = interval
         threads = len(sys._current_frames())
         self._lower(self._alone())
+        due = time.monotonic_ns() - self.clock_ns + int(wait * 1e9)
         while not self._stop.wait(wait):
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
@@ -146,15 +149,19 @@ class PythonSampler:
             # interval; on this 2-core machine passes of a CPU training loop lasted 0.5 ms, median)
             self.pass_t.append(now)
             self.pass_ns.append(time.monotonic_ns() - self.clock_ns - now)
+            # from when the sleep ended: the thread asked for the GIL then, and held it through Event.wait's own
+            # Python code before `now` (under load that took more than the reader's 0.2 ms margin)
+            self.pass_lead.append(max(0, now - due))
             if len(self.t) >= MAX_SAMPLES:  # keep a bounded record: every other sample, half the rate from now
                 self.t, self.tid, self.stack = self.t[::2], self.tid[::2], self.stack[::2]
-                self.pass_t, self.pass_ns = self.pass_t[::2], self.pass_ns[::2]
+                self.pass_t, self.pass_ns, self.pass_lead = self.pass_t[::2], self.pass_ns[::2], self.pass_lead[::2]
                 interval *= 2
             # the next one about an interval after this one was due (waiting for the GIL took part of it), at a
             # random point of it: a loop whose step lasts about an interval is not seen at the same phase every
             # time (seen on the H100: 5 ms steps sampled only in their forward, never in their 3 ms of JSON)
             wait = max(interval * rng.uniform(0.5, 1.5) - (time.monotonic_ns() - self.clock_ns - now) / 1e9,
                        interval / 5)
+            due = time.monotonic_ns() - self.clock_ns + int(wait * 1e9)
 
     def pause(self) -> None:
         """No sample from here on (the cell is over: what runs next is our bookkeeping, and outside the cell's
@@ -184,7 +191,8 @@ class PythonSampler:
                 "pid": os.getpid(),
                 "frames": self.frames, "stacks": self.stacks,
                 "samples": {"t": self.t, "tid": self.tid, "stack": self.stack},
-                "passes": {"t": self.pass_t, "ns": self.pass_ns}, "sampler_tid": self.native_id,
+                "passes": {"t": self.pass_t, "ns": self.pass_ns, "lead": self.pass_lead},
+                "sampler_tid": self.native_id,
                 "threads": {str(k): v for k, v in self.names.items() if k in seen}}
         try:
             tmp = self.path.with_name(self.path.name + ".part")

@@ -5,7 +5,8 @@ export, placed on the report's clock by nsight-magic's NVTX clock mark.
               weight_ns (the time the sample stands for: since the thread's previous sample)
     stacks    per stack id: frame ids from the leaf to the root (int32 arrays), and their line numbers
     frames    DataFrame: function, file, first_line, kind (cell, user, library, stdlib, ours)
-    passes    DataFrame: pid, start_ns, end_ns: when the sampler held the GIL (report clock; files that have them)
+    passes    DataFrame: pid, start_ns, end_ns: when the sampler held the GIL (report clock; files that have them);
+              alone: the pass saw only one thread of the program
     sampler_threads  {(pid, tid)} of the sampler's own thread
 
 Several processes (ranks) each write their own file (python_samples.rankR.json).  The readers know nothing of what
@@ -57,7 +58,7 @@ class PythonSamples:
 
 def _no_passes() -> pd.DataFrame:
     return pd.DataFrame({"pid": pd.Series([], dtype=np.int64), "start_ns": pd.Series([], dtype=np.int64),
-                         "end_ns": pd.Series([], dtype=np.int64)})
+                         "end_ns": pd.Series([], dtype=np.int64), "alone": pd.Series([], dtype=bool)})
 
 
 def empty_samples(problem: str | None = None) -> PythonSamples:
@@ -263,10 +264,23 @@ def _passes(data: dict, pid: int, origin_ns: int, path: Path) -> pd.DataFrame:
     if not isinstance(got, dict):
         return _no_passes()
     t, ns = _ints(got.get("t"), "passes.t", path), _ints(got.get("ns"), "passes.ns", path)
-    if len(t) != len(ns) or (len(t) and (np.abs(t).max() > TIME_LIMIT_NS or ns.min() < 0 or ns.max() > TIME_LIMIT_NS)):
+    lead = _ints(got["lead"], "passes.lead", path) if "lead" in got else np.zeros(len(t), np.int64)
+    if len(t) != len(ns) or len(lead) != len(t) or (len(t) and (
+            np.abs(t).max() > TIME_LIMIT_NS or min(ns.min(), lead.min()) < 0
+            or max(ns.max(), lead.max()) > TIME_LIMIT_NS)):
         raise ReportError(f"{path.name}: its passes differ in length or hold impossible times; the file is damaged")
-    return pd.DataFrame({"pid": np.full(len(t), pid, np.int64), "start_ns": origin_ns + t,
-                         "end_ns": origin_ns + t + ns})
+    # alone: the pass saw one thread (the cell's): once it let the GIL go, no other thread of the program could
+    # take it before the waiting one (samples of a pass share its time)
+    st = _ints(data["samples"]["t"], "samples.t", path)
+    seen, counts = np.unique(st, return_counts=True)
+    k = np.clip(np.searchsorted(seen, t), 0, max(len(seen) - 1, 0))
+    alone = (seen[k] == t) & (counts[k] <= 1) if len(seen) else np.ones(len(t), bool)
+    # a pass that saw the cell's thread alone held the GIL from when its sleep ended (lead before t, capped): the
+    # only thread that could wait for it then is the cell's.  Beside other threads of the program the lead is the
+    # sampler waiting its turn (their 5 ms switch interval), not holding the GIL
+    return pd.DataFrame({"pid": np.full(len(t), pid, np.int64),
+                         "start_ns": origin_ns + t - np.where(alone, np.minimum(lead, LEAD_CAP_NS), 0),
+                         "end_ns": origin_ns + t + ns, "alone": alone})
 
 
 def read_cell_first_line(folder: Path) -> int:
@@ -278,6 +292,7 @@ def read_cell_first_line(folder: Path) -> int:
         return 1
 
 
+LEAD_CAP_NS = 5_000_000     # of a pass's lead counted as GIL held (beyond: the sampler itself waited for the GIL)
 MAX_WEIGHT_NS = 250_000_000   # a sample stands for at most this (a thread that appeared late, a stopped sampler)
 
 
