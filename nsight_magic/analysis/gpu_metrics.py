@@ -66,14 +66,18 @@ def mean_in(series: pd.DataFrame, spans) -> float:
     return float(v.mean()) if len(v) else float("nan")
 
 
-def read_metrics(report, window: tuple[int, int] | None = None) -> list[MetricsRead]:
-    """Per device with GPU metrics and kernel time: the averages while its work ran, and what they say."""
+def read_metrics(report, window: tuple[int, int] | None = None, busy: dict | None = None) -> list[MetricsRead]:
+    """Per device with GPU metrics and kernel time: the averages while its work ran, and what they say.  `busy`:
+    a dict that keeps each device's busy intervals between calls (a caller reading several windows)."""
     gm = getattr(report, "gpu_metrics", None)
     if gm is None or gm.empty:
         return []
     out = []
+    busy = {} if busy is None else busy
     for device in sorted(set(gm.names["device_id"].astype(int))):
-        spans = busy_intervals(report, device, window)
+        if device not in busy:
+            busy[device] = busy_intervals(report, device)
+        spans = busy[device] if window is None else I.clip(busy[device], *window)
         if not len(spans[0]):
             continue
         means = {k: mean_in(gm.series(device, k), spans) for k in KEYS}

@@ -41,6 +41,7 @@ class GpuMetrics:
     metrics: pd.DataFrame
     names: pd.DataFrame = field(repr=False)
     problem: str | None = None    # none were recorded and nsys said why (no access to the counters, in use)
+    _series: dict = field(default_factory=dict, repr=False, compare=False)  # (device, key) -> series, read once
 
     @property
     def empty(self) -> bool:
@@ -48,6 +49,11 @@ class GpuMetrics:
 
     def series(self, device_id: int, key: str) -> pd.DataFrame:
         """start_ns, value of one known metric (KEYS) of a device, in time order; empty when not recorded."""
+        if (device_id, key) not in self._series:
+            self._series[(device_id, key)] = self._select(device_id, key)
+        return self._series[(device_id, key)]
+
+    def _select(self, device_id: int, key: str) -> pd.DataFrame:
         n = self.names
         names = n[(n["device_id"] == device_id) & (n["key"] == key)]["metric"]
         if names.empty:

@@ -89,7 +89,8 @@ def rule_gpu_metrics(ctx: Context) -> list[Finding]:
     if gm is None or gm.empty:
         return []
     span = report.time_span
-    whole = read_metrics(report, (span.start_ns, span.end_ns))
+    busy: dict = {}  # each device's busy intervals, computed once for the whole and every range
+    whole = read_metrics(report, (span.start_ns, span.end_ns), busy)
     if not whole:
         return []
     lines = []
@@ -100,7 +101,7 @@ def rule_gpu_metrics(ctx: Context) -> list[Finding]:
             r = r[pd.to_numeric(r["nesting_level"], errors="coerce").fillna(0).to_numpy() == 0]
         for label, g in list(r.groupby(r["label"].astype(str), sort=False))[:8]:
             a, b = int(g["start_ns"].min()), int(pd.to_numeric(g["end_ns"]).max())
-            for m in read_metrics(report, (a, b)):
+            for m in read_metrics(report, (a, b), busy):
                 if m.busy_ns >= 0.01 * max(b - a, 1):
                     lines.append(f"'{label}' (GPU {m.device_id}, {m.busy_ns / 1e6:,.1f} ms of GPU work): {m.words}.")
     top = max(whole, key=lambda m: m.busy_ns)
