@@ -31,13 +31,19 @@ class SentVariable:
 
 def loaded_names(source: str) -> set[str]:
     """Names the code reads (ast Load context), attribute roots included."""
-    tree = ast.parse(source)
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    return _loaded(ast.parse(source))
+
+
+def _loaded(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
 
 
 def bound_names(source: str) -> set[str]:
     """Names bound at any level by the code: assignments, imports, def/class, for/with/except targets."""
-    tree = ast.parse(source)
+    return _bound(ast.parse(source))
+
+
+def _bound(tree: ast.AST) -> set[str]:
     out: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
@@ -54,6 +60,7 @@ def bound_names(source: str) -> set[str]:
 
 _SURE_BINDINGS = (ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef,
                   ast.ClassDef)
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def assigned_before_read(source: str) -> set[str]:
@@ -61,19 +68,12 @@ def assigned_before_read(source: str) -> set[str]:
     first, `print(t)` after): the cell makes its own, so the notebook's need not be sent.  A read anywhere before
     (in a loop, a branch, a function body, the assignment's own value: `x = x + 1`) keeps the name free; a binding
     inside a loop, branch or `try` may not happen and does not count."""
-    tree = ast.parse(source)
     read: set[str] = set()
     first: set[str] = set()
-    for stmt in tree.body:
+    for stmt in ast.parse(source).body:
+        read |= _loaded(stmt)  # a statement's value (and a def's body) is read before its names are bound
         if isinstance(stmt, _SURE_BINDINGS) and not (isinstance(stmt, ast.AnnAssign) and stmt.value is None):
-            bound = bound_names(ast.unparse(stmt)) if not isinstance(stmt, (ast.Import, ast.ImportFrom)) else \
-                {(a.asname or a.name).split(".")[0] for a in stmt.names}
-            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                bound = {stmt.name}
-            read |= loaded_names(ast.unparse(stmt))  # its value (and a def's body) first
-            first |= {n for n in bound if n not in read}
-        else:
-            read |= loaded_names(ast.unparse(stmt))
+            first |= ({stmt.name} if isinstance(stmt, _DEFS) else _bound(stmt)) - read
     return first
 
 

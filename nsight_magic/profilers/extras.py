@@ -40,15 +40,18 @@ class Extras:
                 "gpu_metrics": self.gpu_metrics}
 
 
-def gpu_metrics_args(switches: frozenset[str], help_text: str = "") -> tuple[str, ...]:
+def gpu_metrics_request(trace: str, switches: frozenset[str], help_text: str = "", missing: str = ""
+                        ) -> tuple[tuple[str, ...], str | None]:
     """The switch that samples the GPU's counters, as this nsys spells it: `--gpu-metrics-devices` (2023.2+; its
-    `cuda-visible` where the help names it: the GPUs the program sees), `--gpu-metrics-device` (2022.x); () when
-    it has neither."""
+    `cuda-visible` where the help names it: the GPUs the program sees), `--gpu-metrics-device` (2022.x); or ((),
+    the line that says why not: no GPU visible (CUDA not traced), or `missing` when this nsys has neither)."""
+    if "cuda" not in {t.strip() for t in trace.split(",")}:
+        return (), "GPU metrics were not sampled: no GPU is visible"
     if "--gpu-metrics-devices" in switches:
-        return (f"--gpu-metrics-devices={'cuda-visible' if 'cuda-visible' in help_text else 'all'}",)
+        return (f"--gpu-metrics-devices={'cuda-visible' if 'cuda-visible' in help_text else 'all'}",), None
     if "--gpu-metrics-device" in switches:
-        return ("--gpu-metrics-device=all",)
-    return ()
+        return ("--gpu-metrics-device=all",), None
+    return (), f"GPU metrics were not sampled: {missing}"
 
 
 GPU_METRICS_SWITCHES = ("--gpu-metrics-devices", "--gpu-metrics-device")
@@ -79,15 +82,12 @@ def choose(samples: bool | None, memory: bool | None, trace: str, switches: froz
     nsys_memory = "--cuda-memory-usage" in given or any(a in MEMORY for a in args)
     metrics = bool(given & set(GPU_METRICS_SWITCHES))
     if gpu_metrics and not metrics:
-        got = gpu_metrics_args(switches, help_text)
-        if "cuda" not in traced:
-            notes.append("GPU metrics were not sampled: no GPU is visible")
-        elif got:
-            args += got
-            metrics = True
-        else:
-            notes.append(f"GPU metrics were not sampled: nsys {version or ''} has no --gpu-metrics-devices"
-                         .replace("  ", " "))
+        got, why = gpu_metrics_request(trace, switches, help_text,
+                                       f"nsys {version or ''} has no --gpu-metrics-devices".replace("  ", " "))
+        args += got
+        metrics = bool(got)
+        if why:
+            notes.append(why)
     return Extras(samples is not False, nsys_memory, memory is not False, tuple(args), tuple(notes), metrics)
 
 

@@ -154,15 +154,12 @@ class InPlaceSession:
         if not getattr(opts, "gpu_metrics", False):
             return [], None
         from ..tools import nsys_help, nsys_switches
-        from .extras import gpu_metrics_args
+        from .extras import gpu_metrics_request
 
-        if "cuda" not in self.trace.split(","):
-            return [], "GPU metrics were not sampled: no GPU is visible"
-        got = gpu_metrics_args(nsys_switches(self.nsys, "start"), nsys_help("start", self.nsys))
-        if not got:
-            return [], (f"GPU metrics were not sampled: this kernel's nsys {self.version or ''} takes no "
-                        "--gpu-metrics-devices per cell (`nsys start`); `%%nsys --fresh --gpu-metrics` samples them")
-        return list(got), None
+        got, why = gpu_metrics_request(self.trace, nsys_switches(self.nsys, "start"), nsys_help("start", self.nsys),
+                                       f"this kernel's nsys {self.version or ''} takes no --gpu-metrics-devices per "
+                                       "cell (`nsys start`); `%%nsys --fresh --gpu-metrics` samples them")
+        return list(got), why
 
     def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1, number: int | None = None,
                header: str = "") -> Recording:

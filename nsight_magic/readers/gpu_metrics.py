@@ -117,25 +117,19 @@ def read_gpu_metrics(con, tables, path=None) -> GpuMetrics:
                                               None, path)
     if not len(ts):
         return dataclasses.replace(empty_metrics(), problem=metrics_problem(con, tables))
-    # one code per (typeId, metricId): the name nsys gave it
+    # each row's (typeId, metricId) looked up among those TARGET_INFO_GPU_METRICS names (-1: not listed)
     pairs = {(int(t), int(m)): str(nm) for t, m, nm in info}
-    keys = np.asarray(list(pairs), np.int64).reshape(-1, 2) if pairs else np.empty((0, 2), np.int64)
-    names = list(pairs.values())
-    uniq = sorted(set(names))
-    code_of_pair = np.array([uniq.index(n) for n in names], np.int32)
-    # rows whose (typeId, metricId) is listed: code by a sorted lookup on the combined key
-    combined = type_id.astype(np.int64) * 4096 + metric_id
-    ref = keys[:, 0] * 4096 + keys[:, 1] if len(keys) else np.empty(0, np.int64)
-    order = np.argsort(ref)
-    pos = np.searchsorted(ref[order], combined)
-    pos = np.clip(pos, 0, max(len(ref) - 1, 0))
-    known = (ref[order][pos] == combined) if len(ref) else np.zeros(len(combined), bool)
-    codes = np.where(known, code_of_pair[order][pos] if len(ref) else -1, -1)
-    keep = known
+    uniq = sorted(set(pairs.values()))
+    listed = pd.MultiIndex.from_tuples(list(pairs), names=["t", "m"]) if pairs else None
+    at = listed.get_indexer(pd.MultiIndex.from_arrays([type_id, metric_id])) if listed is not None \
+        else np.full(len(ts), -1)
+    keep = at >= 0
+    code_of_pair = np.array([uniq.index(n) for n in pairs.values()], np.int32)
+    codes = code_of_pair[at[keep]] if keep.any() else np.empty(0, np.int32)
     frame = pd.DataFrame({
         "start_ns": ts[keep],
         "device_id": (type_id[keep] & 0xFF).astype(np.int64),
-        "metric": pd.Categorical.from_codes(codes[keep], categories=uniq) if uniq else pd.Categorical([]),
+        "metric": pd.Categorical.from_codes(codes, categories=uniq) if uniq else pd.Categorical([]),
         "value": value[keep].astype(float),
     }).sort_values("start_ns", kind="stable").reset_index(drop=True)
     rows = []

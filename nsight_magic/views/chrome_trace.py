@@ -151,6 +151,15 @@ def _write(report, w: _Writer) -> dict:
             w.meta("thread_name", pid, pseudo[(pid, key)], label)
         return pseudo[(pid, key)]
 
+    def tracks(pids, keys, kind: str, label) -> np.ndarray:
+        """The track of each row: one per distinct (pid, key), named label(pid, key) (rows: a million kernels;
+        their tracks: a few streams)."""
+        pids, keys = np.asarray(pids, np.int64), np.asarray(keys, np.int64)
+        pairs = pd.MultiIndex.from_arrays([pids, keys])
+        codes, uniq = pd.factorize(pairs)
+        ids = np.array([track(int(p), (kind, int(k)), label(int(p), int(k))) for p, k in uniq], np.int64)
+        return ids[codes] if len(codes) else np.empty(0, np.int64)
+
     seen_threads = set()
 
     def name_threads(pids, tids):
@@ -173,8 +182,7 @@ def _write(report, w: _Writer) -> dict:
         if "ours" in nv:
             nv = nv[~nv["ours"].astype(bool)]
         name_process(nv["pid"])
-        tids = [track(p, ("nvtx", t), f"{names.get((p, t)) or 'thread'} [{t}] · NVTX")
-                for p, t in zip(_ints(nv["pid"], 0), _ints(nv["tid"], 0))]
+        tids = tracks(nv["pid"], nv["tid"], "nvtx", lambda p, t: f"{names.get((p, t)) or 'thread'} [{t}] · NVTX")
         counts["nvtx"] = w.slices(nv["label"], "nvtx", nv["pid"], tids, nv["start_ns"], _end(nv))
     # the GPU side: a process per device, a track per stream
     gpus = _gpu_names(report)
@@ -191,7 +199,7 @@ def _write(report, w: _Writer) -> dict:
                 pseudo[("gpu", d)] = 0
                 w.meta("process_name", GPU_PID_BASE + d, 0, f"GPU {d} {gpus.get(d, '')}".strip(),
                        sort=GPU_PID_BASE + d)
-        tids = [track(GPU_PID_BASE + d, ("stream", s), f"stream {s}") for d, s in zip(dev.tolist(), stream.tolist())]
+        tids = tracks(gpid, stream, "stream", lambda p, s: f"stream {s}")
         label = df["name"] if frame == "kernels" else _copy_names(df, frame)
         counts[frame] = w.slices(label, cat, gpid, tids, df["start_ns"], _end(df))
         if "correlation_id" in df:
@@ -199,7 +207,7 @@ def _write(report, w: _Writer) -> dict:
                                      "corr": pd.to_numeric(df["correlation_id"], errors="coerce").to_numpy(),
                                      "op_pid": gpid, "op_tid": tids, "op_ns": df["start_ns"].to_numpy(np.int64)}))
     counts["flows"] = _flows(w, api, ops)
-    counts["python"] = _python(report, w, track, names, name_process)
+    counts["python"] = _python(report, w, tracks, names, name_process)
     return counts
 
 
@@ -231,7 +239,7 @@ def _flows(w: _Writer, api: pd.DataFrame, ops: list) -> int:
     return w.flows(np.arange(1, len(m) + 1), m["pid"], m["tid"], m["api_ns"], m["op_pid"], m["op_tid"], m["op_ns"])
 
 
-def _python(report, w: _Writer, track, names, name_process) -> int:
+def _python(report, w: _Writer, tracks, names, name_process) -> int:
     ps = getattr(report, "python_samples", None)
     if ps is None or getattr(ps, "empty", True) or not ps.placed:
         return 0
@@ -241,6 +249,5 @@ def _python(report, w: _Writer, track, names, name_process) -> int:
     if seg.empty:
         return 0
     name_process(seg["pid"])
-    tids = [track(p, ("python", t), f"{names.get((p, t)) or 'thread'} [{t}] · Python")
-            for p, t in zip(_ints(seg["pid"], 0), _ints(seg["tid"], 0))]
+    tids = tracks(seg["pid"], seg["tid"], "python", lambda p, t: f"{names.get((p, t)) or 'thread'} [{t}] · Python")
     return w.slices(seg["name"], "python", seg["pid"], tids, seg["start_ns"], seg["end_ns"])
