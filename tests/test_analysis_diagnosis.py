@@ -11,6 +11,7 @@ import shutil
 import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from conftest import DATA
@@ -387,6 +388,26 @@ def test_float64_is_named_and_its_kernels_classified(planted):
     fixed = planted("fp64_compute", "fixed")
     assert "fp64" not in fixed.bottleneck().summary
     assert not [f for f in fixed.findings() if f.rule == "fp64_compute"]
+
+
+def test_a_type_in_a_functions_parameters_is_not_the_datas(planted):
+    """float32 `torch.randn` runs a kernel whose name holds `normal_kernel(const at::TensorBase &, double, double,
+    T1)`: the mean and deviation are doubles, the numbers float (its template arguments and its lambda say so).  A
+    clamp on doubles says `double` only in its lambda's parameters: that one is float64."""
+    from nsight_magic.analysis import text as tx
+    from nsight_magic.analysis.kernel_classes import classify
+
+    names = planted("cudnn_autotune", "bad").kernels["name"].astype(str)
+    randn = names[names.str.contains("normal_kernel")].unique()
+    assert len(randn) and all("double" in n for n in randn)  # the real name, recorded on the H100
+    assert not tx.contains_in_types(pd.Series(randn), r"\bdouble\b").any()
+    assert set(classify(randn)["precision"]) == {""}  # not a matrix kernel: no precision claimed
+    doubles = planted("fp64_compute", "bad").kernels["name"].astype(str)
+    clamp = doubles[doubles.str.contains("launch_clamp_scalar")].unique()
+    assert len(clamp) and tx.contains_in_types(pd.Series(clamp), r"\bdouble\b").all()
+    # every float64 kernel of the planted fp64 model is still one
+    old = doubles.str.contains(r"\bdouble\b|float64", regex=True)
+    assert tx.contains_in_types(doubles, r"\bdouble\b|float64").sum() == old.sum()
 
 
 def test_a_copy_into_pageable_memory_is_a_sync_and_a_round_trip_is_not_input(planted):

@@ -119,6 +119,21 @@ def test_a_cell_that_ran_out_comes_first_with_what_was_live(opened):
     assert top["line"] == 5 and top["bytes"] > 0.9 * d["peak_allocated"] - d["held_before"]
 
 
+def test_a_failed_cells_verdict_says_it_failed_and_a_leak_that_fills_the_device_leads(opened):
+    """An out-of-memory cell is not "CPU-bound" nor "GPU-bound": its verdict says it failed, then what it ran until
+    then.  A leak that fills the device within a run's length (301 more steps) is the first finding, ahead of
+    the launch gaps that have time at stake."""
+    b = opened("oom_cell_bad").bottleneck()
+    assert b.kind == "memory"
+    assert b.summary.startswith("out of memory: the cell failed on GPU 0 asking for 64 MiB with 42 MiB free; "
+                                "until then "), b.summary
+    assert b.breakdown["pct"].sum() == pytest.approx(100.0, abs=0.5)
+    first = opened("eval_keeps_graph_bad").findings()[0]
+    assert first.rule == "memory_growth" and first.severity == "high", first
+    assert "full in about 301 more steps" in first.title
+    assert opened("eval_keeps_graph_fixed").bottleneck().kind == "gpu"
+
+
 @pytest.mark.parametrize("name,fires", [("fragmentation_bad", True), ("fragmentation_fixed", False)])
 def test_fragmentation_is_told_and_expandable_segments_is_not(name, fires, opened):
     found = [f for f in opened(name).findings() if f.rule == "memory_fragmentation"]

@@ -90,7 +90,8 @@ class Pair:
 class Bottleneck:
     """report.bottleneck(): what bounds the cell, and where the steady-state time went."""
 
-    kind: str                     # gpu | cpu | input | copy | sync | communication | (no GPU work:) cpu
+    kind: str                     # gpu | cpu | input | copy | sync | communication | (no GPU work:) cpu | (the
+    #                               cell ran out of GPU memory:) memory
     summary: str                  # one line for people
     breakdown: pd.DataFrame       # category, time_ns, pct (of the window; the rows add up to it)
     window: tuple[int, int]       # (start_ns, end_ns) analysed, on the report's clock (the first process's)
@@ -776,7 +777,28 @@ def _bottleneck(report) -> Bottleneck:
     summary += tail + ")"
     if len(pids) > 1:
         summary += f"; {len(pids)} processes"
+    failed = _out_of_memory(report)
+    if failed:  # a cell that failed is not bounded by anything: what it ran until then says what it would have been
+        kind, summary = "memory", f"{failed}; until then {summary}"
     return Bottleneck(kind, summary, breakdown, window, where, st.count if st is not None else 0, startup, per)
+
+
+def _out_of_memory(report) -> str:
+    """'out of memory: the cell failed ...' where the memory record holds a failed allocation, else ''."""
+    from ..errors import ReportError
+    from .gpu_memory import memory_summary
+
+    try:
+        d = memory_summary(report).devices
+    except ReportError:  # a damaged snapshot: the GPU memory tab says why
+        return ""
+    d = d[np.isfinite(d["oom_ns"].astype(float))] if len(d) else d
+    if d.empty:
+        return ""
+    r = d.iloc[0]
+    subject = getattr(report, "subject", "the cell")
+    return (f"out of memory: {subject} failed on GPU {int(r['device_id'])} asking for {r['oom_asked'] / 2**20:,.0f} "
+            f"MiB with {r['oom_free'] / 2**20:,.0f} MiB free")
 
 
 def _cpu_only(report) -> Bottleneck:

@@ -31,6 +31,7 @@ __all__ = ["Finding", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "SEVERITY_ORDER", "nsy
 
 FINDING_COLUMNS = ["rule", "severity", "title", "time_at_stake_ns", "estimate", "count", "first_ns", "last_ns",
                    "explanation", "suggestion", "code"]
+FAILS_SOON = frozenset({"memory_growth"})  # at high severity: the device is full within a run's length
 SYMPTOMS = ("gpu_gaps", "gpu_time_util")  # run last: they keep what the causes before them do not explain
 
 
@@ -45,8 +46,16 @@ def findings_frame(findings: list[Finding]) -> pd.DataFrame:
 
 
 def sort_findings(findings: list[Finding]) -> list[Finding]:
-    """A failed cell's cause first, then causes by the time their fix saves, notes ("info") last."""
-    return sorted(findings, key=lambda f: (f.rule not in FAILURES, f.severity == "info", -f.time_at_stake_ns,
+    """A failed cell's cause first, then memory that fills the device soon (the run will fail: memory_growth at
+    high), then causes by the time their fix saves, notes ("info") last.  Where the steps themselves grow
+    (growing_steps), memory that grows with them is the same cause seen from memory: it does not lead."""
+    steps_grow = any(f.rule == "growing_steps" for f in findings)
+
+    def lead(f: Finding) -> int:
+        return 0 if f.rule in FAILURES else \
+            1 if f.rule in FAILS_SOON and f.severity == "high" and not steps_grow else 2
+
+    return sorted(findings, key=lambda f: (lead(f), f.severity == "info", -f.time_at_stake_ns,
                                            SEVERITY_ORDER.get(f.severity, 9), f.rule))
 
 

@@ -57,6 +57,8 @@ def memory_summary(report) -> MemorySummary:
 
 def _memory_summary(report) -> MemorySummary:
     mem = report.gpu_memory
+    if mem is None:  # the contract's "none can be recorded"
+        return empty_summary()
     if mem.empty:
         return empty_summary(mem.settings)
     labels, lines = _site_labels(mem, report.path.parent)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from .frame_memo import per_frame
+from .text import without_parameters
 
 # (class, regex on the demangled name): checked in this order
 CLASSES = (
@@ -75,10 +76,13 @@ def classify(names) -> pd.DataFrame:
         cls[hit] = c
         free &= ~hit
     matrix = np.isin(cls, MATRIX)
+    # a type token names the data where it is a template argument, not a function's parameter (tx.without_parameters)
+    typed = [without_parameters(v) for v in cut]
     precision = np.full(len(u), "", object)
     left = matrix.copy()
     for p, rx in PRECISIONS:
-        hit = left & hits(rx)
+        r = re.compile(rx)
+        hit = left & np.fromiter((r.search(v) is not None for v in typed), bool, len(u))
         precision[hit] = p
         left &= ~hit
     tc = hits(TENSOR_CORE_RX)

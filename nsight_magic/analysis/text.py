@@ -47,6 +47,29 @@ def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray
                       lambda v: v.str.contains(rx, regex=True).fillna(False), limit=SEARCH_CHARS)
 
 
+# a function's parameter list in a demangled name: `normal_kernel<...>(const at::TensorBase &, double, double, T1)`
+# (the function's signature, not the data's type); a lambda's own parameters (`[lambda(double) (instance 1)]`) are
+# the elements it is called on and stay
+_PARAMETERS = re.compile(r"(?<=[\w>])(?<!lambda)\s?\([^()]*\)")
+
+
+def without_parameters(name: str) -> str:
+    """A demangled name without the parameter lists of the functions it names (innermost first), so that a type
+    token in it is a template argument or a lambda's element: what the kernel computes on."""
+    while True:
+        cut = _PARAMETERS.sub("", name)
+        if cut == name:
+            return name
+        name = cut
+
+
+def contains_in_types(col, pat: str) -> np.ndarray:
+    """contains(col, pat) on each name without its functions' parameter lists (without_parameters)."""
+    rx = re.compile(pat)
+    return _per_value(col, lambda v: rx.search(without_parameters(v)) is not None,
+                      lambda v: v.map(lambda x: rx.search(without_parameters(x)) is not None), limit=SEARCH_CHARS)
+
+
 def eq(col, value: str) -> np.ndarray:
     """col.astype(str) == value as a bool array."""
     return _per_value(col, lambda v: v == value, lambda v: v == value)

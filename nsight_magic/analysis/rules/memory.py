@@ -15,7 +15,9 @@ from ..gpu_memory import MemorySummary, empty_summary, memory_summary
 from .common import Context, Finding
 
 MIN_GROWTH_BYTES = 256 << 20      # over the loop: less is noise (a cache warming up)
-HIGH_STEPS, MEDIUM_STEPS = 100, 1000   # steps left until the device is full at this pace
+# steps left until the device is full at this pace: a training run takes thousands of steps, so a device that
+# fills within a thousand fails the run (high: it leads the findings, analysis.findings.sort_findings)
+HIGH_STEPS, MEDIUM_STEPS = 1000, 2000
 NEAR_CAPACITY = 0.9               # a peak at this share of the device
 FRAGMENTED_SHARE = 0.15           # reserved but not allocated, of reserved, at the peak
 MIN_FRAGMENTED_BYTES = 256 << 20

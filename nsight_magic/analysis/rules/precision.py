@@ -22,7 +22,9 @@ MISALIGNED_SAVING = 0.5    # misaligned tensor-core GEMMs ran at about half the 
 #                            width 4100 against 4104: 1.05 ms against 0.44 ms per product; tests/data/planted)
 UNKNOWN_FP64_RATIO = 8.0   # H100's tf32 / fp64 tensor-core throughput, for a GPU not in kernel_classes.THROUGHPUT
 FP64_BYTES_SAVING = 0.5    # a memory-bound kernel on float32 instead of float64: half the bytes
-_DOUBLE = r"\bdouble\b|float64"  # element types in names: PyTorch's and CUB's template arguments, CuPy's suffixes
+# element types in names: PyTorch's and CUB's template arguments, CuPy's suffixes (looked for outside the functions'
+# parameter lists: `normal_kernel(..., double mean, double std)` draws float32 numbers)
+_DOUBLE = r"\bdouble\b|float64"
 _BYTES_BOUND = r"(?i)gemv|splitKreduce"  # matrix-vector products and split-K reductions: memory-bound
 
 
@@ -92,7 +94,7 @@ def rule_fp64_compute(ctx: Context) -> list[Finding]:
     bytes of fp32).  Usually not chosen: numpy arrays are float64, and `torch.from_numpy` keeps it."""
     got = _holding(ctx, "fp64_compute", lambda k: np.where(k["cls"].isin(MATRIX).to_numpy(),
                                                            (k["precision"] == "fp64").to_numpy(),
-                                                           tx.contains(k["name"], _DOUBLE, regex=True)))
+                                                           tx.contains_in_types(k["name"], _DOUBLE)))
     if got is None:
         return []
     _, m, total = got
