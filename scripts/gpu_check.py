@@ -51,6 +51,8 @@ Sections (pick with --only):
   inplace   (issue 44) the in-place kernel: a transformer cell profiled in the kernel (nbclient), its kernels
             against nsys stats, then benchmarks/inplace.py --workload torch --big 0.65: $OUT/inplace_torch.json
   planted_sixth  the sixth planted set (issues 45, 48), with each report's Python samples and allocator history
+  planted_seventh  the seventh planted set (issue 61): a constant uploaded every step, empty_cache in a small
+            step, the mask and item syncs with their lines: $OUT/planted_seventh.tar.xz
   sampler_cost  nsight-magic's Python sampler on a GPU and a CPU-bound step, alone and under nsys
   kernel_life  (issue 46) the cuDNN-autotuning cell under %%nsys --fresh in new kernels (NM_KERNEL_LIFE_REPS):
             whether the notebook's kernel lives, its peak memory
@@ -554,6 +556,13 @@ def check_planted_sixth(work: Path) -> None:
     stall nsys makes, GPU memory: a leak, out of memory, fragmentation), recorded with the Python samples and
     torch's allocator history beside each report; NM_PLANTED_ONLY, NM_PLANTED_TAG."""
     _planted(work, "sixth")
+
+
+def check_planted_seventh(work: Path) -> None:
+    """The seventh planted set (issue 61: a constant uploaded every step, empty_cache in a small step, and the
+    mask and item syncs again, now with their operations' own lines in python_samples.json); NM_PLANTED_ONLY,
+    NM_PLANTED_TAG."""
+    _planted(work, "seventh")
 
 
 def check_kernel_life(work: Path) -> None:
@@ -1107,6 +1116,7 @@ def main() -> None:
              "trace_cost": check_trace_cost, "trace_phases": check_trace_phases,
              "ops_warm": check_ops_warm, "inplace": check_inplace,
              "recording": check_recording, "planted_sixth": check_planted_sixth,
+             "planted_seventh": check_planted_seventh,
              "sampler_cost": check_sampler_cost, "kernel_life": check_kernel_life,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others

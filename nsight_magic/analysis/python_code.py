@@ -290,6 +290,30 @@ def _readable(label: str) -> str:
     return label
 
 
+def sync_sites(ps) -> pd.DataFrame:
+    """Where the program synchronised with the GPU (ps.syncs: torch flagged each synchronising operation at its
+    own stack): label (as the samples' summaries), cell_line (-1 outside the cell), count; most first."""
+    cols = ["label", "cell_line", "count"]
+    if ps is None or ps.syncs.empty:
+        return pd.DataFrame(columns=cols)
+    info = stack_info(ps)
+    sid = ps.syncs["stack"].to_numpy(np.int64)
+    t = pd.DataFrame({"label": info.label[sid], "cell_line": info.cell_line[sid]})
+    out = t.groupby(["label", "cell_line"], sort=False).size().rename("count").reset_index()
+    return out.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[cols]
+
+
+def sync_words(ps, top: int = 3) -> CodeSaid:
+    """'`line 7 of the cell itself` 60 times; ...' from sync_sites, or nothing where none were recorded."""
+    sites = sync_sites(ps)
+    if sites.empty:
+        return CodeSaid()
+    said = "; ".join(f"`{_readable(r.label)}` {r.count:,} times" for r in sites.head(top).itertuples())
+    more = int(sites["count"].iloc[top:].sum())
+    return CodeSaid(f" torch flagged each synchronising operation at its line: {said}"
+                    + (f"; {more:,} more elsewhere" if more else "") + ".", said, _readable(sites["label"].iloc[0]))
+
+
 @dataclass(frozen=True)
 class CodeSaid:
     words: str = ""   # the sentence a finding adds (or how to get samples)

@@ -18,6 +18,10 @@ default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, p
               long) and lead (how long before t its sleep ended and it asked for the GIL), one per pass over the
               threads; sampler_tid: its own native id.  A thread of the program that
               waited for the GIL meanwhile waited for us: the reader leaves those waits out of the program's time
+    syncs     where the program made the host wait for the GPU: parallel lists t, tid, stack (as samples), one per
+              synchronising CUDA operation torch flags (`torch.cuda.set_sync_debug_mode("warn")` during the cell:
+              `.item()`, a boolean mask, `nonzero`, `.cpu()`), at the operation's own Python line, not where a
+              sample happened to fall; at most MAX_SYNCS, then the mode is set back (syncs_dropped: how many)
 
 A sample takes the GIL for tens of microseconds; the thread sleeps a random 0.5-1.5 intervals in between (no
 phase lock with a loop whose steps last about an interval).  While the sampler is the only other thread of the
@@ -46,6 +50,8 @@ SAMPLES_FILE = "python_samples.json"
 INTERVAL_S = 0.005
 SWITCH_S = 0.0005
 MAX_SAMPLES = 200_000
+MAX_SYNCS = 20_000
+SYNC_TEXT = "called a synchronizing CUDA operation"   # torch's sync-debug warning (c10/cuda warn_or_error_on_sync)
 CLOCK_MARK = "nsight-magic clock "
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 
@@ -77,12 +83,15 @@ class PythonSampler:
         self.pass_ns: list[int] = []
         self.pass_lead: list[int] = []  # how long before `now` the sleep ended (it asked for the GIL then)
         self.native_id = 0
+        self._lock = threading.Lock()  # new frames and stacks: the sampler's thread and the cell's (syncs) add them
+        self.syncs = _SyncRecorder(self)
 
     def start(self) -> "PythonSampler":
         self.clock_ns = self._mark()
         self.clocks = []
         self._switch = sys.getswitchinterval()
         self._lowered = False
+        self.syncs.start()
         self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
         self._thread.start()
         return self
@@ -131,20 +140,19 @@ class PythonSampler:
                     code = f.f_code
                     fid = frame_ids.get(code)
                     if fid is None:
-                        fid = frame_ids[code] = len(self.frames)
-                        self.frames.append([code.co_filename, code.co_name, code.co_firstlineno])
+                        fid = self._new_frame(code)
                     key.append(fid)
                     key.append(f.f_lineno or 0)
                     f = f.f_back
                 k = tuple(key)
                 sid = stack_ids.get(k)
                 if sid is None:
-                    sid = stack_ids[k] = len(self.stacks)
-                    self.stacks.append(key)
+                    sid = self._new_stack(k)
                 self.t.append(now)
                 self.tid.append(tid)
                 self.stack.append(sid)
             del frame, f, current
+            self.syncs.check()
             # the pass: from when it held the GIL to its end (it may have let the GIL go meanwhile: the switch
             # interval; on this 2-core machine passes of a CPU training loop lasted 0.5 ms, median)
             self.pass_t.append(now)
@@ -163,10 +171,42 @@ class PythonSampler:
                        interval / 5)
             due = time.monotonic_ns() - self.clock_ns + int(wait * 1e9)
 
+    def _new_frame(self, code) -> int:
+        with self._lock:  # get-or-add as one step: both threads may meet the same code first
+            fid = self._frame_ids.get(code)
+            if fid is None:
+                fid = self._frame_ids[code] = len(self.frames)
+                self.frames.append([code.co_filename, code.co_name, code.co_firstlineno])
+            return fid
+
+    def _new_stack(self, key: tuple) -> int:
+        with self._lock:
+            sid = self._stack_ids.get(key)
+            if sid is None:
+                sid = self._stack_ids[key] = len(self.stacks)
+                self.stacks.append(list(key))
+            return sid
+
+    def stack_of(self, frame) -> int:
+        """The id of `frame`'s stack (leaf first), added to the tables if new."""
+        key = []
+        while frame is not None:
+            code = frame.f_code
+            fid = self._frame_ids.get(code)
+            if fid is None:
+                fid = self._new_frame(code)
+            key.append(fid)
+            key.append(frame.f_lineno or 0)
+            frame = frame.f_back
+        k = tuple(key)
+        sid = self._stack_ids.get(k)
+        return self._new_stack(k) if sid is None else sid
+
     def pause(self) -> None:
         """No sample from here on (the cell is over: what runs next is our bookkeeping, and outside the cell's
         range once that is closed); remove() still writes those taken.  A second clock mark, still inside the
         capture."""
+        self.syncs.stop()
         self._stop.set()
         if not self.clocks:
             self.clocks.append(self._mark())
@@ -182,6 +222,7 @@ class PythonSampler:
         return now
 
     def remove(self) -> None:
+        self.syncs.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -193,6 +234,8 @@ class PythonSampler:
                 "samples": {"t": self.t, "tid": self.tid, "stack": self.stack},
                 "passes": {"t": self.pass_t, "ns": self.pass_ns, "lead": self.pass_lead},
                 "sampler_tid": self.native_id,
+                "syncs": {"t": self.syncs.t, "tid": self.syncs.tid, "stack": self.syncs.stack},
+                "syncs_dropped": self.syncs.dropped,
                 "threads": {str(k): v for k, v in self.names.items() if k in seen}}
         try:
             tmp = self.path.with_name(self.path.name + ".part")
@@ -212,6 +255,101 @@ class PythonSampler:
             if sys.getswitchinterval() == SWITCH_S:
                 sys.setswitchinterval(self._switch)
             self._lowered = False
+
+
+class _SyncRecorder:
+    """torch's sync-debug mode as a recorder: each synchronising CUDA operation of the cell warns from its own
+    Python line; the warning is taken here (never shown, never the program's) and its stack kept.
+
+    Only where torch is imported with CUDA and its mode is off (the program's own choice stays), and only while
+    our filter decides for the warning: a filter the cell puts in front of it (`simplefilter("error")` would make
+    each sync raise) turns the mode off at the sampler's next pass."""
+
+    def __init__(self, sampler: PythonSampler):
+        self.sampler = sampler
+        self.t: list[int] = []
+        self.tid: list[int] = []
+        self.stack: list[int] = []
+        self.dropped = 0
+        self._torch = None
+        self._entry = None
+        self._shown = None
+
+    def start(self) -> None:
+        torch = sys.modules.get("torch")
+        setter = getattr(getattr(torch, "_C", None), "_cuda_set_sync_debug_mode", None)
+        if setter is None:  # no torch yet, or a build without CUDA
+            return
+        try:
+            if torch.cuda.get_sync_debug_mode() != 0:
+                return
+            import re
+            import warnings
+
+            warnings.filterwarnings("always", message=re.escape(SYNC_TEXT), category=UserWarning)
+            self._entry = warnings.filters[0]
+            self._shown = warnings.showwarning
+            warnings.showwarning = self._show
+            torch.cuda.set_sync_debug_mode(1)
+            self._torch = torch
+        except Exception:  # noqa: BLE001 - a torch without it: the advice names sync lines from samples
+            self.stop()
+
+    def _show(self, message, category, filename, lineno, file=None, line=None):
+        if self._torch is None or category is not UserWarning or not str(message).startswith(SYNC_TEXT):
+            return self._shown(message, category, filename, lineno, file, line)
+        if len(self.t) >= MAX_SYNCS:
+            self.dropped += 1
+            if self.dropped == 1:
+                self._mode_off()
+            return None
+        f = sys._getframe(1)
+        while f is not None and f.f_code.co_filename == _WARNINGS_FILE:  # the warnings module's own frames
+            f = f.f_back
+        self.t.append(time.monotonic_ns() - self.sampler.clock_ns)
+        self.tid.append(threading.get_native_id())
+        self.stack.append(self.sampler.stack_of(f))
+        return None
+
+    def check(self) -> None:
+        """(the sampler's thread, each pass) Off as soon as another filter decides for the warning."""
+        if self._torch is not None:
+            import warnings
+
+            if not warnings.filters or warnings.filters[0] is not self._entry:
+                self._mode_off()
+
+    def _mode_off(self) -> None:
+        torch, self._torch = self._torch, None
+        if torch is not None:
+            try:
+                torch.cuda.set_sync_debug_mode(0)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def stop(self) -> None:
+        import warnings
+
+        self._mode_off()
+        if self._shown is not None and warnings.showwarning == self._show:
+            warnings.showwarning = self._shown
+        self._shown = None
+        if self._entry is not None:
+            try:
+                warnings.filters.remove(self._entry)
+                warnings._filters_mutated()
+            except (ValueError, AttributeError):  # the cell replaced the filters (catch_warnings): nothing of ours
+                pass
+            self._entry = None
+
+
+def _warnings_file() -> str:
+    import warnings
+
+    return warnings.__file__
+
+
+_WARNINGS_FILE = _warnings_file()
 
 
 # the machinery that runs a cell: a thread whose class or target lives in these packages is not the program's

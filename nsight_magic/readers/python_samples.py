@@ -8,6 +8,8 @@ export, placed on the report's clock by nsight-magic's NVTX clock mark.
     passes    DataFrame: pid, start_ns, end_ns: when the sampler held the GIL (report clock; files that have them);
               alone: the pass saw only one thread of the program
     sampler_threads  {(pid, tid)} of the sampler's own thread
+    syncs     DataFrame: time_ns, pid, tid, stack: each synchronising CUDA operation torch flagged during the cell, at
+              its own Python stack (files that have them); syncs_dropped: how many more the file did not keep
 
 Several processes (ranks) each write their own file (python_samples.rankR.json).  The readers know nothing of what
 the samples mean: analysis/python_code.py says which code the host ran.
@@ -50,6 +52,8 @@ class PythonSamples:
     problem: str | None = None          # a damaged samples file left out: why, in one line
     passes: pd.DataFrame = field(default_factory=lambda: _no_passes(), repr=False)
     sampler_threads: frozenset = frozenset()
+    syncs: pd.DataFrame = field(default_factory=lambda: _no_syncs(), repr=False)
+    syncs_dropped: int = 0
 
     @property
     def empty(self) -> bool:
@@ -59,6 +63,11 @@ class PythonSamples:
 def _no_passes() -> pd.DataFrame:
     return pd.DataFrame({"pid": pd.Series([], dtype=np.int64), "start_ns": pd.Series([], dtype=np.int64),
                          "end_ns": pd.Series([], dtype=np.int64), "alone": pd.Series([], dtype=bool)})
+
+
+def _no_syncs() -> pd.DataFrame:
+    return pd.DataFrame({"time_ns": pd.Series([], dtype=float), "pid": pd.Series([], dtype=np.int64),
+                         "tid": pd.Series([], dtype=np.int64), "stack": pd.Series([], dtype=np.int32)})
 
 
 def empty_samples(problem: str | None = None) -> PythonSamples:
@@ -197,7 +206,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     names: dict = {}
     placed = True
     interval = None
-    passes, samplers = [], set()
+    passes, samplers, syncs, dropped = [], set(), [], 0
     for path in files:
         data = _load(path)
         remap = np.empty(len(data["frames"]), np.int32)
@@ -233,6 +242,13 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
             (pid, mark_ns), since = found
             time_ns = (mark_ns - since + t).astype(float)
             passes.append(_passes(data, pid, mark_ns - since, path))
+        got = _syncs(data, path)
+        if got is not None:
+            st, stid, ssid = got
+            syncs.append(pd.DataFrame({"time_ns": (mark_ns - since + st).astype(float) if found else
+                                       np.full(len(st), np.nan), "pid": np.full(len(st), pid, np.int64),
+                                       "tid": stid, "stack": (ssid + base).astype(np.int32)}))
+            dropped += int(data["syncs_dropped"]) if _is_int(data.get("syncs_dropped")) else 0
         if _is_int(data.get("sampler_tid")) and data["sampler_tid"] > 0:
             samplers.add((int(pid), int(data["sampler_tid"])))
         threads = data.get("threads")
@@ -255,7 +271,24 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
                          interval or 5_000_000, placed, tuple(p.name for p in files), cell_first_line_of(folder, code),
                          names, passes=pd.concat(passes, ignore_index=True) if passes else _no_passes(),
-                         sampler_threads=frozenset(samplers))
+                         sampler_threads=frozenset(samplers),
+                         syncs=pd.concat(syncs, ignore_index=True) if syncs else _no_syncs(),
+                         syncs_dropped=dropped)
+
+
+def _syncs(data: dict, path: Path):
+    """(t, tid, stack) of a file's synchronising operations, None where it has none; ReportError when damaged."""
+    got = data.get("syncs")
+    if got is None:
+        return None
+    if not isinstance(got, dict):
+        raise ReportError(f"{path.name}: its syncs are not a table; the file is damaged")
+    t, tid, sid = (_ints(got.get(k), f"syncs.{k}", path) for k in ("t", "tid", "stack"))
+    if not (len(t) == len(tid) == len(sid)) or (len(sid) and (sid.min() < 0 or sid.max() >= len(data["stacks"]))) \
+            or (len(t) and np.abs(t).max() > TIME_LIMIT_NS):
+        raise ReportError(f"{path.name}: its syncs differ in length, name unknown stacks or hold impossible times; "
+                          "the file is damaged")
+    return t, tid, sid
 
 
 def _passes(data: dict, pid: int, origin_ns: int, path: Path) -> pd.DataFrame:

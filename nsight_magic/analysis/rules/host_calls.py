@@ -287,20 +287,26 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
                                                                      "flag read back", len(flags))) if n]
         costs += (f", and the {'data-dependent ' if len(dd) else ''}kernels ({'; '.join(which)}: {len(gpu_k)}) took "
                   f"{gpu / 1e6:,.1f} ms of GPU time on the critical path")
+    from ..python_code import sync_words
+
+    sites = sync_words(report.python_samples)  # the operations' own lines (torch's sync-debug mode during the cell)
+    find = ("Those lines first. " if sites.code else
+            "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). ")
     return [Finding(
         "implicit_sync", ctx.severity(at_stake),
         f"{_steps_words(ctx, len(reads))} implicit synchronisations read values back from the GPU",
         f"Each of these synchronisations waits for {copied} ({median}): "
         f"the host waits for every queued kernel to read {'one value' if values else 'the data'}, typically {what}. "
-        f"Meanwhile it queues nothing, so {costs}." + where_words(ev) + (_BACKWARD_CHECKS if backward else ""),
+        f"Meanwhile it queues nothing, so {costs}." + where_words(ev) + sites.words
+        + (_BACKWARD_CHECKS if backward else ""),
         ("Outside debugging, turn anomaly detection off (`torch.autograd.set_detect_anomaly(False)`, no "
          "`detect_anomaly()` around the loop). " if backward else "")
-        + "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). Keep "
-        "values on the GPU: accumulate losses and metrics as tensors and read them every N steps; compute metrics "
+        + find + "Keep values on the GPU: accumulate losses and metrics as tensors and read them every N steps; compute metrics "
         "and weights with torch on the GPU rather than in numpy; replace boolean masks and `nonzero` with "
         "`torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or fixed-size ops; compare "
         "on the GPU instead of `if loss.item() > ...`.",
         at_stake, estimate_words(ctx, "the GPU's idle time after these syncs returned (up to the time the host "
                                       "waited in them) and before their copies once queued, plus the GPU time of "
                                       "the data-dependent kernels and of the kernels computing one-byte flags read "
-                                      "back, beyond the time the host paced the GPU"), ev, ranges_of(ev))]
+                                      "back, beyond the time the host paced the GPU"), ev, ranges_of(ev),
+        code=sites.code)]

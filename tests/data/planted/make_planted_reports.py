@@ -1319,6 +1319,54 @@ WORKLOADS += [
             FRAG_SETUP.replace("SETTINGS", "torch.cuda.memory._set_allocator_settings('expandable_segments:True')"),
             expect_memory="memory_fragmentation"),
 ]
+CONSTANT_SETUP = TF32 + """
+model = nn.Sequential(nn.Linear(1024, 4096), nn.ReLU(), nn.Linear(4096, 1024)).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(8192, 1024, device="cuda")
+table = torch.rand(8192, 2048)          # a constant per-position scale, made on the host once (64 MiB, pageable)
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+CONSTANT_LOOP = """
+HOIST
+for step in range(40):
+    with nvtx.annotate("step"):
+        UPLOAD
+        loss = (model(x) * scale[:, :1024]).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+torch.cuda.synchronize()
+"""
+CACHE_SETUP = TF32 + """
+model = nn.Sequential(*[layer for _ in range(4) for layer in (nn.Linear(1024, 1024), nn.ReLU())]).cuda()
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x = torch.randn(2048, 1024, device="cuda")
+model(x).square().mean().backward(); opt.step(); torch.cuda.synchronize()
+"""
+CACHE_LOOP = """
+for step in range(100):
+    with nvtx.annotate("step"):
+        loss = model(x).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        FREE
+torch.cuda.synchronize()
+"""
+
+WORKLOADS += [
+    Planted("constant_upload", "a constant host tensor (64 MiB, pageable) uploaded again every step with "
+            ".to('cuda'); fixed: uploaded once before the loop (pinning it would save a fraction)", "copy",
+            "cuda_memcpy_async", CONSTANT_SETUP,
+            CONSTANT_LOOP.replace("HOIST\n", "").replace("UPLOAD", "scale = table.to('cuda')   # planted: every step"),
+            CONSTANT_LOOP.replace("HOIST", "scale = table.to('cuda')").replace("        UPLOAD\n", "")),
+    Planted("empty_cache_small", "torch.cuda.empty_cache() every step of a small MLP's training step (about 1 ms "
+            "of GPU work): each cudaFree waits for the GPU, then the blocks are allocated again; fixed: no "
+            "empty_cache", "cpu", "allocator_churn", CACHE_SETUP,
+            CACHE_LOOP.replace("FREE", "torch.cuda.empty_cache()   # planted"),
+            CACHE_LOOP.replace("        FREE\n", "")),
+]
+SEVENTH = ["constant_upload", "empty_cache_small", "mask_sync", "item_sync"]
 SIXTH = ["metrics_json", "python_jitter", "cudnn_autotune", "growing_prefix", "smi_gpu_bound", "eval_keeps_graph",
          "oom_cell", "fragmentation"]
 FIFTH = ["nchw_autocast", "growing_cat", "gil_thread", "small_copies", "ema_loop", "anomaly_mode",
@@ -1329,9 +1377,9 @@ THIRD = ["fp64_compute", "cpu_metrics", "numpy_roundtrip", "loader_respawn", "ma
 SECOND = ["allocator_churn", "fp32_gemm", "mask_sync", "item_sync", "optimizer_single_tensor", "zero_grad_not_none",
           "extra_copy", "python_loop", "conv_bias_bn", "gemm_dims_odd", "host_code"]
 SUITES = {"single": [w.name for w in WORKLOADS
-                      if not w.nproc and w.name not in SECOND + THIRD + FOURTH + FIFTH + SIXTH],
+                      if not w.nproc and w.name not in SECOND + THIRD + FOURTH + FIFTH + SIXTH + SEVENTH],
           "ddp": [w.name for w in WORKLOADS if w.nproc], "second": SECOND, "third": THIRD, "fourth": FOURTH,
-          "fifth": FIFTH, "sixth": SIXTH}
+          "fifth": FIFTH, "sixth": SIXTH, "seventh": SEVENTH}
 BY_NAME = {w.name: w for w in WORKLOADS}
 
 
