@@ -56,9 +56,14 @@ ESTIMATE_MISSES = {
                        "per_sample_graphs' host 6.8 us: 0.24 s measured",
 }
 # ... and those whose first finding is not the planted cause (strict, as above)
-FIRST_MISSES: dict[str, str] = {}
+FIRST_MISSES: dict[str, str] = {
+    "empty_cache_small": "launch_bound (0.196 s) leads allocator_churn (0.057 s, which names empty_cache's line; gain "
+                         "0.042 s): the small steps are launch-bound with or without empty_cache (the twin: 0.195 s)",
+}
 # fixed twins that still raise an alarm, each for a cause other than the planted one (strict, as above)
 TWIN_ALARMS: dict[str, str] = {
+    "constant_upload": "the fixed loop's steps (1.8 ms of GPU work) wait for launches 18% of the time: medium",
+    "empty_cache_small": "the fixed loop's small MLP steps (1.5 ms) are launch-bound for real",
     "growing_prefix": "the fixed loop is 32 steps of one position each (7.5 ms in all): launch-bound for real",
     "metrics_json": "the fixed loop's small MLP steps (3 ms each) are launch-bound for real",
     "python_jitter": "the fixed loop's small MLP steps (2-3 ms each) are launch-bound for real",
@@ -71,7 +76,10 @@ KIND_MISSES = {
                       "to the host's launch gaps (plans built on the host): cpu",
 }
 # ... of those, the ones whose alarm is the planted rule itself
-TWIN_PLANTED_ALARMS: dict[str, str] = {}
+TWIN_PLANTED_ALARMS: dict[str, str] = {
+    "constant_upload": "its verdict is GPU-bound (80%), and launch_bound is medium (18% of the steady state): the "
+                       "twin's steps are short",
+}
 # twins that keep a cause on purpose: what they show needs it
 TWIN_KEEPS = {"sync_cpu_bound": "launch_bound"}  # a CPU-bound loop: its syncs are not the cause, launches are
 MISSES = {**ESTIMATE_MISSES, **FIRST_MISSES}
@@ -408,6 +416,36 @@ def test_a_type_in_a_functions_parameters_is_not_the_datas(planted):
     # every float64 kernel of the planted fp64 model is still one
     old = doubles.str.contains(r"\bdouble\b|float64", regex=True)
     assert tx.contains_in_types(doubles, r"\bdouble\b|float64").sum() == old.sum()
+
+
+@pytest.mark.parametrize("name, line, count", [("mask_sync", 5, 60), ("item_sync", 9, 60)])
+def test_a_sync_is_named_at_its_own_line(name, line, count, planted):
+    """torch's sync-debug mode during the cell records each synchronising operation at its Python line: the boolean
+    mask (`h[h > 0]`, line 5) and `loss.item()` (line 9) are named with how often, not where a sample fell (the
+    samples alone named loss.backward() for the mask).  The mask's backward synchronises too (line 7); the fixed
+    twins record no sync in their steps."""
+    from nsight_magic.analysis.python_code import sync_sites
+
+    rep = planted(name, "bad")
+    sites = sync_sites(rep.python_samples)
+    top = sites.iloc[0]
+    assert (top["cell_line"], top["count"]) == (line, count), sites
+    (f,) = [f for f in rep.findings() if f.rule == "implicit_sync"]
+    assert f.code.startswith(f"`line {line} of the cell itself` {count} times"), f.code
+    assert "at its line" in f.explanation and f.suggestion.startswith("Those lines first.")
+    assert sync_sites(planted(name, "fixed").python_samples).empty
+
+
+def test_the_same_upload_every_step_is_told_to_move_out_of_the_loop(planted):
+    """A constant host tensor (64 MiB, pageable) copied again every step: the copy finding leads, says the same
+    64 MiB go every step and suggests one copy before the loop first (it saves all of it: the measured gain is the
+    copies' time), pinning second; the twin uploads once and hears none of it."""
+    f = planted("constant_upload", "bad").findings()[0]
+    assert f.rule == "cuda_memcpy_async" and "the same 64 MiB every step" in f.title, f.title
+    assert f.suggestion.startswith("If the data is the same every step, copy it to the GPU once before the loop")
+    assert f.code.startswith("`line 4 of the cell itself`"), f.code
+    twin = [g for g in planted("constant_upload", "fixed").findings() if g.rule == "cuda_memcpy_async"]
+    assert all("every step" not in g.title for g in twin)
 
 
 def test_a_copy_into_pageable_memory_is_a_sync_and_a_round_trip_is_not_input(planted):

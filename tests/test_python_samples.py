@@ -240,6 +240,9 @@ DAMAGES = {
     "a thread id that is a string": lambda d: d["samples"]["tid"].__setitem__(0, "q"),
     "passes of another length": lambda d: d.__setitem__("passes", {"t": [1, 2], "ns": [5]}),
     "a pass of -1 ns": lambda d: d.__setitem__("passes", {"t": [1], "ns": [-1]}),
+    "syncs that are a list": lambda d: d.__setitem__("syncs", [1, 2]),
+    "a sync naming an unknown stack": lambda d: d.__setitem__("syncs", {"t": [1], "tid": [1], "stack": [10**6]}),
+    "a sync at NaN": lambda d: d.__setitem__("syncs", {"t": [float("nan")], "tid": [1], "stack": [0]}),
     "100,000 nested brackets": None,
 }
 

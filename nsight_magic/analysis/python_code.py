@@ -310,7 +310,7 @@ def sync_words(ps, top: int = 3) -> CodeSaid:
         return CodeSaid()
     said = "; ".join(f"`{_readable(r.label)}` {r.count:,} times" for r in sites.head(top).itertuples())
     more = int(sites["count"].iloc[top:].sum())
-    return CodeSaid(f" torch flagged each synchronising operation at its line: {said}"
+    return CodeSaid(f" torch reported each synchronising operation at its line: {said}"
                     + (f"; {more:,} more elsewhere" if more else "") + ".", said, _readable(sites["label"].iloc[0]))
 
 

@@ -71,6 +71,40 @@ def _exposed(ctx: Context, ev: pd.DataFrame) -> int:
                             ev["device_id"].astype("Int64").fillna(-1))
 
 
+REPEATED_MIN_BYTES = 1 << 20   # a copy of at least this many bytes that every step repeats
+REPEATED_STEP_SHARE = 0.9      # ... in this share of the steady steps, the same number of times each
+
+
+def repeated_uploads(ctx: Context, m: pd.DataFrame) -> tuple[int, int] | None:
+    """(copies a step, bytes a step) of the host-to-device copies that every steady step repeats with the same
+    sizes (same count of each size in REPEATED_STEP_SHARE of the steps), or None.  A constant uploaded again each
+    step looks so; batches from a loader do too, so the advice names both."""
+    h = m[np.asarray(tx.eq(m["kind"], "HtoD"), bool) & (m["bytes"].to_numpy() >= REPEATED_MIN_BYTES)]
+    if h.empty:
+        return None
+    for pid, st in ctx.diag.steps.items():
+        if st.steady_count < 3:
+            continue
+        starts, ends = st.bounds()
+        first = 1 if st.count >= 3 else 0
+        starts, ends = starts[first:], ends[first:]
+        mine = h[h["pid"].to_numpy() == pid]
+        t = mine["api_start_ns"].to_numpy(float)
+        step = np.searchsorted(starts, t, side="right") - 1
+        inside = (step >= 0) & (t < ends[np.clip(step, 0, None)])
+        if not inside.any():
+            continue
+        per = pd.crosstab(step[inside], mine["bytes"].to_numpy()[inside])
+        per = per.reindex(range(len(starts)), fill_value=0)
+        # a size that every step copies the same number of times
+        mode = per.mode().iloc[0]
+        same = (per == mode).mean()
+        kept = mode[(same >= REPEATED_STEP_SHARE) & (mode > 0)]
+        if len(kept):
+            return int(kept.sum()), int((kept * kept.index.to_numpy()).sum())
+    return None
+
+
 def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
     """nsys cuda_memcpy_async: copies from or to pageable memory issued with cudaMemcpy*Async."""
     report = ctx.report
@@ -86,17 +120,27 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
         also = (f" {int(inline.sum())} of them also run on the stream of the kernels, between them "
                 "(serialized_copy): pinned memory alone lets them run at full speed, a side stream lets them "
                 "overlap.")
+    repeated = repeated_uploads(ctx, m)
+    if repeated:
+        n, b = repeated
+        also += (f" Every step copies the same {size_words(b)} to the GPU ({n} copies a step, of the same sizes "
+                 "each step): a tensor that holds the same data every step (a constant, a table, a mask, weights "
+                 "made on the host) needs one copy before the loop, not one a step.")
     back = np.asarray(tx.eq(m["kind"], "DtoH"), bool)
     if back.any():
         also += (f" {int(back.sum())} of them copy from the GPU ({size_words(int(m.loc[back, 'bytes'].sum()))} in all): "
                  "each waits for the work queued before it, and the host then works on what it read (implicit_sync).")
     return [Finding(
         "cuda_memcpy_async", ctx.severity(at_stake),
-        f"{len(ev)} asynchronous copies use pageable host memory",
+        f"{len(ev)} asynchronous copies use pageable host memory"
+        + (f": the same {size_words(repeated[1])} every step" if repeated else ""),
         "cudaMemcpyAsync from or to pageable (not pinned) host memory is staged through a driver buffer and blocks "
         "the calling thread: the copy cannot overlap with computation, and the CPU stops queueing work while it runs."
         + where_words(ev) + also,
-        "Pin the host memory and copy asynchronously. PyTorch: `DataLoader(..., pin_memory=True)` or "
+        ("If the data is the same every step, copy it to the GPU once before the loop (`t = t.to('cuda')` "
+         "outside it): that saves all of this time; pinning saves part of it. Batches that change: " if repeated
+         else "")
+        + "Pin the host memory and copy asynchronously. PyTorch: `DataLoader(..., pin_memory=True)` or "
         "`batch = batch.pin_memory()`, then `batch.to('cuda', non_blocking=True)`; CUDA: allocate with "
         "cudaMallocHost / cudaHostAlloc or register with cudaHostRegister."
         + (" Then prefetch on a side stream: `with torch.cuda.stream(s): nxt = batch.to('cuda', non_blocking=True)` "

@@ -64,6 +64,11 @@ def rule_allocator_churn(ctx: Context) -> list[Finding]:
     by = ev.groupby("name")["duration_ns"].agg(["size", "sum"]).sort_values("sum", ascending=False)
     names = ", ".join(f"{n} x {int(r['size'])} ({r['sum'] / 1e6:,.1f} ms)" for n, r in by.head(4).iterrows())
     frees = int(by.loc[[n for n in by.index if "Free" in n], "size"].sum()) if len(by) else 0
+    said = None
+    if frees:  # who empties the cache: the code the host ran in the cudaFree calls (empty_cache's line)
+        from ..python_code import code_words
+
+        said = code_words(report, ev[tx.contains(ev["name"], "Free", regex=False)])
     return [Finding(
         "allocator_churn", ctx.severity(at_stake),
         f"The GPU waited {at_stake / 1e6:,.1f} ms while the host was in the CUDA allocator "
@@ -74,12 +79,13 @@ def rule_allocator_churn(ctx: Context) -> list[Finding]:
         "while the GPU has nothing to do. The usual causes: `torch.cuda.empty_cache()` (or gc.collect() with it) "
         "in the loop, a per-process memory fraction that forces the cache to release, fragmentation (changing "
         "shapes), or pinned host buffers allocated every step (cudaHostAlloc)."
-        + (f" {frees} cudaFree calls in the steady state: the cache is being emptied." if frees else ""),
+        + (f" {frees} cudaFree calls in the steady state: the cache is being emptied." if frees else "")
+        + (f" In the cudaFree calls the host was in {said.code}." if said and said.code else ""),
         "Remove `torch.cuda.empty_cache()` from the loop (call it once after training, if at all); let the cache "
         "keep its memory; against fragmentation set `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`; allocate "
         "buffers once outside the loop (in-place ops, `out=`), and pin host buffers once.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was in allocator calls"), ev,
-        ranges_of(ev))]
+        ranges_of(ev), code=said.code if said else "")]
 
 
 def rule_module_loading(ctx: Context) -> list[Finding]:
