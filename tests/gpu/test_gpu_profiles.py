@@ -74,6 +74,12 @@ def test_a_training_cell_is_profiled_with_its_setup_outside_and_numbers_equal_ns
     assert len(mem) == 1 and mem["peak_allocated"].iloc[0] > 0  # torch's allocator history, recorded by default
     ps = rep.python_samples
     assert not ps.empty and ps.placed  # the cell's Python stacks, on the report's clock
+    # each synchronising operation at its own line (torch's sync-debug mode): `y.cuda()` from pageable memory
+    # waits for its copy (line 6 of the editor, once a step), `loss.item()` (line 9) once
+    from nsight_magic.analysis.python_code import sync_sites
+
+    sites = sync_sites(ps).set_index("cell_line")["count"]
+    assert sites.get(6) == 5 and sites.get(9) == 1, sites
 
 
 NCU_SETUP = NCU_CELLS[1]
