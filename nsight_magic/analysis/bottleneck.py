@@ -55,6 +55,9 @@ HOST_BLOCKED_SHARE = 0.5    # a gap is host wait when the launching thread was b
 
 _API_SYNC = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
 _MEMCPY_SYNC = re.compile(r"^cu(?:da)?Memcpy(?!.*Async)")
+# freeing device or pinned memory waits for the whole GPU first (cudaFree synchronises the device): what the GPU then
+# idles until the host queues work again is the allocator's, as a sync's is the sync's
+_FREE_SYNC = re.compile(r"^cu(?:da)?(?:Free(?:Host)?|MemFree(?:Host)?)(?!.*Async)")
 # CUDA calls by what they do for the host, when the GPU waits while the launching thread is in them
 HOST_CALLS = {
     "allocator": re.compile(r"^cu(?:da)?(?:Malloc|Free|HostAlloc|MallocHost|FreeHost|HostRegister|HostUnregister|"
@@ -187,7 +190,7 @@ def _host_calls(report, pid: int, api: pd.DataFrame):
         m = report.memcpy
         back = m[blocking_readbacks(m) & (m["pid"] == pid).to_numpy()] if len(m) else m
         back = back[back["correlation_id"].notna().to_numpy()] if len(back) else back
-        waits, got = _is_sync(api["name"]), np.zeros(len(api), np.int64)
+        waits, got = _is_sync(api["name"]) | tx.contains(api["name"], _FREE_SYNC), np.zeros(len(api), np.int64)
         if len(back):
             size = pd.Series(back["bytes"].fillna(0).to_numpy(np.int64),
                              index=back["correlation_id"].to_numpy(np.int64))
@@ -473,6 +476,12 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         sync_code[mm[hit]] = np.array([sync_names.setdefault(x, len(sync_names)) for x in names], np.int64)[inv]
         sync_start[mm[hit]] = ss[kk[hit]]
         sync_wait[mm[hit]] = budget[hit]
+    freed = np.zeros(n, bool)  # the wait after a cudaFree: the allocator's
+    for name, c in sync_names.items():
+        if _FREE_SYNC.search(name):
+            freed |= sync_code == c
+    out["allocator"] = out["allocator"] + np.where(freed, sync_take, 0)
+    sync_take = np.where(freed, 0, sync_take)
     out["sync"] = sync_take
     out["sync_name"] = pd.Categorical.from_codes(sync_code, categories=list(sync_names))
     out["sync_start_ns"] = sync_start
