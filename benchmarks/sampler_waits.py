@@ -6,7 +6,7 @@ plus the OS runtime, with Python samples and with `--no-samples`; per run: the m
 CPython's GIL is made of (all of them, and those left to the program once the sampler's are taken out), and the
 verdict's blocked share of the cell.
 
-    python benchmarks/sampler_waits.py [--steps 200] [--repeat 2]
+    python benchmarks/sampler_waits.py [--steps 200] [--repeat 2] [--variants on,off]
 """
 from __future__ import annotations
 
@@ -43,10 +43,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--variants", default="on,off", help="with Python samples (on), without (off), or both")
     args = ap.parse_args()
+    variants = [{"on": True, "off": False}[v] for v in args.variants.split(",")]
     with tempfile.TemporaryDirectory(prefix="nm-sampler-") as work:
         for i in range(args.repeat):
-            for samples in (True, False):
+            for samples in variants:
                 r = run_nsys(CELL.format(steps=args.steps),
                              NsysOptions(name="waits", directory=work, fresh=True, render=False, quiet=True,
                                          trace="nvtx,osrt", samples=samples))

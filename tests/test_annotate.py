@@ -287,6 +287,38 @@ def test_nothing_when_torch_has_no_module_to_annotate(torch):
     a.remove()
 
 
+HELD_SETUP = """import torch, torch.nn as nn
+class Trainer:
+    def __init__(self, model):
+        self.model, self.steps = model, 0
+trainer = Trainer(nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)))
+loss_fn = nn.CrossEntropyLoss()
+"""
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(300)
+def test_modules_finds_a_model_held_by_a_sent_object_and_a_loss_module_gets_its_row(tmp_path):
+    """minGPT's shape: the model lives in `trainer.model`, the loss is a module of its own without submodules.
+    --modules looks one level into the sent objects (the model's ranges are named trainer.model.0 ...) and gives a
+    leaf module a range of its own, by its variable's name: both have rows in the report."""
+    from nsight_magic.options import NsysOptions
+    from nsight_magic.run import run_nsys
+
+    streamed = []
+    cell = "x = torch.randn(16, 4)\nfor _ in range(3):\n    loss_fn(trainer.model(x), torch.zeros(16, dtype=torch.long))\n"
+    res = run_nsys(cell, NsysOptions(name="held", directory=str(tmp_path), trace="nvtx", modules=0),
+                   setup_sources=[HELD_SETUP], on_output=lambda stream, text: streamed.append(text))
+    assert res.ok, res.messages
+    said = [ln for ln in "".join(streamed).splitlines() if ln.startswith("nsight-magic: --modules:")]
+    assert len(said) == 1 and "annotated 4 modules of loss_fn, trainer.model" in said[0], said
+    rep = res.open()
+    counts = rep.nvtx["name"].astype(str).value_counts()
+    assert counts.get("trainer.model.0") == 3 and counts.get("trainer.model.2") == 3, counts
+    assert counts.get("loss_fn") == 3, counts
+
+
 @requires_nsys
 @pytest.mark.nsys
 @pytest.mark.timeout(300)

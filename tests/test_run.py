@@ -146,6 +146,20 @@ def test_exception_in_cell_shows_traceback_and_keeps_report(tmp_path):
 
 @requires_nsys
 @pytest.mark.nsys
+def test_a_traceback_numbers_the_cells_lines_as_the_editor(tmp_path):
+    """Under %%nsys the magic's line is line 1: a traceback names the cell's lines as the editor (and the Python
+    rows, the Lines tab) do, with their own source text, through a chained exception too."""
+    cell = "x = 1\ntry:\n    {}['k']\nexcept KeyError as e:\n    raise ValueError('boom') from e\n"
+    r = run_nsys(cell, _opts(tmp_path), cell_first_line=2)
+    assert r.status == "cell-error"
+    err = r.folder.stderr.read_text()
+    assert 'cell.py", line 4' in err and "{}['k']" in err, err          # body line 3
+    assert 'cell.py", line 6' in err and "raise ValueError('boom') from e" in err, err  # body line 5
+    assert "KeyError: 'k'" in err and "direct cause" in err and err.rstrip().endswith("ValueError: boom")
+
+
+@requires_nsys
+@pytest.mark.nsys
 def test_nonzero_exit_is_reported(tmp_path):
     r = run_nsys("import sys\nprint('leaving')\nsys.exit(3)\n", _opts(tmp_path))
     assert r.status == "exited" and r.returncode == 3

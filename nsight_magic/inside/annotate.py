@@ -103,12 +103,13 @@ def _check_model(model) -> None:
 
 
 def annotate_modules(model, depth: int | None = None, include=None, prefix: str = "", include_root: bool = False,
-                     backward: bool = True) -> Annotation:
+                     backward: bool = True, root_label: str | None = None) -> Annotation:
     """Forward (and backward) NVTX ranges for the submodules of `model`; see the module docstring.
 
     depth: only modules at most this many levels below the model (1 = its direct children).
     include: a regex (or list of them) a module's path must match (re.search), e.g. "attn|mlp".
     prefix: put before every path (e.g. "model." when several models are annotated).
+    root_label: the model's own range name with include_root (default: its class name).
     Returns a handle whose .remove() takes every hook away (.names: the forward range names)."""
     _check_model(model)
     push, pop, start, end = _nvtx()
@@ -123,7 +124,7 @@ def annotate_modules(model, depth: int | None = None, include=None, prefix: str 
             continue
         if rx and not any(r.search(name) for r in rx):
             continue
-        label = f"{prefix}{name or type(model).__name__}"
+        label = f"{prefix}{name}" if name else (root_label or f"{prefix}{type(model).__name__}")
         names.append(label)
         types[label] = type(module).__name__
 
@@ -233,7 +234,7 @@ def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
     except ImportError:
         return Annotation()
     found, skipped = [], []
-    for k, v in namespace.items():
+    for k, v in [*namespace.items(), *_held_modules(namespace, torch.nn.Module)]:
         if not isinstance(v, torch.nn.Module) or k.startswith("_"):
             continue
         if type(v).__name__ == "OptimizedModule" or hasattr(v, "_orig_mod"):
@@ -257,12 +258,40 @@ def annotate_namespace(namespace: dict, depth: int | None = None) -> Annotation:
         if getattr(m, "_nsight_magic_annotated", False):  # the user's own annotate_modules call already did it
             models.append(k)
             continue
-        a = annotate_modules(m, depth=depth, prefix=f"{k}." if len(tops) > 1 else "")
+        # a model without submodules (a loss module such as nn.CrossEntropyLoss) gets its own range, by its name
+        leaf = next(iter(m.children()), None) is None
+        a = annotate_modules(m, depth=depth, prefix=f"{k}." if len(tops) > 1 else "", include_root=leaf,
+                             root_label=k)
         undo.append(a.remove)
         names += a.names
         types.update(a.types)
         models.append(k)
     return Annotation(undo, names, models, skipped, types)
+
+
+MAX_HELD_ATTRS = 256  # of one object's attributes looked at for models
+
+
+def _held_modules(namespace: dict, module_type) -> list:
+    """("trainer.model", module) for the modules one level inside the namespace's other objects (a Trainer, a
+    config, a dataclass that holds the model): what --modules would miss where only the holder is sent."""
+    import types
+
+    out = []
+    for k, v in list(namespace.items()):
+        if k.startswith("_") or isinstance(v, (module_type, type, types.ModuleType, types.FunctionType,
+                                               types.BuiltinFunctionType, types.MethodType)):
+            continue
+        try:
+            attrs = vars(v)
+        except TypeError:  # no __dict__ (builtins, slots)
+            continue
+        if not isinstance(attrs, dict):
+            continue
+        for a, av in list(attrs.items())[:MAX_HELD_ATTRS]:
+            if isinstance(a, str) and not a.startswith("_") and isinstance(av, module_type):
+                out.append((f"{k}.{a}", av))
+    return out
 
 
 # ---- functions -------------------------------------------------------------------------------------------------

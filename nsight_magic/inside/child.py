@@ -140,15 +140,28 @@ class Progress:
             f.write(_dumps({"phase": phase, "t": time.time(), **extra}) + "\n")
 
 
-def _print_user_traceback(filename_prefixes: tuple[str, ...]) -> None:
-    """The traceback from the user's code on, without this module's frames."""
+def _print_user_traceback(filename_prefixes: tuple[str, ...], cell_file: str | None = None, offset: int = 0) -> None:
+    """The traceback from the user's code on, without this module's frames; the cell's lines as the editor numbers
+    them (`offset`: lines above the cell's first, the magic's under %%nsys), as the Python rows and Lines tab do."""
     etype, value, tb = sys.exc_info()
     frames = traceback.extract_tb(tb)
     keep = [i for i, fr in enumerate(frames) if fr.filename.startswith(filename_prefixes)]
     start = keep[0] if keep else 0
     while tb is not None and start > 0:
         tb, start = tb.tb_next, start - 1
-    traceback.print_exception(etype, value, tb)
+    te = traceback.TracebackException(etype, value, tb)
+    if offset and cell_file is not None:
+        seen, todo = set(), [te]
+        while todo:  # the exception and those it was raised from or while handling
+            t = todo.pop()
+            if t is None or id(t) in seen:
+                continue
+            seen.add(id(t))
+            t.stack = traceback.StackSummary.from_list([
+                traceback.FrameSummary(fr.filename, fr.lineno + offset if fr.filename == cell_file and fr.lineno
+                                       else fr.lineno, fr.name, line=fr.line) for fr in t.stack])
+            todo += [t.__cause__, t.__context__]
+    print("".join(te.format()), end="", file=sys.stderr)
 
 
 def rank_of(cfg: dict) -> tuple[int | None, int]:
@@ -529,7 +542,8 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         progress("exited", status=status)
     except BaseException as e:
         usable_streams()  # the cell may have taken sys.stderr away before it raised
-        _print_user_traceback((str(code_path),))
+        _print_user_traceback((str(code_path),), str(code_path),
+                              0 if script else int(cfg.get("cell_first_line", 1)) - 1)
         status = EXIT_CELL_ERROR
         if rank is not None:  # the other ranks must not wait for this one at the end barrier
             (folder / ".ranks").mkdir(exist_ok=True)
