@@ -470,6 +470,8 @@ class NsysSession:
 
     def _pump(self, folder: Path, records: _Records, until, timeout, on_output, on_status, t0) -> None:
         """Stream the folder's stdout/stderr and progress until a phase in `until`, the session's end or timeout."""
+        if str(folder) not in self._tails:  # one cell at a time: the earlier cells' readers go (one pair a cell)
+            self._tails.clear()
         tails = self._tails.setdefault(str(folder), {"stdout": Tail(folder / "stdout.txt"),
                                                      "stderr": Tail(folder / "stderr.txt")})
         last_tick = 0.0

@@ -1,0 +1,75 @@
+"""What a notebook's kernel keeps over many profiles (issue 63: +28 MB per warm cell of 60k NVTX ranges).
+
+    python benchmarks/kernel_memory.py [--profiles 10] [--ranges 60000] [--trace nvtx] [--workdir DIR]
+
+A real kernel (nbclient) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
+marking --ranges NVTX ranges; after each, a cell collects garbage, trims the heap (malloc_trim: freed memory given
+back, so what stays is what is held) and prints the kernel's RSS and its live Python objects by type.  Prints RSS
+per profile, the growth per profile after the second (a least-squares slope) and the object types that grew most
+between the second profile and the last.
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import numpy as np
+from nbclient import NotebookClient
+
+MEASURE = """
+import gc, ctypes, collections, json
+gc.collect(); ctypes.CDLL(None).malloc_trim(0)
+_rss = [int(l.split()[1]) // 1024 for l in open('/proc/self/status') if l.startswith('VmRSS')][0]
+_types = collections.Counter(f'{type(o).__module__!s}.{type(o).__qualname__!s}' for o in gc.get_objects())
+print('MEASURE', json.dumps({'rss_mb': _rss, 'types': dict(_types.most_common(400))}))
+del _types
+"""
+
+
+def cell(i: int, ranges: int, trace: str) -> str:
+    return (f"%%nsys --name mem{i} -t {trace}\nimport nvtx\nfor k in range({ranges}):\n"
+            "    nvtx.push_range('r'); nvtx.pop_range()\n")
+
+
+def main() -> None:
+    import json
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--profiles", type=int, default=10)
+    ap.add_argument("--ranges", type=int, default=60_000)
+    ap.add_argument("--trace", default="nvtx")
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args()
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="nsight-kernel-memory-"))
+    work.mkdir(parents=True, exist_ok=True)
+    cells = ["%load_ext nsight_magic", MEASURE]
+    for i in range(a.profiles):
+        cells += [cell(i, a.ranges, a.trace), MEASURE]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    t = time.perf_counter()
+    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    took = time.perf_counter() - t
+    got = []
+    for c in nb.cells:
+        for o in c.outputs:
+            for line in o.get("text", "").splitlines():
+                if line.startswith("MEASURE "):
+                    got.append(json.loads(line[len("MEASURE "):]))
+    rss = [g["rss_mb"] for g in got]
+    print(f"{a.profiles} profiles of {a.ranges:,} NVTX ranges (-t {a.trace}), whole notebook {took:.1f} s")
+    print("kernel RSS after load and each profile (MB, after gc and malloc_trim):", " ".join(map(str, rss)))
+    if len(rss) >= 4:
+        y = np.asarray(rss[2:], float)
+        slope = np.polyfit(np.arange(len(y)), y, 1)[0]
+        print(f"growth per profile after the second: {slope:+.1f} MB")
+        first, last = got[2]["types"], got[-1]["types"]
+        grew = sorted(((last.get(k, 0) - first.get(k, 0), k) for k in set(first) | set(last)), reverse=True)[:12]
+        print("objects that grew most (second profile -> last):",
+              "; ".join(f"{k} +{n:,}" for n, k in grew if n > 0) or "none")
+
+
+if __name__ == "__main__":
+    main()
