@@ -36,7 +36,7 @@ CASES = [
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
     ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
     ("load_memory", ["--ranges", "20000", "--workdir", "{w}"], "freed heap still held", []),
-    ("kernel_memory", ["--profiles", "2", "--ranges", "2000", "--workdir", "{w}"], "kernel RSS after load",
+    ("kernel_memory", ["--profiles", "1", "--ranges", "2000", "--workdir", "{w}"], "kernel RSS after load",
      [requires_nsys]),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2", "--trace", "nvtx"], "ratio:", [requires_nsys]),
     ("overhead", ["--work-s", "0.2", "--repeat", "1", "--trace", "nvtx"], "ratio:", [requires_nsys]),
