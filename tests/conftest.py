@@ -437,3 +437,11 @@ def no_zombies():
     while zombie_children() - before and time.monotonic() < end:
         time.sleep(0.1)
     assert zombie_children() - before == set()
+
+
+def rules_of(rep) -> list:
+    """(kernel, rule, estimated speedup to 0.01) of an Nsight Compute report's guided-analysis rules, in order:
+    what the .ncu-rep (ncu_report) and the CSV details page (rounded to 0.01) must agree on."""
+    r = rep.rules
+    return [(int(k), str(n), None if s != s else round(float(s), 2))
+            for k, n, s in zip(r["kernel_id"], r["rule"], r["speedup_pct"])]

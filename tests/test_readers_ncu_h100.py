@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import DATA
+from conftest import DATA, rules_of
 from nsight_magic import open_report
 from nsight_magic.errors import ReportError
 
@@ -28,6 +28,8 @@ def test_ncu_rep_and_its_csv_pages_agree_and_our_cell_range_is_left_out():
     # the details page carries the guided-analysis rules with estimated speedups
     assert len(details.rules) > 0 and details.rules["speedup_pct"].notna().any()
     assert set(details.rules["type"]) <= {"OPT", "INF", "WRN"}
+    # ... the same rules, kernel by kernel, with the same estimates as ncu_report reads them (the CSV rounds to 0.01)
+    assert rules_of(rep) == rules_of(details)
 
 
 def test_profile_folder_reads_the_csv_pages(tmp_path):

@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import nbformat
+import numpy as np
 import pandas as pd
 import pytest
 from nbclient import NotebookClient
 
-from conftest import REPO, cell_text, parse_nsys_csv, requires_gpu
+from conftest import REPO, cell_text, parse_nsys_csv, requires_gpu, rules_of
 
 sys.path.insert(0, str(REPO / "scripts"))
 from gpu_check import NCU_CELLS, SETUP  # noqa: E402  the GPU check's workloads: one model for both
@@ -68,7 +69,18 @@ def test_a_training_cell_is_profiled_with_its_setup_outside_and_numbers_equal_ns
     for name, row in theirs.iterrows():
         assert ours.loc[name, "count"] == row["Instances"] and ours.loc[name, "total_ns"] == row["Total Time (ns)"]
     # what the views and the advice read of it
-    assert rep.bottleneck().kind in ("gpu", "cpu", "input", "copy", "sync", "communication")
+    b = rep.bottleneck()
+    assert b.kind in ("gpu", "cpu", "input", "copy", "sync", "communication")
+    # the breakdown is the window split with interval unions: its GPU categories are the GPU's busy time there
+    # (kernels and copies, a nanosecond once), all of it adds up to the window
+    from nsight_magic.analysis import intervals as I
+
+    a, e = b.window
+    ops = pd.concat([rep.kernels[["start_ns", "end_ns"]], rep.memcpy[["start_ns", "end_ns"]],
+                     rep.memset[["start_ns", "end_ns"]]])
+    busy = I.total(I.clip(I.union(ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)), a, e))
+    t = b.breakdown.set_index("category")["time_ns"]
+    assert int(t[["compute", "communication", "copy"]].sum()) == busy and int(t.sum()) == e - a, (t, busy)
     assert all(f.rule != "error" for f in rep.findings())
     mem = rep.memory_summary().devices
     assert len(mem) == 1 and mem["peak_allocated"].iloc[0] > 0  # torch's allocator history, recorded by default
@@ -101,12 +113,22 @@ def test_ncu_profiles_one_modules_kernels_and_both_readers_agree(tmp_path):
     rep = open_report(folder / "report.ncu-rep")     # ncu_report, in a worker process
     k = rep.kernels
     assert 1 <= len(k) <= 5 and (k["duration_ns"] > 0).all()
-    assert k["nvtx"].astype(str).str.contains("0").all(), k["nvtx"].tolist()  # module 0's kernels only
+    assert (k["nvtx"].astype(str) == "0").all(), k["nvtx"].tolist()  # module 0's kernels only, our range left out
     # the same kernels in the same order (the CSV page prints ncu's shortened template arguments: names differ)
     assert len(pages.kernels) == len(k)
     pd.testing.assert_series_equal(pages.kernels["duration_ns"].astype(float), k["duration_ns"].astype(float),
                                    check_names=False, rtol=1e-6)
-    assert rep.findings() is not None and len(rep.rules) > 0
+    # the guided-analysis rules as both readers of NVIDIA's output read them, and one finding per rule with an
+    # estimated speedup, its time at stake the kernels' duration x that speedup
+    assert len(rep.rules) > 0 and rules_of(rep) == rules_of(pages)
+    r = rep.rules[rep.rules["type"].astype(str).isin(["OPT", "WRN"]) & (rep.rules["speedup_pct"].fillna(0) > 0)]
+    fs = rep.findings()
+    assert {f.rule for f in fs} == {f"ncu:{n}" for n in r["rule"]}
+    dur = k.set_index("id")["duration_ns"].astype(float)
+    for f in fs:
+        mine = r[r["rule"] == f.rule[len("ncu:"):]]
+        want = float((dur.loc[mine["kernel_id"]].to_numpy() * mine["speedup_pct"].to_numpy() / 100).sum())
+        assert abs(f.time_at_stake_ns - want) <= 1, (f.rule, f.time_at_stake_ns, want)
 
 
 FEATURES_SETUP = """%%nsight_setup
