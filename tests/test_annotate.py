@@ -307,7 +307,8 @@ def test_modules_finds_a_model_held_by_a_sent_object_and_a_loss_module_gets_its_
     from nsight_magic.run import run_nsys
 
     streamed = []
-    cell = "x = torch.randn(16, 4)\nfor _ in range(3):\n    loss_fn(trainer.model(x), torch.zeros(16, dtype=torch.long))\n"
+    cell = ("x = torch.randn(16, 4)\nfor _ in range(3):\n"
+            "    loss_fn(trainer.model(x), torch.zeros(16, dtype=torch.long))\n")
     res = run_nsys(cell, NsysOptions(name="held", directory=str(tmp_path), trace="nvtx", modules=0),
                    setup_sources=[HELD_SETUP], on_output=lambda stream, text: streamed.append(text))
     assert res.ok, res.messages

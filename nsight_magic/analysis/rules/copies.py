@@ -86,7 +86,7 @@ def repeated_uploads(ctx: Context, m: pd.DataFrame) -> tuple[int, int] | None:
         if st.steady_count < 3:
             continue
         starts, ends = st.bounds()
-        first = 1 if st.count >= 3 else 0
+        first = st.count - st.steady_count  # the warm-up step, as the steady window leaves it out
         starts, ends = starts[first:], ends[first:]
         mine = h[h["pid"].to_numpy() == pid]
         t = mine["api_start_ns"].to_numpy(float)

@@ -307,7 +307,8 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
         + (_BACKWARD_CHECKS if backward else ""),
         ("Outside debugging, turn anomaly detection off (`torch.autograd.set_detect_anomaly(False)`, no "
          "`detect_anomaly()` around the loop). " if backward else "")
-        + find + "Keep values on the GPU: accumulate losses and metrics as tensors and read them every N steps; compute metrics "
+        + find + "Keep values on the GPU: accumulate losses and metrics as tensors and read them every N steps; "
+        "compute metrics "
         "and weights with torch on the GPU rather than in numpy; replace boolean masks and `nonzero` with "
         "`torch.where(mask, x, 0)`, masked reductions (`(x * mask).sum() / mask.sum()`) or fixed-size ops; compare "
         "on the GPU instead of `if loss.item() > ...`.",
