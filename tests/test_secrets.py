@@ -109,9 +109,11 @@ def test_no_secret_of_the_kernels_environment_reaches_any_file_of_any_path(tmp_p
         SCAN_SESSION,
     ]
     if shutil.which("ncu"):  # Nsight Compute's runner (the magic refuses without a GPU; the runner runs anyway)
+        # a time limit: without a GPU, ncu once hung past the notebook's 300 s under a loaded full run (a stopped
+        # run's files are searched all the same)
         cells.insert(-1, "from nsight_magic.run import run_ncu\nfrom nsight_magic.options import RunOptions\n"
                          "from nsight_magic.tools.ncu import NcuOptions\n"
-                         f"run_ncu({cell!r}, RunOptions(name='ncu'), NcuOptions())")
+                         f"run_ncu({cell!r}, RunOptions(name='ncu', timeout=120), NcuOptions())")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     out = [cell_text(c) for c in nb.cells]
