@@ -65,9 +65,9 @@ def classify(names) -> pd.DataFrame:
     # arguments): a template name of 60 kB would cost each pattern milliseconds (seen: 3,000 of them, 10 minutes)
     cut = [v[:CLASSIFY_CHARS] for v in u]
 
-    def hits(rx: str) -> np.ndarray:
+    def hits(rx: str, texts: list = cut) -> np.ndarray:
         r = re.compile(rx)
-        return np.fromiter((r.search(v) is not None for v in cut), bool, len(u))
+        return np.fromiter((r.search(v) is not None for v in texts), bool, len(u))
 
     cls = np.full(len(u), "other", object)
     free = np.ones(len(u), bool)
@@ -81,8 +81,7 @@ def classify(names) -> pd.DataFrame:
     precision = np.full(len(u), "", object)
     left = matrix.copy()
     for p, rx in PRECISIONS:
-        r = re.compile(rx)
-        hit = left & np.fromiter((r.search(v) is not None for v in typed), bool, len(u))
+        hit = left & hits(rx, typed)
         precision[hit] = p
         left &= ~hit
     tc = hits(TENSOR_CORE_RX)
