@@ -53,6 +53,8 @@ Sections (pick with --only):
   planted_sixth  the sixth planted set (issues 45, 48), with each report's Python samples and allocator history
   planted_seventh  the seventh planted set (issue 61): a constant uploaded every step, empty_cache in a small
             step, the mask and item syncs with their lines: $OUT/planted_seventh.tar.xz
+  sampler_threads  benchmarks/sampler_threads.py (NM_SAMPLER_THREADS: its arguments): a planted cell with a Python
+            thread of its own plain, beside our sampler at each interval, under bare nsys: $OUT/sampler_threads.json
   sampler_cost  nsight-magic's Python sampler on a GPU and a CPU-bound step, alone and under nsys
   kernel_life  (issue 46) the cuDNN-autotuning cell under %%nsys --fresh in new kernels (NM_KERNEL_LIFE_REPS):
             whether the notebook's kernel lives, its peak memory
@@ -66,6 +68,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -654,13 +657,25 @@ def check_latency(work: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     for trace in os.environ.get("NM_LATENCY_TRACES", "default;cuda,nvtx").split(";"):
         tag = trace.replace(",", "_")
-        argv = [sys.executable, str(repo / "benchmarks" / "latency.py"), "--workload", "torch", "--today",
+        argv = [sys.executable, str(repo / "benchmarks" / "latency.py"), "--workload", "torch",
                 "--pause", os.environ.get("NM_LATENCY_PAUSE", "10"), "--json", str(OUT / f"latency_{tag}.json")]
+        if os.environ.get("NM_LATENCY_TODAY", "1") == "1":  # 0: without the blocking run of before (half the time)
+            argv.append("--today")
         if trace != "default":
             argv += ["--trace", trace]
         p = subprocess.run(argv, capture_output=True, text=True, timeout=560, cwd=work)
         say("latency", tag, "\n" + "\n".join(x for x in (p.stdout + p.stderr).splitlines()
                                               if "WARNING" not in x)[-4000:])
+
+
+def check_sampler_threads(work: Path) -> None:
+    """benchmarks/sampler_threads.py (NM_SAMPLER_THREADS: its arguments): a planted cell with a Python thread of its
+    own, plain, beside our sampler and under bare nsys."""
+    repo = Path(__file__).resolve().parents[1]
+    extra = shlex.split(os.environ.get("NM_SAMPLER_THREADS", ""))
+    p = subprocess.run([sys.executable, str(repo / "benchmarks" / "sampler_threads.py"), *extra, "--json",
+                        str(OUT / "sampler_threads.json")], capture_output=True, text=True, timeout=580, cwd=work)
+    say("sampler_threads", "output", "\n" + (p.stdout + p.stderr)[-4000:])
 
 
 def check_planted_ddp_timing(work: Path) -> None:
@@ -1117,7 +1132,8 @@ def main() -> None:
              "ops_warm": check_ops_warm, "inplace": check_inplace,
              "recording": check_recording, "planted_sixth": check_planted_sixth,
              "planted_seventh": check_planted_seventh,
-             "sampler_cost": check_sampler_cost, "kernel_life": check_kernel_life,
+             "sampler_cost": check_sampler_cost, "sampler_threads": check_sampler_threads,
+             "kernel_life": check_kernel_life,
              "job": check_job}[section](work)
         except Exception as e:  # keep going: one broken section must not hide the others
             say(section, "error", f"{type(e).__name__}: {e}")

@@ -256,3 +256,28 @@ def test_a_snapshot_with_damaged_entries_is_left_out_in_one_line(opened, tmp_pat
             rep.close()
     said = [str(w.message) for w in caught if issubclass(w.category, ReportWarning)]
     assert len(said) == 1 and "memory_snapshot.pickle" in said[0], said
+
+
+def test_a_history_whose_stacks_were_left_out_says_from_when(opened, tmp_path):
+    """The recorder leaves allocations' stacks out once the program runs a Python thread of its own (each stack
+    would wait for the GIL: 3.5x the cell's time on the H200) and notes when in the snapshot; the memory tab
+    says that the code behind the allocations from then on is not known, and the numbers stay."""
+    src = Path(opened("eval_keeps_graph_bad").path).parent
+    for f in ("report.sqlite", "run.json", "python_samples.json"):
+        shutil.copy(src / f, tmp_path / f)
+    snap = load_snapshot(src / "memory_snapshot.pickle")
+    first_us = min(e["time_us"] for t in snap["device_traces"] for e in t if "time_us" in e)
+    snap["nsight_magic"] = {"stacks_off_us": first_us + 1000}
+    (tmp_path / "memory_snapshot.pickle").write_bytes(pickle.dumps(snap))
+    rep = open_report(tmp_path / "report.sqlite")
+    try:
+        off = rep.gpu_memory.stacks_off_ns
+        torch_rows = rep.memory_timeline().query("source == 'torch'")
+        assert off == pytest.approx(torch_rows["start_ns"].min() + 1e6, abs=2e3)  # placed on the report's clock
+        assert rep.memory_summary().devices.iloc[0]["peak_allocated"] == \
+            memory_summary(opened("eval_keeps_graph_bad")).devices.iloc[0]["peak_allocated"]
+        html = NsysView(rep).html_page()
+        assert "shown without the code that made them: the program ran a Python thread of its own" in html
+    finally:
+        rep.close()
+    assert opened("eval_keeps_graph_bad").gpu_memory.stacks_off_ns is None  # a history with its stacks says nothing

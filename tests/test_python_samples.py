@@ -191,7 +191,8 @@ def loop(n):
 
 before = sys.getswitchinterval()
 path = Path(sys.argv[1])
-s = PythonSampler(path).start()
+told = []   # what the sampler tells the allocator history (inside/memory_history.py) as threads come and go
+s = PythonSampler(path, on_threads=[told.append]).start()
 alone = loop(120)
 split = time.monotonic_ns() - s.clock_ns   # the samples before it: the sampler alone beside the cell
 other = threading.Thread(target=time.sleep, args=(0.5,))   # a thread of the program's own
@@ -206,7 +207,7 @@ mine = [st for t, st, tid in zip(raw["samples"]["t"], raw["samples"]["stack"], r
         if tid == me and t < split]
 share = sum(1 for st in mine if set(raw["stacks"][st][0::2]) & busy) / len(mine)
 print(json.dumps({"before": before, "after": sys.getswitchinterval(), "alone": sorted(alone),
-                  "together": sorted(together), "n": len(mine), "share": share}))
+                  "together": sorted(together), "n": len(mine), "share": share, "told": told}))
 """
 
 
@@ -224,6 +225,7 @@ def test_pure_python_between_gil_releases_is_sampled(tmp_path):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["after"] == got["before"] == 0.005
     assert 0.0005 in got["alone"] and got["together"][-1] == 0.005, got
+    assert got["told"][:1] == [False], got  # the program's own thread was told as it came
     # the share of the samples taken while the sampler was alone that fell in _busy: 0.0 with the bug; about 0.7
     # on an idle machine, less on a loaded one (a 1 ms sleep then lasts longer), so the bound sits well below
     assert got["n"] > 40 and got["share"] > 0.15, got

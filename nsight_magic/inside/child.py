@@ -521,7 +521,9 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
     if (cfg.get("extras") or {}).get("samples"):  # inside the capture: its clock mark must be recorded
         from .python_samples import PythonSampler, samples_name
 
-        extras.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN).start())
+        extras.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN,
+                                    on_threads=[h.threads_changed for h in extras if hasattr(h, "threads_changed")]
+                                    ).start())
     if rng:
         if rank is not None:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)

@@ -8,12 +8,21 @@ notebook's warm worker, an in-place kernel), the history is recorded during the 
 the profile folder after the cell, outside the capture: memory_snapshot.pickle (readers/gpu_memory.py).
 A cell that starts CUDA itself gets nsys's view only: starting CUDA ourselves would make a context (and hold
 memory) in processes that never use the GPU.
+
+Each allocation's Python stack is taken with the GIL, from inside the operation that had let it go: while a
+Python thread of the program holds the GIL (a pure-Python metrics thread), every allocation of the loop's thread
+waits for it, up to the switch interval (5 ms).  That made a planted loop 3.5x slower under %%nsys on the H200
+(benchmarks/sampler_threads.py: 16.3 s against 4.6 s plain, 4.4 s without the history).  So the stacks are left
+out as soon as the program has a thread of its own (at the start, or when the Python sampler sees one start): the
+events are still recorded, without their code; the snapshot says from when (`nsight_magic.stacks_off_us`, on torch's clock).
 """
 from __future__ import annotations
 
+import inspect
 import os
 import pickle
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -31,6 +40,7 @@ class AllocatorHistory:
 
     def __init__(self, torch, path: Path):
         self.torch, self.path = torch, path
+        self.stacks_off_us: int | None = None  # when the stacks were left out: torch's clock (us since the epoch)
 
     @classmethod
     def start(cls, folder: Path, rank: int | None = None) -> "AllocatorHistory | None":
@@ -43,7 +53,25 @@ class AllocatorHistory:
             print(f"nsight-magic: torch's allocator history is not recorded ({type(e).__name__}: {e})",
                   file=sys.stderr)
             return None
-        return cls(torch, Path(folder) / snapshot_name(rank))
+        history = cls(torch, Path(folder) / snapshot_name(rank))
+        if not _program_alone():
+            history.threads_changed(False)
+        return history
+
+    def threads_changed(self, alone: bool) -> None:
+        """The program has (alone=False) a Python thread of its own beside the cell's: record without stacks from
+        now on.  Once left out they stay out for the cell.  A torch whose recorder would clear the events so far
+        when set again (no `clear_history` switch, before 2.6) keeps its stacks."""
+        if alone or self.stacks_off_us is not None:
+            return
+        record = self.torch.cuda.memory._record_memory_history
+        try:
+            if "clear_history" not in inspect.signature(record).parameters:
+                return
+            record(enabled="all", context=None, max_entries=MAX_ENTRIES, clear_history=False)
+            self.stacks_off_us = time.time_ns() // 1000
+        except Exception:  # noqa: BLE001 - the stacks stay: slower, nothing lost
+            pass
 
     def remove(self) -> None:
         memory = self.torch.cuda.memory
@@ -55,6 +83,8 @@ class AllocatorHistory:
                 snap = self.torch._C._cuda_memorySnapshot(None)
             except (AttributeError, TypeError):  # another torch: its own way
                 snap = memory._snapshot()
+            if self.stacks_off_us is not None and isinstance(snap, dict):
+                snap["nsight_magic"] = {"stacks_off_us": self.stacks_off_us}
             tmp = self.path.with_name(self.path.name + ".part")
             with open(tmp, "wb") as f:
                 pickle.dump(snap, f, protocol=pickle.HIGHEST_PROTOCOL)
@@ -71,3 +101,11 @@ class AllocatorHistory:
                 memory._record_memory_history(enabled=None)
             except Exception:  # noqa: BLE001
                 pass
+
+
+def _program_alone() -> bool:
+    """Whether the cell's thread is the program's only Python thread (the machinery's that runs the cell aside)."""
+    from .python_samples import _machinery
+
+    me = threading.get_ident()
+    return not any(t.ident != me and not _machinery(t) for t in threading.enumerate())

@@ -63,8 +63,9 @@ def samples_name(rank: int | None = None) -> str:
 class PythonSampler:
     """A handle (as annotate_cell's): start() before the cell, remove() after it writes the file."""
 
-    def __init__(self, path: Path, interval: float = INTERVAL_S, domain: str | None = None):
+    def __init__(self, path: Path, interval: float = INTERVAL_S, domain: str | None = None, on_threads=()):
         self.path, self.interval, self.domain = Path(path), interval, domain
+        self.on_threads = tuple(on_threads)  # called with alone (bool) whenever a thread of the program comes or goes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames: list[list] = []
@@ -125,7 +126,10 @@ class PythonSampler:
             current = sys._current_frames()
             if len(current) != threads:  # a thread came or went: is the cell's still alone?
                 threads = len(current)
-                self._lower(self._alone())
+                alone = self._alone()
+                self._lower(alone)
+                for call in self.on_threads:
+                    call(alone)
             for ident, frame in current.items():
                 if ident == me:
                     continue

@@ -51,6 +51,8 @@ class GpuMemory:
     placed: bool = True           # torch's history was placed on the report's clock
     files: tuple = ()
     problem: str | None = None    # a damaged snapshot left out: why, in one line
+    stacks_off_ns: float | None = None  # from here on (report clock) the history has no stacks: the program had a
+                                        # Python thread of its own (inside/memory_history.py)
 
     @property
     def empty(self) -> bool:
@@ -99,10 +101,12 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
     stack_ids: dict = {}
     timeline, blocks, ooms = [], [], []
     held_before, settings = {}, {}
+    stacks_off = None
     cap = dict(capacity or {})
     for path in files:
         snap = load_snapshot(path)
         settings = snap.get("allocator_settings") or settings
+        stacks_off = _stacks_off(snap, utc_start_ns, stacks_off)
         try:
             t, b, o, h = _torch_view(snap, utc_start_ns, stacks, stack_ids)
         except ReportError:
@@ -122,7 +126,18 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
     return GpuMemory(tl, pd.concat(blocks, ignore_index=True) if blocks else empty_memory().blocks, stacks,
                      pd.concat(ooms, ignore_index=True) if ooms else _ooms_frame([]), cap, held_before,
                      settings if isinstance(settings, dict) else {}, sources,
-                     utc_start_ns is not None or not files, tuple(str(p) for p in files), problem)
+                     utc_start_ns is not None or not files, tuple(str(p) for p in files), problem, stacks_off)
+
+
+def _stacks_off(snap: dict, utc_start_ns: int | None, earliest: float | None) -> float | None:
+    """When our recorder left the stacks out (its note in the snapshot), on the report's clock; the earliest of
+    the ranks'.  Before the report's start where it cannot be placed: every stack is then said to be absent."""
+    note = snap.get("nsight_magic")
+    us = note.get("stacks_off_us") if isinstance(note, dict) else None
+    if not isinstance(us, (int, float)) or isinstance(us, bool) or not np.isfinite(us):
+        return earliest
+    ns = float(us) * 1000 - utc_start_ns if utc_start_ns is not None else float("-inf")
+    return ns if earliest is None else min(earliest, ns)
 
 
 # ---- torch's history ------------------------------------------------------------------------------------------

@@ -170,6 +170,12 @@ def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame
             return said, empty, empty, empty
         names = {"torch": "torch's allocator history", "nsys": "nsys's device-memory record"}
         intro = said + GPU_MEMORY_INTRO.format(sources=" and ".join(names.get(x, x) for x in s.sources))
+        off = getattr(report.gpu_memory, "stacks_off_ns", None)
+        if off is not None:
+            at = f" from {(off - origin_ns) / 1e6:,.0f} ms on" if np.isfinite(off) and off > origin_ns else ""
+            intro += (f"<p>Allocations{at} are shown without the code that made them: the program ran a Python "
+                      "thread of its own, and taking each allocation's stack would have made the cell wait for the "
+                      "GIL at every allocation (several times slower).</p>")
         d = s.devices
         dev = pd.DataFrame({"device": d["device_id"], "peak GB": d["peak_bytes"] / 1e9,
                             "at ms": (d["peak_ns"] - origin_ns) / 1e6,
@@ -232,7 +238,7 @@ def empty_reason(report, key: str) -> str:
         gpus = 0
     if not traced and not gpus:
         return (f"No {what}: no GPU was visible to the profiled process, so CUDA was not traced (CPU activity and "
-                "NVTX ranges only). On a machine with an NVIDIA GPU, %%nsys traces CUDA (-t cuda,nvtx,osrt) and "
+                "NVTX ranges only). On a machine with an NVIDIA GPU, %%nsys traces CUDA (-t cuda,nvtx) and "
                 "this tab lists them.")
     if not traced:
         return (f"No {what}: CUDA was not traced in this profile (its -t/--trace list had no cuda); "

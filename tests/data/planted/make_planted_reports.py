@@ -1404,6 +1404,13 @@ def time_cell(name: str, which: str) -> None:
         exec(compile(setup, "<setup>", "exec"), ns)
         torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
+    sampler = None
+    if os.environ.get("NM_TIME_SAMPLER"):  # an experiment: the cell with our Python sampler beside it, no nsys
+        import tempfile
+
+        from nsight_magic.inside.python_samples import PythonSampler
+        sampler = PythonSampler(Path(tempfile.mkdtemp()) / "samples.json",
+                                interval=float(os.environ["NM_TIME_SAMPLER"])).start()
     t0 = time.perf_counter()
     oom = False
     try:
@@ -1412,6 +1419,8 @@ def time_cell(name: str, which: str) -> None:
         oom = True
     torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if sampler is not None:
+        sampler.remove()
     mem = ns.get("_mem") or []
     memory = {"peak_allocated": torch.cuda.max_memory_allocated(), "peak_reserved": torch.cuda.max_memory_reserved(),
               "allocated_after": torch.cuda.memory_allocated(), "reserved_after": torch.cuda.memory_reserved(),
