@@ -1,17 +1,19 @@
 """The diagnosis against measured gains: one row per planted workload (tests/data/planted/).
 
-    python benchmarks/diagnosis.py [--only NAME[,NAME...]]
+    python benchmarks/diagnosis.py [--only NAME[,NAME...]] [--without osrt]
 
 Each workload has one planted cause and a fixed twin, recorded on the lent GPUs; the gain is the cell's wall time
 bad - fixed measured WITHOUT the profiler (planted.json).  Prints, for the bad report: the verdict's kind, the first
 finding, its time at stake, and the ratio estimate / measured gain; for the fixed twin: the findings still at
 medium or high severity (false alarms).  Goal: the kind and first rule as planted, ratio within 0.5-2.
---only: these workloads only (planted.json's names).
+--only: these workloads only (planted.json's names).  --without osrt: each export as `-t cuda,nvtx` would have
+written it (its OS-runtime tables dropped), to decide the default trace on the recorded workloads (issue 62).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import sqlite3
 import sys
 import tempfile
 from pathlib import Path
@@ -22,6 +24,15 @@ PLANTED = HERE.parent / "tests" / "data" / "planted"
 sys.path.insert(0, str(PLANTED))
 
 
+def without_osrt(path: Path) -> None:
+    """Drop what `-t osrt` adds to an export (the calls and their stacks); CUDA, NVTX and samples stay."""
+    with sqlite3.connect(path) as db:
+        for table in ("OSRT_API", "OSRT_CALLCHAINS"):
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone():
+                db.execute(f"DROP TABLE {table}")
+    db.close()
+
+
 def main() -> None:
     from planted_files import unpack
 
@@ -29,6 +40,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default=None, help="comma-separated workload names")
+    ap.add_argument("--without", choices=["osrt"], default=None, help="drop this trace's tables first")
     a = ap.parse_args()
     manifest = json.loads((PLANTED / "planted.json").read_text())
     if a.only:
@@ -40,7 +52,10 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         def opened(name, variant):
-            return open_report(unpack(manifest[name], variant, Path(tmp)))
+            path = unpack(manifest[name], variant, Path(tmp))
+            if a.without:
+                without_osrt(path)
+            return open_report(path)
 
         for name, e in manifest.items():
             rep = opened(name, "bad")

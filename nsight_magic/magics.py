@@ -173,7 +173,7 @@ class NsightMagics(Magics):
                                     "(nsight_magic/tools/environment.py); each is recorded in the reports, as nsys "
                                     "records the profiled process's environment").tag(config=True)
     trace = Unicode("", help="what %%nsys traces when its line gives no --trace (nsys's list, e.g. 'cuda,nvtx'); "
-                             "empty: cuda,nvtx,osrt").tag(config=True)
+                             "empty: cuda,nvtx; add osrt for the OS calls it waits in").tag(config=True)
     wait = Bool(help="every profiled cell waits for its profile, as --wait (default: on where NSIGHT_MAGIC_WAIT=1)"
                 ).tag(config=True)
     prewarm_worker = Bool(help="prepare the warm worker for the next %%nsys in the background (default: on, off "
@@ -230,7 +230,7 @@ class NsightMagics(Magics):
     # ---- %%nsight_setup -------------------------------------------------------------------------------------
     @magic_arguments()
     @argument("-t", "--trace", default=None, help="what the warm worker prepared for the next %%%%nsys traces (default: "
-                                                  "the trace of the last %%%%nsys, else cuda,nvtx,osrt)")
+                                                  "the trace of the last %%%%nsys, else cuda,nvtx)")
     @argument("--reset", action="store_true", help="forget all remembered setup code first")
     @argument("--list", action="store_true", help="print the remembered setup code and run nothing")
     @argument("--name", default=None, help="a key for this setup code: running a cell with the same --name "

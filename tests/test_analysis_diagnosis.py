@@ -54,6 +54,8 @@ ESTIMATE_MISSES = {
     "per_sample_loop": "launch_bound takes 5.3 us off the launch gaps for each of 30,754 CUDA calls (0.11 s left); "
                        "on that host tracing added 2.0 us a call (307 ms profiled against 244 ms plain), on "
                        "per_sample_graphs' host 6.8 us: 0.24 s measured",
+    "smi_logging_untraced": "each nvidia-smi of the profiled cell ran 43 ms (median stretch) against about 20 ms a step "
+                            "plain (0.45-0.53 s for 20 steps, 0.11 s without it): 0.90 s estimated, 0.34 s measured",
 }
 # ... and those whose first finding is not the planted cause (strict, as above)
 FIRST_MISSES: dict[str, str] = {
@@ -758,3 +760,36 @@ def test_a_child_process_in_a_gpu_bound_loop_is_the_profilers_stall_not_an_alarm
     assert rep.bottleneck().kind == "gpu"
     fs = rep.findings()
     assert not [f for f in fs if f.severity in ALARM], [str(f) for f in fs[:4]]
+
+
+def test_without_the_os_runtime_a_thread_holding_the_gil_is_named_from_the_samples(planted):
+    """Recorded with the default trace (no osrt): the loop's thread stalls in every operation while a pure-Python
+    thread of the program holds the GIL.  No GIL call is recorded; the samples show that thread running Python
+    through the stretches, and the finding names it and says what to do with it."""
+    first = planted("gil_thread_untraced", "bad").findings()[0]
+    assert first.rule == "host_code" and "while thread 'Thread-1 (summarise)' ran Python beside it" in first.title
+    assert "`summarise (" in first.explanation and first.suggestion.startswith(
+        "Move the work of thread 'Thread-1 (summarise)' to a process")
+    # a subprocess every step: its line is named, no thread is blamed
+    smi = planted("smi_logging_untraced", "bad").findings()[0]
+    assert smi.rule == "host_code" and smi.code.startswith("`run (subprocess.py) from line 9 of the cell`")
+    assert "ran Python beside it" not in smi.title
+
+
+def test_without_the_os_runtime_and_samples_the_advice_asks_for_the_os_calls(tmp_path):
+    """host_code's planted report without its OS-runtime tables (as `-t cuda,nvtx` writes it; no Python samples
+    were recorded then): what the thread did in its stretches is not known, and the suggestion says which trace
+    would tell a wait from work."""
+    import sqlite3
+
+    path = unpack(MANIFEST["host_code"], "bad", tmp_path)
+    with sqlite3.connect(path) as db:
+        db.execute("DROP TABLE OSRT_API")
+    db.close()
+    rep = open_report(path)
+    try:
+        first = rep.findings()[0]
+        assert first.rule == "host_code" and "`%%nsys -t cuda,nvtx,osrt` records the OS calls" in first.suggestion
+        assert "OS runtime was not traced" in rep.bottleneck().summary
+    finally:
+        rep.close()

@@ -9,7 +9,7 @@ Measured with `python benchmarks/call_overhead.py` (a loop of one kind of call, 
 under `nsys profile`; the minimum of 3 runs each):
 
     nsys 2025.3.1, H100, torch 2.11: a kernel launch (torch add_ on one element) +1.1 and +2.8 us traced with
-    -t cuda (two machines), +5.3 us with the default -t cuda,nvtx,osrt; cudaStreamSynchronize +2.1 and +2.8 us;
+    -t cuda (two machines), +5.3 us with -t cuda,nvtx,osrt; cudaStreamSynchronize +2.1 and +2.8 us;
     an NVTX push/pop +0.5 and +1.1 us; a traced OS call (read) +0.5 and +0.7 us.
     nsys 2022.4.2, this CPU machine: an NVTX push/pop +0.3 and +0.4 us, a read() +0.2 us.
 

@@ -207,9 +207,10 @@ def cell_lines(ps) -> pd.DataFrame:
     return out.sort_values("total_ns", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def code_in(ps, pid, tid, start_ns, end_ns) -> tuple[pd.DataFrame, float]:
+def code_in(ps, pid, tid, start_ns, end_ns, stacks: np.ndarray | None = None) -> tuple[pd.DataFrame, float]:
     """What the samples of threads (pid, tid) show inside the stretches [start, end): per summary its time and
-    share of the sampled time, most first; and the share of the stretches' time the samples cover."""
+    share of the sampled time, most first; and the share of the stretches' time the samples cover.  `stacks`: a
+    mask over ps.stacks, the samples of the others left out."""
     cols = ["label", "ns", "pct"]
     s = ps.samples
     if s.empty or not ps.placed or not len(start_ns):
@@ -219,6 +220,8 @@ def code_in(ps, pid, tid, start_ns, end_ns) -> tuple[pd.DataFrame, float]:
     start_ns, end_ns = np.asarray(start_ns, np.int64), np.asarray(end_ns, np.int64)
     # a sample stands for the time before it: it belongs to the stretch that holds the middle of that time
     picked = _picked(ps, pid, tid, start_ns, end_ns)
+    if stacks is not None:
+        picked &= np.asarray(stacks, bool)[s["stack"].to_numpy(np.int64)]
     if not picked.any():
         return pd.DataFrame(columns=cols), 0.0
     w = s["weight_ns"].to_numpy(float)[picked]
@@ -353,13 +356,29 @@ class GilHolder:
     ns: float         # the sampled time of that thread inside the waits
 
 
-def gil_holder(report, waits: pd.DataFrame) -> GilHolder | None:
+# where a sampled thread is waiting, not running Python: its innermost frame in one of these modules (a queue's
+# get, an Event's wait, select, a socket, a subprocess, asyncio's loop, multiprocessing's pipes)
+WAITING_FILES = ("threading.py", "queue.py", "selectors.py", "socket.py", "subprocess.py", "connection.py",
+                 "synchronize.py", "popen_fork.py", "base_events.py", "ssl.py", "socketserver.py", "zmq")
+
+
+def waiting_stacks(ps) -> np.ndarray:
+    """A mask over ps.stacks: the innermost frame is in a module whose functions wait (WAITING_FILES)."""
+    files = ps.frames["file"].astype(str).str.replace("\\", "/", regex=False)
+    waits = files.str.rsplit("/", n=1).str[-1].isin(WAITING_FILES).to_numpy(bool) | \
+        files.str.contains("/zmq/", regex=False).to_numpy(bool)
+    return np.array([bool(len(fids)) and bool(waits[fids[0]]) for fids in ps.stacks], bool)
+
+
+def gil_holder(report, waits: pd.DataFrame, running: bool = False) -> GilHolder | None:
     """The other Python thread of the process that ran while a thread waited for the GIL (waits: pid, tid,
     start_ns, end_ns of its GIL calls): the one the samples saw most inside those waits, with its code; None
-    without samples or when no program thread was seen there."""
+    without samples or when no program thread was seen there.  running: count only the samples that ran Python
+    (waiting_stacks left out): where the waits are not known to be the GIL's."""
     ps = report.python_samples
     if ps is None or ps.empty or not ps.placed or waits.empty:
         return None
+    mask = ~waiting_stacks(ps) if running else None
     roles = thread_roles(ps)
     best = None
     for pid, w in waits.groupby("pid"):
@@ -369,7 +388,7 @@ def gil_holder(report, waits: pd.DataFrame) -> GilHolder | None:
                 continue
             n = len(w)
             table, _ = code_in(ps, np.full(n, p), np.full(n, th), w["start_ns"].to_numpy(np.int64),
-                               w["end_ns"].to_numpy(np.int64))
+                               w["end_ns"].to_numpy(np.int64), mask)
             got = float(table["ns"].sum()) if len(table) else 0.0
             if got and (best is None or got > best[0]):
                 best = (got, (p, th), table)

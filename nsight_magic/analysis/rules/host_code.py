@@ -12,13 +12,14 @@ import pandas as pd
 
 from .. import intervals as I
 from .. import text as tx
-from ..bottleneck import HOST_CALLS, quiet_gaps
-from ..python_code import code_words
+from ..bottleneck import HOST_CALLS, osrt_traced, quiet_gaps
+from ..python_code import code_words, gil_holder
 from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
 MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has tens of thousands)
 COMPILED_MIN_SHARE = 0.5  # of the stretches' idle time in stretches that load GPU code: compilation in the loop
+HOLDER_MIN_SHARE = 0.3  # of the stretches' time another Python thread was sampled running Python: it may hold the GIL
 
 
 def _loading_code(report, ev: pd.DataFrame) -> np.ndarray:
@@ -90,10 +91,19 @@ def rule_host_code(ctx: Context) -> list[Finding]:
                       if pd.notna(worst[k]) and worst[k])
     said = code_words(ctx.report, ev)
     code, code_said = said.code, said.words
+    untraced = not osrt_traced(ctx.report)  # a wait in the OS is not told apart from running code: say what may be
+    holder = _busy_thread(ctx.report, ev) if untraced else None
+    if holder is not None:
+        code_said += (f" Another Python thread of the program, '{holder.thread}', ran Python through most of these "
+                      f"stretches ({holder.code}): while it holds the GIL, this thread waits for it after every "
+                      "operation that let it go, so the GPU may be waiting for that thread rather than this one's "
+                      "code.")
     kinds = ("" if code else ": Python or CPU work inside the step (preprocessing or augmentation on the CPU, "
              "metrics and logging, a schedule or bookkeeping computed in Python, inputs built element by element, a "
              "checkpoint serialised, recompilation)")
     title_code = f", mostly in {said.top}" if said.top else ""
+    if holder is not None:
+        title_code += f", while thread '{holder.thread}' ran Python beside it"
     return [Finding(
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
@@ -110,7 +120,9 @@ def rule_host_code(ctx: Context) -> list[Finding]:
            "first time." if code_share >= COMPILED_MIN_SHARE else "")
         + (f" The evidence lists the {len(ev):,} longest." if len(ev) < n else "")
         + where_words(ev.assign(duration_ns=ev["idle_ns"])),
-        ("Recompiles: `TORCH_LOGS=recompiles` says which guard failed; give torch.compile `dynamic=True` or "
+        (f"Move the work of thread '{holder.thread}' to a process (multiprocessing, DataLoader workers), run it "
+         "less often, or do it in numpy/torch, which let the GIL go. " if holder is not None else "")
+        + ("Recompiles: `TORCH_LOGS=recompiles` says which guard failed; give torch.compile `dynamic=True` or "
          "`torch._dynamo.mark_dynamic(x, dim)` for the dimension that varies, pad inputs to a few fixed shapes, or "
          "warm every shape up before the loop. " if code_share >= COMPILED_MIN_SHARE else "")
         + ("Take that code out of the step: " if code else
@@ -119,6 +131,22 @@ def rule_host_code(ctx: Context) -> list[Finding]:
            "out of the step: ")
         + "compute it once before the loop or every N steps (checkpoints too), move input work into DataLoader workers "
         "(`num_workers`), or do it on the GPU with tensor operations; with torch.compile, check for recompiles "
-        "(`TORCH_LOGS=recompiles`).",
+        "(`TORCH_LOGS=recompiles`)."
+        + (" If the thread was waiting rather than working (a sleep, a lock, a subprocess, another thread), "
+           "`%%nsys -t cuda,nvtx,osrt` records the OS calls it waited in (the OS runtime was not traced)."
+           if untraced and not code and holder is None else ""),
         at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
                                       "launching nothing"), ev, ranges_of(ev), code=code)]
+
+
+def _busy_thread(report, ev: pd.DataFrame):
+    """Another Python thread of the program that the samples saw running Python (not waiting) through at least
+    HOLDER_MIN_SHARE of the stretches: without the OS runtime's GIL calls, the likeliest reason the launching
+    thread stalls while it runs."""
+    e = ev.dropna(subset=["pid", "tid"])
+    if e.empty:
+        return None
+    e = e.astype({"pid": np.int64, "tid": np.int64})
+    holder = gil_holder(report, e, running=True)
+    span = float((e["end_ns"] - e["start_ns"]).sum())
+    return holder if holder is not None and span and holder.ns >= HOLDER_MIN_SHARE * span else None
