@@ -644,7 +644,16 @@ def test_columnar_cache_gives_the_same_frames_and_is_dropped_when_the_export_cha
         assert rep.cached and rep.meta == meta  # the events' span comes from the cache too
         for a, b in zip(_everything(rep), expected):
             pd.testing.assert_frame_equal(a, b)
-    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))  # a re-export: newer file
+    os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))  # copied or unpacked: another time,
+    with open_nsys_report(p) as rep:                                       # the same content
+        assert rep.cached
+    folder = (tmp_path / "report.nsight-cache").stat().st_ino
+    with open_nsys_report(p) as rep:  # written again (a second kernel finishing the same profile): kept as it is
+        assert rep.write_cache() == tmp_path / "report.nsight-cache"
+    assert (tmp_path / "report.nsight-cache").stat().st_ino == folder
+    with sqlite3.connect(p) as db:  # a write to the export (its file change counter moves): the cache is not it
+        db.execute("CREATE TABLE touched (x)")
+    db.close()
     with open_nsys_report(p) as rep:
         assert not rep.cached
     (tmp_path / "report.nsight-cache" / "key.json").write_text("{not json")

@@ -1,12 +1,20 @@
 """A columnar cache of an export's core columns beside it: `report.sqlite` -> `report.nsight-cache/`.
 
 Written when a profile is made (run.py) so that re-opening the profile skips the SQLite scans: Arrow IPC files,
-memory-mapped on load.  The cache is keyed by the export's size and modification time and by CACHE_VERSION; a
-re-exported report (or a newer nsight-magic) ignores it.  Writing is atomic (a temporary folder renamed into
-place); a cache that cannot be written or read is simply not used.
+memory-mapped on load.  Arrow IPC, not Parquet: the columns are read back whole and at once, and a mapped IPC file
+costs no decoding (Parquet's compression would save disk for a cache that is a fraction of the export).
+
+The cache is keyed to the export's content and to CACHE_VERSION: its size, SQLite's file change counter (header
+bytes 24-27, which every write transaction increments) and a hash of its first and last MiB (the header, the
+schema, the latest pages), not its modification time, which a copy or an archive may keep or lose.  A key that
+does not match is never trusted; a re-exported report (or a newer nsight-magic) writes a new one.  Writing happens
+under an advisory lock (flock) on the export (two kernels finishing the same profile build it once) and is
+atomic (a temporary folder renamed into place); a cache that cannot be written or read is simply not used.
 """
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -18,8 +26,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 KEY_FILE = "key.json"
+HASHED_BYTES = 1 << 20  # at each end of the export
 
 
 def cache_dir(sqlite_path: Path) -> Path:
@@ -27,8 +36,17 @@ def cache_dir(sqlite_path: Path) -> Path:
 
 
 def _key(sqlite_path: Path) -> dict:
-    st = Path(sqlite_path).stat()
-    return {"version": CACHE_VERSION, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    """What the cache is valid for: CACHE_VERSION and the export's content (see the module docstring)."""
+    with open(sqlite_path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        h = hashlib.blake2b(digest_size=16)
+        head = f.read(HASHED_BYTES)
+        h.update(head)
+        if size > HASHED_BYTES:
+            f.seek(max(HASHED_BYTES, size - HASHED_BYTES))
+            h.update(f.read(HASHED_BYTES))
+    counter = int.from_bytes(head[24:28], "big") if head.startswith(b"SQLite format 3\0") else None
+    return {"version": CACHE_VERSION, "size": size, "change_counter": counter, "hash": h.hexdigest()}
 
 
 def _table(arrays: dict[str, np.ndarray]) -> pa.Table:
@@ -55,8 +73,27 @@ def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
 
 
 def save(sqlite_path: Path, parts: dict[str, dict[str, np.ndarray] | None], extra: dict) -> Path | None:
-    """Write `parts` (name -> arrays, None for an absent table) and `extra` (JSON) beside the export."""
+    """Write `parts` (name -> arrays, None for an absent table) and `extra` (JSON) beside the export, under the
+    lock; a valid cache another process wrote meanwhile is kept."""
     target = cache_dir(sqlite_path)
+    try:  # the lock: flock on the export itself (SQLite's own locks are fcntl's, apart), no file left behind
+        lock = open(sqlite_path, "rb")
+    except OSError:
+        return None
+    with lock:
+        try:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        except OSError:
+            return None
+        try:
+            if _valid_key(target, _key(sqlite_path)) is not None:
+                return target
+        except OSError:
+            return None
+        return _write(sqlite_path, target, parts, extra)
+
+
+def _write(sqlite_path: Path, target: Path, parts: dict, extra: dict) -> Path | None:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     except OSError:
@@ -80,12 +117,23 @@ def save(sqlite_path: Path, parts: dict[str, dict[str, np.ndarray] | None], extr
         return None
 
 
+def _valid_key(d: Path, want: dict) -> dict | None:
+    """The cache's key file when it matches `want`, else None."""
+    try:
+        key = json.loads((d / KEY_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return key if isinstance(key, dict) and {k: key.get(k) for k in want} == want else None
+
+
 def load(sqlite_path: Path) -> tuple[dict[str, dict[str, np.ndarray] | None], dict] | None:
     """(parts, extra) when a valid cache lies beside the export, else None."""
     d = cache_dir(sqlite_path)
     try:
-        key = json.loads((d / KEY_FILE).read_text())
-        if {k: key.get(k) for k in ("version", "size", "mtime_ns")} != _key(sqlite_path):
+        if not (d / KEY_FILE).is_file():
+            return None
+        key = _valid_key(d, _key(sqlite_path))
+        if key is None:
             return None
         parts: dict = {name: None for name in key.get("absent", [])}
         for f in d.glob("*.arrow"):  # memory-mapped: the arrays keep the mapping alive
