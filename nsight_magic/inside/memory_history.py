@@ -105,7 +105,7 @@ class AllocatorHistory:
 
 def _program_alone() -> bool:
     """Whether the cell's thread is the program's only Python thread (the machinery's that runs the cell aside)."""
-    from .python_samples import _machinery
+    from .python_samples import is_machinery
 
     me = threading.get_ident()
-    return not any(t.ident != me and not _machinery(t) for t in threading.enumerate())
+    return not any(t.ident != me and not is_machinery(t) for t in threading.enumerate())

@@ -108,7 +108,7 @@ class PythonSampler:
     def _alone(self) -> bool:
         """Whether the cell's thread is the program's only thread (ours and the machinery's aside)."""
         me = threading.get_ident()
-        return sum(1 for t in threading.enumerate() if t.ident != me and not _machinery(t)) <= 1
+        return sum(1 for t in threading.enumerate() if t.ident != me and not is_machinery(t)) <= 1
 
     def _run(self) -> None:
         _name_os_thread(b"nsight-magic-py")  # the report's thread rows name it (its waits are OS runtime calls)
@@ -346,7 +346,7 @@ _WARNINGS_FILE = _warnings_file()
 _MACHINERY = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "traitlets", "comm", "nsight_magic")
 
 
-def _machinery(t: threading.Thread) -> bool:
+def is_machinery(t: threading.Thread) -> bool:
     target = getattr(t, "_target", None)
     for mod in (type(t).__module__, getattr(target, "__module__", None)):
         if mod and mod.split(".")[0] in _MACHINERY:
