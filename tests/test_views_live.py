@@ -98,7 +98,7 @@ def test_table_widget_filters_and_sorts_by_raw_values():
     filt.value = ""
     sort.value, desc.value = "total_ns", True
     v = html.value
-    assert v.index("2.000 ms") < v.index("50.000 µs") < v.index("900 ns")
+    assert v.index("2.000&nbsp;ms") < v.index("50.000&nbsp;µs") < v.index("900&nbsp;ns")
 
 
 def test_files_tab_lists_the_profile_folder_and_the_advice_tab_shows_the_findings(tmp_path):

@@ -209,7 +209,8 @@ def test_tables_escape_names_and_sort_by_raw_values():
     df = pd.DataFrame({"name": [XSS, "b"], "count": [3, 1], "total_ns": [1_500_000, 800], "pct": [99.9, 0.1]})
     html = table_html(df, table_id="t1", zoom={XSS: [(1.0, 2.0), (3.0, 4.0)]}, plot_name="p")
     assert XSS not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
-    assert 'data-v="1500000.0">1.500 ms<' in html and 'data-v="800.0">800 ns<' in html
+    # a number and its unit on one line (&nbsp;), with or without a style sheet
+    assert 'data-v="1500000.0">1.500&nbsp;ms<' in html and 'data-v="800.0">800&nbsp;ns<' in html
     assert 'class="nm-zoom"' in html and 'data-spans="[[1.0, 2.0], [3.0, 4.0]]"' in html and "1/2" in html
     # headers without the unit the values carry; sorted by total time, which the header's arrow says
     assert '>total</th>' in html and ">total_ns<" not in html and 'title="total_ns" data-dir=desc' in html
@@ -333,3 +334,35 @@ def test_a_table_of_many_names_carries_a_bounded_number_of_zoom_spans():
     assert sum(len(s) for s in spans) <= ZOOM_SPANS and spans[0][0] == [0.0, 0.5]
     few = table_html(df.head(10), table_id="u", zoom=zoom, plot_name="p")  # a few names keep every instance
     assert all(len(json.loads(s)) == 60 for s in re.findall(r'data-spans="([^"]*)"', few))
+
+
+def test_a_static_copy_keeps_words_apart_and_long_names_breakable():
+    """Issue 65: without the style sheet (an untrusted notebook, GitHub) the advice read "highThe GPU waited" and
+    "inputinput-bound", and a 300-character kernel name pushed the number columns out of view.  The parts are
+    separated by spaces, long names may break after `::` `,` `<` `(` `_` (<wbr>: the text a reader copies is the
+    same), and a number keeps its unit on its line."""
+    import html as H
+    import re
+
+    from nsight_magic.views.tables import breakable, table_html
+
+    name = "void at::native::vectorized_elementwise_kernel<(int)4, at::native::BinaryFunctor<float, float, " \
+           "float, void at::native::<unnamed>::threshold_kernel_impl<float>>(T1)"
+    out = table_html(pd.DataFrame({"name": [name], "total_ns": [1.5e6]}), table_id="t")
+    cell = re.search(r'<td data-v="[^"]*">(.*?)</td>', out).group(1)
+    assert H.unescape(cell.replace("<wbr>", "")) == name and cell.count("<wbr>") >= 8
+    assert max(len(H.unescape(w)) for w in re.split(r"<wbr>|\s", cell)) < 40  # no piece wider than 40 characters
+    assert "1.500&nbsp;ms" in out
+    assert breakable("short_name") == "short_name"  # short words as they are
+
+
+def test_the_advice_keeps_its_badges_apart_from_their_words_without_a_style_sheet():
+    import html as H
+
+    from nsight_magic.analysis.findings import Finding
+    from nsight_magic.views.advice import advice_html
+
+    f = Finding("launch_bound", "high", "The GPU waited", "why", "what", 5_000_000, "est", pd.DataFrame(), ())
+    # the text as it runs without a style sheet: the badge and the title are inline spans, side by side
+    text = H.unescape(re.sub(r"<[^>]+>", "", advice_html([f], origin_ns=0, plot_name="p", uid="u")))
+    assert "high The GPU waited" in text and "highThe" not in text

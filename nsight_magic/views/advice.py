@@ -81,10 +81,11 @@ def verdict_html(verdict) -> str:
     bar = "".join(f'<span style="width:{p:.3f}%;background:{CATEGORY_COLORS.get(c, "#999")}" '
                   f'title="{escape(str(c))}: {p:.1f}% ({t / 1e6:,.1f} ms)"></span>'
                   for c, p, t in zip(b["category"], b["pct"], b["time_ns"]))
-    legend = "".join(f'<i style="background:{CATEGORY_COLORS.get(c, "#999")}"></i>{escape(str(c))} {p:.0f}%'
-                     for c, p in zip(b["category"], b["pct"]))
+    # spaces between the parts: where no style sheet applies (a static copy) they are what keeps the words apart
+    legend = " ".join(f'<i style="background:{CATEGORY_COLORS.get(c, "#999")}"></i>{escape(str(c))} {p:.0f}%'
+                      for c, p in zip(b["category"], b["pct"]))
     return (f'<div class="nm-verdict"><span class="nm-kind">{escape(verdict.kind)}'
-            f'</span>{escape(verdict.summary)}<div class="nm-bar">{bar}</div>'
+            f'</span> {escape(verdict.summary)}<div class="nm-bar">{bar}</div>'
             f'<div class="nm-bar-legend">{legend}</div></div>')
 
 
@@ -109,7 +110,7 @@ def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str, verdict=N
         color = SEVERITY_COLORS.get(f.severity, "#999")
         items.append(
             f'<div class="nm-finding" style="border-left-color:{color}" data-rule="{escape(f.rule)}"{attrs}>'
-            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span>'
+            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span> '
             f'<span class="nm-title">{escape(f.title)}</span> — {escape(_fmt_ms(f.time_at_stake_ns))} at stake'
             f'{where}<p>{_code(f.explanation)}</p><p><b>Change:</b> {_code(f.suggestion)}</p>'
             f'<p class="nm-where">estimate: {escape(f.estimate)}; rule {escape(f.rule)}</p>'
@@ -146,7 +147,7 @@ def advice_widget(findings, *, on_show, verdict=None):
         color = SEVERITY_COLORS.get(f.severity, "#999")
         html = w.HTML(
             f'<div class="nm-finding" style="border-left-color:{color};cursor:default">'
-            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span>'
+            f'<span class="nm-sev" style="background:{color}">{escape(f.severity)}</span> '
             f'<span class="nm-title">{escape(f.title)}</span> — {escape(_fmt_ms(f.time_at_stake_ns))} at stake'
             f'<p>{_code(f.explanation)}</p><p><b>Change:</b> {_code(f.suggestion)}</p>'
             f'<p class="nm-where">estimate: {escape(f.estimate)}; rule {escape(f.rule)}</p></div>')

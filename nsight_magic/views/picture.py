@@ -156,7 +156,10 @@ def timeline_png(tv, width: int = 1100) -> bytes:
         if LABEL_PX <= xx <= LABEL_PX + plot_w:
             draw.line([(xx, axis_y), (xx, axis_y + 4)], fill=FRAME)
             label = _tick_label(float(t), step)
-            draw.text((xx - draw.textlength(label, font=small) / 2, axis_y + 6), label, fill=TEXT, font=small)
+            w = draw.textlength(label, font=small)
+            # centred on its tick, but kept whole inside the picture (a tick at the right edge read "3,00")
+            lx = min(max(xx - w / 2, LABEL_PX), LABEL_PX + plot_w - w - 1)
+            draw.text((lx, axis_y + 6), label, fill=TEXT, font=small)
     draw.text((LABEL_PX + plot_w - 150, axis_y + 18), "ms from the start of the cell" if data.frame_ns
               else "ms from capture start", fill=(102, 102, 102), font=small)
     if visible > shown_rows:

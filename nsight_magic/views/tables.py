@@ -7,6 +7,8 @@ value kept in a `data-v` attribute, so formatted units ("1.2 ms" vs "800 µs") s
 """
 from __future__ import annotations
 
+import re
+
 from html import escape
 from pathlib import Path
 
@@ -176,6 +178,10 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
     for c in df.columns:
         v = _sort_values(shown[c], kinds[c]).map(lambda s: escape(_cut(s), quote=True))
         t = text[c].map(lambda s: escape(_cut(s)))
+        if kinds[c] == "text":
+            t = t.map(breakable)
+        else:  # "12.983 ms" on one line, with or without a style sheet
+            t = t.map(lambda s: s.replace(" ", "&nbsp;"))
         cls = "" if kinds[c] == "text" else ' class="nm-num"'
         if zoom and c == zoom_col:
             # summary rows, not events; at most ZOOM_SPANS instances in the whole table
@@ -194,6 +200,19 @@ def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, 
     return (f'{cap}{box}{more}<div class="nm-scroll"><table class="nm-table" id="{escape(table_id)}" '
             f'data-filter-id="{escape(table_id)}" data-plot="{escape(plot_name)}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{body}</tbody></table></div>')
+
+
+_BREAK_AFTER = re.compile(r"(::|,|&lt;|\(|/|_(?=[^_]))")
+_LONG_WORD = re.compile(r"\S{30,}")
+
+
+def breakable(escaped: str) -> str:
+    """Escaped text whose long words (a kernel's templated name) may break after `::`, `,`, `<`, `(`, `/`, `_`:
+    where no style sheet applies (an untrusted notebook, a static renderer) a 300-character name would otherwise
+    push the table's number columns out of view.  <wbr> changes no text a reader copies or a filter matches."""
+    if len(escaped) < 30:
+        return escaped
+    return _LONG_WORD.sub(lambda m: _BREAK_AFTER.sub(r"\1<wbr>", m.group(0)), escaped)
 
 
 def _zoom_cell(v: str, text: str, spans) -> str:
