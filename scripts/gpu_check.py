@@ -287,6 +287,9 @@ def execute_repo_notebook(section: str, name: str, work: Path, tail: int) -> Non
     for i, c in enumerate(nb.cells):
         if c.cell_type == "code":
             say(section, f"cell{i}", cell_text(c)[-tail:])
+    from ship_notebook import ship  # the outputs name nsight-profiles/..., not this run's temporary folder
+
+    ship(nb)
     nbformat.write(nb, OUT / name)
 
 
