@@ -242,7 +242,7 @@ def empty_reason(report, key: str) -> str:
                 "this tab lists them.")
     if not traced:
         return (f"No {what}: CUDA was not traced in this profile (its -t/--trace list had no cuda); "
-                "%%nsys -t cuda,nvtx,osrt records them.")
+                "%%nsys -t cuda,nvtx records them.")
     api = getattr(report, "cuda_api", None)
     if api is not None and api.empty:
         return (f"No {what}: CUDA was traced, but the cell made no CUDA call during the capture (its tensors "
