@@ -21,5 +21,13 @@ class Interrupted(NsightMagicError):
     """Ctrl-C stopped a step (an export, a read); what was written before is kept."""
 
 
+class CellRaised(NsightMagicError):
+    """The profiled cell raised: its traceback is shown above, the profile is kept.  The notebook's cell fails
+    too, so that Run All, nbclient and papermill stop there as they would without the profiler."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows these lines instead of a traceback of ours
+        return [f"nsight-magic: {self}"]
+
+
 class ReportWarning(UserWarning):
     """A report was read, but part of it is damaged and was read in a stated way (one line)."""

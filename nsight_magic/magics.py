@@ -20,7 +20,7 @@ from IPython.display import display
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from . import idle
-from .errors import NsightMagicError
+from .errors import CellRaised, NsightMagicError
 from .heap import after_cell, trim_after_cell
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
 
@@ -544,18 +544,20 @@ class NsightMagics(Magics):
         job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done,
                                loader=render and needs_bokehjs(), live=_watched(self.shell))
         _catch_idle_interrupts(self.shell)
-        if later:
-            return
-        try:
-            job.wait()
-        except KeyboardInterrupt:
-            job.interrupt()
-            print("nsight-magic: interrupted: the profile is not loaded; what the profiler wrote is kept "
-                  f"(%nsys_load {rec.folder.path} shows it)", file=sys.stderr)
+        if not later:
             try:
                 job.wait()
-            except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job ends by itself
-                pass
+            except KeyboardInterrupt:
+                job.interrupt()
+                print("nsight-magic: interrupted: the profile is not loaded; what the profiler wrote is kept "
+                      f"(%nsys_load {rec.folder.path} shows it)", file=sys.stderr)
+                try:
+                    job.wait()
+                except KeyboardInterrupt:  # a second Ctrl-C: stop waiting, the job ends by itself
+                    pass
+        if rec.status == "cell-error":  # after the profile is on its way: the cell fails as it would unprofiled
+            raise CellRaised(f"the profiled cell raised (its traceback is above); its profile is kept in "
+                             f"{rec.folder.path}")
 
     # ---- %nsys_load -----------------------------------------------------------------------------------------
     @magic_arguments()

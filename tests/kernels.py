@@ -63,6 +63,7 @@ class DrivenKernel:
         The kernel's stop button is pressed `interrupt_after` s in, or once `interrupt_when()` is true."""
         msg_id = self.kc.execute(code, allow_stdin=True)
         out, done, started, t0 = [], False, False, time.monotonic()
+        shown = ""  # the latest display: a profile's status line says "loading the profile" until it is drawn
         while True:
             if (interrupt_after is not None and time.monotonic() - t0 > interrupt_after) or \
                     (interrupt_when is not None and interrupt_when()):
@@ -71,7 +72,7 @@ class DrivenKernel:
             try:
                 m = self.kc.get_iopub_msg(timeout=0.5)
             except Exception:  # noqa: BLE001 - no message for a moment
-                if done and not any("loading the profile" in o for o in out[-1:]):
+                if done and "loading the profile" not in shown:
                     return "".join(out)
                 if time.monotonic() - t0 > timeout:
                     raise AssertionError(f"no answer: {''.join(out)[-2000:]}") from None
@@ -89,6 +90,7 @@ class DrivenKernel:
                 out.append(c["text"])
             elif t in ("display_data", "execute_result", "update_display_data"):
                 out.append(c["data"].get("text/plain", "") + "\n")
+                shown = out[-1]
             elif t == "error":
                 out.append(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(c["traceback"])))  # without the colours
             elif t == "status" and c["execution_state"] == "idle":

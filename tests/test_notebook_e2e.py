@@ -155,3 +155,30 @@ def test_streamed_output_is_bounded_and_all_of_it_is_saved(tmp_path, monkeypatch
     assert "output cut after 200,000 characters" in shown and len(shown) < 210_000
     saved = next((tmp_path / "nsight-profiles").glob("chatty-*")) / "stdout.txt"
     assert saved.read_text().count("\n") == 100_000
+
+
+@requires_nsys
+@pytest.mark.nsys
+@pytest.mark.timeout(240)
+def test_a_cell_that_raises_in_the_profiled_process_fails_in_the_notebook(tmp_path, monkeypatch):
+    """Issue 64: the profiled process's exception did not fail the notebook's cell, so Run All, nbclient and
+    papermill went on past it.  Now the cell fails with one line (the traceback of the profiled cell stays above
+    it), after its profile is drawn and kept; the cells after it are not run."""
+    from nbclient.exceptions import CellExecutionError
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in (
+        "%load_ext nsight_magic",
+        "%%nsys --name raises --fresh\nimport nvtx\nwith nvtx.annotate('before'):\n    x = 1\nraise ValueError('planted')",
+        "print('after')",
+    )])
+    with pytest.raises(CellExecutionError) as got:
+        _run(nb, tmp_path, monkeypatch)
+    assert got.value.ename == "CellRaised" and "nsight-magic: the profiled cell raised" in str(got.value)
+    out = nb.cells[1].outputs
+    err = [o for o in out if o.output_type == "error"]
+    assert len(err) == 1 and err[0].ename == "CellRaised" and "its profile is kept in" in err[0].evalue
+    assert err[0].traceback == [f"nsight-magic: {err[0].evalue}"]  # one line, no traceback of ours
+    assert "ValueError: planted" in cell_text(nb.cells[1])  # the profiled cell's own traceback, above
+    assert not nb.cells[2].get("outputs")  # Run All stopped there
+    folder = next((tmp_path / "nsight-profiles").glob("raises-*"))
+    assert (folder / "report.sqlite").exists() and "before" in nvtx_ranges(folder / "report.sqlite")
