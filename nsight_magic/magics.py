@@ -7,26 +7,25 @@ import hashlib
 import os
 import re
 import shlex
-import signal
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from IPython.display import display
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from . import idle
 from .errors import CellRaised, NsightMagicError
-from .heap import after_cell, trim_after_cell
+from .heap import after_cell
+from .cell_display import (catch_idle_interrupts, display_listing, draws_later, load_job, print_manifest, say,
+                           session_line, show_report, watched)
+from .cell_output import LiveStatus, ProfileOutput
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
 
 
 PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
-MAX_STREAMED_CHARS = 200_000
 # the defaults of NsightMagics.prewarm_worker and .wait where no %config reaches (headless runs, CI)
 PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
 WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
@@ -59,110 +58,6 @@ def arguments_from(*specs):
             func = argument(*flags, **kwargs)(func)
         return func
     return apply
-
-
-class _LiveStatus:
-    """One status line in the cell output, updated in place; the child's output streams below it."""
-
-    def __init__(self, tool: str, quiet: bool):
-        self.tool, self.quiet, self.handle, self.streamed = tool, quiet, None, 0
-
-    def __call__(self, phase: str, elapsed: float) -> None:
-        if self.quiet:
-            return
-        self._show(f"{self.tool}: {_phase_words(phase)} ({elapsed:.1f} s)")
-
-    def _show(self, text: str) -> None:
-        if self.quiet:
-            return
-        if self.handle is None:
-            self.handle = display({"text/plain": text}, raw=True, display_id=True)
-        else:
-            self.handle.update({"text/plain": text}, raw=True)
-
-    def recorded(self, rec, loading: bool) -> None:
-        """The cell's code has finished: its outcome, and that the profile loads below (or is loaded now)."""
-        more = "; the profile loads below" if loading else ""
-        self._show(f"{self.tool}: {rec.status} in {rec.record_s:.1f} s{more}, saved in {rec.folder.path}/")
-
-    def finished(self, job) -> None:
-        """The profile is loaded (or not)."""
-        if job.result is None:
-            return
-        rec, r = job.recording, job.result
-        what = "profile ready" if job.report is not None else "no profile" if not job.cancel.is_set() else \
-            "profile not loaded (interrupted)"
-        self._show(f"{self.tool}: {r.status} in {rec.record_s:.1f} s, {what} {job.finish_s:.1f} s later, saved in "
-                   f"{r.folder.path}/")
-
-    def output(self, stream: str, text: str) -> None:
-        """Stream the cell's output, up to MAX_STREAMED_CHARS: a notebook must stay small (all of it is saved)."""
-        if self.quiet or self.streamed >= MAX_STREAMED_CHARS:
-            return
-        room = MAX_STREAMED_CHARS - self.streamed
-        self.streamed += len(text)
-        out = sys.stdout if stream == "stdout" else sys.stderr
-        out.write(text[:room])
-        if len(text) > room:
-            out.write(f"\n[nsight-magic: output cut after {MAX_STREAMED_CHARS:,} characters; all of it is in "
-                      f"stdout.txt / stderr.txt in the profile folder]\n")
-
-
-def _phase_words(phase: str) -> str:
-    return {"importing": "loading setup and variables", "running": "running cell",
-            # a warm cell between its variables' loading and `nsys start` (which waits for the previous `nsys stop`)
-            "loaded": "starting the recording", "ready": "starting the recording",
-            "cell-done": "cell finished; the profiler is writing its report",
-            "leftovers": "stopping processes the cell left running",
-            "finished": "cell finished", "exporting": "exporting report"}.get(phase, phase)
-
-
-class _ProfileOutput:
-    """The output below the cell's own where its profile appears: "loading" while the finish stage runs in the
-    background (a status line our JupyterLab extension can tell from one whose kernel stopped first), then the view
-    (or one line saying why there is none), replaced in place (a display handle).  The first view of a notebook
-    carries BokehJS (views/bokehjs.py)."""
-
-    MIN_UPDATE_S = 0.5  # phase lines at most this often: each update is a message to every open frontend
-
-    def __init__(self, tool: str, status: _LiveStatus, folder: Path):
-        from .views.output import status_bundle
-
-        self.tool, self.status, self.folder, self.last = tool, status, folder, 0.0
-        self.handle = display(status_bundle(f"{tool}: loading the profile...{self._hint()}", tool=tool,
-                                            folder=folder), raw=True, display_id=True)
-
-    def _hint(self) -> str:
-        # for frontends without our extension: what to do if this line never changes
-        return f" (if its kernel stops first: %nsys_load {self.folder})"
-
-    def phase(self, phase: str, elapsed: float) -> None:
-        from .views.output import status_bundle
-
-        now = time.monotonic()
-        if now - self.last < self.MIN_UPDATE_S:
-            return
-        self.last = now
-        self.handle.update(status_bundle(f"{self.tool}: loading the profile: {_phase_words(phase)} ({elapsed:.1f} s)"
-                                         f"{self._hint()}", tool=self.tool, folder=self.folder), raw=True)
-
-    def done(self, job) -> None:
-        from .views import bokehjs
-        from .views.output import READY_KEY
-
-        if job.loader and job.bundle is None:
-            bokehjs.not_sent()  # the next view carries BokehJS
-        self.status.finished(job)
-        meta = {READY_KEY: {"state": "ready" if job.bundle else "failed", "folder": str(job.folder)}}
-        if job.bundle is not None:
-            self.handle.update(job.bundle, metadata=meta, raw=True)
-            return
-        lines = job.new_messages() or ([f"nsight-magic: {job.error}"] if job.error else [])
-        if job.error and f"nsight-magic: {job.error}" not in lines:
-            lines.append(f"nsight-magic: {job.error}")
-        if not lines:
-            lines = [f"nsight-magic: no profile to show; the files are in {job.folder}/"]
-        self.handle.update({"text/plain": "\n".join(lines)}, metadata=meta, raw=True)
 
 
 @magics_class
@@ -351,7 +246,7 @@ class NsightMagics(Magics):
             opts = self._with_env(nsys_options_from_args(args, default_name=f"cell{self._prompt_number()}"))
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        status = _LiveStatus("nsys", opts.quiet)
+        status = LiveStatus("nsys", opts.quiet)
         ip = self._inplace()
         if ip is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
             from .profilers.inplace import why_not_in_place
@@ -373,7 +268,7 @@ class NsightMagics(Magics):
             self._guard_gpu_memory(fresh=opts.fresh or not self.frontend.warm_for_setup())
         try:
             rec = self.frontend.record_nsys(cell, opts, namespace=self.shell.user_ns, on_output=status.output,
-                                            on_status=status, on_prepared=None if opts.quiet else _print_manifest,
+                                            on_status=status, on_prepared=None if opts.quiet else print_manifest,
                               # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab
                               # buttons run a cell's own text under a magic line the editor does not show (1)
                               cell_first_line=args.cell_line)
@@ -414,7 +309,7 @@ class NsightMagics(Magics):
             stopped = sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
             print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
         if args.restart:
-            status = _LiveStatus("nsys session", False)
+            status = LiveStatus("nsys session", False)
             try:
                 why = self.frontend.start_session(old.trace if old is not None else None, self.pass_env,
                                                   status.output, status)
@@ -423,7 +318,7 @@ class NsightMagics(Magics):
             if why:
                 print(f"nsight-magic: {why}", file=sys.stderr)
         if not args.stop:
-            print(f"nsight-magic: {_session_line(sessions.describe())}")
+            print(f"nsight-magic: {session_line(sessions.describe())}")
 
     # ---- %nsys_diff -----------------------------------------------------------------------------------------
     @magic_arguments()
@@ -451,7 +346,7 @@ class NsightMagics(Magics):
         try:
             if args.fail_above is not None:
                 check_args(args.fail_above, args.top_kernels)
-            d = self.frontend.diff(args.profiles, args.dir, args.match, say=_say)
+            d = self.frontend.diff(args.profiles, args.dir, args.match, say=say)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         self.shell.user_ns["_nsys_diff"] = d
@@ -488,7 +383,7 @@ class NsightMagics(Magics):
         if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
             raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
                              "and the cell was not run; %%nsys shows its CPU activity and NVTX ranges")
-        status = _LiveStatus("ncu", opts.quiet)
+        status = LiveStatus("ncu", opts.quiet)
         ip = self._inplace()
         if ip is not None and ip.tool == "ncu":  # a kernel under ncu: its kernels are measured here, in place
             why = ip.why_not_in_place(ncu_opts, fresh=bool(args.fresh))
@@ -506,18 +401,18 @@ class NsightMagics(Magics):
         try:
             rec = self.frontend.record_ncu(cell, opts, ncu_opts, namespace=self.shell.user_ns,
                                            on_output=status.output, on_status=status,
-                                           on_prepared=None if opts.quiet else _print_manifest)
+                                           on_prepared=None if opts.quiet else print_manifest)
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
         self._after_record(rec, status, opts.render, None, args.wait)
 
-    def _after_record(self, rec, status: _LiveStatus, render: bool, thresholds: dict | None, wait: bool) -> None:
+    def _after_record(self, rec, status: LiveStatus, render: bool, thresholds: dict | None, wait: bool) -> None:
         """The cell's code has finished: say what the record stage knows, give back the --return values, and leave
         the rest (the report, the view) to a background job that fills the output below; the cell waits for it
         only with --wait or when nobody would see the output change (nbclient, nbconvert, papermill)."""
         from . import background
 
-        later = not (wait or self.wait) and _draws_later(self.shell)
+        later = not (wait or self.wait) and draws_later(self.shell)
         status.recorded(rec, later)
         for m in rec.notes:
             print(f"nsight-magic: {m}")
@@ -530,7 +425,7 @@ class NsightMagics(Magics):
         sys.stderr.flush()
         from .views.bokehjs import needs_bokehjs
 
-        out = _ProfileOutput(rec.tool, status, Path(rec.folder.path))
+        out = ProfileOutput(rec.tool, status, Path(rec.folder.path))
         sessions = self.frontend.sessions
         stops = sessions.stops
 
@@ -542,8 +437,8 @@ class NsightMagics(Magics):
                 self.prewarm()
 
         job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done,
-                               loader=render and needs_bokehjs(), live=_watched(self.shell))
-        _catch_idle_interrupts(self.shell)
+                               loader=render and needs_bokehjs(), live=watched(self.shell))
+        catch_idle_interrupts(self.shell)
         if not later:
             try:
                 job.wait()
@@ -581,12 +476,12 @@ class NsightMagics(Magics):
         from .frontend import is_job
         from .store import is_profile_folder, list_profiles, pick_profile
 
-        background.wait_for([path], say=_say)  # a profile of this kernel still loading: shown once it is
+        background.wait_for([path], say=say)  # a profile of this kernel still loading: shown once it is
         if path.is_dir():
-            background.wait_under(path, say=_say)
+            background.wait_under(path, say=say)
 
         if path.is_dir() and not is_profile_folder(path) and is_job(path, args.pattern):
-            _load_job(path, args)
+            load_job(path, args)
             return
         if path.is_dir() and not is_profile_folder(path):
             profiles = list_profiles(path)
@@ -598,206 +493,17 @@ class NsightMagics(Magics):
                 print(f"nsight-magic: {path} holds no profile with a report{more}; profiles are made by %%nsys "
                       f"and %%ncu in nsight-profiles/ beside the notebook", file=sys.stderr)
                 if failed is not None and len(failed):
-                    _display_listing(failed, None, render=not args.no_render)
+                    display_listing(failed, None, render=not args.no_render)
                 return
             try:
                 chosen = pick_profile(profiles, args.pick)
             except NsightMagicError as e:
                 raise UsageError(str(e)) from None
-            _display_listing(failed if failed is not None else profiles, chosen, render=not args.no_render)
+            display_listing(failed if failed is not None else profiles, chosen, render=not args.no_render)
             path = Path(chosen["folder"])
         elif args.pick is not None:
             raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
-        _show_report(path, path if path.is_dir() else None, not args.no_render)
-
-
-def _load_job(path: Path, args) -> None:
-    """%nsys_load on a job: the reports analysed on Dask with a progress bar, then the job's view."""
-    from .jobs import open_job
-    from .views.job import display_job
-
-    bar = _JobProgress(not args.no_render)
-    try:
-        job = open_job(path, pattern=args.pattern, scheduler=args.scheduler, progress=bar)
-    except NsightMagicError as e:
-        raise UsageError(str(e)) from None
-    except KeyboardInterrupt:  # its cluster is closed and its reports only read: one line, no traceback
-        print(f"nsight-magic: stopped loading the job in {path} (Ctrl-C); its reports are unchanged "
-              f"(%nsys_load {path} loads it again)", file=sys.stderr)
-        return
-    bar.close(job)
-    for e in job.errors:
-        print(f"nsight-magic: {e}", file=sys.stderr)
-    if job.loaded:
-        display_job(job, render=not args.no_render)
-
-
-class _JobProgress:
-    """Reports done / total while a job loads: a progress bar in a notebook, lines otherwise."""
-
-    def __init__(self, widget: bool):
-        self.bar = self.label = None
-        self.widget = widget
-
-    def __call__(self, done: int, total: int, result) -> None:
-        from .jobs.rank_task import RankResult
-
-        read = "read" if isinstance(result, RankResult) else "diagnosed"
-        what = f"rank {result.rank} {read}: {'failed' if result.error else f'{result.read_s:.1f} s'}"
-        if self.widget:
-            import ipywidgets as w
-
-            if self.bar is None:
-                self.bar = w.IntProgress(value=0, min=0, max=total, description="reports")
-                self.label = w.Label()
-                display(w.HBox([self.bar, self.label]))
-            self.bar.max, self.bar.value = total, done
-            self.label.value = f"{done} / {total} ({what})"
-        else:
-            print(f"nsight-magic: {done} / {total} tasks done ({what})")
-
-    def close(self, job) -> None:
-        if self.label is not None:
-            self.label.value = f"{len(job.loaded)} of {len(job.results)} reports loaded"
-
-
-def _display_listing(profiles, chosen: dict | None, render: bool) -> None:
-    """The profiles of a folder as a table (newest first), then which one is shown below it."""
-    from .views.profiles import profiles_html, profiles_text
-
-    text = profiles_text(profiles)
-    if render:
-        display({"text/html": profiles_html(profiles, chosen["name"] if chosen else None), "text/plain": text},
-                raw=True)
-    else:
-        print(text)
-    if chosen:
-        print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
-
-
-def _session_line(info: dict | None) -> str:
-    if info is None:
-        return "no warm session (the next %%nsys starts one)"
-    rss = f", {info['worker_rss_bytes'] / 2**20:,.0f} MiB resident" if info.get("worker_rss_bytes") else ""
-    state = {"starting": "starting (its setup code runs)", "ready": "ready", "busy": "busy (running a cell)",
-             "failed": "failed (its setup code raised: the next %%nsys starts a new one and shows why)"}.get(
-        info.get("state"), info.get("state"))
-    if info.get("state") == "finishing":
-        state = f"finishing profile {', '.join(info.get('finishing') or [])}"
-    pid = f"worker pid {info['worker_pid']}, " if info.get("worker_pid") else ""
-    return (f"warm session {info['session']}: {state}; {pid}up {info['age_s']:.0f} s, "
-            f"{info['cells']} cell{'s' if info['cells'] != 1 else ''} run{rss}, tracing {info['trace']}")
-
-
-def _say(text: str) -> None:
-    """A line of information (waiting for a profile, ...): on stdout, not in the red of errors."""
-    print(f"nsight-magic: {text}", flush=True)
-
-
-def _draws_later(shell) -> bool:
-    """Whether the frontend shows an output that changes after the cell has returned: a kernel whose client can
-    answer input() is one a person is looking at (JupyterLab, Notebook, VS Code).  nbclient, nbconvert and
-    papermill cannot, and keep only what arrives while a cell runs: there the cell waits for its profile."""
-    return _watched(shell)
-
-
-def _watched(shell) -> bool:
-    """A person's frontend runs the cell (it can answer input()): a view's live part is worth making; a headless
-    run (nbclient, nbconvert, papermill) saves the static view only."""
-    kernel = getattr(shell, "kernel", None)
-    return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
-
-
-def _catch_idle_interrupts(shell) -> None:
-    """Ctrl-C (the notebook's stop button) while the kernel is idle reaches the kernel as SIGINT, which ipykernel
-    ignores between requests: while profiles finish in the background it stops them (keeping what the profiler
-    wrote).  Installed as the handler ipykernel restores after each request; with no background work it does
-    what that handler did."""
-    kernel = getattr(shell, "kernel", None)
-    previous = getattr(kernel, "saved_sigint_handler", None)
-    if kernel is None or previous is None or getattr(previous, "_nsight_magic", False):
-        return
-
-    def on_sigint(signum, frame):
-        from . import background
-
-        if background.interrupt_pending():
-            return
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
-
-    on_sigint._nsight_magic = True
-    kernel.saved_sigint_handler = on_sigint
-
-
-def _print_manifest(manifest) -> None:
-    from .inside.state import manifest_line
-
-    if manifest:
-        print(f"nsight-magic: {manifest_line(manifest)}")
-
-
-def _show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
-    """Open and display a report; failures become one line, never a traceback into the user's cell."""
-    from .report import open_report
-
-    big = _large_report(path)
-    if big is not None:  # minutes of silence otherwise (round 4: 3.15M NVTX ranges, 46 s without a word)
-        _say(f"reading {big[0].name} ({big[1] / 1e9:.1f} GB): a report this large takes a while (Ctrl-C stops; "
-             "its files stay as they are)")
-    try:
-        report = open_report(path)
-        display_report(report, folder, render, thresholds)
-        trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
-    except NsightMagicError as e:
-        print(f"nsight-magic: {e}", file=sys.stderr)
-        return
-    except KeyboardInterrupt:  # reading and drawing change no file (pages are written whole): say so, no traceback
-        print(f"nsight-magic: stopped loading {path.name} (Ctrl-C); its files are unchanged in "
-              f"{folder or path.parent}/ (%nsys_load {folder or path} shows it again)", file=sys.stderr)
-        return
-    except Exception as e:  # a view bug must not look like the user's cell failed
-        print(f"nsight-magic: could not render {path.name} ({type(e).__name__}: {e}); the files are in "
-              f"{folder or path.parent}/", file=sys.stderr)
-        return
-    if folder is not None:
-        from .store import clear_finishing, finishing_state
-
-        if finishing_state(Path(folder)) == "interrupted":  # its kernel ended while loading it: now it is loaded
-            clear_finishing(Path(folder))
-
-
-LARGE_REPORT_BYTES = 200_000_000
-
-
-def _large_report(path: Path) -> tuple[Path, int] | None:
-    """(file, size) of the report `path` names (a file, or the largest report in a folder) when it is large."""
-    try:
-        files = [path] if path.is_file() else [p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (
-            ".sqlite", ".nsys-rep", ".qdrep", ".ncu-rep", ".qdstrm")]
-        sized = max(((p, p.stat().st_size) for p in files), key=lambda x: x[1], default=None)
-    except OSError:
-        return None
-    return sized if sized is not None and sized[1] >= LARGE_REPORT_BYTES else None
-
-
-def display_report(report, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
-    """The one place that shows a report (Nsight Systems or Nsight Compute) in the cell: its view (and view.html
-    beside an nsys report in a profile folder), or with render=False its text summary."""
-    from IPython.display import publish_display_data
-
-    from .views.bokehjs import needs_bokehjs
-    from .views.output import profile_bundle
-
-    if render:
-        from IPython import get_ipython
-
-        publish_display_data(profile_bundle(report, folder, render=True, thresholds=thresholds,
-                                            loader=needs_bokehjs(), live=_watched(get_ipython())))
-    else:
-        print(profile_bundle(report, folder, render=False, thresholds=thresholds)["text/plain"])
+        show_report(path, path if path.is_dir() else None, not args.no_render)
 
 
 def _cell_magic_help(func, name: str) -> None:

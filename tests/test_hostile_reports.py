@@ -207,20 +207,20 @@ def test_a_20_mb_name_is_cut_and_the_output_stays_small(tmp_path):
 
 
 def test_ctrl_c_while_a_report_is_shown_is_one_line_and_changes_no_file(tmp_path, monkeypatch, capsys):
-    from nsight_magic import magics
+    from nsight_magic import cell_display
 
     folder = tmp_path / "profile"
     folder.mkdir()
     rep = shutil.copyfile(OURS, folder / "report.sqlite")
-    real = magics.display_report
+    real = cell_display.display_report
 
     def interrupted(*a, **k):  # a real SIGINT, delivered while the real view is being built
         os.kill(os.getpid(), signal.SIGINT)
         return real(*a, **k)
 
-    monkeypatch.setattr(magics, "display_report", interrupted)
+    monkeypatch.setattr(cell_display, "display_report", interrupted)
     before = sorted(p.name for p in folder.iterdir())
-    magics._show_report(rep, folder, render=False)
+    cell_display.show_report(rep, folder, render=False)
     err = capsys.readouterr().err
     assert "stopped loading report.sqlite (Ctrl-C)" in err and "Traceback" not in err and err.count("\n") == 1
     assert sorted(p.name for p in folder.iterdir()) == before
