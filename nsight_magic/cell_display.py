@@ -201,3 +201,40 @@ def display_report(report, folder: Path | None, render: bool, thresholds: dict |
                                             loader=needs_bokehjs(), live=watched(get_ipython())))
     else:
         print(profile_bundle(report, folder, render=False, thresholds=thresholds)["text/plain"])
+
+
+def open_again(args) -> None:
+    """%nsys_load: a saved profile, a report, a job's reports, or a folder of profiles (listed, one shown)."""
+    path = Path(args.path).expanduser()
+    from . import background
+    from .frontend import is_job
+    from .store import is_profile_folder, list_profiles, pick_profile
+
+    background.wait_for([path], say=say)  # a profile of this kernel still loading: shown once it is
+    if path.is_dir():
+        background.wait_under(path, say=say)
+
+    if path.is_dir() and not is_profile_folder(path) and is_job(path, args.pattern):
+        load_job(path, args)
+        return
+    if path.is_dir() and not is_profile_folder(path):
+        profiles = list_profiles(path)
+        failed = list_profiles(path, include_failed=True) if args.all else None
+        if profiles.empty:
+            n = len(list_profiles(path, include_failed=True))
+            more = f" ({n} run{'s' if n != 1 else ''} left no report: %nsys_load {args.path} --all lists them)" \
+                if n and not args.all else ""
+            print(f"nsight-magic: {path} holds no profile with a report{more}; profiles are made by %%nsys "
+                  f"and %%ncu in nsight-profiles/ beside the notebook", file=sys.stderr)
+            if failed is not None and len(failed):
+                display_listing(failed, None, render=not args.no_render)
+            return
+        try:
+            chosen = pick_profile(profiles, args.pick)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        display_listing(failed if failed is not None else profiles, chosen, render=not args.no_render)
+        path = Path(chosen["folder"])
+    elif args.pick is not None:
+        raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
+    show_report(path, path if path.is_dir() else None, not args.no_render)

@@ -17,47 +17,19 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from . import idle
+from .cell_display import (catch_idle_interrupts, draws_later, open_again, print_manifest, say, session_line,
+                           watched)
+from .cell_output import LiveStatus, ProfileOutput
 from .errors import CellRaised, NsightMagicError
 from .heap import after_cell
-from .cell_display import (catch_idle_interrupts, display_listing, draws_later, load_job, print_manifest, say,
-                           session_line, show_report, watched)
-from .cell_output import LiveStatus, ProfileOutput
+from .magic_args import arguments_from, cell_magic_help, parse_line
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS, ncu_options_from_args, nsys_options_from_args
 
 
-PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
 # the defaults of NsightMagics.prewarm_worker and .wait where no %config reaches (headless runs, CI)
 PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
 WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
 TRACE_FLAG = re.compile(r"(^|\s)(-t|--trace)(\s|=|$)")
-
-
-def parse_line(magic, line: str):
-    """Parse a magic's line with shell quoting: `--nvtx-include "step 3/"` gives `step 3/`.
-
-    IPython's parse_argstring keeps the quotes around values (non-POSIX split), which would end up inside NVTX
-    filters and pass-through flags.
-    """
-    try:
-        argv = shlex.split(line)
-    except ValueError as e:
-        raise UsageError(f"could not parse the options ({e}); check the quotes") from None
-    # The value of a pass-through option starts with '-' ("--sample=cpu"): argparse would take it for an option.
-    joined: list[str] = []
-    tokens = iter(argv)
-    for tok in tokens:
-        joined.append(f"{tok}={next(tokens, '')}" if tok in PASSTHROUGH_OPTIONS else tok)
-    return magic.parser.parse_args(joined)
-
-
-def arguments_from(*specs):
-    """Decorator applying option specs from options.py (shared with the command line)."""
-    def apply(func):
-        for spec in reversed([item for group in specs for item in group]):
-            flags, kwargs = spec
-            func = argument(*flags, **kwargs)(func)
-        return func
-    return apply
 
 
 @magics_class
@@ -470,61 +442,11 @@ class NsightMagics(Magics):
     @line_magic
     def nsys_load(self, line):
         """Show a saved profile or any Nsight report again; on a folder of profiles, list them and show one."""
-        args = parse_line(self.nsys_load, line)
-        path = Path(args.path).expanduser()
-        from . import background
-        from .frontend import is_job
-        from .store import is_profile_folder, list_profiles, pick_profile
-
-        background.wait_for([path], say=say)  # a profile of this kernel still loading: shown once it is
-        if path.is_dir():
-            background.wait_under(path, say=say)
-
-        if path.is_dir() and not is_profile_folder(path) and is_job(path, args.pattern):
-            load_job(path, args)
-            return
-        if path.is_dir() and not is_profile_folder(path):
-            profiles = list_profiles(path)
-            failed = list_profiles(path, include_failed=True) if args.all else None
-            if profiles.empty:
-                n = len(list_profiles(path, include_failed=True))
-                more = f" ({n} run{'s' if n != 1 else ''} left no report: %nsys_load {args.path} --all lists them)" \
-                    if n and not args.all else ""
-                print(f"nsight-magic: {path} holds no profile with a report{more}; profiles are made by %%nsys "
-                      f"and %%ncu in nsight-profiles/ beside the notebook", file=sys.stderr)
-                if failed is not None and len(failed):
-                    display_listing(failed, None, render=not args.no_render)
-                return
-            try:
-                chosen = pick_profile(profiles, args.pick)
-            except NsightMagicError as e:
-                raise UsageError(str(e)) from None
-            display_listing(failed if failed is not None else profiles, chosen, render=not args.no_render)
-            path = Path(chosen["folder"])
-        elif args.pick is not None:
-            raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
-        show_report(path, path if path.is_dir() else None, not args.no_render)
-
-
-def _cell_magic_help(func, name: str) -> None:
-    """IPython's magic_arguments writes the help as "::\n\n  %name [...]" (an RST literal block, shown raw by
-    `%%nsys?`) and names a cell magic with one %: start it with the usage as users type it, %%name."""
-    doc = func.__doc__ or ""
-    if doc.startswith("::"):
-        doc = doc[2:].lstrip("\n")
-    lines = doc.splitlines()
-    if lines and lines[0].lstrip().startswith(f"%{name} ") or lines and lines[0].strip() == f"%{name}":
-        indent = len(lines[0]) - len(lines[0].lstrip())
-        lines = [("%" + ln[indent:] if i == 0 else ln[min(indent, len(ln) - len(ln.lstrip())):] if ln.strip() else ln)
-                 for i, ln in enumerate(lines)]
-    func.__doc__ = "\n".join(lines)
-    parser = getattr(func, "parser", None)
-    if parser is not None:
-        parser.prog = f"%{name}"  # the formatter puts one % before it
+        open_again(parse_line(self.nsys_load, line))
 
 
 for _name in ("nsys", "ncu", "nsight_setup"):
-    _cell_magic_help(getattr(NsightMagics, _name), _name)
+    cell_magic_help(getattr(NsightMagics, _name), _name)
 
 
 def _say_previous_end(ipython) -> None:
