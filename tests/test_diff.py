@@ -217,3 +217,23 @@ def test_nsys_diff_without_names_skips_failed_runs_and_ncu_profiles(tmp_path):
     fe.history = []  # a new kernel: from the folder listing, newest first
     got = fe.last_two(tmp_path)
     assert set(got) == {a, b}
+
+
+def test_the_linked_timelines_names_fit_their_bars_at_the_shared_range():
+    """Issue 65: the second timeline's names were fitted to its own, shorter range before the axes were linked, so
+    on the page (x = 0 to the longer capture) they ran past their bars and over each other."""
+    from nsight_magic.views.diff import stacked_timelines
+    from nsight_magic.views.timeline import INITIAL_LABEL_PX
+
+    d = diff(DATA / "findings_bad.sqlite", DATA / "findings_good.sqlite")
+    views = stacked_timelines(d)
+    assert views[0].figure.x_range.end == views[1].figure.x_range.end
+    for v in views:
+        x0, x1 = v.figure.x_range.start, v.figure.x_range.end
+        px = min(v.width, INITIAL_LABEL_PX) / (x1 - x0)
+        e, lab = v.exact_src.data, v.label_src.data
+        assert lab["text"], "no name shown"
+        left, right, y = (np.asarray(e[k], float) for k in ("left", "right", "y"))
+        for x, row, text in zip(lab["x"], lab["y"], lab["text"]):
+            under = (y == row) & (left <= x) & (right >= x)
+            assert under.any() and x + len(text) * 6.2 / px <= right[under].max() + 1e-6, (text, x)

@@ -115,8 +115,9 @@ def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
         bounds = (min(x.bounds[0] for x in xs), max(x.bounds[1] for x in xs))
         for x in xs:
             x.bounds = bounds
-    for x in xs:
+    for x, v in zip(xs, views):
         x.update(start=lo, end=hi)
+        v.fit_labels()  # fitted to the shared range: the one each was built with was narrower (labels ran over)
     a, b = xs
     for attr in ("start", "end"):
         a.js_link(attr, b, attr)

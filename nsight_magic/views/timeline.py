@@ -27,6 +27,11 @@ from .timeline_prepare import (KERNEL_CAT, UTIL_CAT, Glyphs, TimelineData, defau
 
 ROW_PX = 22
 LABEL_PX = 250  # width of the row names on the left
+# the bars' names of the first view are fitted before the page is laid out (no script may have run: a static copy),
+# to the plot's width in a notebook on a 1280-px screen beside the row names; it stretches wider or narrower (two
+# stacked %nsys_diff timelines), and names fitted to the nominal width ran past their bars there.  The first zoom
+# or pan fits them to the real width (labels.js).
+INITIAL_LABEL_PX = 640
 MEMORY_PX = 130  # height of the GPU memory track (and of the GPU metrics track) under the timeline
 MEMORY_COLORS = ("#d62728", "#ff9896", "#9467bd", "#2ca02c", "#98df8a", "#8c564b")
 METRIC_COLORS = ("#1f77b4", "#17becf", "#2ca02c", "#d62728", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2")
@@ -213,7 +218,7 @@ class TimelineView:
             p.x_range.js_on_change(attr, relabel)
         self.exact_src.js_on_change("data", relabel)
         self.figure = p
-        self._initial_labels()
+        self.fit_labels()
         self.label_plot = self._label_plot(p)
         if self.embed:
             self._embed_exact(self.embed)
@@ -317,11 +322,12 @@ class TimelineView:
             "rows": self.rows_src, "plot": p, "labels": lp, "band": self.band_glyph.glyph}, code=FOLD_JS))
         return lp
 
-    def _initial_labels(self) -> None:
-        """Names on the wide bars of the first view, so that a page shows them before any interaction."""
+    def fit_labels(self) -> None:
+        """Names on the wide bars of the current x range (the first view, or one set from outside: linked
+        timelines), so that a page shows them before any interaction."""
         e = self.exact_src.data
         x0, x1 = self.figure.x_range.start, self.figure.x_range.end
-        px = self.width / max(x1 - x0, 1e-12)
+        px = min(self.width, INITIAL_LABEL_PX) / max(x1 - x0, 1e-12)
         tc = text_colors(self.data.palette or ["#4c78a8"])
         X, Y, T, C = [], [], [], []
         taken: dict[float, float] = {}  # as _LABELS_JS: a row's labels never overlap
@@ -384,7 +390,7 @@ class TimelineView:
         p.ygrid.ticker = FixedTicker(ticks=list(range(n)))
         self.band_glyph.glyph.top = n - 0.5
         p.height = self.label_plot.height = self._height()
-        self._initial_labels()
+        self.fit_labels()
 
     def _sync_folds(self) -> None:
         """Take the folds made in the browser (the rows source's `folded`, synced back by jupyter_bokeh)."""

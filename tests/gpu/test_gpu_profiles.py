@@ -23,7 +23,7 @@ pytestmark = [requires_gpu, pytest.mark.gpu, pytest.mark.timeout(900)]
 
 @pytest.fixture(autouse=True)
 def users_trace(tmp_path, monkeypatch):
-    """The kernels trace what a user's kernel traces (cuda,nvtx,osrt): the CPU suite's IPython folder sets NVTX
+    """The kernels trace what a user's kernel traces (the default, cuda,nvtx): the CPU suite's IPython folder sets NVTX
     only (tests/conftest.py TEST_TRACE), and with it this tier recorded no CUDA kernel at all."""
     folder = tmp_path / "ipython"
     (folder / "profile_default").mkdir(parents=True)
