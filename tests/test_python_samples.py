@@ -191,14 +191,20 @@ def loop(n):
 
 before = sys.getswitchinterval()
 path = Path(sys.argv[1])
-told = []   # what the sampler tells the allocator history (inside/memory_history.py) as threads come and go
-s = PythonSampler(path, on_threads=[told.append]).start()
+told = []   # when the sampler tells the allocator history (inside/memory_history.py) a thread runs Python
+s = PythonSampler(path, on_busy_thread=[lambda: told.append(time.monotonic())]).start()
 alone = loop(120)
 split = time.monotonic_ns() - s.clock_ns   # the samples before it: the sampler alone beside the cell
 other = threading.Thread(target=time.sleep, args=(0.5,))   # a thread of the program's own
 other.start()
 together = loop(60)
 other.join()
+told_while_waiting = len(told)   # a thread that only sleeps takes no GIL: nothing to tell
+busy = threading.Thread(target=_busy, args=(300.0,))   # one that runs Python
+t_busy = time.monotonic()
+busy.start()
+loop(40)
+busy.join()
 s.remove()
 raw = json.loads(path.read_text())
 busy = {i for i, f in enumerate(raw["frames"]) if f[1] == "_busy"}
@@ -207,7 +213,8 @@ mine = [st for t, st, tid in zip(raw["samples"]["t"], raw["samples"]["stack"], r
         if tid == me and t < split]
 share = sum(1 for st in mine if set(raw["stacks"][st][0::2]) & busy) / len(mine)
 print(json.dumps({"before": before, "after": sys.getswitchinterval(), "alone": sorted(alone),
-                  "together": sorted(together), "n": len(mine), "share": share, "told": told}))
+                  "together": sorted(together), "n": len(mine), "share": share, "told_while_waiting": told_while_waiting,
+                  "told_after_busy_s": [t - t_busy for t in told]}))
 """
 
 
@@ -225,7 +232,9 @@ def test_pure_python_between_gil_releases_is_sampled(tmp_path):
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["after"] == got["before"] == 0.005
     assert 0.0005 in got["alone"] and got["together"][-1] == 0.005, got
-    assert got["told"][:1] == [False], got  # the program's own thread was told as it came
+    # the allocator history is told once, when a thread of the program runs Python (not while one only sleeps)
+    assert got["told_while_waiting"] == 0 and len(got["told_after_busy_s"]) == 1, got
+    assert 0 <= got["told_after_busy_s"][0] < 0.3, got
     # the share of the samples taken while the sampler was alone that fell in _busy: 0.0 with the bug; about 0.7
     # on an idle machine, less on a loaded one (a 1 ms sleep then lasts longer), so the bound sits well below
     assert got["n"] > 40 and got["share"] > 0.15, got

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..inside.python_samples import waiting_file
 from ..readers.python_samples import short_file
 
 SEP = " › "
@@ -356,17 +357,9 @@ class GilHolder:
     ns: float         # the sampled time of that thread inside the waits
 
 
-# where a sampled thread is waiting, not running Python: its innermost frame in one of these modules (a queue's
-# get, an Event's wait, select, a socket, a subprocess, asyncio's loop, multiprocessing's pipes)
-WAITING_FILES = ("threading.py", "queue.py", "selectors.py", "socket.py", "subprocess.py", "connection.py",
-                 "synchronize.py", "popen_fork.py", "base_events.py", "ssl.py", "socketserver.py", "zmq")
-
-
 def waiting_stacks(ps) -> np.ndarray:
-    """A mask over ps.stacks: the innermost frame is in a module whose functions wait (WAITING_FILES)."""
-    files = ps.frames["file"].astype(str).str.replace("\\", "/", regex=False)
-    waits = files.str.rsplit("/", n=1).str[-1].isin(WAITING_FILES).to_numpy(bool) | \
-        files.str.contains("/zmq/", regex=False).to_numpy(bool)
+    """A mask over ps.stacks: the innermost frame is where a thread waits (inside/python_samples.waiting_file)."""
+    waits = np.fromiter((waiting_file(f) for f in ps.frames["file"]), bool, len(ps.frames))
     return np.array([bool(len(fids)) and bool(waits[fids[0]]) for fids in ps.stacks], bool)
 
 

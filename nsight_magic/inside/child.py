@@ -522,7 +522,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         from .python_samples import PythonSampler, samples_name
 
         extras.append(PythonSampler(folder / samples_name(rank), domain=CAPTURE_DOMAIN,
-                                    on_threads=[h.threads_changed for h in extras if hasattr(h, "threads_changed")]
+                                    on_busy_thread=[h.without_stacks for h in extras if hasattr(h, "without_stacks")]
                                     ).start())
     if rng:
         if rank is not None:

@@ -13,8 +13,10 @@ Each allocation's Python stack is taken with the GIL, from inside the operation 
 Python thread of the program holds the GIL (a pure-Python metrics thread), every allocation of the loop's thread
 waits for it, up to the switch interval (5 ms).  That made a planted loop 3.5x slower under %%nsys on the H200
 (benchmarks/sampler_threads.py: 16.3 s against 4.6 s plain, 4.4 s without the history).  So the stacks are left
-out as soon as the program has a thread of its own (at the start, or when the Python sampler sees one start): the
-events are still recorded, without their code; the snapshot says from when (`nsight_magic.stacks_off_us`, on torch's clock).
+out as soon as the Python sampler sees another thread of the program running Python (a thread that only waits, as
+tqdm's monitor, costs nothing and changes nothing): the events are still recorded, without their code; the
+snapshot says from when (`nsight_magic.stacks_off_us`, on torch's clock).  Without samples (--no-samples) the
+stacks stay.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ import inspect
 import os
 import pickle
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -53,16 +54,13 @@ class AllocatorHistory:
             print(f"nsight-magic: torch's allocator history is not recorded ({type(e).__name__}: {e})",
                   file=sys.stderr)
             return None
-        history = cls(torch, Path(folder) / snapshot_name(rank))
-        if not _program_alone():
-            history.threads_changed(False)
-        return history
+        return cls(torch, Path(folder) / snapshot_name(rank))
 
-    def threads_changed(self, alone: bool) -> None:
-        """The program has (alone=False) a Python thread of its own beside the cell's: record without stacks from
-        now on.  Once left out they stay out for the cell.  A torch whose recorder would clear the events so far
-        when set again (no `clear_history` switch, before 2.6) keeps its stacks."""
-        if alone or self.stacks_off_us is not None:
+    def without_stacks(self) -> None:
+        """Another thread of the program runs Python beside the cell's: record without stacks from now on (for
+        the rest of the cell).  A torch whose recorder would clear the events so far when set again (no
+        `clear_history` switch, before 2.6) keeps its stacks."""
+        if self.stacks_off_us is not None:
             return
         record = self.torch.cuda.memory._record_memory_history
         try:
@@ -102,10 +100,3 @@ class AllocatorHistory:
             except Exception:  # noqa: BLE001
                 pass
 
-
-def _program_alone() -> bool:
-    """Whether the cell's thread is the program's only Python thread (the machinery's that runs the cell aside)."""
-    from .python_samples import is_machinery
-
-    me = threading.get_ident()
-    return not any(t.ident != me and not is_machinery(t) for t in threading.enumerate())

@@ -54,6 +54,17 @@ MAX_SYNCS = 20_000
 SYNC_TEXT = "called a synchronizing CUDA operation"   # torch's sync-debug warning (c10/cuda warn_or_error_on_sync)
 CLOCK_MARK = "nsight-magic clock "
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
+BUSY_PASSES = 3  # passes in a row a program thread is seen outside WAITING_FILES: it runs Python
+# where a sampled thread is waiting, not running Python: its innermost frame in one of these modules (a queue's
+# get, an Event's wait, select, a socket, a subprocess, asyncio's loop, multiprocessing's pipes, zmq)
+WAITING_FILES = frozenset({"threading.py", "queue.py", "selectors.py", "socket.py", "subprocess.py", "connection.py",
+                           "synchronize.py", "popen_fork.py", "base_events.py", "ssl.py", "socketserver.py"})
+
+
+def waiting_file(file: str) -> bool:
+    """Whether a frame of this file is a thread waiting (WAITING_FILES, or zmq's sockets)."""
+    file = str(file).replace("\\", "/")
+    return file.rsplit("/", 1)[-1] in WAITING_FILES or "/zmq/" in file
 
 
 def samples_name(rank: int | None = None) -> str:
@@ -63,9 +74,12 @@ def samples_name(rank: int | None = None) -> str:
 class PythonSampler:
     """A handle (as annotate_cell's): start() before the cell, remove() after it writes the file."""
 
-    def __init__(self, path: Path, interval: float = INTERVAL_S, domain: str | None = None, on_threads=()):
+    def __init__(self, path: Path, interval: float = INTERVAL_S, domain: str | None = None, on_busy_thread=()):
         self.path, self.interval, self.domain = Path(path), interval, domain
-        self.on_threads = tuple(on_threads)  # called with alone (bool) whenever a thread of the program comes or goes
+        # called once, when another thread of the program is seen running Python (not waiting) BUSY_PASSES passes
+        # in a row: it takes the GIL from the cell's thread (inside/memory_history.py stops taking stacks then)
+        self.on_busy_thread = tuple(on_busy_thread)
+        self._cell_ident: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.frames: list[list] = []
@@ -92,6 +106,7 @@ class PythonSampler:
         self.clocks = []
         self._switch = sys.getswitchinterval()
         self._lowered = False
+        self._cell_ident = threading.get_ident()
         self.syncs.start()
         self._thread = threading.Thread(target=self._run, name="nsight-magic sampler", daemon=True)
         self._thread.start()
@@ -104,6 +119,12 @@ class PythonSampler:
                 out[t.ident] = t.native_id
                 self.names.setdefault(t.native_id, t.name)
         return out
+
+    def _program_threads(self) -> set[int]:
+        """The idents of the program's own threads other than the cell's (ours and the machinery's aside)."""
+        me = threading.get_ident()
+        return {t.ident for t in threading.enumerate()
+                if t.ident not in (me, self._cell_ident) and t.ident is not None and not is_machinery(t)}
 
     def _alone(self) -> bool:
         """Whether the cell's thread is the program's only thread (ours and the machinery's aside)."""
@@ -120,19 +141,26 @@ class PythonSampler:
         wait = interval
         threads = len(sys._current_frames())
         self._lower(self._alone())
+        program = self._program_threads()
+        running: dict[int, int] = {}  # a program thread's consecutive passes seen running Python
+        told = not self.on_busy_thread
         due = time.monotonic_ns() - self.clock_ns + int(wait * 1e9)
         while not self._stop.wait(wait):
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
             if len(current) != threads:  # a thread came or went: is the cell's still alone?
                 threads = len(current)
-                alone = self._alone()
-                self._lower(alone)
-                for call in self.on_threads:
-                    call(alone)
+                self._lower(self._alone())
+                program = self._program_threads()
             for ident, frame in current.items():
                 if ident == me:
                     continue
+                if not told and ident in program:
+                    running[ident] = 0 if waiting_file(frame.f_code.co_filename) else running.get(ident, 0) + 1
+                    if running[ident] >= BUSY_PASSES:
+                        told = True
+                        for call in self.on_busy_thread:
+                            call()
                 tid = native.get(ident)
                 if tid is None:
                     native = self._native_ids()

@@ -224,8 +224,8 @@ class InPlaceSession:
                     extras.append(history)
             with _cell_range(folder.path.name):
                 if opts.samples is not False:  # its clock mark inside the capture
-                    extras.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN, on_threads=[
-                        h.threads_changed for h in extras if hasattr(h, "threads_changed")]).start())
+                    extras.append(PythonSampler(folder.path / SAMPLES_FILE, domain=CAPTURE_DOMAIN, on_busy_thread=[
+                        h.without_stacks for h in extras if hasattr(h, "without_stacks")]).start())
                 # no Python sample of what follows the cell, outside its range
                 status, cell_file, file_first = run_timed(
                     shell, cell, opts.timeout, cell_first_line, number, header,
