@@ -366,3 +366,18 @@ def test_the_advice_keeps_its_badges_apart_from_their_words_without_a_style_shee
     # the text as it runs without a style sheet: the badge and the title are inline spans, side by side
     text = H.unescape(re.sub(r"<[^>]+>", "", advice_html([f], origin_ns=0, plot_name="p", uid="u")))
     assert "high The GPU waited" in text and "highThe" not in text
+
+
+def test_what_samples_measured_is_shown_to_the_digits_their_count_supports():
+    """Issue 65: the Lines table printed "17.264 ms 77.5 %" from 4 samples.  A time of n samples is good to about
+    1/sqrt(n) of itself: one significant digit under 100 samples, two under 10,000, then three."""
+    from nsight_magic.analysis.python_code import sampled_precision
+    from nsight_magic.views.report_view import _sampled
+    from nsight_magic.views.tables import table_html
+
+    got = sampled_precision([17_264_000, 77.5, 9_310_000, 123_456_789, 0.0], [4, 4, 100, 20_000, 50])
+    assert got.tolist() == [20_000_000, 80, 9_300_000, 123_000_000, 0]
+    df = pd.DataFrame({"line": [5], "total_ns": got[:1], "pct": got[1:2], "samples": [4]})
+    html = table_html(df, table_id="t", formats=_sampled(df))
+    assert ">20&nbsp;ms<" in html and ">80&nbsp;%<" in html and "20.000" not in html
+    assert 'data-v="20000000.0"' in html  # sorted by the value itself

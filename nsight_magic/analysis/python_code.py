@@ -178,6 +178,16 @@ def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
     return out.sort_values(["total_ns", "own_ns"], ascending=False, kind="stable").reset_index(drop=True)
 
 
+def sampled_precision(values, samples) -> np.ndarray:
+    """`values` measured by `samples` samples each, rounded to the significant digits that count supports: a time
+    of n samples is good to about 1/sqrt(n) of itself, so 1 digit under 100 samples, 2 under 10,000, then 3."""
+    v = np.asarray(values, float)
+    n = np.maximum(np.asarray(samples, float), 1)
+    digits = 1 + np.floor(np.log10(np.sqrt(n)))
+    scale = 10.0 ** (np.floor(np.log10(np.where(v == 0, 1, np.abs(v)))) - digits + 1)
+    return np.where(np.isfinite(v), np.round(v / scale) * scale, v)
+
+
 def cell_lines(ps) -> pd.DataFrame:
     """Per line of the cell (the editor's numbers): the sampled time spent in it (and below it), its share, the
     samples it rests on (a time of n samples is good to about 1/sqrt(n) of itself), and what it spent it in most

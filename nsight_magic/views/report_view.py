@@ -122,9 +122,15 @@ KERNEL_THREADS = (" The {n} thread{s} of the machinery that runs the cell (the k
 PYTHON_ROWS = 60
 
 
+def _sampled(df: pd.DataFrame) -> dict:
+    """The formats of a table of what samples measured: its times and shares as rounded (sampled_precision)."""
+    return {c: "sampled_time" if c.endswith("_ns") else "sampled_pct" for c in df.columns
+            if c.endswith(("_ns", "_pct")) or c == "pct"}
+
+
 def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
-    from ..analysis.python_code import KERNEL, cell_lines, functions, thread_roles
+    from ..analysis.python_code import KERNEL, cell_lines, functions, sampled_precision, thread_roles
 
     try:
         ps = report.python_samples
@@ -134,6 +140,11 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
             return pd.DataFrame(), pd.DataFrame(), ""
         fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
         lines = cell_lines(ps)
+        # shown to the digits their samples support (issue 65: "17.264 ms 77.5 %" from 4 samples)
+        for df in (fn, lines):
+            for c in df.columns:
+                if c.endswith(("_ns", "_pct")) or c == "pct":
+                    df[c] = sampled_precision(df[c].to_numpy(float), df["samples"].to_numpy(float))
         roles = thread_roles(ps)
         kernel = sum(1 for r in roles.values() if r == KERNEL)
         threads = len(roles) - kernel
@@ -387,9 +398,11 @@ class NsysView:
                          + "<h4>Allocated after each step</h4>"
                          + self._table("gpusteps", self.memory_growth, None, tv.plot_name))
         if self.python_intro:  # Python samples: after NVTX (and Lines, Ops, Ranks)
-            panes.insert(5, self.python_intro + self._table("python", self.python, None, tv.plot_name)
+            panes.insert(5, self.python_intro
+                         + self._table("python", self.python, None, tv.plot_name, formats=_sampled(self.python))
                          + "<h4>Lines of the cell</h4>"
-                         + self._table("pylines", self.python_lines, None, tv.plot_name))
+                         + self._table("pylines", self.python_lines, None, tv.plot_name,
+                                       formats=_sampled(self.python_lines)))
         if not self.ops.empty:  # --ops: operators, after NVTX
             panes.insert(5, OPS_INTRO + self.ops_source + self._table("ops", self.ops, self.ops_zoom, tv.plot_name,
                                                                       zoom_col="op"))
@@ -399,10 +412,11 @@ class NsysView:
                 f'<div class="nm-report" id="nm-{self.uid}">{noscript()}{static_tabs_html(self.tabs, panes)}</div>'
                 f"{SETUP}{script}")
 
-    def _table(self, key, df, zoom, plot_name, zoom_col: str = "name") -> str:
+    def _table(self, key, df, zoom, plot_name, zoom_col: str = "name", formats: dict | None = None) -> str:
         if df is None or df.empty:
             return f"<p>{escape(empty_reason(self.report, key))}</p>"
-        return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name, zoom_col=zoom_col)
+        return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name, zoom_col=zoom_col,
+                          formats=formats)
 
     def _files_html(self) -> str:
         if self.folder is None:

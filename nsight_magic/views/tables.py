@@ -22,14 +22,20 @@ from .assets import view_css
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
 
 
-def fmt_time(v: pd.Series) -> pd.Series:
-    x = pd.to_numeric(v, errors="coerce").to_numpy(float)
-    a = np.abs(x)  # the unit by magnitude: a change of -8.6 ms reads like one of +8.6 ms
-    out = np.where(a >= 1e9, np.char.add(np.char.mod("%.3f", x / 1e9), " s"),
-                   np.where(a >= 1e6, np.char.add(np.char.mod("%.3f", x / 1e6), " ms"),
-                            np.where(a >= 1e3, np.char.add(np.char.mod("%.3f", x / 1e3), " µs"),
-                                     np.char.add(np.char.mod("%.0f", x), " ns"))))
-    return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
+def _time_formatter(fmt: str):
+    def f(v: pd.Series) -> pd.Series:
+        x = pd.to_numeric(v, errors="coerce").to_numpy(float)
+        a = np.abs(x)  # the unit by magnitude: a change of -8.6 ms reads like one of +8.6 ms
+        out = np.where(a >= 1e9, np.char.add(np.char.mod(fmt, x / 1e9), " s"),
+                       np.where(a >= 1e6, np.char.add(np.char.mod(fmt, x / 1e6), " ms"),
+                                np.where(a >= 1e3, np.char.add(np.char.mod(fmt, x / 1e3), " µs"),
+                                         np.char.add(np.char.mod("%.0f", x), " ns"))))
+        return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
+
+    return f
+
+
+fmt_time = _time_formatter("%.3f")
 
 
 def _fmt_bytes(v: pd.Series) -> pd.Series:
@@ -60,6 +66,8 @@ def _fmt_text(v: pd.Series) -> pd.Series:
 FORMATTERS = {
     "time": fmt_time, "bytes": _fmt_bytes, "pct": _fmt_num("%.1f", " %"), "gbps": _fmt_num("%.2f", " GB/s"),
     "int": _fmt_num("%.0f"), "float": _fmt_num("%.3f"), "text": _fmt_text,
+    # what samples measured, already rounded to the digits their count supports: no digit more ("20 ms", "80 %")
+    "sampled_time": _time_formatter("%.4g"), "sampled_pct": _fmt_num("%.4g", " %"),
 }
 
 
@@ -81,8 +89,9 @@ def column_kind(name: str, series: pd.Series) -> str:
     return "text"
 
 
-_UNIT_SUFFIX = {"time": "_ns", "bytes": "_bytes", "pct": "_pct", "gbps": "_gbps"}
-_UNIT_WORD = {"bytes": "size", "pct": "%", "gbps": "GB/s"}
+_UNIT_SUFFIX = {"time": "_ns", "bytes": "_bytes", "pct": "_pct", "gbps": "_gbps", "sampled_time": "_ns",
+                "sampled_pct": "_pct"}
+_UNIT_WORD = {"bytes": "size", "pct": "%", "gbps": "GB/s", "sampled_pct": "%"}
 
 
 def header_label(name: str, kind: str) -> str:
