@@ -244,3 +244,15 @@ def test_frames_read_in_threads_are_the_frames_and_their_errors_the_same_line(tm
         with pytest.raises(ReportError) as e:
             rep.cuda_api
         assert want in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_query_limit_is_read_when_a_report_opens(monkeypatch):
+    """Issue 64: NSIGHT_MAGIC_QUERY_LIMIT_S was read once, at import: set in a running kernel it changed nothing.
+    It is read as each report opens; a value that is no positive number of seconds is ignored."""
+    from nsight_magic.readers.nsys_sql import QUERY_LIMIT_S, query_limit_s
+
+    monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", "12.5")
+    assert query_limit_s() == 12.5
+    for bad in ("abc", "-1", "0", "nan", "inf", ""):
+        monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", bad)
+        assert query_limit_s() == QUERY_LIMIT_S, bad

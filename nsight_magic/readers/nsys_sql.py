@@ -34,7 +34,18 @@ COMPLETE_MARKERS = ("META_DATA_EXPORT", "EXPORT_META_DATA", "ANALYSIS_DETAILS", 
 
 # A report is data: no query may run longer than this (a table is bounded; only a planted view or a damaged file
 # makes a read endless), and Ctrl-C stops a query between SQLite's steps.
-QUERY_LIMIT_S = float(os.environ.get("NSIGHT_MAGIC_QUERY_LIMIT_S", "600"))
+QUERY_LIMIT_S = 600.0
+QUERY_LIMIT_ENV = "NSIGHT_MAGIC_QUERY_LIMIT_S"
+
+
+def query_limit_s() -> float:
+    """QUERY_LIMIT_S, or NSIGHT_MAGIC_QUERY_LIMIT_S as it is when a report is opened (a positive number of
+    seconds; another value is ignored): set in a running kernel, it applies to the next report."""
+    try:
+        v = float(os.environ.get(QUERY_LIMIT_ENV, ""))
+    except ValueError:
+        return QUERY_LIMIT_S
+    return v if v > 0 and v == v and v != float("inf") else QUERY_LIMIT_S
 _STEPS = 20_000  # SQLite VM steps between two checks (a few ms)
 
 
@@ -48,7 +59,7 @@ class ReadOnly(sqlite3.Connection):
         super().__init__(*args, **kw)
         self.why: str | None = None
         self._t0 = time.monotonic()
-        self.limit_s = QUERY_LIMIT_S
+        self.limit_s = query_limit_s()
         # a string that is not UTF-8 (a damaged or planted name) reads with U+FFFD instead of failing the report
         self.text_factory = functools.partial(str, encoding="utf-8", errors="replace")  # C calls only: fast
         self.execute("PRAGMA query_only = ON")
