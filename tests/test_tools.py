@@ -127,3 +127,22 @@ def test_nsys_is_asked_its_version_and_switches_once_until_it_changes(tmp_path):
     assert ask()[0] == "2025.3.2.474"
     assert len(log.read_text().splitlines()) == 8
     assert not list(shared.iterdir()) and not list((tmp_path / "tmp").iterdir())
+
+
+def test_nsys_raw_os_errors_read_as_plain_words():
+    """Round 5: a read-only profile folder showed nsys's raw `FileStream.cpp(281)` exception text.  The OS error
+    inside it is said plainly, with what to do; any other text is still its last error line."""
+    import subprocess
+
+    from nsight_magic.tools.nsys import _last_line
+
+    raw = ("Processing [=====]\n/build/agent/work/QuadD/Common/FileStream.cpp(281): Throw in function void "
+           "QuadDCommon::FileStream::Open()\nDynamic exception type: boost::wrapexcept<QuadDCommon::"
+           "RuntimeException>\nstd::exception::what: RuntimeException\n[QuadDCommon::tag_message*] = {}: "
+           "Read-only file system\n")
+    said = _last_line(subprocess.CompletedProcess([], 1, "", raw))
+    assert said.startswith("the folder is read-only (Read-only file system)") and "FileStream" not in said
+    denied = _last_line(subprocess.CompletedProcess([], 1, "", raw.replace("Read-only file system",
+                                                                            "Permission denied")))
+    assert "not writable (Permission denied)" in denied
+    assert _last_line(subprocess.CompletedProcess([], 1, "", "Error: bad report\n")) == "Error: bad report"

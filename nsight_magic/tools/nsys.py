@@ -215,9 +215,21 @@ def run_tool(argv: list[str], timeout: float, what: str, cancel=None) -> subproc
         raise
 
 
+# what nsys's raw error text (a C++ exception from FileStream.cpp and the like) means, said plainly
+_OS_WORDS = (("No space left on device", "the disk is full (No space left on device): free space or give --dir a "
+                                         "folder on another disk"),
+             ("Read-only file system", "the folder is read-only (Read-only file system): give --dir a writable "
+                                       "folder"),
+             ("Permission denied", "the folder is not writable (Permission denied): make it writable or give --dir "
+                                   "another folder"))
+
+
 def _last_line(proc: subprocess.CompletedProcess) -> str:
     # nsys draws progress bars with carriage returns; the useful message is the last real line.
     text = (proc.stderr or "") + "\n" + (proc.stdout or "")
+    for phrase, words in _OS_WORDS:
+        if phrase in text:
+            return words
     lines = [ln.split("\r")[-1].strip() for ln in text.splitlines()]
     lines = [ln for ln in lines if ln and not ln.startswith(("Processing [", "Exporting "))]
     errors = [ln for ln in lines if re.search(r"error|invalid|fail|unsupported", ln, re.I)]
