@@ -34,6 +34,8 @@ CASES = [
      [needs_shared]),
     # one workload: tests/test_analysis_diagnosis.py checks them all
     ("diagnosis", ["--only", "gemm_dims_odd"], "gemm_alignment", []),
+    # the default trace's measurement (issue 62): the export as -t cuda,nvtx writes it
+    ("diagnosis", ["--only", "host_code", "--without", "osrt"], "host_code/high", []),
     ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
     ("load_memory", ["--ranges", "20000", "--workdir", "{w}"], "freed heap still held", []),
     ("kernel_memory", ["--profiles", "1", "--ranges", "2000", "--workdir", "{w}"], "kernel RSS after load",
