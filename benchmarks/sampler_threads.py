@@ -1,14 +1,16 @@
-"""What our Python sampler costs a program that has a Python thread of its own beside the loop (issue 62).
+"""What our instruments (the Python sampler, torch's allocator history, nsys) cost a program with a Python thread of
+its own beside the loop (issue 62).
 
     python benchmarks/sampler_threads.py [--workload gil_thread:bad] [--repeat 3] [--intervals 0.005,0.02]
                                          [--nsys cuda,nvtx;cuda,nvtx,osrt] [--magic "default;--no-samples"]
 
 The planted workload's cell (tests/data/planted/make_planted_reports.py --time: setup, then the cell, timed in
-its own process) plain, with nsight-magic's sampler beside it at each interval (no nsys), and under bare
+its own process) plain, with nsight-magic's sampler beside it at each interval (no nsys), under bare
 `nsys profile` with each trace list (no sampler), and profiled by nsight-magic (`run_nsys`, a fresh process) with
 each set of %%nsys options given (the cell's time: its range in the report), interleaved; prints each
-configuration's times and its minimum against plain's.  The planted pure-Python thread holds the GIL, the loop's thread waits for it at every operation:
-whatever else asks for the GIL (our sampler) can lengthen those waits.
+configuration's times and its minimum against plain's.  The planted pure-Python thread holds the GIL, the loop's
+thread waits for it at every operation: whatever else asks for the GIL (our sampler, torch's allocator history
+taking a stack per allocation) can lengthen those waits.
 """
 from __future__ import annotations
 
@@ -71,7 +73,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--intervals", default="0.005,0.02")
     ap.add_argument("--nsys", default="", help="';'-separated trace lists run under bare nsys (no sampler)")
-    ap.add_argument("--magic", default="", help="';'-separated %%nsys option sets ('default' for none; --trace=T, --no-samples, --no-memory)")
+    ap.add_argument("--magic", default="", help="';'-separated %%nsys option sets ('default' for none; --trace=T, "
+                                                "--no-samples, --no-memory)")
     ap.add_argument("--json", type=Path, default=None)
     a = ap.parse_args()
     name, variant = a.workload.split(":")
