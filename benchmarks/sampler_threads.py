@@ -68,7 +68,7 @@ def magic(name: str, variant: str, options: str, out: Path) -> float | None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("--workload", default="gil_thread:bad")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--intervals", default="0.005,0.02")
