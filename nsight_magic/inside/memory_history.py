@@ -99,4 +99,3 @@ class AllocatorHistory:
                 memory._record_memory_history(enabled=None)
             except Exception:  # noqa: BLE001
                 pass
-

@@ -86,14 +86,15 @@ def save(sqlite_path: Path, parts: dict[str, dict[str, np.ndarray] | None], extr
         except OSError:
             return None
         try:
-            if _valid_key(target, _key(sqlite_path)) is not None:
-                return target
+            key = _key(sqlite_path)
         except OSError:
             return None
-        return _write(sqlite_path, target, parts, extra)
+        if _valid_key(target, key) is not None:
+            return target
+        return _write(key, target, parts, extra)
 
 
-def _write(sqlite_path: Path, target: Path, parts: dict, extra: dict) -> Path | None:
+def _write(key: dict, target: Path, parts: dict, extra: dict) -> Path | None:
     try:
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
     except OSError:
@@ -107,7 +108,7 @@ def _write(sqlite_path: Path, target: Path, parts: dict, extra: dict) -> Path | 
             t = _table(arrays)
             with ipc.new_file(tmp / f"{name}.arrow", t.schema) as w:
                 w.write_table(t)
-        (tmp / KEY_FILE).write_text(json.dumps({**_key(sqlite_path), "absent": absent, "extra": extra}))
+        (tmp / KEY_FILE).write_text(json.dumps({**key, "absent": absent, "extra": extra}))
         if target.exists():
             shutil.rmtree(target, ignore_errors=True)
         os.replace(tmp, target)

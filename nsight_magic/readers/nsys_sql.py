@@ -6,6 +6,7 @@ Python tuples, and the transient memory is one string per column and chunk inste
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 import sqlite3
@@ -45,7 +46,7 @@ def query_limit_s() -> float:
         v = float(os.environ.get(QUERY_LIMIT_ENV, ""))
     except ValueError:
         return QUERY_LIMIT_S
-    return v if v > 0 and v == v and v != float("inf") else QUERY_LIMIT_S
+    return v if math.isfinite(v) and v > 0 else QUERY_LIMIT_S
 _STEPS = 20_000  # SQLite VM steps between two checks (a few ms)
 
 

@@ -142,9 +142,8 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         lines = cell_lines(ps)
         # shown to the digits their samples support (issue 65: "17.264 ms 77.5 %" from 4 samples)
         for df in (fn, lines):
-            for c in df.columns:
-                if c.endswith(("_ns", "_pct")) or c == "pct":
-                    df[c] = sampled_precision(df[c].to_numpy(float), df["samples"].to_numpy(float))
+            for c in _sampled(df):
+                df[c] = sampled_precision(df[c].to_numpy(float), df["samples"].to_numpy(float))
         roles = thread_roles(ps)
         kernel = sum(1 for r in roles.values() if r == KERNEL)
         threads = len(roles) - kernel

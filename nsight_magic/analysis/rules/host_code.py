@@ -93,7 +93,9 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     code, code_said = said.code, said.words
     untraced = not osrt_traced(ctx.report)  # a wait in the OS is not told apart from running code: say what may be
     holder = _busy_thread(ctx.report, ev) if untraced else None
+    title_code = f", mostly in {said.top}" if said.top else ""
     if holder is not None:
+        title_code += f", while thread '{holder.thread}' ran Python beside it"
         code_said += (f" Another Python thread of the program, '{holder.thread}', ran Python through most of these "
                       f"stretches ({holder.code}): while it holds the GIL, this thread waits for it after every "
                       "operation that let it go, so the GPU may be waiting for that thread rather than this one's "
@@ -101,9 +103,6 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     kinds = ("" if code else ": Python or CPU work inside the step (preprocessing or augmentation on the CPU, "
              "metrics and logging, a schedule or bookkeeping computed in Python, inputs built element by element, a "
              "checkpoint serialised, recompilation)")
-    title_code = f", mostly in {said.top}" if said.top else ""
-    if holder is not None:
-        title_code += f", while thread '{holder.thread}' ran Python beside it"
     return [Finding(
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
