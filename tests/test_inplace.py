@@ -98,7 +98,7 @@ def test_the_cell_is_numbered_and_named_as_the_editor_shows_it_and_the_kernel_th
     assert len(folded) >= 3 and folded["label"].str.contains("IOPub").any(), folded["label"].tolist()
     # the program's own rows are the cell's thread's only
     program = data.rows[(data.rows["kind"] == "python") & ~data.rows.index.isin(folded.index)]
-    assert len(program) == 1, data.rows
+    assert len(program) == 1, (program["label"].tolist(), ps.thread_names)
     # a traceback numbers the cell as the editor does: In [N], the %%nsys line 1
     n = _prompt(kernel)
     out = kernel.run("%%nsys --name boom\nx = 1\ny = 2\nraise ValueError('on line 4')")
@@ -258,6 +258,20 @@ def test_where_no_pid_namespace_can_be_made_the_kernel_records_nothing_and_says_
         k.close()
 
 
+def _finish_state(text: str, root: Path) -> str:
+    """What a test that waited in vain for a profile's view saw: the cell's output, the profile folders' files and
+    logs, nsys's processes."""
+    said = [f"the cell's output: {text!r}"]
+    for folder in sorted((root / "nsight-profiles").glob("*")):
+        said.append(f"{folder.name}: {sorted(p.name for p in folder.iterdir())}")
+        for name in ("tool-output.txt", "finishing.json"):
+            if (folder / name).is_file():
+                said.append(f"{name}: {(folder / name).read_text(errors='replace')[-2000:]}")
+    ps = subprocess.run(["ps", "-eo", "pid,ppid,etimes,args"], capture_output=True, text=True).stdout
+    said.append("nsys: " + "\n".join(ln for ln in ps.splitlines() if "nsys" in ln))
+    return "\n".join(said)
+
+
 @pytest.mark.browser
 @requires_chromium
 @pytest.mark.timeout(400)
@@ -298,7 +312,11 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
                     break
                 except PlaywrightTimeout:
                     editor.click()
-            out.locator(".nm-output").first.wait_for(timeout=120_000)
+            try:
+                out.locator(".nm-output").first.wait_for(timeout=120_000)
+            except PlaywrightTimeout:  # say where the finish stood: the output, the folder, nsys's processes
+                page.screenshot(path=str(artifacts / "inplace_lab_cell_timeout.png"))
+                pytest.fail(_finish_state(out.inner_text(), root))
             page.wait_for_function(BOKEH_IDLE, timeout=60_000)  # drawn, for the screenshot
             text = out.inner_text()
             assert "value 42" in text and "profiled in place" in text, text

@@ -240,6 +240,53 @@ def test_pure_python_between_gil_releases_is_sampled(tmp_path):
     assert got["n"] > 40 and got["share"] > 0.15, got
 
 
+FINISHING_SCRIPT = """
+import contextvars, json, sys, threading, time
+from pathlib import Path
+from nsight_magic.inside.python_samples import PythonSampler
+
+# the finishing thread's code made at run time (as dataclasses and namedtuple make it): no file of the cell's
+GENERATED = compile("def finishing():\\n    end = time.perf_counter() + 0.4\\n    while time.perf_counter() < end:\\n"
+                    "        pass\\n", "<string>", "exec")
+ns = {"time": time}
+exec(GENERATED, ns)
+
+told = []
+s = PythonSampler(Path(sys.argv[1]), on_busy_thread=[lambda: told.append(1)]).start()
+# as background.ProfileJob's thread: its target contextvars' Context.run (no module), its name ours
+t = threading.Thread(target=contextvars.copy_context().run, args=(ns["finishing"],), name="nsight-magic finish x")
+t.start()
+end = time.perf_counter() + 0.5
+while time.perf_counter() < end:   # the cell's own work, in this file (cell.py)
+    time.sleep(0.001)
+t.join()
+s.remove()
+print(json.dumps({"told": len(told), "finisher": t.native_id, "me": threading.get_native_id()}))
+"""
+
+
+def test_our_finishing_thread_is_the_machinerys_whatever_code_it_runs(tmp_path):
+    """A thread of ours (the previous profile's finish, the imports at load) that runs code made at run time
+    (`<string>`: dataclasses, namedtuple) beside the cell is the machinery's: folded with the kernel's threads,
+    never the program's (seen in place under load: a second program row), and never a reason to turn the
+    allocator history's stacks off."""
+    import subprocess
+    import sys
+
+    from nsight_magic.analysis.python_code import CELL as CELL_ROLE, KERNEL, thread_roles
+    from nsight_magic.readers.python_samples import read_python_samples
+
+    (tmp_path / "cell.py").write_text(FINISHING_SCRIPT)
+    p = subprocess.run([sys.executable, str(tmp_path / "cell.py"), str(tmp_path / "python_samples.json")],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout.strip().splitlines()[-1])
+    assert got["told"] == 0, got
+    ps = read_python_samples(tmp_path)
+    roles = {tid: role for (_, tid), role in thread_roles(ps).items()}
+    assert roles.get(got["finisher"]) == KERNEL and roles.get(got["me"]) == CELL_ROLE, (roles, got)
+
+
 DAMAGES = {
     "a frame that is a list": lambda d: d["frames"].__setitem__(0, [["a"], "f", 1]),
     "a NaN time": lambda d: d["samples"]["t"].__setitem__(0, float("nan")),

@@ -104,7 +104,8 @@ def thread_roles(ps) -> dict:
     """(pid, tid) -> the sampled thread's role: CELL, the thread that ran the cell (per process, the one with the
     most samples inside the cell's lines); PROGRAM, another thread of the program (the user's, a library's); KERNEL,
     a thread of the machinery that runs the cell (in the in-place kernel ipykernel's IOPub, heartbeat, control and
-    history threads, nsight-magic's own): every sample of it is a machinery stack (StackInfo.machinery)."""
+    history threads, nsight-magic's own): the sampler named it so (machinery_threads), or every sample of it is a
+    machinery stack (StackInfo.machinery)."""
     s = ps.samples
     if s.empty:
         return {}
@@ -113,6 +114,8 @@ def thread_roles(ps) -> dict:
     df = pd.DataFrame({"pid": s["pid"].to_numpy(np.int64), "tid": s["tid"].to_numpy(np.int64),
                        "ours": info.machinery[st], "cell": info.cell_line[st] >= 0})
     per = df.groupby(["pid", "tid"], sort=True).agg(ours=("ours", "all"), cell=("cell", "sum"))
+    if ps.machinery_threads:  # the sampler knew these threads as the machinery's, whatever code they ran
+        per.loc[per.index.isin(list(ps.machinery_threads)) & (per["cell"] == 0), "ours"] = True
     roles = {k: (KERNEL if r.ours else PROGRAM) for k, r in zip(per.index, per.itertuples())}
     for pid, g in per[~per["ours"] & (per["cell"] > 0)].groupby(level=0):
         roles[g["cell"].idxmax()] = CELL

@@ -14,6 +14,8 @@ default 100 Hz and pyinstrument's 1 ms bracket it) and writes, after the cell, p
     stacks    each distinct stack, leaf first, as [frame, line, frame, line, ...]
     samples   parallel lists: t (ns since the clock's value), tid (the thread's native id: nsys's tid), stack
     threads   the sampled threads' Python names by native id ("IOPub", "MainThread", the program's own names)
+    machinery_tids  the native ids of the sampled threads that are the machinery's (is_machinery: the kernel's,
+              nsight-magic's finishing and importing threads), whatever code they ran (an import runs a library's)
     passes    when the sampler held the GIL: parallel lists t (ns since the clock's value, as samples), ns (how
               long) and lead (how long before t its sleep ended and it asked for the GIL), one per pass over the
               threads; sampler_tid: its own native id.  A thread of the program that
@@ -93,6 +95,7 @@ class PythonSampler:
         self._switch: float | None = None
         self._lowered = False
         self.names: dict[int, str] = {}
+        self.machinery: set[int] = set()  # native ids of the machinery's threads (is_machinery), the cell's aside
         self.clocks: list[int] = []   # later clock marks (pause)
         self.pass_t: list[int] = []   # each pass over the threads: when it began (GIL held) and how long it took
         self.pass_ns: list[int] = []
@@ -117,7 +120,10 @@ class PythonSampler:
         for t in threading.enumerate():
             if t.ident is not None and t.native_id:
                 out[t.ident] = t.native_id
-                self.names.setdefault(t.native_id, t.name)
+                if t.native_id not in self.names:
+                    self.names[t.native_id] = t.name
+                    if t.ident != self._cell_ident and is_machinery(t):
+                        self.machinery.add(t.native_id)
         return out
 
     def _program_threads(self) -> set[int]:
@@ -254,7 +260,8 @@ class PythonSampler:
                 "sampler_tid": self.native_id,
                 "syncs": {"t": self.syncs.t, "tid": self.syncs.tid, "stack": self.syncs.stack},
                 "syncs_dropped": self.syncs.dropped,
-                "threads": {str(k): v for k, v in self.names.items() if k in seen}}
+                "threads": {str(k): v for k, v in self.names.items() if k in seen},
+                "machinery_tids": sorted(self.machinery & seen)}
         try:
             tmp = self.path.with_name(self.path.name + ".part")
             # an encoder of our own: the cell may have patched json.dumps (--functions json.dumps annotates it)
@@ -375,6 +382,8 @@ _MACHINERY = ("ipykernel", "IPython", "jupyter_client", "zmq", "tornado", "trait
 
 
 def is_machinery(t: threading.Thread) -> bool:
+    if str(t.name).startswith("nsight-magic"):  # ours by name: a target such as contextvars' Context.run has no module
+        return True
     target = getattr(t, "_target", None)
     for mod in (type(t).__module__, getattr(target, "__module__", None)):
         if mod and mod.split(".")[0] in _MACHINERY:

@@ -8,6 +8,7 @@ export, placed on the report's clock by nsight-magic's NVTX clock mark.
     passes    DataFrame: pid, start_ns, end_ns: when the sampler held the GIL (report clock; files that have them);
               alone: the pass saw only one thread of the program
     sampler_threads  {(pid, tid)} of the sampler's own thread
+    machinery_threads  {(pid, tid)} of the threads the sampler knew as the machinery's (the kernel's, ours)
     syncs     DataFrame: time_ns, pid, tid, stack: each synchronising CUDA operation torch flagged during the cell, at
               its own Python stack (files that have them); syncs_dropped: how many more the file did not keep
 
@@ -52,6 +53,7 @@ class PythonSamples:
     problem: str | None = None          # a damaged samples file left out: why, in one line
     passes: pd.DataFrame = field(default_factory=lambda: _no_passes(), repr=False)
     sampler_threads: frozenset = frozenset()
+    machinery_threads: frozenset = frozenset()  # {(pid, tid)} the sampler knew as the machinery's threads
     syncs: pd.DataFrame = field(default_factory=lambda: _no_syncs(), repr=False)
     syncs_dropped: int = 0
 
@@ -206,7 +208,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     names: dict = {}
     placed = True
     interval = None
-    passes, samplers, syncs, dropped = [], set(), [], 0
+    passes, samplers, machinery, syncs, dropped = [], set(), set(), [], 0
     for path in files:
         data = _load(path)
         remap = np.empty(len(data["frames"]), np.int32)
@@ -251,6 +253,9 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
             dropped += int(data["syncs_dropped"]) if _is_int(data.get("syncs_dropped")) else 0
         if _is_int(data.get("sampler_tid")) and data["sampler_tid"] > 0:
             samplers.add((int(pid), int(data["sampler_tid"])))
+        tids = data.get("machinery_tids")
+        if isinstance(tids, list):
+            machinery.update((int(pid), int(k)) for k in tids if _is_int(k))
         threads = data.get("threads")
         if isinstance(threads, dict):
             for k, v in threads.items():
@@ -271,7 +276,7 @@ def read_python_samples(folder: Path, marks=(), cell_names=("cell.py",)) -> Pyth
     return PythonSamples(samples, stacks, lines, fr[["function", "file", "first_line", "kind"]],
                          interval or 5_000_000, placed, tuple(p.name for p in files), cell_first_line_of(folder, code),
                          names, passes=pd.concat(passes, ignore_index=True) if passes else _no_passes(),
-                         sampler_threads=frozenset(samplers),
+                         sampler_threads=frozenset(samplers), machinery_threads=frozenset(machinery),
                          syncs=pd.concat(syncs, ignore_index=True) if syncs else _no_syncs(),
                          syncs_dropped=dropped)
 
