@@ -313,7 +313,7 @@ def test_jupyterlab_offers_the_kernel_and_it_profiles_a_cell_in_place(tmp_path, 
                 except PlaywrightTimeout:
                     editor.click()
             try:
-                out.locator(".nm-output").first.wait_for(timeout=120_000)
+                out.locator(".nm-output").first.wait_for(timeout=200_000)
             except PlaywrightTimeout:  # say where the finish stood: the output, the folder, nsys's processes
                 page.screenshot(path=str(artifacts / "inplace_lab_cell_timeout.png"))
                 pytest.fail(_finish_state(out.inner_text(), root))

@@ -53,21 +53,26 @@ class Page:
     def plots(self) -> int:
         return self.page.evaluate(js("() => $VIEWS.filter(v => v.frame).length"))
 
-    def hover_widest_exact_glyph(self, plot: int = 0, cat: int = -1) -> dict:
+    def hover_widest_exact_glyph(self, plot: int = 0, cat: int = -1, name: str | None = None) -> dict:
         """Move the mouse over the middle of the widest exactly-drawn event of a plot (of category cat when
-        given); return the tooltip text."""
-        pos = self.page.evaluate(js("""([k, cat]) => {
+        given; named `name` in the page's name table first, when given); return the tooltip text."""
+        pos = self.page.evaluate(js("""([k, cat, name]) => {
           const v = $VIEWS.filter(v => v.frame)[k];
           const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data);
           const d = src.data; let best = -1, w = -1;
           for (let i = 0; i < d.left.length; i++)
             if ((cat < 0 || d.cat[i] == cat) && d.right[i] - d.left[i] > w) { w = d.right[i] - d.left[i]; best = i; }
+          if (name !== null) {   // the hover's name formatter reads its table by the event's name index
+            const tool = v.model.toolbar.tools.find(t => t.tooltips && t.tooltips[0] && t.tooltips[0][0] == 'name');
+            const f = tool.formatters instanceof Map ? tool.formatters.get('@name') : tool.formatters['@name'];
+            (f.args instanceof Map ? f.args.get('table') : f.args.table)[d.name[best]] = name;
+          }
           v.el.scrollIntoView();
           const r = v.el.getBoundingClientRect();
           const x = v.frame.x_scale.compute((d.left[best] + d.right[best]) / 2);
           const y = v.frame.y_scale.compute(d.y[best]);
           return {x: r.x + x, y: r.y + y};
-        }"""), [plot, cat])
+        }"""), [plot, cat, name])
         self.page.mouse.move(pos["x"] - 3, pos["y"])
         self.page.mouse.move(pos["x"], pos["y"])
         # the tooltip's text once it shows
@@ -83,6 +88,14 @@ class Page:
         }""", "text => text.length > 0")
         return {"pos": pos, "tooltip": text}
 
+    def tooltip_box(self) -> dict:
+        """The shown tooltip's box (left, right, width) and the page's width."""
+        return self.page.evaluate("""() => {
+          const t = [...document.querySelectorAll('.bk-Tooltip')].find(n => n.offsetParent !== null || n.getClientRects().length);
+          const r = t.getBoundingClientRect();
+          return {left: r.left, right: r.right, width: r.width, page: document.documentElement.clientWidth};
+        }""")
+
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(exist_ok=True)
         p = ARTIFACTS / name
@@ -92,6 +105,25 @@ class Page:
 
 def _fixture(name: str) -> Path:
     return fixture_path("nsys", "h100-2025.3", name)
+
+
+def test_a_long_name_in_a_tooltip_wraps_inside_the_page(browser, tmp_path):
+    """A templated kernel name of 300 characters: BokehJS sizes its tooltip to the content (1,948 px seen, past
+    the output's right edge); view.css keeps it within the page and wraps the name."""
+    from nsight_magic import open_report
+    from nsight_magic.views import write_view_html
+
+    rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
+    pg = Page(browser, write_view_html(rep, tmp_path / "view.html").as_uri())
+    long = ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+            "BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::"
+            "TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::"
+            "MulFunctor<float> > const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<...>)")
+    hover = pg.hover_widest_exact_glyph(name=long)
+    assert "lambda(int)#1" in hover["tooltip"], hover
+    box = pg.tooltip_box()
+    assert box["left"] >= 0 and box["right"] <= box["page"] and box["width"] <= 740, box
+    pg.screenshot("standalone_long_tooltip.png")
 
 
 def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_path):
