@@ -1,6 +1,8 @@
 """Make an executed notebook fit to ship from the repository: its outputs name the profile folders relative to
 the notebook (`nsight-profiles/NAME/`, where a user who runs it gets them), not the temporary folder the GPU
-check ran it in, which exists nowhere else (issue 65).
+check ran it in, which exists nowhere else (issue 65); and each run of consecutive stream outputs of one stream
+is one output, as JupyterLab shows it (its Trust-then-save merged them into the first and kept the rest: every
+line of a training loop's log saved twice).
 
     python scripts/ship_notebook.py notebooks/NAME.ipynb [...]   rewrites them in place
 
@@ -10,7 +12,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 import nbformat
 
@@ -43,7 +44,24 @@ def ship(nb) -> int:
             for key in ("text", "data", "metadata"):
                 if key in out:
                     out[key] = fix(out[key])
+        if cell.get("outputs"):
+            merged = merge_streams(cell.outputs)
+            changed += len(cell.outputs) - len(merged)
+            cell.outputs = merged
     return changed
+
+
+def merge_streams(outputs: list) -> list:
+    """`outputs` with each run of consecutive stream outputs of the same stream (stdout, stderr) made one."""
+    out: list = []
+    for o in outputs:
+        prev = out[-1] if out else None
+        if o.get("output_type") == "stream" and prev is not None and prev.get("output_type") == "stream" \
+                and prev.get("name") == o.get("name"):
+            prev["text"] = "".join(prev.get("text", "")) + "".join(o.get("text", ""))
+        else:
+            out.append(o)
+    return out
 
 
 def main() -> None:
@@ -51,7 +69,7 @@ def main() -> None:
         nb = nbformat.read(name, as_version=4)
         n = ship(nb)
         nbformat.write(nb, name)
-        print(f"{name}: {n} outputs rewritten")
+        print(f"{name}: {n} outputs rewritten or merged")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,9 @@ def test_the_cell_is_numbered_and_named_as_the_editor_shows_it_and_the_kernel_th
     ps = rep.python_samples
     lines = cell_lines(ps).set_index("line")
     assert set(lines.index) <= {2, 3, 4, 5} and {3, 4} <= set(lines.index), lines  # never ipykernel's line 19
-    assert lines.loc[4, "total_ns"] >= 0.3e9 and lines.loc[4, "pct"] >= 30, lines  # time.sleep(0.4) on line 4
+    # time.sleep(0.4) on line 4: a share of the cell's own thread (about 40 %; under load busy() runs longer), not
+    # of every thread the kernel has (its idle threads would make it a few per cent)
+    assert lines.loc[4, "total_ns"] >= 0.3e9 and lines.loc[4, "pct"] >= 15, lines
     assert lines.loc[3, "top_call"] == f"line 3 › busy (In [{defined}]:1)", lines
     assert lines["pct"].sum() >= 85, lines  # shares of the cell's own thread
     fn = functions(ps)

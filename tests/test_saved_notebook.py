@@ -8,6 +8,7 @@ found".  Screenshots go to test-artifacts/ (saved_*.png): look at them when a te
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import platform
 import re
 import shutil
@@ -386,6 +387,14 @@ def test_a_restart_while_a_profile_loads_and_the_sidebar_after_reload(browser, s
         fe.close()
 
 
+def _saved_since(path: Path, mtime_ns: int) -> dict | None:
+    """The notebook at `path` once written after `mtime_ns` and whole (the server may still be writing it)."""
+    try:
+        return json.loads(path.read_text()) if path.stat().st_mtime_ns > mtime_ns else None
+    except (OSError, ValueError):
+        return None
+
+
 def _trust(fe: Frontend) -> None:
     """The command palette's "Trust Notebook", then its dialog's Trust: outputs are rendered again, trusted."""
     fe.page.locator(".jp-Notebook").first.click(position={"x": 5, "y": 5})
@@ -439,5 +448,15 @@ def test_a_shipped_notebook_shows_its_profiles_untrusted_and_trusted(browser, se
         fe.shot(f"{app}_{path.stem}_trusted")
         assert not [u for u in fe.requests if "cdn." in u or "cdnjs" in u], [u for u in fe.requests if "cdn" in u]
         assert fe.ours() == [], fe.ours()
+        # saved trusted: no output doubled (JupyterLab's Trust-then-save doubled consecutive stream outputs)
+        before = (root / path.name).stat().st_mtime_ns
+        fe.save()
+        again = eventually(lambda: _saved_since(root / path.name, before), 30)
+        assert again, "Lab's save did not rewrite the notebook"
+        counts = lambda nb: [len(c.get("outputs", [])) for c in nb["cells"]]  # noqa: E731
+        texts = lambda nb: ["".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", [])  # noqa: E731
+                            if o["output_type"] == "stream"]
+        assert counts(again) == counts(saved) and "".join(texts(again)) == "".join(texts(saved)), \
+            f"{counts(saved)} -> {counts(again)}; {len(''.join(texts(saved)))} -> {len(''.join(texts(again)))} chars"
     finally:
         fe.close()
