@@ -123,3 +123,8 @@ def test_shipped_outputs_name_no_folder_of_the_machine_that_ran_them(path):
     if any("nsight-profiles/" in json.dumps(c.get("outputs", [])) for c in nb["cells"]):
         first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
         assert "not part of the repository" in "".join(first["source"])
+    # one output per run of one stream: JupyterLab's Trust-then-save merges consecutive ones into the first and
+    # keeps the rest, saving every line twice (test_saved_notebook checks it in Lab)
+    for c in nb["cells"]:
+        kinds = [(o["output_type"], o.get("name")) for o in c.get("outputs", [])]
+        assert not any(a == b and a[0] == "stream" for a, b in zip(kinds, kinds[1:])), kinds
