@@ -123,6 +123,58 @@ def test_the_view_has_a_python_row_and_tab(sampled):
     assert "No copies between host and device: no GPU was visible" in html
 
 
+MEASURED_CELL = """
+import nvtx
+for step in range(30):
+    time.sleep(0.004)                      # line 4: sampled only
+    with nvtx.annotate("log"):
+        log_metrics()                      # line 6: inside a range of its own, measured exactly
+"""
+
+
+@requires_nsys
+@pytest.mark.nsys
+def test_a_line_an_nvtx_range_measured_shows_the_measurement_not_the_samples(tmp_path):
+    """Issue 65: the Lines table printed a line's time from 4 samples beside an NVTX range that measured the same
+    code (and disagreed). Where ranges of the cell's thread hold that line only, the table shows their time, says
+    which range measured it, and the sampled lines say "samples"; --lines measures every line so."""
+    from nsight_magic.analysis.python_code import measured_lines
+    from nsight_magic.run import run_nsys
+    from nsight_magic.views.report_view import _python
+
+    r = run_nsys(MEASURED_CELL, NsysOptions(name="meas", directory=str(tmp_path), fresh=True, render=False,
+                                            quiet=True), setup_sources=[SETUP], namespace={})
+    assert r.ok, r.messages
+    rep = open_report(r.sqlite)
+    try:
+        nv = rep.nvtx
+        log = nv[nv["name"] == "log"]
+        assert len(log) == 30
+        got = measured_lines(rep.python_samples, nv).set_index("line")
+        assert list(got.index) == [6], got  # the sleep's line has no range of its own; the loop's lines none
+        assert got.loc[6, "measured_ns"] == (log["end_ns"] - log["start_ns"]).sum() and \
+            got.loc[6, "measured_by"] == "log", got
+        _, lines, _ = _python(rep)
+        lines = lines.set_index("line")
+        assert lines.loc[6, "measured_by"] == "NVTX 'log'" and lines.loc[4, "measured_by"] == "samples", lines
+        assert lines.loc[6, "total_ns"] == got.loc[6, "measured_ns"], lines  # exact, not rounded to its samples
+    finally:
+        rep.close()
+    # --lines: a range per line and per loop iteration; each line with samples is measured by its own
+    r = run_nsys(MEASURED_CELL, NsysOptions(name="meas-lines", directory=str(tmp_path), fresh=True, render=False,
+                                            quiet=True, lines=True), setup_sources=[SETUP], namespace={})
+    assert r.ok, r.messages
+    rep = open_report(r.sqlite)
+    try:
+        got = measured_lines(rep.python_samples, rep.nvtx).set_index("line")
+        assert {4, 6} <= set(got.index) and got.loc[4, "measured_by"].startswith("L4: "), got
+        # line 6 sits in both 'log' and --lines' range of its `with` statement: the innermost measures it
+        assert got.loc[6, "measured_by"] == "log", got
+        assert got.loc[4, "measured_ns"] >= 30 * 4e6, got  # 30 sleeps of 4 ms
+    finally:
+        rep.close()
+
+
 @requires_nsys
 @pytest.mark.nsys
 def test_no_samples_when_asked_for_none(tmp_path):

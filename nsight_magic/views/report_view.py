@@ -128,6 +128,26 @@ def _sampled(df: pd.DataFrame) -> dict:
             if c.endswith(("_ns", "_pct")) or c == "pct"}
 
 
+def _measured(lines: pd.DataFrame, ps, report) -> tuple[pd.DataFrame, np.ndarray]:
+    """The cell's lines with the time of those NVTX ranges measured exactly (measured_lines) in place of their
+    sampled time, and a column saying which measured each ("samples", or the range); (lines, which are exact)."""
+    from ..analysis.python_code import cell_thread_ns, measured_lines
+
+    measured = measured_lines(ps, report.nvtx) if not lines.empty else pd.DataFrame()
+    if measured.empty:
+        return lines, np.zeros(len(lines), bool)
+    out = lines.merge(measured.rename(columns={"measured_by": "range"}), on="line", how="left")
+    exact = out["measured_ns"].notna().to_numpy()
+    out.loc[exact, "total_ns"] = out.loc[exact, "measured_ns"].round().astype(np.int64)
+    # shares of one whole: the sampled time of the cell's thread, or the lines' sum where measured lines exceed it
+    out["pct"] = 100 * out["total_ns"] / max(cell_thread_ns(ps), float(out["total_ns"].sum()))
+    out.insert(out.columns.get_loc("samples") + 1, "measured_by",
+               np.where(exact, "NVTX '" + out["range"].fillna("").astype(str) + "'", "samples"))
+    out = out.drop(columns=["measured_ns", "range"])
+    order = out["total_ns"].astype(float).sort_values(ascending=False, kind="stable").index
+    return out.loc[order].reset_index(drop=True), exact[order.to_numpy()]
+
+
 def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
     from ..analysis.python_code import KERNEL, cell_lines, functions, sampled_precision, thread_roles
@@ -139,11 +159,13 @@ def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
         if ps is None or ps.empty:
             return pd.DataFrame(), pd.DataFrame(), ""
         fn = functions(ps).head(PYTHON_ROWS).drop(columns=["kind"])
-        lines = cell_lines(ps)
-        # shown to the digits their samples support (issue 65: "17.264 ms 77.5 %" from 4 samples)
-        for df in (fn, lines):
+        lines, exact = _measured(cell_lines(ps), ps, report)
+        # shown to the digits their samples support (issue 65: "17.264 ms 77.5 %" from 4 samples); a line an NVTX
+        # range measured, as measured
+        for df, sure in ((fn, np.zeros(len(fn), bool)), (lines, exact)):
             for c in _sampled(df):
-                df[c] = sampled_precision(df[c].to_numpy(float), df["samples"].to_numpy(float))
+                df[c] = np.where(sure, df[c].to_numpy(float),
+                                 sampled_precision(df[c].to_numpy(float), df["samples"].to_numpy(float)))
         roles = thread_roles(ps)
         kernel = sum(1 for r in roles.values() if r == KERNEL)
         threads = len(roles) - kernel
