@@ -115,15 +115,65 @@ def test_a_long_name_in_a_tooltip_wraps_inside_the_page(browser, tmp_path):
 
     rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
     pg = Page(browser, write_view_html(rep, tmp_path / "view.html").as_uri())
-    long = ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
-            "BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::"
-            "TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::"
-            "MulFunctor<float> > const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<...>)")
-    hover = pg.hover_widest_exact_glyph(name=long)
+    hover = pg.hover_widest_exact_glyph(name=LONG_KERNEL)
     assert "lambda(int)#1" in hover["tooltip"], hover
     box = pg.tooltip_box()
     assert box["left"] >= 0 and box["right"] <= box["page"] and box["width"] <= 740, box
     pg.screenshot("standalone_long_tooltip.png")
+
+
+LONG_KERNEL = ("void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::"
+               "BinaryFunctor<float, float, float, at::native::binary_internal::MulFunctor<float> > >(at::"
+               "TensorIteratorBase&, at::native::BinaryFunctor<float, float, float, at::native::binary_internal::"
+               "MulFunctor<float> > const&)::{lambda(int)#1}>(int, at::native::gpu_kernel_impl_nocast<...>)")
+
+
+def test_the_static_copy_reads_as_well_as_the_live_view(browser, tmp_path):
+    """Issue 65: the static copy (an untrusted notebook, a page without our style sheet or scripts) pushed the
+    kernels table's number columns out of view behind a 300-character name, and ran the advice's words together
+    ("highThe GPU waited").  Here the H100 report's top kernel is renamed so, the view's HTML stripped of every
+    <style> and <script>, and each tab's section read in a 1000-px-wide page: no number column past the right
+    edge, the badges apart from their words."""
+    import re
+    import shutil
+    import sqlite3
+
+    from nsight_magic import open_report
+    from nsight_magic.views.report_view import NsysView
+
+    db = tmp_path / "report.sqlite"
+    shutil.copy(_fixture("b_cuda_nvtx_osrt.sqlite"), db)
+    with sqlite3.connect(db) as c:  # the kernel with the most time gets a templated name of 300 characters
+        sid = c.execute("SELECT k.shortName FROM CUPTI_ACTIVITY_KIND_KERNEL k GROUP BY k.shortName "
+                        "ORDER BY SUM(k.end - k.start) DESC LIMIT 1").fetchone()[0]
+        c.execute("UPDATE StringIds SET value = ? WHERE id = ?", (LONG_KERNEL, sid))
+    rep = open_report(db)
+    try:
+        html = NsysView(rep).static_fragment(include_bokehjs=False)
+    finally:
+        rep.close()
+    bare = re.sub(r"<(script|style)\b.*?</\1>", "", html, flags=re.S | re.I)
+    assert "<script" not in bare and "<style" not in bare
+    page_file = tmp_path / "static.html"
+    page_file.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8"></head><body>{bare}</body></html>')
+    page = browser.new_page(viewport={"width": 1000, "height": 900})
+    try:
+        page.goto(page_file.as_uri())
+        page.evaluate("() => document.querySelectorAll('details').forEach(d => d.open = true)")
+        # the kernels table: its name column holds the long name, and its number columns are in view
+        table = page.locator("table", has_text="lambda(int)#1").first
+        heads = table.evaluate("t => [...t.querySelectorAll('th')].map(th => [th.innerText.trim(), "
+                               "th.getBoundingClientRect().right])")
+        width = page.evaluate("() => document.documentElement.clientWidth")
+        assert heads and all(right <= width for _, right in heads), (heads, width)
+        assert any(h.startswith("total") for h, _ in heads), heads
+        text = page.evaluate("() => document.body.innerText")
+        assert not re.search(r"\b(high|medium|low)[A-Z]", text), re.findall(r"\b(?:high|medium|low)[A-Z]\w*", text)
+        assert not re.search(r"(\w+)\1-bound", text), re.findall(r"\w+-bound", text)
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "static_copy_long_name.png"), full_page=True)
+    finally:
+        page.close()
 
 
 def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_path):
