@@ -73,6 +73,19 @@ def test_reports_are_found_by_the_rank_in_their_names(tmp_path):
     assert [f.rank for f in find_rank_reports(tmp_path, pattern="report.*")] == [0, 1]
 
 
+def test_without_dask_a_job_says_which_extra_to_install(h200_job):
+    """Dask is the `jobs` extra (issue 64): where it is not installed, everything else imports and a job's reports
+    are refused in one line that says what to install."""
+    code = ("import sys; sys.modules['distributed'] = None  # as where it is not installed\n"
+            "import nsight_magic, nsight_magic.magics, nsight_magic.report\n"
+            "from nsight_magic.errors import OptionError\n"
+            "try:\n    nsight_magic.open_job(sys.argv[1])\nexcept OptionError as e:\n    print('said:', e)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(h200_job)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and p.stderr == "", p.stderr
+    said = p.stdout.strip()
+    assert said.startswith("said:") and "pip install 'nsight-magic[jobs]'" in said and "\n" not in said, said
+
+
 def test_a_two_gpu_job_recorded_one_report_per_rank(h200_job, client):
     """Per-rank counts equal nsys 2025.3's cuda_gpu_kern_sum of each report; rank 1 (more GPU work) is named."""
     from distributed import get_task_stream

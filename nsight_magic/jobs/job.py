@@ -49,7 +49,7 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
     env = dict(os.environ)
     try:
         if client is None:
-            from distributed import Client
+            Client = dask_client_class()
 
             workers = max(1, min(os.cpu_count() or 1, len(files)))
             if scheduler:
@@ -81,6 +81,20 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
                     for r in missing_ranks(files)]
         results.sort(key=lambda r: r.rank)
     return Job(results, root)
+
+
+JOBS_EXTRA = "pip install 'nsight-magic[jobs]'"
+
+
+def dask_client_class():
+    """distributed.Client, or an OptionError saying how to install it: Dask comes with the `jobs` extra, the only
+    part of nsight-magic that needs it."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise OptionError(f"a job's per-rank reports are analysed on Dask, which is not installed here: "
+                          f"{JOBS_EXTRA} (or pip install distributed)") from None
+    return Client
 
 
 def local_cluster(workers: int):
