@@ -169,3 +169,14 @@ def test_the_modules_imported_ahead_of_the_first_profile_exist():
     from nsight_magic.background import FINISH_MODULES
 
     assert all(f"{m}" in _modules() for m in FINISH_MODULES), [m for m in FINISH_MODULES if m not in _modules()]
+
+
+def test_docs_layout_names_every_module():
+    """docs/layout.md is the map a newcomer reads: every module of the package is named there (by its file name),
+    so a new one is placed and described when it is added."""
+    import re
+
+    text = (PACKAGE.parent / "docs" / "layout.md").read_text()
+    missing = [name for name, p in _modules().items()
+               if name and p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}\b", text)]
+    assert not missing, f"docs/layout.md names none of {missing}"
