@@ -29,8 +29,8 @@ ROW_PX = 22
 LABEL_PX = 250  # width of the row names on the left
 # the bars' names of the first view are fitted before the page is laid out (no script may have run: a static copy),
 # to the plot's width in a notebook on a 1280-px screen beside the row names; it stretches wider or narrower (two
-# stacked %nsys_diff timelines), and names fitted to the nominal width ran past their bars there.  The first zoom
-# or pan fits them to the real width (labels.js).
+# stacked %nsys_diff timelines), and names fitted to the nominal width ran past their bars there.  Once laid out
+# (and at each resize, zoom or pan) labels.js fits them to the real width.
 INITIAL_LABEL_PX = 640
 MEMORY_PX = 130  # height of the GPU memory track (and of the GPU metrics track) under the timeline
 MEMORY_COLORS = ("#d62728", "#ff9896", "#9467bd", "#2ca02c", "#98df8a", "#8c564b")
@@ -216,6 +216,7 @@ class TimelineView:
                            code=_LABELS_JS)
         for attr in ("start", "end"):
             p.x_range.js_on_change(attr, relabel)
+        p.js_on_change("inner_width", relabel)  # laid out (and resized): the names fitted to the real width
         self.exact_src.js_on_change("data", relabel)
         self.figure = p
         self.fit_labels()
