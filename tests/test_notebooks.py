@@ -123,6 +123,12 @@ def test_shipped_outputs_name_no_folder_of_the_machine_that_ran_them(path):
     if any("nsight-profiles/" in json.dumps(c.get("outputs", [])) for c in nb["cells"]):
         first = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
         assert "not part of the repository" in "".join(first["source"])
+    # every link of the outputs resolves from the repository: data URIs, anchors, or files beside the notebook
+    for c in nb["cells"]:
+        for o in c.get("outputs", []):
+            html = "".join(o.get("data", {}).get("text/html", ""))
+            for ref in re.findall(r"""(?:href|src)\s*=\s*["']([^"']*)["']""", html):
+                assert ref.startswith(("data:", "#")) or (path.parent / ref.split("#")[0]).exists(), ref[:120]
     # one output per run of one stream: JupyterLab's Trust-then-save merges consecutive ones into the first and
     # keeps the rest, saving every line twice (test_saved_notebook checks it in Lab)
     for c in nb["cells"]:

@@ -204,12 +204,24 @@ def test_interrupt_stops_the_cell_keeps_the_report_and_the_session(tmp_path, ses
 
     r = run_nsys("with nvtx.annotate('long'):\n    time.sleep(60)\nprint('not reached')\n",
                  NsysOptions(directory=str(tmp_path), trace="nvtx", name="warm"), setup_sources=[SETUP],
-                 namespace={}, sessions=sessions, on_status=interrupt_when_running)
+                 namespace={}, sessions=sessions, on_status=interrupt_when_running, cell_first_line=2)
     assert r.status == "interrupted"
     assert r.wall_s < 30
-    assert "KeyboardInterrupt" in r.folder.stderr.read_text()
+    err = r.folder.stderr.read_text()
+    # numbered as the editor numbers it under the %%nsys line (issue 65: the traceback said line 4 where the Python
+    # row said line 5 for the same statement): time.sleep is the editor's line 3, in the traceback and the samples
+    assert "KeyboardInterrupt" in err and 'cell.py", line 3' in err and "time.sleep(60)" in err, err
     assert "not reached" not in r.folder.stdout.read_text()
     assert r.sqlite is not None and "long" in nvtx_ranges(r.sqlite)
+    from nsight_magic.analysis.python_code import cell_lines
+    from nsight_magic.report import open_report
+
+    rep = open_report(r.sqlite)
+    try:
+        lines = cell_lines(rep.python_samples)
+        assert 3 in set(lines["line"]) and lines.iloc[0]["line"] == 3, lines
+    finally:
+        rep.close()
     after = _run(tmp_path, sessions, "print('still warm')\n")
     assert after.ok and _worker(after)["started"] == _worker(first)["started"]
 
