@@ -22,7 +22,8 @@ class NsysReport(NsysData):
 
     def findings(self, thresholds: dict | None = None, rules=None) -> list:
         """What this profile says to change: `analysis.findings.Finding`s sorted by the time the fix can save
-        (thresholds: thresholds.py; rules: names of analysis.findings.NSYS_RULES, default all)."""
+        (thresholds: thresholds.py; rules: names of analysis.findings.NSYS_RULES whose findings to return, as the full
+        run finds them; default all)."""
         return analysis.nsys_findings(self, thresholds, rules)
 
     def findings_frame(self, thresholds: dict | None = None):

@@ -398,3 +398,26 @@ def test_the_verdict_says_nothing_of_os_waits_that_were_not_traced(opened):
     assert "blocked in the OS" not in untraced and "not traced" in untraced and "60%" in untraced
     assert not osrt_traced(opened(DATA / "nsys_h100_a_cuda_nvtx.sqlite"))  # -t cuda,nvtx
     assert osrt_traced(opened(fixture_path("nsys", "h100-2025.3", "b_cuda_nvtx_osrt.sqlite")))
+
+
+def test_a_subset_of_rules_answers_as_the_full_run_does():
+    """Issue 64: rules read what the rules before them claimed (a named cause's nanoseconds are not the generic
+    rule's; the symptoms keep what the causes left) and the whole is bounded by the capture: findings(rules=[R])
+    gives exactly the full run's findings of R, and an unknown name is refused, not answered with nothing."""
+    from nsight_magic.analysis.findings import NSYS_RULES
+
+    rep = open_report(BAD)
+    try:
+        full = rep.findings()
+        said = lambda fs: [(f.rule, f.severity, f.title, f.time_at_stake_ns, f.estimate) for f in fs]  # noqa: E731
+        fired = sorted({f.rule for f in full})
+        assert len(fired) >= 5, fired
+        for rule in fired:
+            assert said(rep.findings(rules=[rule])) == said([f for f in full if f.rule == rule]), rule
+        pair = fired[-2:]
+        assert said(rep.findings(rules=pair)) == said([f for f in full if f.rule in pair])
+        with pytest.raises(ValueError, match="no such rule: gpu_gap"):
+            rep.findings(rules=["gpu_gap"])
+        assert set(NSYS_RULES) >= set(fired)
+    finally:
+        rep.close()

@@ -60,20 +60,28 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
 
 
 def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Finding]:
-    """Every rule (or those named in `rules`) over an NsysData, the real causes first."""
+    """Every rule (or those named in `rules`) over an NsysData, the real causes first.
+
+    A rule's answer depends on the rules before it (a nanosecond a named cause claimed is not the generic rule's;
+    the symptoms keep what the causes left) and the whole's time at stake is bounded by the capture: so every rule
+    runs, and `rules` picks which findings come back, the same as in the full run."""
     th = T.resolve(thresholds)
     ctx = Context(report, th, diagnose(report))
-    wanted = [n for n in NSYS_RULES if rules is None or n in rules]
+    if rules is not None:
+        unknown = sorted(set(rules) - set(NSYS_RULES))
+        if unknown:
+            raise ValueError(f"no such rule: {', '.join(unknown)} (the rules: {', '.join(NSYS_RULES)})")
     if "collective_wait" in NSYS_RULES and ctx.diag.pairs:
         ctx.straggler = straggler_of(ctx)  # before the others: the straggler's time is counted once, there
     ctx.fired = set()
     out: list[Finding] = []
-    for name in wanted:
-        got = NSYS_RULES[name](ctx)
+    for name, rule in NSYS_RULES.items():
+        got = rule(ctx)
         if got and name not in SYMPTOMS and any(f.time_at_stake_ns > 0 for f in got):
             ctx.fired.add(name)
         out += got
-    return sort_findings(_within_capture([_with_code(f, ctx) for f in out], ctx))
+    out = _within_capture(out, ctx)
+    return sort_findings([_with_code(f, ctx) for f in out if rules is None or f.rule in rules])
 
 
 def _with_code(f: Finding, ctx: Context) -> Finding:
