@@ -476,16 +476,22 @@ class NsysSession:
                                                      "stderr": Tail(folder / "stderr.txt")})
         last_tick = 0.0
         watch = OrphanWatch(SESSION_ID_ENV, self.id)  # a worker that died with its setup's processes alive
-        while True:
-            alive = self.alive()
+        def relay() -> None:
             for stream, tail in tails.items():
                 text = tail.read()
                 if text and on_output:
                     on_output(stream, text)
+
+        while True:
+            alive = self.alive()
+            relay()
             for r in records.read():
                 if on_status and r.get("phase") not in ("loaded", "idle", "ready"):
                     on_status(r.get("phase"), time.monotonic() - t0)
             if any(p in records.phases for p in until) or not alive:
+                # what the worker wrote before the phase that ends the wait (a setup's traceback, then
+                # "setup-error") may have come after this pass read its output: read it once more
+                relay()
                 return
             now = time.monotonic() - t0
             left = watch.tick(now, self._worker_ns_pid)
