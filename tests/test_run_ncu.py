@@ -63,7 +63,7 @@ def test_a_profiler_that_fails_after_the_cell_ended_well_is_not_the_cells_except
     """Seen in a loaded full run: ncu could not attach ("Failed to connect to process 15") and exited 1 after the
     cell had run; 1 is also the child's status for a cell that raised, so the run said "the cell raised an
     exception".  The cell's own cell-done record decides: the failure is the profiler's."""
-    from nsight_magic.inside.child import EXIT_CELL_ERROR
+    from nsight_magic.inside.marks import EXIT_CELL_ERROR
     from nsight_magic.profilers.process import status_from
 
     done = ["importing", "running", "cell-done", "finished"]

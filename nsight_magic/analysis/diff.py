@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from . import text as tx
 
 DIFF_COLUMNS = ["name", "count_before", "count_after", "total_before_ns", "total_after_ns", "delta_ns", "ratio",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.ops import OPS_DOMAIN
 from . import intervals as I
 from .frame_memo import report_memo

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from .diff import ProfileDiff, kernel_key
 
 NOISE_SIGMAS = 2.0

@@ -21,19 +21,12 @@ import time
 import traceback
 from pathlib import Path
 
-CAPTURE_DOMAIN = "nsight-magic"
-# A cold run gives nsys a private TMPDIR (its raw stream goes there and is removed after the run); the user's own
-# TMPDIR travels in this variable ('' when it was unset) and is put back before any of the cell's code runs.
-USER_TMPDIR_ENV = "NSIGHT_MAGIC_USER_TMPDIR"
-OWN_START_MARK, OWN_END_MARK = "process start", "process end"  # readers.capture_span reads them
-# marked as the cell's range closes, with the range's own length: where nsys dropped the range's push (the first
-# milliseconds after `nsys start` in a process that had started CUDA, seen with nsys 2025.3), its start is known
-CELL_END_MARK = "cell ended after"
+from .marks import (CAPTURE_DOMAIN, CELL_END_MARK, EXIT_CELL_ERROR, EXIT_SETUP_ERROR,  # noqa: F401 - the contract
+                    EXIT_STATE_ERROR, OWN_END_MARK, OWN_START_MARK, USER_TMPDIR_ENV)
 
 
 def cell_end_text(elapsed_ns: int) -> str:
     return f"{CELL_END_MARK} {int(elapsed_ns)} ns"
-EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4
 
 
 def redirect_output(stdout: Path, stderr: Path) -> None:

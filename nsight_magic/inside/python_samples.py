@@ -48,13 +48,14 @@ import threading
 import time
 from pathlib import Path
 
+from .marks import CLOCK_MARK  # the contract with readers/python_samples.py
+
 SAMPLES_FILE = "python_samples.json"
 INTERVAL_S = 0.005
 SWITCH_S = 0.0005
 MAX_SAMPLES = 200_000
 MAX_SYNCS = 20_000
 SYNC_TEXT = "called a synchronizing CUDA operation"   # torch's sync-debug warning (c10/cuda warn_or_error_on_sync)
-CLOCK_MARK = "nsight-magic clock "
 _ENCODER = json.JSONEncoder(separators=(",", ":"))
 BUSY_PASSES = 3  # passes in a row a program thread is seen outside WAITING_FILES: it runs Python
 # where a sampled thread is waiting, not running Python: its innermost frame in one of these modules (a queue's

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 
 from ..errors import NsightMagicError
-from ..inside.child import CAPTURE_DOMAIN, annotate_cell, cell_end_text
+from ..inside.child import annotate_cell, cell_end_text
+from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.kernel_host import INPLACE_ENV
 from ..inside.memory_history import AllocatorHistory
 from ..inside.python_samples import SAMPLES_FILE, PythonSampler

@@ -28,7 +28,8 @@ import time
 from pathlib import Path
 
 from ..errors import NsightMagicError
-from ..inside.child import CAPTURE_DOMAIN, annotate_cell
+from ..inside.child import annotate_cell
+from ..inside.marks import CAPTURE_DOMAIN
 from ..store import ProfileFolder, create_profile_folder, profiles_root
 from .inplace import SessionGone, cell_done, run_timed
 from .prepare import tool_versions

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .. import tools
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import NsightMagicError
 from ..options import RunOptions
 from .nsys import child_argv

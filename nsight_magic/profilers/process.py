@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from ..inside.child import EXIT_CELL_ERROR, rank_suffix, remove_tool_files, tool_files_named_in
+from ..inside.child import rank_suffix, remove_tool_files, tool_files_named_in
+from ..inside.marks import EXIT_CELL_ERROR
 from ..errors import NsightMagicError
 from ..store import ProfileFolder
 from ..tools import orphan_guard, parent_pid

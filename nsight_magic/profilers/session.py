@@ -41,7 +41,8 @@ from pathlib import Path
 from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
-from ..inside.child import USER_TMPDIR_ENV, remove_tool_files, session_tool_files, write_setup
+from ..inside.child import remove_tool_files, session_tool_files, write_setup
+from ..inside.marks import USER_TMPDIR_ENV
 from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
 from .process import (POLL_S, OrphanWatch, ChildOutcome, kill_strays, status_from, Tail, json_records,
                       process_argv, run_processes)

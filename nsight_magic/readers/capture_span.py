@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import re
 
-from ..inside.child import CELL_END_MARK, OWN_END_MARK, OWN_START_MARK  # the process marks its start and end
+from ..inside.marks import CELL_END_MARK, OWN_END_MARK, OWN_START_MARK  # the process marks its start and end
 OWN_SOURCES = ("cell range", "ranks' cell ranges", "process marks")
 
 

@@ -37,7 +37,7 @@ def nvtx_path(domain_ranges: list[tuple[str, list[str]]]) -> str:
 
     The range nsight-magic pushes around every profiled cell (its own domain) is left out: it is on every
     kernel's stack and would make every path, and so every module grouping, differ per run."""
-    from ..inside.child import CAPTURE_DOMAIN
+    from ..inside.marks import CAPTURE_DOMAIN
 
     parts = []
     for domain, ranges in domain_ranges:

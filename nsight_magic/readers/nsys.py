@@ -31,7 +31,7 @@ from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_
 from .capture_span import CaptureSpan, foreign_span, own_span
 from .nsys_sql import (TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro,
                        read_ints)
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 

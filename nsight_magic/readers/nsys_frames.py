@@ -12,7 +12,7 @@ from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_
                        read_texts, to_categorical)
 
 from ..errors import ReportError, ReportWarning
-from ..inside.child import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
+from ..inside.marks import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
 _MASK24 = 0xFFFFFF
 

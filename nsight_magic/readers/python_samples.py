@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError
+from ..inside.marks import CLOCK_MARK  # inside/python_samples.py writes it
 
-CLOCK_MARK = "nsight-magic clock "   # inside/python_samples.py writes it (no import: readers stay below inside/)
 MAX_FILE_BYTES = 512 * 1024 * 1024
 KINDS = ("cell", "user", "library", "stdlib", "ours")
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ..inside.child import CAPTURE_DOMAIN
+from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from ...inside.child import CAPTURE_DOMAIN
+from ...inside.marks import CAPTURE_DOMAIN
 from ...readers.nsys_frames import FirstMatch, ckey
 from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
 from ..frame_memo import per_frame, report_memo

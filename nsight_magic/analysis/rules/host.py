@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...inside.child import CAPTURE_DOMAIN
+from ...inside.marks import CAPTURE_DOMAIN
 from .. import intervals as I
 from .. import text as tx
 from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words,

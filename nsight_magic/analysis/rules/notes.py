@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ...inside.child import CAPTURE_DOMAIN
+from ...inside.marks import CAPTURE_DOMAIN
 from .common import Context, Finding, evidence, ranges_of
 from .. import text as tx
 
