@@ -78,6 +78,66 @@ def display_listing(profiles, chosen: dict | None, render: bool) -> None:
         print(f"nsight-magic: showing {chosen['name']} (choose another with --pick NAME|INDEX)")
 
 
+def session_command(args, frontend, in_place, pass_env) -> None:
+    """%nsys_session: the warm session's line (--env: what is not passed; --stop, --restart), or what runs this
+    kernel in place."""
+    if args.env:
+        from .tools.environment import profiled_environment
+
+        _, withheld = profiled_environment(passed=pass_env)
+        print(f"nsight-magic: not passed to the profiled process ({len(withheld)}): {', '.join(withheld) or '-'}"
+              f"; passed beyond the allow-list: {', '.join(pass_env) or '-'}")
+        return
+    if in_place is not None:
+        ip = in_place
+        what = (f"Nsight Compute (--set {ip.set}), its report {ip.report}" if ip.tool == "ncu" else
+                f"nsys session {ip.name}, tracing {ip.trace}")
+        said = f"; {ip.refused}" if ip.refused else ""
+        print(f"nsight-magic: in place: this kernel runs under {what}; {ip.cells} cell"
+              f"{'s' if ip.cells != 1 else ''} recorded{said} (there is no worker to stop or restart: restart "
+              "the kernel for a new session)")
+        return
+    sessions = frontend.sessions
+    old = sessions.session
+    if args.stop or args.restart:
+        stopped = sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
+        print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
+    if args.restart:
+        from .cell_output import LiveStatus
+
+        status = LiveStatus("nsys session", False)
+        try:
+            why = frontend.start_session(old.trace if old is not None else None, pass_env, status.output, status)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        if why:
+            print(f"nsight-magic: {why}", file=sys.stderr)
+    if not args.stop:
+        print(f"nsight-magic: {session_line(sessions.describe())}")
+
+
+def diff_command(args, frontend, user_ns: dict) -> None:
+    """%nsys_diff: the comparison (in `_nsys_diff`) and, with --fail-above, the gate's lines (in `_nsys_gate`)."""
+    from .analysis.gate import check_args, gate
+    from .views.diff import display_diff
+
+    try:
+        if args.fail_above is not None:
+            check_args(args.fail_above, args.top_kernels)
+        d = frontend.diff(args.profiles, args.dir, args.match, say=say)
+    except NsightMagicError as e:
+        raise UsageError(str(e)) from None
+    user_ns["_nsys_diff"] = d
+    display_diff(d, render=not args.no_render)
+    if args.fail_above is not None:
+        try:
+            result = gate(d, args.fail_above, ranges=args.range, top_kernels=args.top_kernels)
+        except NsightMagicError as e:
+            raise UsageError(str(e)) from None
+        user_ns["_nsys_gate"] = result
+        print("\n".join(result.lines()))
+
+
 def session_line(info: dict | None) -> str:
     if info is None:
         return "no warm session (the next %%nsys starts one)"

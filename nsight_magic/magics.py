@@ -17,8 +17,8 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from traitlets import Bool, List, TraitError, Unicode, default, validate
 
 from . import idle
-from .cell_display import (catch_idle_interrupts, draws_later, open_again, print_manifest, say, session_line,
-                           watched)
+from .cell_display import (catch_idle_interrupts, diff_command, draws_later, open_again, print_manifest,
+                           session_command, watched)
 from .cell_output import LiveStatus, ProfileOutput
 from .errors import CellRaised, NsightMagicError
 from .heap import after_cell
@@ -258,39 +258,7 @@ class NsightMagics(Magics):
     @line_magic
     def nsys_session(self, line):
         """Show the warm %%nsys session (worker pid, age, cells run, memory); --stop ends it, --restart renews it."""
-        args = parse_line(self.nsys_session, line)
-        if args.env:
-            from .tools.environment import profiled_environment
-
-            _, withheld = profiled_environment(passed=self.pass_env)
-            print(f"nsight-magic: not passed to the profiled process ({len(withheld)}): {', '.join(withheld) or '-'}"
-                  f"; passed beyond the allow-list: {', '.join(self.pass_env) or '-'}")
-            return
-        ip = self._inplace()
-        if ip is not None:
-            what = (f"Nsight Compute (--set {ip.set}), its report {ip.report}" if ip.tool == "ncu" else
-                    f"nsys session {ip.name}, tracing {ip.trace}")
-            said = f"; {ip.refused}" if ip.refused else ""
-            print(f"nsight-magic: in place: this kernel runs under {what}; {ip.cells} cell"
-                  f"{'s' if ip.cells != 1 else ''} recorded{said} (there is no worker to stop or restart: restart "
-                  "the kernel for a new session)")
-            return
-        sessions = self.frontend.sessions
-        old = sessions.session
-        if args.stop or args.restart:
-            stopped = sessions.stop(replaced=True, say=lambda m: print(f"nsight-magic: {m}", flush=True))
-            print(f"nsight-magic: warm session {'stopped' if stopped else 'was not running'}")
-        if args.restart:
-            status = LiveStatus("nsys session", False)
-            try:
-                why = self.frontend.start_session(old.trace if old is not None else None, self.pass_env,
-                                                  status.output, status)
-            except NsightMagicError as e:
-                raise UsageError(str(e)) from None
-            if why:
-                print(f"nsight-magic: {why}", file=sys.stderr)
-        if not args.stop:
-            print(f"nsight-magic: {session_line(sessions.describe())}")
+        session_command(parse_line(self.nsys_session, line), self.frontend, self._inplace(), self.pass_env)
 
     # ---- %nsys_diff -----------------------------------------------------------------------------------------
     @magic_arguments()
@@ -311,25 +279,7 @@ class NsightMagics(Magics):
         """Compare two profiles: capture and GPU busy time, the biggest changes (chart), kernels / NVTX / CUDA API /
         memory tables with before, after, change and status (new, gone, changed, same), findings that came or
         went, and both timelines on linked axes.  The result is also in `_nsys_diff` (a ProfileDiff)."""
-        args = parse_line(self.nsys_diff, line)
-        from .analysis.gate import check_args, gate
-        from .views.diff import display_diff
-
-        try:
-            if args.fail_above is not None:
-                check_args(args.fail_above, args.top_kernels)
-            d = self.frontend.diff(args.profiles, args.dir, args.match, say=say)
-        except NsightMagicError as e:
-            raise UsageError(str(e)) from None
-        self.shell.user_ns["_nsys_diff"] = d
-        display_diff(d, render=not args.no_render)
-        if args.fail_above is not None:
-            try:
-                result = gate(d, args.fail_above, ranges=args.range, top_kernels=args.top_kernels)
-            except NsightMagicError as e:
-                raise UsageError(str(e)) from None
-            self.shell.user_ns["_nsys_gate"] = result
-            print("\n".join(result.lines()))
+        diff_command(parse_line(self.nsys_diff, line), self.frontend, self.shell.user_ns)
 
     # ---- %%ncu ----------------------------------------------------------------------------------------------
     @magic_arguments()
