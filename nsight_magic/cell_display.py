@@ -1,6 +1,7 @@
 """What the magics show besides a profiled cell's own output: a report or a job opened again, a folder's listing,
 the warm session's line (%nsys_session), a comparison (%nsys_diff), and the notebook-side helpers they share
-(whether a person watches the cell, Ctrl-C between cells while profiles finish).  Failures become one line, never a traceback into the user's cell."""
+(whether a person watches the cell, Ctrl-C between cells while profiles finish).  Failures become one line,
+never a traceback into the user's cell."""
 from __future__ import annotations
 
 import signal
