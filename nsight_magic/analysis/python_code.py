@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.python_samples import waiting_file
-from . import intervals as iv
 from ..readers.python_samples import short_file
+from . import intervals as iv
 
 SEP = " › "
 MIN_COVERAGE = 0.5   # of a stretch's time the samples must cover for its code to be named
@@ -223,7 +224,7 @@ def cell_lines(ps) -> pd.DataFrame:
 
 
 MEASURED_SHARE = 0.9  # of a line's samples the NVTX ranges that hold only that line must hold to measure it
-OWN_DOMAINS = ("nsight-magic",)  # our ranges around the whole cell (inside/child.py's CAPTURE_DOMAIN)
+OWN_DOMAINS = (CAPTURE_DOMAIN,)  # our ranges around the whole cell and our marks
 
 
 def measured_lines(ps, nvtx: pd.DataFrame) -> pd.DataFrame:
@@ -231,8 +232,8 @@ def measured_lines(ps, nvtx: pd.DataFrame) -> pd.DataFrame:
     a range that measured the same code at 9.3 ms): the ranges of the cell's thread of a name whose samples are
     that one line's (MEASURED_SHARE of them; with its ranges that fell between samples), when they hold at least
     MEASURED_SHARE of the line's samples.  `measured_ns` is the time their union covers (nested ranges count once),
-    `measured_by` their name (the innermost such name).  `--lines` ranges measure every line so; a
-    user's range around one line, that line."""
+    `measured_by` their name (the innermost such name).  `--lines` ranges measure every line so; a user's range
+    around one line, that line."""
     cols = ["line", "measured_ns", "measured_by"]
     none = pd.DataFrame({"line": pd.Series([], dtype=np.int64), "measured_ns": pd.Series([], dtype=float),
                          "measured_by": pd.Series([], dtype=object)})

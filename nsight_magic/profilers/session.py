@@ -477,6 +477,7 @@ class NsysSession:
                                                      "stderr": Tail(folder / "stderr.txt")})
         last_tick = 0.0
         watch = OrphanWatch(SESSION_ID_ENV, self.id)  # a worker that died with its setup's processes alive
+
         def relay() -> None:
             for stream, tail in tails.items():
                 text = tail.read()
