@@ -414,6 +414,7 @@ def test_a_subset_of_rules_answers_as_the_full_run_does():
         assert len(fired) >= 5, fired
         for rule in fired:
             assert said(rep.findings(rules=[rule])) == said([f for f in full if f.rule == rule]), rule
+        assert said(rep.findings(rules=fired[0])) == said([f for f in full if f.rule == fired[0]])  # one name
         pair = fired[-2:]
         assert said(rep.findings(rules=pair)) == said([f for f in full if f.rule in pair])
         with pytest.raises(ValueError, match="no such rule: gpu_gap"):

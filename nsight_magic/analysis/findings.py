@@ -67,6 +67,8 @@ def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Fi
     runs, and `rules` picks which findings come back, the same as in the full run."""
     th = T.resolve(thresholds)
     ctx = Context(report, th, diagnose(report))
+    if isinstance(rules, str):  # one name
+        rules = [rules]
     if rules is not None:
         unknown = sorted(set(rules) - set(NSYS_RULES))
         if unknown:
