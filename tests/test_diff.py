@@ -30,13 +30,29 @@ if {c}:
 """
 
 
+def _slept_as_asked(folder, b: float) -> bool:
+    """Whether the recorded ranges lasted what the cell slept, within 10 ms: under the suite's three workers on two
+    cores a 0.2 s sleep once took 0.27 s, and the comparison then measured the machine, not the diff."""
+    from nsight_magic import open_report
+
+    rep = open_report(folder)
+    try:
+        got = rep.nvtx_summary().set_index("name")["total_ns"] / 1e9
+    finally:
+        rep.close()
+    return abs(got.get("a", 0) - 0.1) < 0.01 and abs(got.get("b", 0) - b) < 0.01
+
+
 @pytest.fixture(scope="module")
 def two_cpu_profiles(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("diff")
     out = []
     for name, b, c in (("first", 0.2, False), ("second", 0.4, True)):
-        r = run_nsys(CELL.format(b=b, c=c), NsysOptions(name=name, directory=str(tmp), trace="nvtx"))
-        assert r.ok, r.messages
+        for _ in range(3):  # a run the machine slowed is recorded again (at most twice)
+            r = run_nsys(CELL.format(b=b, c=c), NsysOptions(name=name, directory=str(tmp), trace="nvtx"))
+            assert r.ok, r.messages
+            if _slept_as_asked(r.folder.path, b):
+                break
         out.append(r.folder.path)
     return out
 
