@@ -74,10 +74,10 @@ def test_reports_are_found_by_the_rank_in_their_names(tmp_path):
 
 
 def test_without_dask_a_job_says_which_extra_to_install(h200_job):
-    """Dask is the `jobs` extra (issue 64): where it is not installed, everything else imports and a job's reports
-    are refused in one line that says what to install."""
+    """Dask is the `jobs` extra (issue 64): where it is not installed, a job's reports are refused in one line that
+    says what to install, and the magics import without it."""
     code = ("import sys; sys.modules['distributed'] = None  # as where it is not installed\n"
-            "import nsight_magic, nsight_magic.magics, nsight_magic.report\n"
+            "import nsight_magic, nsight_magic.magics\n"
             "from nsight_magic.errors import OptionError\n"
             "try:\n    nsight_magic.open_job(sys.argv[1])\nexcept OptionError as e:\n    print('said:', e)\n")
     p = subprocess.run([sys.executable, "-c", code, str(h200_job)], capture_output=True, text=True, timeout=120)
