@@ -134,9 +134,10 @@ def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_
     rep = gil_profile
     ps = rep.python_samples
     assert len(ps.passes) > 20 and len(ps.sampler_threads) == 1  # 95 to 250 of them seen
-    # alone: most of them ours, or too few to matter.  Under the suite's three workers on two cores the passes at
-    # times blocked no one while the main thread waited 2.5-6 ms on its own (descheduled): that is noise of the
-    # machine, not of the attribution, so one such run is recorded again before the verdict
+    # alone: most of them ours, or too few to matter.  Before the attribution all of them read as the program's:
+    # 10.7-11.8 ms of the 0.5 s phase.  Under the suite's three workers on two cores the passes at times blocked no
+    # one while the main thread still waited 2.5-6.0 ms (4.6 ms against 0.14 ms ours, in both recordings of one run):
+    # noise of a loaded machine, below the bug's figure, so a run past 1 ms is recorded again and judged at 8 ms
     mine, ours = _gil_ms(rep, "alone")
     if not (mine < ours or mine < 1.0):
         again = _record_gil(tmp_path)
@@ -144,7 +145,7 @@ def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_
             mine, ours = _gil_ms(again, "alone")
         finally:
             again.close()
-    assert mine < ours or mine < 1.0, (mine, ours)
+    assert mine < ours or mine < 8.0, (mine, ours)
     mine, ours = _gil_ms(rep, "contended")
     assert mine > 4 * ours, (mine, ours)
     # the sampler's own thread is not the program's
