@@ -54,6 +54,16 @@ def covered(iv, at) -> np.ndarray:
     return prev - over
 
 
+def contains(iv, at) -> np.ndarray:
+    """For each time in `at`: whether it lies inside the disjoint set `iv` (some [start, end))."""
+    s, e = iv
+    at = np.asarray(at)
+    if not len(s):
+        return np.zeros(len(at), bool)
+    k = np.searchsorted(s, at, "right") - 1  # the last interval begun by then
+    return (k >= 0) & (at < e[np.maximum(k, 0)])
+
+
 def overlap(iv, starts, ends) -> np.ndarray:
     """How much of the disjoint set `iv` lies inside each [start, end)."""
     return np.maximum(covered(iv, ends) - covered(iv, starts), 0)

@@ -282,11 +282,10 @@ def measured_lines(ps, nvtx: pd.DataFrame) -> pd.DataFrame:
         names = r["name"].astype(str).to_numpy()
         for name, ln in per.items():
             k = np.flatnonzero(names == name)
-            ws, we = iv.union(rs[k], re_[k])
+            ranges = iv.union(rs[k], re_[k])
             at = t[line == ln]
-            i = np.searchsorted(ws, at, "right") - 1
-            if ((i >= 0) & (at < we[np.clip(i, 0, None)])).sum() >= MEASURED_SHARE * len(at):
-                rows.append((int(ln), float(iv.total((ws, we))), name))
+            if iv.contains(ranges, at).sum() >= MEASURED_SHARE * len(at):
+                rows.append((int(ln), float(iv.total(ranges)), name))
     if not rows:
         return none
     # of the names that measure a line, the innermost (the least time): `with nvtx.annotate("log"):` around it
