@@ -1,6 +1,6 @@
 """How long a profiled cell blocks the notebook, and when its profile is drawn.
 
-    python benchmarks/latency.py [--workload cpu|torch] [--trace T] [--pause S] [--warm N] [--today] [--json F]
+    python benchmarks/latency.py [--workload cpu|torch] [--trace T] [--pause S] [--warm N] [--flags F] [--today] [--json F]
 
 One notebook runs through a real kernel, driven as JupyterLab drives it (jupyter_client, allow_stdin=True): the
 extension, a %%nsight_setup cell, a pause standing for the user writing the next cell, the cell run plainly, then
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -41,9 +42,11 @@ def work(ms):
     return x
 time.sleep(3)        # imports and data of a real setup
 """,
-        "cell": """for i in range(10):
+        "cell": """_t0 = time.perf_counter()
+for i in range(10):
     with nvtx.annotate(f"step {i}"):
         work(50)
+print(f"own run {time.perf_counter() - _t0:.4f} s")
 """,
     },
     "torch": {
@@ -60,13 +63,15 @@ for _ in range(3):
     opt.zero_grad(set_to_none=True); loss.backward(); opt.step()
 torch.cuda.synchronize()
 """,
-        "cell": """for i in range(16):
+        "cell": """_t0 = time.perf_counter()
+for i in range(16):
     with nvtx.annotate(f"step {i}"):
         loss = nn.functional.cross_entropy(head(model(x)).flatten(0, 1), y.flatten())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 torch.cuda.synchronize()
+print(f"own run {time.perf_counter() - _t0:.4f} s")
 """,
     },
 }
@@ -153,9 +158,9 @@ class Frontend:
         self.km.shutdown_kernel(now=False)
 
 
-def notebook(workload: str, trace: str | None, warm: int, wait: bool) -> list[tuple[str, str]]:
+def notebook(workload: str, trace: str | None, warm: int, wait: bool, extra: str = "") -> list[tuple[str, str]]:
     w = WORKLOADS[workload]
-    flags = (f" -t {trace}" if trace else "") + (" --wait" if wait else "")
+    flags = (f" -t {trace}" if trace else "") + (" --wait" if wait else "") + (f" {extra}" if extra else "")
     setup_flags = f" --trace {trace}" if trace else ""
     cells = [("extension", "%load_ext nsight_magic"), ("setup", f"%%nsight_setup{setup_flags}\n{w['setup']}"),
              ("plain cell", w["cell"]), ("first %%nsys", f"%%nsys --name first{flags}\n{w['cell']}")]
@@ -171,23 +176,39 @@ def measure(args, today: bool) -> list[dict]:
     fe = Frontend(work, env)
     rows = []
     try:
-        for label, code in notebook(args.workload, args.trace, args.warm, wait=today):
+        for label, code in notebook(args.workload, args.trace, args.warm, wait=today, extra=args.flags):
             if label not in ("extension", "setup"):
                 time.sleep(args.pause)  # the user writes the next cell
             profiled = code.startswith("%%nsys")
             r = fe.run(code, draw_timeout=300 if profiled else 0)
-            rows.append({"cell": label, "blocked_s": round(r["blocked_s"], 3),
+            own = re.findall(r"own run ([0-9.]+) s", r["text"])  # the cell's code, timed by itself
+            rows.append({"cell": label, "blocked_s": round(r["blocked_s"], 3), "own_s": float(own[-1]) if own else None,
                          "drawn_s": round(r["drawn_s"], 3) if r.get("drawn_s") is not None else None,
                          "status": r["status"]})
             how = [ln for ln in r["text"].splitlines() if "warm session" in ln or "fresh process" in ln]
             print(f"  {label:<14} blocked {r['blocked_s']:7.3f} s" +
+                  (f"   own {rows[-1]['own_s']:6.3f} s" if own else "") +
                   (f"   drawn {r['drawn_s']:7.3f} s" if r.get("drawn_s") is not None else
                    "   drawn   (none)" if profiled else "") + (f"   {how[0][:90]}" if how else ""), flush=True)
+            if profiled:  # where the finish stage spent the time to the view (the profile's timings.json)
+                rows[-1]["timings"] = timings = _timings(work)
+                if timings:
+                    print("      finish: " + ", ".join(f"{k} {v:.2f}" for k, v in timings.items()
+                                                    if isinstance(v, float)), flush=True)
             if r["status"] != "ok":
                 print(r["text"][-2000:], file=sys.stderr)
     finally:
         fe.close()
     return rows
+
+
+def _timings(work: Path) -> dict:
+    """The timings.json of the newest profile folder (the cell just measured; its view is drawn, so it is written)."""
+    folders = sorted((work / "nsight-profiles").glob("*/timings.json"), key=lambda f: f.stat().st_mtime)
+    try:
+        return json.loads(folders[-1].read_text()) if folders else {}
+    except (OSError, ValueError):
+        return {}
 
 
 def main() -> None:
@@ -196,10 +217,12 @@ def main() -> None:
     ap.add_argument("--trace", default=None, help="-t for every %%nsys (and %%nsight_setup --trace)")
     ap.add_argument("--pause", type=float, default=10.0, help="seconds the user takes to write the next cell")
     ap.add_argument("--warm", type=int, default=2, help="warm %%nsys cells after the first")
+    ap.add_argument("--flags", default="", help="more %%nsys options for every profiled cell (--no-samples, ...)")
     ap.add_argument("--today", action="store_true", help="also measure with --wait and no prepared worker")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
-    print(f"workload {args.workload}, trace {args.trace or 'default'}, pause {args.pause:g} s")
+    print(f"workload {args.workload}, trace {args.trace or 'default'}{' ' + args.flags if args.flags else ''}, "
+          f"pause {args.pause:g} s")
     print("now: the cell returns when its code has finished, the profile loads in the background")
     result = {"now": measure(args, today=False)}
     if args.today:
@@ -210,7 +233,14 @@ def main() -> None:
     profiled = [r for r in result["now"] if r["cell"].startswith(("first", "warm"))]
     worst = max(r["blocked_s"] for r in profiled)
     print(f"plain cell {plain:.3f} s; profiled cells blocked at most {worst:.3f} s (plain + {worst - plain:.3f} s); "
-          f"drawn after {statistics.median(r['drawn_s'] or float('nan') for r in profiled):.3f} s (median)")
+          f"drawn after {statistics.median(r['drawn_s'] or float('nan') for r in profiled):.3f} s (median), "
+          f"{statistics.median((r['drawn_s'] or float('nan')) - r['blocked_s'] for r in profiled):.3f} s after the "
+          f"cell returned (median; goal <= 4 s on the GPU)")
+    plain_own = now["plain cell"].get("own_s")
+    warm_own = [r["own_s"] for r in profiled[1:] if r.get("own_s")]
+    if plain_own and warm_own:  # the goal: the profiled cell's own run <= 1.15x the plain cell's (warm worker)
+        print(f"own run: plain {plain_own:.3f} s, profiled (warm, median) {statistics.median(warm_own):.3f} s, "
+              f"{statistics.median(warm_own) / plain_own:.2f}x")
     if args.json:
         args.json.write_text(json.dumps({"workload": args.workload, "trace": args.trace, "pause_s": args.pause,
                                          **result}, indent=1) + "\n")

@@ -61,6 +61,17 @@ def import_finish_stage() -> threading.Thread:
     return t
 
 
+def prefetch(folder: Path) -> threading.Thread:
+    """While nsys writes the recording (seconds of `nsys stop` in which the finish stage only waits), parse what
+    the profiled process left beside it: torch's memory snapshots, which the report's read then takes."""
+    from .readers.gpu_memory import prefetch_snapshots
+
+    t = threading.Thread(target=prefetch_snapshots, args=(folder,), daemon=True,
+                         name=f"nsight-magic prefetch {Path(folder).name}")
+    t.start()
+    return t
+
+
 class ProfileJob:
     """One profile's finish stage (see the module docstring)."""
 
@@ -115,6 +126,8 @@ class ProfileJob:
 
     def _run(self) -> None:
         completed = False
+        if self.tool == "nsys" and self.render:
+            prefetch(self.folder)
         try:
             self.result = self.recording.finish(self._status, self.cancel)
             if not self.cancel.is_set() and (self.result.sqlite or self.result.report_file):

@@ -281,3 +281,36 @@ def test_a_history_whose_stacks_were_left_out_says_from_when(opened, tmp_path):
     finally:
         rep.close()
     assert opened("eval_keeps_graph_bad").gpu_memory.stacks_off_ns is None  # a history with its stacks says nothing
+
+
+def test_a_snapshot_parsed_ahead_is_taken_once_and_never_when_the_file_changed(opened, tmp_path):
+    """The finish stage parses torch's snapshot while nsys still writes (background.prefetch): the report's read
+    takes that result (the same memory as a plain read), once; a snapshot rewritten after its prefetch is read
+    again, not served stale."""
+    from nsight_magic.readers import gpu_memory as gm
+
+    src = Path(opened("eval_keeps_graph_bad").path).parent
+    for f in ("report.sqlite", "run.json", "python_samples.json", "memory_snapshot.pickle"):
+        shutil.copy(src / f, tmp_path / f)
+    plain = opened("eval_keeps_graph_bad").gpu_memory
+    assert gm.prefetch_snapshots(tmp_path) == 1
+    key = gm._file_key(tmp_path / "memory_snapshot.pickle")
+    assert key in gm._AHEAD
+    rep = open_report(tmp_path / "report.sqlite")
+    try:
+        got = rep.gpu_memory
+        assert key not in gm._AHEAD  # taken by the read
+        assert got.stacks == plain.stacks and got.timeline.equals(plain.timeline) and got.blocks.equals(plain.blocks)
+    finally:
+        rep.close()
+    # parsed ahead, then rewritten (a run that wrote it again): the read parses the new file
+    assert gm.prefetch_snapshots(tmp_path) == 1
+    snap = load_snapshot(tmp_path / "memory_snapshot.pickle")
+    snap["device_traces"] = [[]]
+    (tmp_path / "memory_snapshot.pickle").write_bytes(pickle.dumps(snap))
+    rep = open_report(tmp_path / "report.sqlite")
+    try:
+        assert len(rep.gpu_memory.blocks) == 0  # the stale parse had every block of the first file
+    finally:
+        rep.close()
+    gm._AHEAD.clear()

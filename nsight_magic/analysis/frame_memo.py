@@ -15,9 +15,12 @@ _REPORT_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 def report_memo(report) -> dict:
     """A dict of results computed once per report (the diagnosis, the enclosing ranges, ...), living as long as the
     report object: kept here rather than hung on the report, which is the reader's data."""
-    memo = _REPORT_MEMOS.get(report)
-    if memo is None:
-        memo = _REPORT_MEMOS[report] = {}
+    try:
+        memo = _REPORT_MEMOS.get(report)
+        if memo is None:
+            memo = _REPORT_MEMOS[report] = {}
+    except TypeError:  # an object without weak references (a plain namespace standing for one): nothing kept
+        return {}
     return memo
 
 

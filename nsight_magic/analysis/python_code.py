@@ -21,6 +21,7 @@ from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.python_samples import waiting_file
 from ..readers.python_samples import short_file
 from . import intervals as iv
+from .frame_memo import report_memo
 
 SEP = " › "
 MIN_COVERAGE = 0.5   # of a stretch's time the samples must cover for its code to be named
@@ -37,10 +38,10 @@ class StackInfo:
 
 
 def stack_info(ps) -> StackInfo:
-    """Summaries of every stack (cached on the samples object: the stacks are few, the samples many)."""
-    cached = getattr(ps, "_stack_info", None)
-    if cached is not None:
-        return cached
+    """Summaries of every stack (computed once per samples object: the stacks are few, the samples many)."""
+    memo = report_memo(ps)
+    if "stack_info" in memo:
+        return memo["stack_info"]
     kind = ps.frames["kind"].to_numpy(object)
     func = ps.frames["function"].to_numpy(object)
     files = [short_file(f) for f in ps.frames["file"]]
@@ -92,10 +93,7 @@ def stack_info(ps) -> StackInfo:
         label[s] = SEP.join(parts)
     codes, uniq = pd.factorize(pd.Series(label, dtype=object), sort=False)
     info = StackInfo(label, cell_line, leaf, list(uniq), codes.astype(np.int32), machinery)
-    try:
-        ps._stack_info = info
-    except AttributeError:
-        pass
+    memo["stack_info"] = info
     return info
 
 
@@ -108,6 +106,13 @@ def thread_roles(ps) -> dict:
     a thread of the machinery that runs the cell (in the in-place kernel ipykernel's IOPub, heartbeat, control and
     history threads, nsight-magic's own): the sampler named it so (machinery_threads), or every sample of it is a
     machinery stack (StackInfo.machinery)."""
+    memo = report_memo(ps)
+    if "thread_roles" not in memo:  # asked by every rule and table that splits the samples by thread
+        memo["thread_roles"] = _thread_roles(ps)
+    return memo["thread_roles"]
+
+
+def _thread_roles(ps) -> dict:
     s = ps.samples
     if s.empty:
         return {}

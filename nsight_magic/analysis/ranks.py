@@ -33,7 +33,7 @@ def nccl_collective(names) -> np.ndarray:
     return kinds[codes] if len(codes) else np.empty(0, dtype=object)
 
 
-def _owners(report) -> pd.DataFrame:
+def rank_owners(report) -> pd.DataFrame:
     """pid -> rank (or NA) and a label, for processes with GPU work or NVTX ranges (the ones a table lists)."""
     pr = report.processes
     ranks = pr["rank"]
@@ -163,7 +163,7 @@ def ranks_table(report) -> pd.DataFrame:
     without kernels."""
     from ..readers.nsys_summary import busy_fraction
 
-    owners = _owners(report)
+    owners = rank_owners(report)
     cols = ["rank", "pid", "label", "devices", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns",
             "others_wait_ns", "straggler_steps", "steps", "step_med_ns", "step_name"]
     if owners.empty:

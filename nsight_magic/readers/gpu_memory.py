@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import operator
 import pickle
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,14 +105,12 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
     stacks_off = None
     cap = dict(capacity or {})
     for path in files:
-        snap = load_snapshot(path)
-        settings = snap.get("allocator_settings") or settings
-        stacks_off = _stacks_off(snap, utc_start_ns, stacks_off)
+        parsed = _parsed(path)
+        settings = parsed.settings or settings
+        stacks_off = _stacks_off(parsed.note, utc_start_ns, stacks_off)
         try:
-            t, b, o, h = _torch_view(snap, utc_start_ns, stacks, stack_ids)
-        except ReportError:
-            raise
-        except Exception as e:  # noqa: BLE001 - entries of the wrong shape or size: one line, naming the file
+            t, b, o, h = _torch_view(parsed, utc_start_ns, stacks, stack_ids)
+        except Exception as e:  # noqa: BLE001 - sizes or times no count can take: one line, naming the file
             raise ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); "
                               "the file is damaged") from None
         timeline.append(t)
@@ -129,10 +128,100 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
                      utc_start_ns is not None or not files, tuple(str(p) for p in files), problem, stacks_off)
 
 
-def _stacks_off(snap: dict, utc_start_ns: int | None, earliest: float | None) -> float | None:
+# ---- a snapshot parsed ahead ----------------------------------------------------------------------------------
+# Parsing a snapshot (unpickling, one Python step per event) needs no report: the finish stage does it while nsys
+# is still writing the recording (prefetch_snapshots), and the report's read takes the result once.
+
+@dataclass
+class _Parsed:
+    events: pd.DataFrame          # device_id, t_us, action, addr, size, stack (into `stacks`), device_free
+    stacks: list                  # the file's own stacks: tuples of (function, file, line)
+    end_alloc: dict               # per device, at the end: bytes allocated and reserved (the segments)
+    end_reserved: dict
+    settings: dict
+    note: object                  # our recorder's note ("nsight_magic")
+
+
+_AHEAD: dict = {}   # (path, size, mtime_ns) -> _Parsed, taken (removed) by the read that uses it
+_AHEAD_LOCK = threading.Lock()
+_AHEAD_MAX = 8      # parsed files waiting for their read at most (a prefetch whose read never came)
+
+
+def _file_key(path: Path) -> tuple:
+    st = path.stat()
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+def prefetch_snapshots(folder: Path) -> int:
+    """Parse the snapshots in `folder` ahead of the report's read; how many were parsed.  Never raises: a file
+    that is damaged, missing or still being written is left to the read, which says so."""
+    done = 0
+    for path in snapshot_files(folder):
+        try:
+            key = _file_key(path)
+            parsed = _parse(path)
+            if _file_key(path) != key:  # written meanwhile: the read parses what is there then
+                continue
+        except Exception:  # noqa: BLE001
+            continue
+        with _AHEAD_LOCK:
+            _AHEAD[key] = parsed
+            while len(_AHEAD) > _AHEAD_MAX:
+                _AHEAD.pop(next(iter(_AHEAD)))
+        done += 1
+    return done
+
+
+def _parsed(path: Path) -> _Parsed:
+    try:
+        key = _file_key(path)
+    except OSError:
+        key = None
+    with _AHEAD_LOCK:
+        got = _AHEAD.pop(key, None) if key is not None else None
+    return got if got is not None else _parse(path)
+
+
+def _parse(path: Path) -> _Parsed:
+    snap = load_snapshot(path)
+    try:
+        return _parse_snapshot(snap)
+    except ReportError:
+        raise
+    except Exception as e:  # noqa: BLE001 - entries of the wrong shape or size: one line, naming the file
+        raise ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); "
+                          "the file is damaged") from None
+
+
+def _parse_snapshot(snap: dict) -> _Parsed:
+    stacks: list = []
+    ids: dict = {}
+    rows = []   # (device, t_us, action, addr, size, stack, device_free)
+    for device, trace in enumerate(snap.get("device_traces") or []):
+        for e in trace or ():
+            if not isinstance(e, dict):
+                continue
+            rows.append((device, e.get("time_us"), str(e.get("action", "")), int(e.get("addr", 0) or 0),
+                         int(e.get("size", 0) or 0), _stack_id(e.get("frames"), stacks, ids),
+                         int(e.get("device_free", 0) or 0)))
+    ev = pd.DataFrame(rows, columns=["device_id", "t_us", "action", "addr", "size", "stack", "device_free"])
+    ev["t_us"] = pd.to_numeric(ev["t_us"], errors="coerce")
+    # the state at the end: what the history's deltas count back from
+    end_alloc, end_reserved = {}, {}
+    for s in snap.get("segments") or ():
+        if not isinstance(s, dict):
+            continue
+        d = int(s.get("device", 0) or 0)
+        end_reserved[d] = end_reserved.get(d, 0) + int(s.get("total_size", 0) or 0)
+        end_alloc[d] = end_alloc.get(d, 0) + int(s.get("allocated_size", 0) or 0)
+    settings = snap.get("allocator_settings")
+    return _Parsed(ev, stacks, end_alloc, end_reserved, settings if isinstance(settings, dict) else {},
+                   snap.get("nsight_magic"))
+
+
+def _stacks_off(note, utc_start_ns: int | None, earliest: float | None) -> float | None:
     """When our recorder left the stacks out (its note in the snapshot), on the report's clock; the earliest of
     the ranks'.  Before the report's start where it cannot be placed: every stack is then said to be absent."""
-    note = snap.get("nsight_magic")
     us = note.get("stacks_off_us") if isinstance(note, dict) else None
     if not isinstance(us, (int, float)) or isinstance(us, bool) or not np.isfinite(us):
         return earliest
@@ -152,6 +241,10 @@ def _stack_id(frames, stacks: list, ids: dict) -> int:
     except (KeyError, TypeError):  # a frame with a key missing or a value of another type: cleaned one by one
         key = tuple((str(f.get("name", "")), str(f.get("filename", "")), int(f.get("line", 0) or 0))
                     for f in (frames or ()) if isinstance(f, dict))
+    return _shared_id(key, stacks, ids)
+
+
+def _shared_id(key: tuple, stacks: list, ids: dict) -> int:
     got = ids.get(key)
     if got is None:
         got = ids[key] = len(stacks)
@@ -159,28 +252,15 @@ def _stack_id(frames, stacks: list, ids: dict) -> int:
     return got
 
 
-def _torch_view(snap: dict, utc_start_ns, stacks: list, ids: dict):
-    rows = []   # (device, t_us, action, addr, size, stack, device_free)
-    for device, trace in enumerate(snap.get("device_traces") or []):
-        for e in trace or ():
-            if not isinstance(e, dict):
-                continue
-            rows.append((device, e.get("time_us"), str(e.get("action", "")), int(e.get("addr", 0) or 0),
-                         int(e.get("size", 0) or 0), _stack_id(e.get("frames"), stacks, ids),
-                         int(e.get("device_free", 0) or 0)))
-    ev = pd.DataFrame(rows, columns=["device_id", "t_us", "action", "addr", "size", "stack", "device_free"])
-    ev["t_us"] = pd.to_numeric(ev["t_us"], errors="coerce")
+def _torch_view(parsed: _Parsed, utc_start_ns, stacks: list, ids: dict):
+    ev = parsed.events.copy()
+    # the file's stacks join those of the files before it (ranks share their code's stacks)
+    remap = np.array([_shared_id(key, stacks, ids) for key in parsed.stacks] or [0], np.int64)
+    ev["stack"] = remap[ev["stack"].to_numpy(np.int64)] if len(ev) else ev["stack"]
     offset = None if utc_start_ns is None else int(utc_start_ns)
     ev["start_ns"] = (ev["t_us"] * 1000.0 - offset) if offset is not None else np.nan
     ev = ev.sort_values(["device_id", "t_us"], kind="stable", ignore_index=True)
-    # the state at the end: what the history's deltas count back from
-    end_alloc, end_reserved = {}, {}
-    for s in snap.get("segments") or ():
-        if not isinstance(s, dict):
-            continue
-        d = int(s.get("device", 0) or 0)
-        end_reserved[d] = end_reserved.get(d, 0) + int(s.get("total_size", 0) or 0)
-        end_alloc[d] = end_alloc.get(d, 0) + int(s.get("allocated_size", 0) or 0)
+    end_alloc, end_reserved = parsed.end_alloc, parsed.end_reserved
     size = ev["size"].to_numpy(np.int64)
     act = ev["action"].to_numpy(object)
     d_alloc = np.where(np.isin(act, _ALLOC), size, np.where(np.isin(act, _FREE), -size, 0))

@@ -39,7 +39,7 @@ _LIBRARY = re.compile(r"[/\\](site|dist)-packages[/\\]")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]|^<frozen ")
 
 
-@dataclass
+@dataclass(eq=False)  # one object, one set of samples: analyses memoise their results per object
 class PythonSamples:
     samples: pd.DataFrame
     stacks: list = field(repr=False)

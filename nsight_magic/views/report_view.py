@@ -60,9 +60,11 @@ def _lines_and_modules(report, folder):
 def _ranks(report) -> dict:
     """The Ranks tab's tables when the report holds several ranks (or processes with GPU work): per rank, NCCL per
     collective, the straggler per step; {} otherwise (and for a report a rule cannot read)."""
-    from ..analysis.ranks import nccl_summary, ranks_table, stragglers_by_step
+    from ..analysis.ranks import nccl_summary, rank_owners, ranks_table, stragglers_by_step
 
     try:
+        if len(rank_owners(report)) < 2:  # one process: no tab, and none of the collectives' and steps' work
+            return {}
         per_rank = ranks_table(report)
         if len(per_rank) < 2:
             return {}
