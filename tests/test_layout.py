@@ -18,8 +18,8 @@ LAYERS = (
     ("report",),                                          # the facade: a reader's data with analysis and views on top
     ("jobs",),
     # the Python API and its front ends ("" = __init__)
-    ("run", "background", "frontend", "magics", "magic_args", "cell_output", "cell_display", "cli", "inplace_kernel",
-     "heap", "idle", ""),
+    ("run", "background", "frontend", "magics", "magic_args", "cell_output", "cell_display", "cell_run", "cli",
+     "inplace_kernel", "heap", "idle", ""),
 )
 
 

@@ -200,6 +200,7 @@ def test_interrupt_stops_the_cell_keeps_the_report_and_the_session(tmp_path, ses
 
     def interrupt_when_running(phase, t):
         if phase == "running":
+            time.sleep(0.5)  # the sleep sampled first (a loaded machine interrupted it before its first sample)
             raise KeyboardInterrupt
 
     r = run_nsys("with nvtx.annotate('long'):\n    time.sleep(60)\nprint('not reached')\n",
