@@ -212,8 +212,9 @@ def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) 
     """The steady-state window of a process: steps after the first (stretched to the GPU work they launched), or
     the GPU's first to last operation.  `launched`: correlation ids -> launch time (the CUDA call's start)."""
     first, last = int(ops["start_ns"].min()), int(ops["end_ns"].max())
-    if steps is not None and steps.steady() is not None:
-        a, b = steps.steady()
+    steady = steps.steady() if steps is not None else None
+    if steps is not None and steady is not None:
+        a, b = steady
         # GPU work runs after its launch: a GPU-bound loop's (or a rank waiting in its collectives) last steps end
         # on the GPU long after the CPU's ranges
         at = launched(ops["correlation_id"].to_numpy(np.int64, na_value=-1))
@@ -399,7 +400,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
             calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
         out["calls"] = calls
     # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
-    named = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
+    named: dict = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
     for cat, rx in HOST_CALLS.items():
         got = np.zeros(n, np.int64)
         for th, g in by_thread.items():
@@ -477,9 +478,9 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         sync_start[mm[hit]] = ss[kk[hit]]
         sync_wait[mm[hit]] = budget[hit]
     freed = np.zeros(n, bool)  # the wait after a cudaFree: the allocator's
-    for name, c in sync_names.items():
+    for name, code in sync_names.items():
         if _FREE_SYNC.search(name):
-            freed |= sync_code == c
+            freed |= sync_code == code
     out["allocator"] = out["allocator"] + np.where(freed, sync_take, 0)
     sync_take = np.where(freed, 0, sync_take)
     out["sync"] = sync_take
@@ -705,8 +706,8 @@ def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0
 
         said[at:at + 1] = [(f"host code launching nothing for {DEFAULTS['host_code.min_gap_ms']:g} ms or more", quiet),
                            (words["launch"], pct["launch"] - quiet)]
-    words = ", ".join(f"{w} {v:.0f}%" for w, v in said)
-    return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=words, matrix=matrix)
+    host_parts = ", ".join(f"{w} {v:.0f}%" for w, v in said)
+    return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=host_parts, matrix=matrix)
 
 
 def _matrix_words(report, window) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -190,8 +191,8 @@ def _ncu_metrics(report) -> pd.DataFrame:
 class ProfileDiff:
     """The comparison of two profiles; see the module docstring.  Tables are DataFrames (DIFF_COLUMNS)."""
 
-    before: object
-    after: object
+    before: Any                   # the two reports: both nsys's (NsysData) or both ncu's
+    after: Any
     before_label: str
     after_label: str
     kernels: pd.DataFrame
@@ -267,8 +268,9 @@ def _findings_diff(before, after) -> pd.DataFrame:
     rows = []
     for rule in list(dict.fromkeys([*fb, *fa])):
         b, a = fb.get(rule), fa.get(rule)
+        either = a if a is not None else b
         rows.append({"rule": rule, "status": "new" if b is None else "gone" if a is None else "still",
-                     "title": (a or b)[0], "at_stake_before_ns": b[1] if b else 0, "at_stake_after_ns": a[1] if a else 0})
+                     "title": either[0] if either is not None else "", "at_stake_before_ns": b[1] if b else 0, "at_stake_after_ns": a[1] if a else 0})
     return pd.DataFrame(rows, columns=["rule", "status", "title", "at_stake_before_ns", "at_stake_after_ns"])
 
 

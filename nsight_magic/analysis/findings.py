@@ -75,7 +75,6 @@ def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Fi
             raise ValueError(f"no such rule: {', '.join(unknown)} (the rules: {', '.join(NSYS_RULES)})")
     if "collective_wait" in NSYS_RULES and ctx.diag.pairs:
         ctx.straggler = straggler_of(ctx)  # before the others: the straggler's time is counted once, there
-    ctx.fired = set()
     out: list[Finding] = []
     for name, rule in NSYS_RULES.items():
         got = rule(ctx)

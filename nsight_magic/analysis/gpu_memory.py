@@ -68,7 +68,7 @@ def _memory_summary(report) -> MemorySummary:
     for device, g in tl.groupby("device_id", sort=True):
         torch_rows = g[g["source"] == "torch"]
         nsys_rows = g[g["source"] == "nsys"]
-        row = {k: np.nan for k in DEVICE_COLUMNS}
+        row: dict = {k: np.nan for k in DEVICE_COLUMNS}
         row.update(device_id=int(device), capacity=mem.capacity.get(int(device), np.nan),
                    source="torch" if len(torch_rows) else "nsys")
         use = torch_rows if len(torch_rows) else nsys_rows
@@ -115,7 +115,9 @@ def _site_labels(mem, folder) -> tuple[np.ndarray, np.ndarray]:
     if not mem.stacks:
         return np.empty(0, object), np.empty(0, np.int64)
     index: dict = {}
-    frames, stacks, lines = [], [], []
+    frames: list = []
+    stacks: list = []
+    lines: list = []
     for st in mem.stacks:
         ids, ln = [], []
         for name, file, line in st:

@@ -40,9 +40,10 @@ def _per_value(col, one, many, limit: int | None = None) -> np.ndarray:
     return hit[np.where(codes >= 0, codes, len(vals) - 1)]
 
 
-def contains(col, pat: str, regex: bool = True, case: bool = True) -> np.ndarray:
+def contains(col, pat: str | re.Pattern, regex: bool = True, case: bool = True) -> np.ndarray:
     """col.astype(str).str.contains(pat) as a bool array."""
-    rx = re.compile(pat if regex else re.escape(pat), 0 if case else re.IGNORECASE)
+    rx = pat if isinstance(pat, re.Pattern) else re.compile(pat if regex else re.escape(pat),
+                                                            0 if case else re.IGNORECASE)
     return _per_value(col, lambda v: rx.search(v) is not None,
                       lambda v: v.str.contains(rx, regex=True).fillna(False), limit=SEARCH_CHARS)
 

@@ -38,7 +38,7 @@ class ProfileView:
         return _joined(self.lines, self.view.text())
 
     def bundle(self, live: bool = True, loader: bool = False) -> dict:
-        out = {"text/plain": self.text(), "text/html": self.html(loader)}
+        out: dict = {"text/plain": self.text(), "text/html": self.html(loader)}
         widget = self.live if live else None
         if widget is not None:
             out[VIEW_MIME] = {"model_id": widget.model_id, "version_major": 2, "version_minor": 0}

@@ -114,7 +114,8 @@ def default_sort(df: pd.DataFrame, kinds: dict | None = None) -> str | None:
     times = [c for c in ("total_ns", "gpu_ns", "delta_ns") if c in df.columns]
     times += [c for c in df.columns if kinds.get(c) == "time" and c not in times]
     informative = [c for c in times if pd.to_numeric(df[c], errors="coerce").fillna(0).abs().sum() > 0]
-    return (informative or times or [None])[0]
+    shown = informative or times
+    return shown[0] if shown else None
 
 
 def format_table(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:

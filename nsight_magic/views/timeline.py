@@ -410,7 +410,7 @@ class TimelineView:
     def attach_live_refresh(self) -> None:
         """Python-side callback: when the visible range changes, fetch that window's events."""
 
-        last = {}
+        last: dict = {}
 
         def _on_range(attr, old, new):
             xr = self.figure.x_range

@@ -395,9 +395,9 @@ def _assemble(report, parts: list, st: _Strings) -> TimelineData:
         last = max(last, frame_rel[1])
     # a name or detail is drawn and shown on hover up to NAME_CHARS: 3,000 template names of 60 kB each would make a
     # 600 MB page
-    names = [n if len(n) <= NAME_CHARS else n[:NAME_CHARS] + "…" for n in map(str, names)]
-    details = [d if len(d) <= NAME_CHARS else d[:NAME_CHARS] + "…" for d in map(str, details)]
-    data = TimelineData(events=ev, rows=rows, names=list(names), details=list(details), categories=cat_list,
+    shown_names = [n if len(n) <= NAME_CHARS else n[:NAME_CHARS] + "…" for n in map(str, names)]
+    shown_details = [d if len(d) <= NAME_CHARS else d[:NAME_CHARS] + "…" for d in map(str, details)]
+    data = TimelineData(events=ev, rows=rows, names=shown_names, details=shown_details, categories=cat_list,
                         colors=cat_colors, span_ns=max(span, 1), api_row_of_row=api_row,
                         origin_ns=origin, first_ns=first, palette=list(st.colors), frame_ns=frame_rel,
                         last_ns=max(min(last, max(span, 1)), first + 1), memory=memory_series(report, origin),
@@ -572,7 +572,7 @@ def _layout_rows(ev: dict, report, cat_code):
     tnames, gnames, pnames = thread_names(report), _gpu_names(report), _process_names(report)
     kernel_threads = _kernel_threads(report)
     by_sub = {v[0]: k for k, v in _THREAD_SOURCES.items()}
-    leaves = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
+    leaves: list[tuple[tuple, dict, int]] = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
     for code, k in enumerate(uniq.tolist()):
         i = first[code]
         if k & _GPU_BIT:

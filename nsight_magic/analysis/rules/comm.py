@@ -92,7 +92,7 @@ def slower_gpu_words(who: str, slow: float, spread_pct: float, sev: str) -> tupl
 
 def _cause(ctx: Context, pid: int) -> str:
     """What the straggler does differently: the breakdown category where it exceeds the others most."""
-    shares = {}
+    shares: dict = {}
     for p in ctx.diag.pairs:
         t = shares.setdefault(p.pid, {})
         for c, v in p.totals.items():

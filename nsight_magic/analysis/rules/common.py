@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,10 @@ from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
 from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
+
+if TYPE_CHECKING:  # types only: the rules read a report through the reader's data, never import the reader
+    from ...readers.nsys import NsysData
+    from ..bottleneck import Diagnosis
 
 
 @dataclass(frozen=True)
@@ -57,9 +62,9 @@ def severity(at_stake_ns: float, span_ns: int, min_alarm_ns: float = MIN_ALARM_N
 class Context:
     """One run of the rules over a report."""
 
-    report: object
+    report: NsysData
     th: dict
-    diag: object                  # analysis.bottleneck.Diagnosis
+    diag: Diagnosis
     straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
     claimed: dict = field(default_factory=dict)  # category -> ns a named cause took of it (the generic rule keeps
     #                                               the rest: each nanosecond is counted once)
@@ -68,6 +73,7 @@ class Context:
     readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
     autotune_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps autotune took
     memo: dict = field(default_factory=dict)  # what several rules read, computed once (the memory summary)
+    fired: set = field(default_factory=set)  # the causes (not symptoms) that found time at stake so far
 
     @property
     def span(self) -> int:
@@ -196,7 +202,7 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     idx = a["match"](ckey(ops["pid"].to_numpy(np.int64), ops["correlation_id"]))
     ok = idx >= 0
     take = np.maximum(idx, 0)
-    out = {}  # framed once at the end
+    out: dict = {}  # framed once at the end
     name = a["name"]
     if not len(name):
         out["api_name"] = np.full(len(ops), None, object)

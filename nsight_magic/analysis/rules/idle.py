@@ -26,7 +26,7 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     gaps = ctx.diag.gaps()
     if gaps.empty or ev.empty:
         return 0, ""
-    fired = getattr(ctx, "fired", set())
+    fired = ctx.fired
     by_pair: dict = {}
     named: dict[str, int] = {}
     strag = ctx.straggler["pid"] if ctx.straggler else None
@@ -114,7 +114,7 @@ def rule_startup(ctx: Context) -> list[Finding]:
     t0 = d.capture[0]
     first = t0 + start
     ev = evidence(pd.DataFrame({"start_ns": [t0], "end_ns": [first], "pid": [pid]}), "start-up")
-    if warm:
+    if warm and st is not None:
         ev = pd.concat([ev, evidence(pd.DataFrame({"start_ns": [int(st.starts[0])], "end_ns": [int(st.starts[1])],
                                                    "pid": [pid]}), "warm-up step")], ignore_index=True)
     what = "the first step" if st is not None else "the GPU's first operation"
@@ -206,7 +206,10 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
             used = float(np.sum(np.minimum(ei[m], ce) - np.maximum(si[m], cs)))
             pct = used / (ce - cs) * 100
             if pct < thr:
-                chunk_ids.append(k), starts.append(cs), ends.append(ce), pcts.append(pct)
+                chunk_ids.append(k)
+                starts.append(cs)
+                ends.append(ce)
+                pcts.append(pct)
         if not chunk_ids:
             continue
         ids = np.array(chunk_ids)

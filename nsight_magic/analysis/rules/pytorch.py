@@ -290,7 +290,8 @@ def rule_conv_bias_bn(ctx: Context) -> list[Finding]:
     if k.empty or not _gpu_side(ctx):
         return []
     k = with_classes(k).sort_values("start_ns", kind="stable")
-    bias, grads = [], []
+    bias: list = []
+    grads: list = []
     for _, s in k.groupby(["pid", "device_id", "stream_id"]):
         names = s["name"].astype(str).to_numpy()
         cls = s["cls"].to_numpy()
