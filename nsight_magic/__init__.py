@@ -52,8 +52,10 @@ def diff(before, after, **kw):
     nvtx (and for Nsight Compute, metrics) tables, a headline and the findings that came or went
     (nsight_magic.analysis.diff)."""
     from .analysis.diff import diff as _diff
+    from .readers import report_and_label
 
-    return _diff(before, after, **kw)
+    (b, bl), (a, al) = report_and_label(before), report_and_label(after)
+    return _diff(b, a, labels=(bl, al), **kw)
 
 
 def gate(before, after, fail_above: float, ranges=(), top_kernels: int = 5, **kw):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import NsightMagicError, OptionError, ReportWarning
 from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
-from .views.pages import write_page
+from .store import write_page
 
 
 def _add(parser: argparse.ArgumentParser, *specs) -> None:

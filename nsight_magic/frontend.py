@@ -158,12 +158,14 @@ class Frontend:
 def diff_profiles(before, after, root: Path, match: str = "name", say=None):
     """analysis.diff of two profiles named by name (in `root`), folder or report file, once neither is loading."""
     from .analysis.diff import diff
+    from .readers import report_and_label
     from .store import find_profile
 
     background.wait_under(root, say=say)  # a profile named by name may be loading
     b, a = find_profile(before, root), find_profile(after, root)
     background.wait_for((b, a), say=say)
-    return diff(b, a, match=match)
+    (b, bl), (a, al) = report_and_label(b), report_and_label(a)
+    return diff(b, a, match=match, labels=(bl, al))
 
 
 def is_job(path: Path, pattern: str | None = None) -> bool:

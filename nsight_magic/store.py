@@ -9,8 +9,12 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .options import safe_name
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_DIR_NAME = "nsight-profiles"
 
@@ -341,3 +345,87 @@ def save_baseline(name: str, profile: str | os.PathLike | None, root: Path) -> P
     if not has_report(src):
         raise OptionError(f"{src}: not a finished profile (no report in it, or still being loaded)")
     return keep(src, name, root)
+
+
+# ---- what the views show of a profile's folder, and the pages they are saved as ----------------------------------
+# The views read no file and write none (tests/test_layout.py): they get these from here.
+
+def folder_files(folder) -> pd.DataFrame:
+    """The Files tab: every file under folder (relative path, bytes), sorted; no rows when folder is None.
+    A folder that is not a directory is a one-line ReportError."""
+    import pandas as pd
+
+    from .errors import ReportError
+
+    if folder is None:
+        return pd.DataFrame(columns=["file", "bytes"])
+    p = Path(folder)
+    if not p.is_dir():
+        raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
+    files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != FINISHING_FILE)  # gone once it is drawn
+    return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})
+
+
+def files_of(folder, report_path) -> pd.DataFrame:
+    """The profile folder's files, or just the report file when it is not in one."""
+    import pandas as pd
+
+    if folder is not None and Path(folder).is_dir():
+        return folder_files(folder)
+    path = Path(report_path)
+    return pd.DataFrame({"file": [str(path)], "bytes": [path.stat().st_size if path.exists() else 0]})
+
+
+@dataclass(frozen=True)
+class CellFacts:
+    """What a profile folder says of its cell: its source (cell.py), the editor's number of its first line
+    (run.json) and what --modules annotated (annotations.json: checked, never trusted)."""
+    source: str | None = None
+    first_line: int = 1
+    annotations: dict | None = None
+
+
+def cell_facts(folder) -> CellFacts:
+    if folder is None:
+        return CellFacts()
+    folder = Path(folder)
+    cell = folder / "cell.py"
+    source = cell.read_text() if cell.is_file() else None
+    try:  # under a %%nsys line the editor numbers the cell's first line 2
+        first = int(json.loads((folder / "run.json").read_text()).get("cell_first_line", 1))
+    except (OSError, ValueError, TypeError, AttributeError):
+        first = 1
+    made = None
+    try:
+        made = json.loads((folder / "annotations.json").read_text())
+    except (OSError, ValueError):
+        pass
+    return CellFacts(source, first, made if isinstance(made, dict) else None)
+
+
+def notebook_relative(folder) -> str | None:
+    """A folder relative to the notebook's (the frontend reads it through the contents API); None on another
+    drive."""
+    try:
+        return Path(os.path.relpath(Path(folder).resolve(), notebook_dir())).as_posix()
+    except ValueError:  # another drive
+        return None
+
+
+def write_page(path: Path, html: str) -> Path:
+    """Write an HTML page (view.html, diff and ncu pages) whole or not at all: into a new file beside it, then
+    renamed over it (a symbolic link at `path` is replaced, never written through)."""
+    import secrets
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(html)
+        os.replace(tmp, path)
+    finally:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+    return path

@@ -180,3 +180,41 @@ def test_docs_layout_names_every_module():
     missing = [name for name, p in _modules().items()
                if name and p.stem != "__init__" and not re.search(rf"\b{re.escape(p.stem)}\b", text)]
     assert not missing, f"docs/layout.md names none of {missing}"
+
+
+# what reads or writes files: the store (store.py) and the readers do; analysis and views get data and return data
+_FILE_METHODS = {"read_text", "write_text", "read_bytes", "write_bytes", "exists", "is_file", "is_dir", "iterdir",
+                 "glob", "rglob", "stat", "lstat", "mkdir", "unlink", "rmdir", "touch", "symlink_to",
+                 "readlink", "open"}  # not resolve(): thresholds.resolve is no file's
+_FILE_MODULES = {"os", "shutil", "tempfile", "glob", "pickle", "sqlite3"}
+_FILE_CALLS = {"open", "read_report", "open_report", "read_nsys", "open_nsys_report"}
+
+
+def _file_io(tree: ast.Module) -> list[tuple[int, str]]:
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found += [(node.lineno, f"import {n}") for n in names if n.split(".")[0] in _FILE_MODULES and not
+                      getattr(node, "level", 0)]
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in _FILE_CALLS:
+                found.append((node.lineno, f"{f.id}()"))
+            elif isinstance(f, ast.Attribute) and f.attr in _FILE_METHODS | {"load"} - {"open"}:
+                if f.attr == "load" and not (isinstance(f.value, ast.Name) and f.value.id in ("json", "pickle")):
+                    continue
+                found.append((node.lineno, f".{f.attr}()"))
+    return found
+
+
+def test_analysis_and_views_read_and_write_no_file():
+    """Analysis is pure and the views are fed: a folder's files (the cell, run.json, annotations, the Files tab)
+    come from store.py, reports from the readers, and pages are written by store.write_page."""
+    bad = []
+    for name, path in _modules().items():
+        # views/assets reads the package's own JavaScript and CSS, no user's file
+        if name.split(".")[0] not in ("analysis", "views") or name == "views.assets":
+            continue
+        bad += [f"nsight_magic/{path.relative_to(PACKAGE)}:{line}: {what}" for line, what in _file_io(_parsed(path)[1])]
+    assert not bad, "file I/O in analysis/ or views/ (move it to store.py or a reader):\n" + "\n".join(bad)

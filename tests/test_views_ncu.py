@@ -149,7 +149,7 @@ def test_files_tab_lists_the_folder(h100, tmp_path):
 
 def test_folder_listing_of_something_not_a_folder_is_a_report_error(tmp_path):
     from nsight_magic.errors import ReportError
-    from nsight_magic.views.tables import folder_files
+    from nsight_magic.store import folder_files
 
     f = tmp_path / "report.ncu-rep"
     f.write_bytes(b"NVR\x00")

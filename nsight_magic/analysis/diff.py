@@ -226,13 +226,9 @@ class ProfileDiff:
                 f"{h.get('capture_before_ns', 0) / 1e6:,.3f} -> {h.get('capture_after_ns', 0) / 1e6:,.3f} ms)")
 
 
-def _open(x):
-    from ..readers import read_report
-
-    if isinstance(x, (str, Path)):
-        p = Path(x)
-        return read_report(p), (p.name if p.is_dir() else p.parent.name if p.stem == "report" else p.stem)
-    return x, Path(getattr(x, "path", "report")).parent.name or "report"
+def report_label(report) -> str:
+    """A report's name in a comparison: its profile folder's name."""
+    return Path(getattr(report, "path", "report")).parent.name or "report"
 
 
 def _is_ncu(report) -> bool:
@@ -274,15 +270,18 @@ def _findings_diff(before, after) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rule", "status", "title", "at_stake_before_ns", "at_stake_after_ns"])
 
 
-def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_tol_ns: float = ABS_TOL_NS
-         ) -> ProfileDiff:
-    """Compare two profiles (folders, report files or opened reports); see the module docstring."""
+def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_tol_ns: float = ABS_TOL_NS,
+         labels: tuple[str, str] | None = None) -> ProfileDiff:
+    """Compare two opened reports (nsight_magic.diff opens folders and files); see the module docstring.
+    `labels`: their names in the comparison (default: their folders' names)."""
     from ..errors import OptionError
 
     if match not in ("name", "order"):
         raise OptionError(f"match must be 'name' or 'order', not {match!r}")
-    b, bl = _open(before)
-    a, al = _open(after)
+    if isinstance(before, (str, Path)) or isinstance(after, (str, Path)):
+        raise TypeError("analysis.diff compares opened reports; nsight_magic.diff opens folders and report files")
+    b, a = before, after
+    bl, al = labels or (report_label(b), report_label(a))
     if _is_ncu(a) != _is_ncu(b):
         raise OptionError(f"cannot compare {_tool(b)} report with {_tool(a)} report: both must be Nsight Systems "
                           f"reports, or both Nsight Compute reports")

@@ -11,6 +11,15 @@ NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep", ".qdstrm")
 NCU_SUFFIXES = (".ncu-rep", ".csv")
 
 
+def report_and_label(x) -> tuple:
+    """A report to compare and its name in the comparison: opened from a path (a folder: its name; report.*: its
+    folder's name; another file: its stem), or an opened report as it is (its folder's name)."""
+    if isinstance(x, (str, Path)):
+        p = Path(x)
+        return read_report(p), (p.name if p.is_dir() else p.parent.name if p.stem == "report" else p.stem)
+    return x, Path(getattr(x, "path", "report")).parent.name or "report"
+
+
 def read_report(path):
     """Read a report by its kind: nsys (.sqlite/.nsys-rep/.qdrep), ncu (.ncu-rep/.csv) or a profile folder."""
     if "\x00" in str(path):  # the OS refuses such a path (Python raises ValueError deep inside)

@@ -19,7 +19,8 @@ import pandas as pd
 from ..analysis.memory_workload import kernel_transfers, module_scatter, range_transfers
 from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
-from .tables import folder_files, static_tabs_html, table_html, table_text, table_widget
+from ..store import files_of
+from .tables import static_tabs_html, table_html, table_text, table_widget
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
 KERNEL_TABLE = ("id", "short_name", "nvtx", "duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -57,10 +58,7 @@ def rule_summary(rules: pd.DataFrame) -> pd.DataFrame:
 
 def _files(report, folder) -> pd.DataFrame:
     """The profile folder's files, or just the report file when it is not in one."""
-    if folder is not None and Path(folder).is_dir():
-        return folder_files(folder)
-    path = Path(report.path)
-    return pd.DataFrame({"file": [str(path)], "bytes": [path.stat().st_size if path.exists() else 0]})
+    return files_of(folder, report.path)
 
 
 def prepare_ncu(report, folder=None) -> NcuTables:

@@ -19,8 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .pages import write_page
-
+from ..store import notebook_relative, write_page
 from .profile_view import VIEW_MIME, ProfileView
 
 __all__ = ["READY_KEY", "STATUS_MIME", "VIEW_MIME", "view_of", "profile_bundle", "status_bundle", "bundle_bytes"]
@@ -73,15 +72,9 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
 def status_bundle(text: str, *, tool: str, folder, state: str = "loading") -> dict:
     """The status line of a profile being loaded in the background (see the module docstring): the folder also
     relative to the notebook's (the frontend reads it through the contents API), and the kernel loading it."""
-    import os
-
-    from ..store import notebook_dir
     from ..tools import jupyter_kernel_id
 
-    try:
-        rel = Path(os.path.relpath(Path(folder).resolve(), notebook_dir())).as_posix()
-    except ValueError:  # another drive
-        rel = None
+    rel = notebook_relative(folder)
     return {"text/plain": text, STATUS_MIME: {"state": state, "tool": tool, "folder": str(folder), "rel": rel,
                                               "kernel_id": jupyter_kernel_id()}}
 

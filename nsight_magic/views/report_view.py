@@ -8,7 +8,6 @@ the static timeline's place while its kernel lives (views/output.py).
 """
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass
 from html import escape
@@ -23,7 +22,8 @@ from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
 from .lines import lines_html, modules_html
 from .picture import picture_html
-from .tables import folder_files, static_tabs_html, table_html, table_text
+from ..store import cell_facts, folder_files
+from .tables import static_tabs_html, table_html, table_text
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 
@@ -31,24 +31,11 @@ def _lines_and_modules(report, folder):
     """The Lines table (--lines) and the module tree (--modules); empty frames for reports without them."""
     from ..analysis.lines import lines_table, module_table
 
-    source, names, first = None, None, 1
-    types, models, prefixed = None, None, False
-    if folder is not None:
-        cell = Path(folder) / "cell.py"
-        source = cell.read_text() if cell.exists() else None
-        try:  # under a %%nsys line the editor numbers the cell's first line 2
-            first = int(json.loads((Path(folder) / "run.json").read_text()).get("cell_first_line", 1))
-        except (OSError, ValueError, TypeError):
-            first = 1
-        ann = Path(folder) / "annotations.json"
-        if ann.exists():
-            try:
-                made = json.loads(ann.read_text())
-                made = made if isinstance(made, dict) else {}
-            except ValueError:
-                made = {}
-            names, types = made.get("modules"), made.get("module_types")
-            models, prefixed = made.get("models"), bool(made.get("model_prefixed"))
+    facts = cell_facts(folder)
+    made = facts.annotations or {}
+    names, types = made.get("modules"), made.get("module_types")
+    models, prefixed = made.get("models"), bool(made.get("model_prefixed"))
+    source, first = facts.source, facts.first_line
     types = types if isinstance(types, dict) else None  # annotations.json is a file: checked, never trusted
     models = models if isinstance(models, list) else None
     try:
@@ -360,10 +347,8 @@ class NsysView:
     """Prepared data for one report; renders the static page parts and the live widget."""
 
     def __init__(self, report, folder=None, *, width: int = 1100, thresholds: dict | None = None):
-        if isinstance(report, (str, Path)):  # a path is welcome too: open it (errors are the reader's, one line)
-            from ..readers import read_report
-
-            report = read_report(report)
+        if isinstance(report, (str, Path)):  # the views read no file: nsight_magic.open_report(path).show()
+            raise TypeError("NsysView shows an opened report: open_report(path) reads it")
         self.report = report
         self.folder = _report_folder(report, folder)
         self.data: TimelineData = prepare_timeline(report)
@@ -539,7 +524,7 @@ def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:
 
 def write_view_html(report, path, folder=None, thresholds: dict | None = None) -> Path:
     """Write nsys_html to path; returns the path."""
-    from .pages import write_page
+    from ..store import write_page
 
     return write_page(Path(path), nsys_html(report, folder, thresholds))
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import re
 
 from html import escape
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from ..errors import ReportError
-from ..store import FINISHING_FILE
 from .assets import view_css
 
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
@@ -322,13 +319,3 @@ def static_tabs_html(titles, panes) -> str:
     return f'<div class="nm-tabs" style="display:none">{buttons}</div>{body}'
 
 
-def folder_files(folder) -> pd.DataFrame:
-    """The Files tab: every file under folder (relative path, bytes), sorted; no rows when folder is None.
-    A folder that is not a directory is a one-line ReportError."""
-    if folder is None:
-        return pd.DataFrame(columns=["file", "bytes"])
-    p = Path(folder)
-    if not p.is_dir():
-        raise ReportError(f"{p}: not a folder; pass the profile folder that holds the report")
-    files = sorted(f for f in p.rglob("*") if f.is_file() and f.name != FINISHING_FILE)  # gone once it is drawn
-    return pd.DataFrame({"file": [str(f.relative_to(p)) for f in files], "bytes": [f.stat().st_size for f in files]})
