@@ -73,7 +73,7 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         parts += [("launch", "host_code", quiet & rest & ~back), ("launch", "launch_bound", ~quiet & rest & ~back),
                   ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]
         # steps that grow claimed the idle time of their growth (growing_steps), whatever its category
-        grown = dict(getattr(ctx, "growth_idle", {}).get((pid, dev), {})) if "growing_steps" in fired else {}
+        grown = dict(ctx.growth_idle.get((pid, dev), {})) if "growing_steps" in fired else {}
         weighted = {cat: g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float) for cat in EXPLAINED_BY}
         for cat, rule, m in parts:
             part = float(weighted[cat][m].sum())

@@ -131,7 +131,7 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
     if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
         return []
     norm = k[tx.contains(k["name"], NORM_RX, regex=True) & ~tx.contains(k["name"], NHWC_RX, regex=True) & ~hit]
-    if "elementwise_fusion" in getattr(ctx, "fired", ()):  # its chains hold the norms' time: counted there once
+    if "elementwise_fusion" in ctx.fired:  # its chains hold the norms' time: counted there once
         norm = norm.iloc[:0]
     both = pd.concat([t, norm])
     a = api_of(both, report.cuda_api)  # with --ops, the operator whose call launched each kernel

@@ -196,7 +196,7 @@ def _score_work(ctx: Context, k: pd.DataFrame) -> np.ndarray:
 
 
 def _attention_holds(ctx: Context) -> bool:
-    return "attention_unfused" in getattr(ctx, "fired", ())  # (it runs before elementwise_fusion)
+    return "attention_unfused" in ctx.fired  # (it runs before elementwise_fusion)
 
 
 def rule_attention_unfused(ctx: Context) -> list[Finding]:
