@@ -15,6 +15,7 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Callable
 
@@ -36,6 +37,19 @@ CELL_STOP_S = 5.0       # a stopped cell's processes get this long to end before
 class RunFailed(NsightMagicError):
     """The run could not start; the message says why and where the kept files are."""
 
+
+
+class RunStatus(StrEnum):
+    """How a profiled run ended (RunResult.status, ChildOutcome.status).  Members are their strings: a status read
+    back from run.json or compared with "ok" is the same value."""
+    OK = "ok"                     # the cell ran to its end
+    CELL_ERROR = "cell-error"     # the cell raised (its traceback is in the output)
+    SETUP_ERROR = "setup-error"   # the %%nsight_setup code raised before the cell
+    STATE_ERROR = "state-error"   # the sent variables could not be loaded
+    EXITED = "exited"             # the cell called sys.exit() with a non-zero status
+    TIMEOUT = "timeout"           # --timeout stopped it
+    INTERRUPTED = "interrupted"   # Ctrl-C stopped it
+    FAILED = "failed"             # the process or the profiler died
 
 @dataclass
 class RunResult:
@@ -433,7 +447,7 @@ class ChildRun:
                     self.extras["ranks_done"] = [r for r, d in enumerate(self.cell_over) if d]  # before the stop
                     self.status_cb("stopping (timeout)", now)
                     _stop(self.proc, self.run_id, stop_grace_s)
-                    self.outcome = "timeout"
+                    self.outcome = RunStatus.TIMEOUT
                     break
         except KeyboardInterrupt:
             self._pump()
@@ -442,7 +456,7 @@ class ChildRun:
             if all(self.cell_over):
                 self.extras["interrupted_writing"] = True
             else:
-                self.outcome = "interrupted"
+                self.outcome = RunStatus.INTERRUPTED
         self._pump(last=True)
         self.record_s = time.monotonic() - self.t0
 
@@ -455,9 +469,9 @@ class ChildRun:
             if bad in self.phases:
                 return bad
         if "exited" in self.phases:
-            return "ok" if not self.extras.get("exit_status") else "exited"
+            return RunStatus.OK if not self.extras.get("exit_status") else RunStatus.EXITED
         cs = self.extras.get("cell_status", 0)
-        return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
+        return RunStatus.OK if cs == 0 else RunStatus.CELL_ERROR if cs == EXIT_CELL_ERROR else RunStatus.EXITED
 
     def finish(self, on_status: StatusCallback | None = None, cancel=None, stop_grace_s: float = 30.0
                ) -> ChildOutcome:
@@ -503,26 +517,26 @@ class ChildRun:
             return self.outcome
         if self.extras.get("interrupted_writing") and "cell_status" in self.extras:
             cs = self.extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
-            return "ok" if cs == 0 else "cell-error" if cs == EXIT_CELL_ERROR else "exited"
+            return RunStatus.OK if cs == 0 else RunStatus.CELL_ERROR if cs == EXIT_CELL_ERROR else RunStatus.EXITED
         return status_from(rc, self.phases, self.extras.get("cell_status"))
 
 
-def status_from(rc: int | None, phases: list[str], cell_status: int | None = None) -> str:
+def status_from(rc: int | None, phases: list[str], cell_status: int | None = None) -> RunStatus:
     """The run's outcome from the exit status and the phases the child recorded; `cell_status`: the status the
     child's cell-done record gave, when there was one."""
-    if "setup-error" in phases:
-        return "setup-error"
+    if "setup-error" in phases:  # the child's phases, named as the statuses they end in
+        return RunStatus.SETUP_ERROR
     if "state-error" in phases:
-        return "state-error"
+        return RunStatus.STATE_ERROR
     if "exited" in phases:
-        return "ok" if rc == 0 else "exited"
+        return RunStatus.OK if rc == 0 else RunStatus.EXITED
     if "finished" in phases or "cell-done" in phases:
         if rc and cell_status == 0:
             # the cell ended well by its own record: the non-zero exit is the profiler's (ncu exits 1 when it
             # cannot attach, the number the child exits with when the cell raised: seen on a loaded machine)
-            return "failed"
-        return "ok" if rc == 0 else ("cell-error" if rc == EXIT_CELL_ERROR else "failed")
-    return "failed"
+            return RunStatus.FAILED
+        return RunStatus.OK if rc == 0 else (RunStatus.CELL_ERROR if rc == EXIT_CELL_ERROR else RunStatus.FAILED)
+    return RunStatus.FAILED
 
 
 def rank_outcome(outcome: ChildOutcome, folder: ProfileFolder, nproc: int) -> ChildOutcome:
@@ -535,11 +549,11 @@ def rank_outcome(outcome: ChildOutcome, folder: ProfileFolder, nproc: int) -> Ch
         recs = _progress_records(folder.path / f"progress{rank_suffix(r)}.jsonl")
         phases = [x.get("phase") for x in recs]
         finished = [x for x in recs if x.get("phase") == "finished"]
-        bad = next((p for p in ("setup-error", "state-error") if p in phases), None)
+        bad = next((RunStatus(p) for p in ("setup-error", "state-error") if p in phases), None)
         if bad is None and finished and finished[-1].get("status"):
-            bad = "cell-error" if finished[-1]["status"] == EXIT_CELL_ERROR else "exited"
+            bad = RunStatus.CELL_ERROR if finished[-1]["status"] == EXIT_CELL_ERROR else RunStatus.EXITED
         if bad is None and "running" in phases and not finished:
-            bad = "failed"
+            bad = RunStatus.FAILED
         if bad:
             return ChildOutcome(outcome.returncode, bad, outcome.wall_s, outcome.phases, outcome.timings,
                                  failed_rank=r, details={**outcome.details,
