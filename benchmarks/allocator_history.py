@@ -2,7 +2,7 @@
 
     python benchmarks/allocator_history.py [--steps 16] [--repeat 5]
 
-The transformer training step of benchmarks/latency.py, timed on the host clock (one synchronize per loop) with no
+The transformer training step of benchmarks/latency.py (its setup code), timed on the host clock (one synchronize per loop) with no
 history, then with `torch.cuda.memory._record_memory_history(stacks="python")` for each `context`: "all" (a stack
 for every allocation and every free), "alloc" (for allocations only: what readers/gpu_memory.py reads) and None
 (events without stacks).  Runs are interleaved and the median kept; it also prints the snapshot's pickling time and
@@ -14,7 +14,11 @@ import argparse
 import io
 import pickle
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def main() -> None:
@@ -25,13 +29,11 @@ def main() -> None:
     import torch
     import torch.nn as nn
 
-    torch.manual_seed(0)
-    layer = nn.TransformerEncoderLayer(d_model=512, nhead=8, dim_feedforward=2048, batch_first=True)
-    model = nn.TransformerEncoder(layer, num_layers=6).cuda()
-    head = nn.Linear(512, 1000).cuda()
-    opt = torch.optim.AdamW(list(model.parameters()) + list(head.parameters()), lr=1e-4)
-    x = torch.randn(32, 128, 512, device="cuda")
-    y = torch.randint(0, 1000, (32, 128), device="cuda")
+    from latency import WORKLOADS  # the same model and batch as the latency benchmark's training cell
+
+    ns: dict = {}
+    exec(compile(WORKLOADS["torch"]["setup"], "<setup>", "exec"), ns)
+    model, head, opt, x, y = (ns[k] for k in ("model", "head", "opt", "x", "y"))
 
     def loop() -> float:
         t = time.perf_counter()

@@ -1,6 +1,7 @@
 """How long a profiled cell blocks the notebook, and when its profile is drawn.
 
-    python benchmarks/latency.py [--workload cpu|torch] [--trace T] [--pause S] [--warm N] [--flags F] [--today] [--json F]
+    python benchmarks/latency.py [--workload cpu|torch] [--trace T] [--pause S] [--warm N] [--flags F] [--today]
+                                 [--json F]
 
 One notebook runs through a real kernel, driven as JupyterLab drives it (jupyter_client, allow_stdin=True): the
 extension, a %%nsight_setup cell, a pause standing for the user writing the next cell, the cell run plainly, then

@@ -266,7 +266,8 @@ def _findings_diff(before, after) -> pd.DataFrame:
         b, a = fb.get(rule), fa.get(rule)
         either = a if a is not None else b
         rows.append({"rule": rule, "status": "new" if b is None else "gone" if a is None else "still",
-                     "title": either[0] if either is not None else "", "at_stake_before_ns": b[1] if b else 0, "at_stake_after_ns": a[1] if a else 0})
+                     "title": either[0] if either is not None else "", "at_stake_before_ns": b[1] if b else 0,
+                     "at_stake_after_ns": a[1] if a else 0})
     return pd.DataFrame(rows, columns=["rule", "status", "title", "at_stake_before_ns", "at_stake_after_ns"])
 
 

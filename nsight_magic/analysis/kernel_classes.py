@@ -148,7 +148,8 @@ def kernel_classes(report, window: tuple[int, int] | None = None) -> pd.DataFram
 
 # dense matrix throughput (TFLOP/s) by compute capability: fp64, CUDA cores fp32, tensor cores tf32 and bf16/fp16, from
 # NVIDIA's data sheets of each architecture's data-center part (V100, A100, A10/A40-class, L4/L40-class, H100).
-THROUGHPUT: dict[tuple[int, int], dict] = {  # fp64: the tensor cores' where the GPU has fp64 MMA (V100: none; GA102/AD102: 1/64 of fp32)
+# fp64: the tensor cores' where the GPU has fp64 MMA (V100: none; GA102/AD102: 1/64 of fp32)
+THROUGHPUT: dict[tuple[int, int], dict] = {
     (7, 0): {"fp64": 7.8, "fp32": 15.7, "tf32": None, "bf16": 125.0},
     (8, 0): {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
     (8, 6): {"fp64": 0.6, "fp32": 37.4, "tf32": 74.8, "bf16": 149.7},
