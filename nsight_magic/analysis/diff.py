@@ -226,11 +226,6 @@ class ProfileDiff:
                 f"{h.get('capture_before_ns', 0) / 1e6:,.3f} -> {h.get('capture_after_ns', 0) / 1e6:,.3f} ms)")
 
 
-def report_label(report) -> str:
-    """A report's name in a comparison: its profile folder's name."""
-    return Path(getattr(report, "path", "report")).parent.name or "report"
-
-
 def _is_ncu(report) -> bool:
     from ..readers.ncu import NcuData
 
@@ -281,6 +276,8 @@ def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_to
         raise OptionError(f"match must be 'name' or 'order', not {match!r}")
     if isinstance(before, (str, Path)) or isinstance(after, (str, Path)):
         raise TypeError("analysis.diff compares opened reports; nsight_magic.diff opens folders and report files")
+    from ..readers import report_label
+
     b, a = before, after
     bl, al = labels or (report_label(b), report_label(a))
     if _is_ncu(a) != _is_ncu(b):

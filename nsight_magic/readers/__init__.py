@@ -17,7 +17,12 @@ def report_and_label(x) -> tuple:
     if isinstance(x, (str, Path)):
         p = Path(x)
         return read_report(p), (p.name if p.is_dir() else p.parent.name if p.stem == "report" else p.stem)
-    return x, Path(getattr(x, "path", "report")).parent.name or "report"
+    return x, report_label(x)
+
+
+def report_label(report) -> str:
+    """An opened report's name in a comparison: its profile folder's name."""
+    return Path(getattr(report, "path", "report")).parent.name or "report"
 
 
 def read_report(path):
