@@ -126,14 +126,15 @@ class ProfileJob:
 
     def _run(self) -> None:
         completed = False
-        if self.tool == "nsys" and self.render:
-            prefetch(self.folder)
+        ahead = prefetch(self.folder) if self.tool == "nsys" and self.render else None
         try:
             self.result = self.recording.finish(self._status, self.cancel)
             if not self.cancel.is_set() and (self.result.sqlite or self.result.report_file):
                 self._status("reading the report")
                 from .report import open_report
 
+                if ahead is not None:  # its result is taken by this read (not parsed twice, not left behind)
+                    ahead.join()
                 t = time.monotonic()
                 self.report = open_report(self.folder)
                 self.phases["read_s"] = time.monotonic() - t

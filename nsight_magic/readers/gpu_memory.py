@@ -144,7 +144,7 @@ class _Parsed:
 
 _AHEAD: dict = {}   # (path, size, mtime_ns) -> _Parsed, taken (removed) by the read that uses it
 _AHEAD_LOCK = threading.Lock()
-_AHEAD_MAX = 8      # parsed files waiting for their read at most (a prefetch whose read never came)
+_AHEAD_MAX = 4      # parsed files waiting for their read at most (a prefetch whose read never came)
 
 
 def _file_key(path: Path) -> tuple:
