@@ -224,13 +224,25 @@ def run_notebook(cells: list[str], cwd: Path, timeout: int = 240, allow_errors: 
 READY_KEY = "application/vnd.nsight-magic+json"  # views.output: the update that drew a profile carries it
 
 
+def start_kernel(cwd, env: dict | None = None):
+    """jupyter_client's start_new_kernel, once more when the kernel died binding its ports: jupyter_client picks
+    free TCP ports and the kernel binds them later, and under a parallel run another process took one in between
+    ("ZMQError: Address already in use", seen in a full run); start_new_kernel shuts such a kernel down."""
+    from jupyter_client.manager import start_new_kernel
+
+    for attempt in range(2):
+        try:
+            return start_new_kernel(kernel_name="python3", cwd=str(cwd), **({"env": env} if env else {}))
+        except RuntimeError:
+            if attempt:
+                raise
+
+
 def kernel_runner(cwd, env: dict | None = None):
     """A real kernel (jupyter_client) started in `cwd`, driven like JupyterLab (allow_stdin): (km, kc, run);
     run(code) executes one cell and returns (the text it showed: streams, results, tracebacks, and the final text of
     a profile that loads after the cell returned; the pager's text (`%%nsys?`); its execution count)."""
-    from jupyter_client.manager import start_new_kernel
-
-    km, kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), **({"env": env} if env else {}))
+    km, kc = start_kernel(cwd, env)
 
     def run(code: str, profile_timeout: float = 120):
         out, loading, drawn = [], {}, {}

@@ -51,9 +51,9 @@ class Frontend:
     """A kernel driven as JupyterLab drives it (allow_stdin), every iopub message kept with its arrival."""
 
     def __init__(self, cwd: Path):
-        from jupyter_client.manager import start_new_kernel
+        from conftest import start_kernel
 
-        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd))
+        self.km, self.kc = start_kernel(cwd)
         self.msgs: list[dict] = []
 
     def execute(self, code: str, timeout: float = 240) -> dict:

@@ -138,7 +138,7 @@ def test_a_line_an_nvtx_range_measured_shows_the_measurement_not_the_samples(tmp
     """Issue 65: the Lines table printed a line's time from 4 samples beside an NVTX range that measured the same
     code (and disagreed). Where ranges of the cell's thread hold that line only, the table shows their time, says
     which range measured it, and the sampled lines say "samples"; --lines measures every line so."""
-    from nsight_magic.analysis.python_code import measured_lines
+    from nsight_magic.analysis.python_code import measured_lines, thread_roles
     from nsight_magic.run import run_nsys
     from nsight_magic.views.report_view import _python
 
@@ -166,8 +166,12 @@ def test_a_line_an_nvtx_range_measured_shows_the_measurement_not_the_samples(tmp
     assert r.ok, r.messages
     rep = open_report(r.sqlite)
     try:
-        got = measured_lines(rep.python_samples, rep.nvtx).set_index("line")
-        assert {4, 6} <= set(got.index) and got.loc[4, "measured_by"].startswith("L4: "), got
+        ps = rep.python_samples
+        got = measured_lines(ps, rep.nvtx).set_index("line")
+        # what a run that measured nothing had (seen once in a loaded full run: an empty table)
+        why = (f"samples {len(ps.samples)}, placed {ps.placed}, problem {ps.problem}, roles {thread_roles(ps)}, "
+               f"NVTX {rep.nvtx.groupby('domain', observed=True).size().to_dict()}")
+        assert {4, 6} <= set(got.index) and got.loc[4, "measured_by"].startswith("L4: "), (got, why)
         # line 6 sits in both 'log' and --lines' range of its `with` statement: the innermost measures it
         assert got.loc[6, "measured_by"] == "log", got
         assert got.loc[4, "measured_ns"] >= 30 * 4e6, got  # 30 sleeps of 4 ms
