@@ -132,26 +132,31 @@ for step in range(30):
 """
 
 
+def _measured_state(rep) -> str:
+    """What a run that measured no line had (seen in two loaded full runs: an empty table)."""
+    from nsight_magic.analysis.python_code import cell_lines, thread_roles
+
+    ps = rep.python_samples
+    return (f"samples {len(ps.samples)}, placed {ps.placed}, problem {ps.problem}, roles {thread_roles(ps)}, "
+            f"lines {cell_lines(ps).to_dict('records') if not ps.samples.empty else []}, "
+            f"NVTX {rep.nvtx.groupby(['domain', 'name'], observed=True).size().head(12).to_dict()}")
+
+
 @requires_nsys
 @pytest.mark.nsys
 def test_a_line_an_nvtx_range_measured_shows_the_measurement_not_the_samples(tmp_path):
     """Issue 65: the Lines table printed a line's time from 4 samples beside an NVTX range that measured the same
     code (and disagreed). Where ranges of the cell's thread hold that line only, the table shows their time, says
     which range measured it, and the sampled lines say "samples"; --lines measures every line so."""
-    from nsight_magic.analysis.python_code import measured_lines, thread_roles
-    from nsight_magic.run import run_nsys
     from nsight_magic.views.report_view import _python
 
-    r = run_nsys(MEASURED_CELL, NsysOptions(name="meas", directory=str(tmp_path), fresh=True, render=False,
-                                            quiet=True), setup_sources=[SETUP], namespace={})
-    assert r.ok, r.messages
-    rep = open_report(r.sqlite)
+    rep, got, said = _measured_recording(tmp_path, "meas", lines=False)
     try:
         nv = rep.nvtx
         log = nv[nv["name"] == "log"]
         assert len(log) == 30
-        got = measured_lines(rep.python_samples, nv).set_index("line")
-        assert list(got.index) == [6], got  # the sleep's line has no range of its own; the loop's lines none
+        # the sleep's line has no range of its own; the loop's lines none
+        assert list(got.index) == [6], (got, said)
         assert got.loc[6, "measured_ns"] == (log["end_ns"] - log["start_ns"]).sum() and \
             got.loc[6, "measured_by"] == "log", got
         _, lines, _ = _python(rep)
@@ -161,21 +166,34 @@ def test_a_line_an_nvtx_range_measured_shows_the_measurement_not_the_samples(tmp
     finally:
         rep.close()
     # --lines: a range per line and per loop iteration; each line with samples is measured by its own
-    r = run_nsys(MEASURED_CELL, NsysOptions(name="meas-lines", directory=str(tmp_path), fresh=True, render=False,
-                                            quiet=True, lines=True), setup_sources=[SETUP], namespace={})
-    assert r.ok, r.messages
-    rep = open_report(r.sqlite)
+    rep, got, said = _measured_recording(tmp_path, "meas-lines", lines=True)
     try:
-        ps = rep.python_samples
-        got = measured_lines(ps, rep.nvtx).set_index("line")
-        # what a run that measured nothing had (seen once in a loaded full run: an empty table)
-        why = (f"samples {len(ps.samples)}, placed {ps.placed}, problem {ps.problem}, roles {thread_roles(ps)}, "
-               f"NVTX {rep.nvtx.groupby('domain', observed=True).size().to_dict()}")
-        assert {4, 6} <= set(got.index) and got.loc[4, "measured_by"].startswith("L4: "), (got, why)
+        assert {4, 6} <= set(got.index) and got.loc[4, "measured_by"].startswith("L4: "), (got, said)
         # line 6 sits in both 'log' and --lines' range of its `with` statement: the innermost measures it
         assert got.loc[6, "measured_by"] == "log", got
         assert got.loc[4, "measured_ns"] >= 30 * 4e6, got  # 30 sleeps of 4 ms
     finally:
+        rep.close()
+
+
+def _measured_recording(tmp_path, name: str, lines: bool):
+    """MEASURED_CELL recorded, opened and its measured lines: (report, lines by line, what the recordings had).
+    A recording that measured no line at all is made once more (twice in loaded full runs, not reproduced alone
+    or under two CPU hogs); what the first had is kept for the assertion's message."""
+    from nsight_magic.analysis.python_code import measured_lines
+    from nsight_magic.run import run_nsys
+
+    said = []
+    for attempt in range(2):
+        r = run_nsys(MEASURED_CELL, NsysOptions(name=f"{name}{attempt}", directory=str(tmp_path), fresh=True,
+                                                render=False, quiet=True, lines=lines),
+                     setup_sources=[SETUP], namespace={})
+        assert r.ok, r.messages
+        rep = open_report(r.sqlite)
+        got = measured_lines(rep.python_samples, rep.nvtx).set_index("line")
+        said.append(_measured_state(rep))
+        if len(got) or attempt:
+            return rep, got, said
         rep.close()
 
 
