@@ -110,9 +110,8 @@ def read_gpu_memory(folder: Path, utc_start_ns: int | None, nsys_events: pd.Data
         stacks_off = _stacks_off(parsed.note, utc_start_ns, stacks_off)
         try:
             t, b, o, h = _torch_view(parsed, utc_start_ns, stacks, stack_ids)
-        except Exception as e:  # noqa: BLE001 - sizes or times no count can take: one line, naming the file
-            raise ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); "
-                              "the file is damaged") from None
+        except Exception as e:  # noqa: BLE001 - sizes or times no count can take
+            raise _damaged(path, e) from None
         timeline.append(t)
         blocks.append(b)
         ooms.append(o)
@@ -186,11 +185,14 @@ def _parse(path: Path) -> _Parsed:
     snap = load_snapshot(path)
     try:
         return _parse_snapshot(snap)
-    except ReportError:
-        raise
-    except Exception as e:  # noqa: BLE001 - entries of the wrong shape or size: one line, naming the file
-        raise ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); "
-                          "the file is damaged") from None
+    except Exception as e:  # noqa: BLE001 - entries of the wrong shape or size
+        raise _damaged(path, e) from None
+
+
+def _damaged(path: Path, e: Exception) -> ReportError:
+    """A snapshot whose entries cannot be read or counted: one line, naming the file."""
+    return ReportError(f"{path}: a torch memory snapshot with damaged entries ({type(e).__name__}: {e}); the file "
+                       "is damaged")
 
 
 def _parse_snapshot(snap: dict) -> _Parsed:

@@ -17,9 +17,9 @@ from pathlib import Path
 import pandas as pd
 
 from ..analysis.memory_workload import kernel_transfers, module_scatter, range_transfers
+from ..store import files_of
 from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
-from ..store import files_of
 from .tables import static_tabs_html, table_html, table_text, table_widget
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
@@ -56,11 +56,6 @@ def rule_summary(rules: pd.DataFrame) -> pd.DataFrame:
                                          kind="stable").reset_index(drop=True)
 
 
-def _files(report, folder) -> pd.DataFrame:
-    """The profile folder's files, or just the report file when it is not in one."""
-    return files_of(folder, report.path)
-
-
 def prepare_ncu(report, folder=None) -> NcuTables:
     """Report -> the frames every tab shows (pure except for listing the folder)."""
     k = report.kernels
@@ -74,7 +69,7 @@ def prepare_ncu(report, folder=None) -> NcuTables:
                                                                          na_position="last", kind="stable"),
         per_kernel=kernel_transfers(k), per_range=range_transfers(k, inclusive=True), scatter=module_scatter(k),
         rule_summary=rule_summary(report.rules), rules=rules.reset_index(drop=True),
-        metrics=metrics, files=_files(report, folder))
+        metrics=metrics, files=files_of(folder, report.path))
 
 
 # ---- Bokeh charts -----------------------------------------------------------------------------------------
