@@ -194,12 +194,14 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     env, _withheld = profiled_environment(passed=[n for n in a.env.split(",") if n])
     from .inside.kernel_host import sweep_left_files
+    from .inside.tool_files import sweep_tool_files
     from .tools.cache import home_cache
 
     session = _session_name(a.connection_file, a.tool)
     left = home_cache("in-place")  # what killed in-place kernels left: removed by the next one to start
     if left is not None:
         sweep_left_files(left)
+    sweep_tool_files()  # and what any other run left (outside the namespace, every process is in sight)
     cfg: dict = {"tool": a.tool, "session": session, "connection_file": a.connection_file,
                  "left_dir": str(left) if left is not None else None}
     try:

@@ -45,7 +45,7 @@ def _paths_exist(messages) -> None:
 def _tool_files_left(*folders) -> tuple[list[str], list[str]]:
     """The settings files nsys wrote into /tmp for the runs of these profile folders (named by the profiled
     process's first progress record), and those still there."""
-    from nsight_magic.inside.child import tool_files_named_in
+    from nsight_magic.inside.tool_files import tool_files_named_in
 
     named = sorted({f for folder in folders for f in tool_files_named_in(folder)})
     return named, [f for f in named if os.path.lexists(f)]

@@ -13,7 +13,7 @@ import pytest
 from conftest import kernel_runner, nsys_failing_once, nvtx_ranges, requires_nsys, started_by_this_worker
 from nsight_magic.idle import IDLE_S
 from nsight_magic.inside import commands
-from nsight_magic.inside.child import session_tool_files
+from nsight_magic.inside.tool_files import session_tool_files
 from nsight_magic.inside.session_host import LAUNCH_ATTEMPTS
 from nsight_magic.options import NsysOptions
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager

@@ -14,7 +14,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 from json import dumps as _dumps  # bound now: --functions may wrap json.dumps, our own writes must not show
 import sys
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 
 from .marks import (CAPTURE_DOMAIN, CELL_END_MARK, EXIT_CELL_ERROR, EXIT_SETUP_ERROR,  # noqa: F401 - the contract
                     EXIT_STATE_ERROR, OWN_END_MARK, OWN_START_MARK, USER_TMPDIR_ENV)
+from .tool_files import tool_files
 
 
 def cell_end_text(elapsed_ns: int) -> str:
@@ -67,61 +67,6 @@ def _fileno(stream) -> int | None:
         return None
 
 
-# nsys hands its injection in the profiled process its settings in files under /tmp named in the environment; it
-# removes them when it ends normally, not when it is stopped or killed: the notebook side removes them after the run
-TOOL_FILE_ENV = ("QUADD_INJECTION_CONFIG", "QUADD_OS_RUNTIME_CONFIG")
-
-
-def tool_files() -> list[str]:
-    """The settings files nsys wrote for this process (reported in the first progress record)."""
-    return sorted({os.environ[k] for k in TOOL_FILE_ENV if os.environ.get(k)})
-
-
-def remove_tool_files(paths) -> None:
-    """Remove such settings files once their run is over: only regular files of ours named `injection_config_*`
-    (the paths come from a profiled process's record, trusted no further)."""
-    import stat
-
-    for p in paths or ():
-        p = str(p)
-        if not re.fullmatch(r"injection_config_\w+", os.path.basename(p)):
-            continue
-        try:
-            st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode) and st.st_uid == os.getuid():
-                os.unlink(p)
-        except OSError:
-            pass
-
-
-TOOL_FILES_NAME = "tool-files.json"  # in a warm session's folder: the worker's settings files
-
-
-def session_tool_files(session_dir: Path) -> list[str]:
-    """The settings files a warm session's worker wrote down in the session's folder."""
-    try:
-        got = json.loads((Path(session_dir) / TOOL_FILES_NAME).read_text())
-    except (OSError, ValueError):
-        return []
-    return [str(x) for x in got] if isinstance(got, list) else []
-
-
-def tool_files_named_in(folder: Path) -> list[str]:
-    """The settings files the profiled processes of a profile folder named in their progress records."""
-    out = []
-    for f in Path(folder).glob("progress*.jsonl"):
-        try:
-            lines = f.read_text(errors="replace").splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(rec, dict) and isinstance(rec.get("tool_files"), list):
-                out += [str(x) for x in rec["tool_files"]]
-    return out
 
 
 class Progress:

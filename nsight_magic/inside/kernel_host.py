@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from .child import TOOL_FILE_ENV, remove_tool_files
+from .tool_files import TOOL_FILE_ENV, remove_tool_files
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"
 ATTEMPTS = 3

@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from .child import TOOL_FILES_NAME, remove_tool_files, session_tool_files
+from .tool_files import TOOL_FILES_NAME, remove_tool_files, session_tool_files
 from .commands import Inbox
 
 LAUNCH_ATTEMPTS = 3

@@ -17,9 +17,10 @@ import sys
 import time
 from pathlib import Path
 
-from .child import (EXIT_SETUP_ERROR, TOOL_FILES_NAME, Progress, redirect_output, user_tmpdir, load_variables,
-                    new_namespace, process_snapshot, run_cell, run_setup, stop_leftovers, tool_files)
+from .child import (EXIT_SETUP_ERROR, Progress, redirect_output, user_tmpdir, load_variables, new_namespace,
+                    process_snapshot, run_cell, run_setup, stop_leftovers)
 from .commands import Inbox
+from .tool_files import TOOL_FILES_NAME, tool_files
 
 STARTED = time.time()
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import tools
-from ..inside.child import remove_tool_files, tool_files_named_in
+from ..inside.tool_files import remove_tool_files, tool_files_named_in
 from ..inside.marks import CAPTURE_DOMAIN, USER_TMPDIR_ENV
 from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,

@@ -19,7 +19,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Callable
 
-from ..inside.child import rank_suffix, remove_tool_files, tool_files_named_in
+from ..inside.child import rank_suffix
+from ..inside.tool_files import remove_tool_files, sweep_tool_files, tool_files_named_in
 from ..inside.marks import EXIT_CELL_ERROR
 from ..errors import NsightMagicError
 from ..store import ProfileFolder
@@ -508,6 +509,7 @@ class ChildRun:
         kill_strays(self.run_id)
         self._pump(stream_output=False)
         remove_tool_files(tool_files_named_in(self.folder.path))  # named in the ranks' first records
+        sweep_tool_files()  # and those of an attempt that failed at start-up, which named none
         return ChildOutcome(self.proc.returncode, self._status(), time.monotonic() - self.t0, self.phases,
                              details=self.extras)
 

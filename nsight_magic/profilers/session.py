@@ -41,7 +41,8 @@ from pathlib import Path
 from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
-from ..inside.child import remove_tool_files, session_tool_files, write_setup
+from ..inside.child import write_setup
+from ..inside.tool_files import remove_tool_files, session_tool_files, sweep_tool_files
 from ..inside.marks import USER_TMPDIR_ENV
 from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
 from .process import (POLL_S, OrphanWatch, ChildOutcome, kill_strays, status_from, Tail, json_records,
@@ -270,6 +271,7 @@ class NsysSession:
             self.lifeline = None
         kill_strays(self.id, SESSION_ID_ENV)
         remove_tool_files(session_tool_files(self.dir))  # nsys's settings files for the worker, left when it stops
+        sweep_tool_files()  # and those of a launch that failed at start-up
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # ---- one cell: record ------------------------------------------------------------------------------------
@@ -606,6 +608,7 @@ class SessionManager:
         self.prepare_error: str | None = None   # why the last background preparation did not start a worker
         atexit.register(self.shutdown)
         remove_stale_session_dirs()
+        sweep_tool_files()  # nsys's settings files that runs killed or failed at start-up left
 
     def current(self, *, nsys: Path, trace: str, env: dict, setup_sources, cwd: Path,
                 launch_args=()) -> NsysSession | None:
