@@ -13,9 +13,10 @@ import pytest
 from conftest import kernel_runner, nsys_failing_once, nvtx_ranges, requires_nsys, started_by_this_worker
 from nsight_magic.idle import IDLE_S
 from nsight_magic.inside import commands
-from nsight_magic.inside.tool_files import session_tool_files
+from nsight_magic.inside.tool_files import TOOL_FILES_NAME, session_tool_files, tool_files_of
 from nsight_magic.inside.session_host import LAUNCH_ATTEMPTS
 from nsight_magic.options import NsysOptions
+from nsight_magic.profilers.process import run_processes
 from nsight_magic.profilers.session import SESSION_ID_ENV, SessionManager
 from nsight_magic.run import run_nsys
 
@@ -383,11 +384,18 @@ def test_a_worker_still_starting_ends_at_once(tmp_path, sessions, monkeypatch):
     sessions._wait_preparing()
     s = sessions.session
     assert s is not None and s.state() == "starting", s and s.state()
+    end = time.monotonic() + 30
+    while not (named := tool_files_of(run_processes(SESSION_ID_ENV, s.id))) and time.monotonic() < end:
+        time.sleep(0.02)
+    assert named and all(os.path.exists(f) for f in named), named  # nsys's settings files for the worker
+    # as before the worker writes them down (its first step): the session learns them from its environment
+    (s.dir / TOOL_FILES_NAME).unlink(missing_ok=True)
     t0 = time.monotonic()
     sessions.shutdown()
     took = time.monotonic() - t0
     assert _no_session_left(sessions.ids) == []
     assert took < 3, took  # the 5 s wait of SIGTERM is gone (0.05 s here)
+    assert not [f for f in named if os.path.exists(f)]
 
 
 def test_a_killed_nsys_stop_says_so_and_the_raw_recording_it_leaves_opens(tmp_path, sessions):

@@ -18,3 +18,5 @@ EXIT_CELL_ERROR, EXIT_SETUP_ERROR, EXIT_STATE_ERROR = 1, 3, 4  # the child's exi
 # A cold run gives nsys a private TMPDIR (its raw stream goes there and is removed after the run); the user's own
 # TMPDIR travels in this variable ('' when it was unset) and is put back before any of the cell's code runs.
 USER_TMPDIR_ENV = "NSIGHT_MAGIC_USER_TMPDIR"
+# Every process of a warm session carries its id (processes are found, stopped and their files removed by it).
+SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"

@@ -20,8 +20,9 @@ import threading
 import time
 from pathlib import Path
 
-from .tool_files import TOOL_FILES_NAME, remove_tool_files, session_tool_files
 from .commands import Inbox
+from .marks import SESSION_ID_ENV
+from .tool_files import TOOL_FILES_NAME, remove_tool_files, session_tool_files, tool_files_of
 
 LAUNCH_ATTEMPTS = 3
 
@@ -48,7 +49,10 @@ def _watch_lifeline(fd: int, sdir: Path) -> None:
         pass
     # The kernel that would have removed the session folder is gone: remove it before the kill, because the kill
     # also reaches unshare (outside the namespace, in our process group), whose --kill-child then ends us at once.
-    remove_tool_files(session_tool_files(sdir))
+    # the files of a worker still starting, which has not written them down yet, from its environment
+    sid = os.environ.get(SESSION_ID_ENV)
+    mine = tool_files_of(carrying=f"{SESSION_ID_ENV}={sid}") if sid else []
+    remove_tool_files([*mine, *session_tool_files(sdir)])
     shutil.rmtree(sdir, ignore_errors=True)
     os.kill(0, signal.SIGKILL)  # our process group: nsys launch and the worker
     shutil.rmtree(sdir, ignore_errors=True)  # anything they wrote meanwhile (when we are still here)

@@ -82,21 +82,23 @@ def sees_every_process() -> bool:
         return False
 
 
-def _named_by_living_processes() -> set[bytes]:
+def tool_files_of(pids=None, carrying: str | None = None) -> list[str]:
+    """The settings files that these processes (every one in sight when None; only those whose environment holds
+    `carrying`, "NAME=value", when given) were started with: learnt from the living, before they are stopped, since
+    one killed as it starts has not written them down yet."""
     keys = tuple(k.encode() + b"=" for k in TOOL_FILE_ENV)
-    named = set()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
+    if pids is None:
+        pids = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    named: set[str] = set()
+    for pid in pids:
         try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                env = f.read()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
         except OSError:
             continue
-        for var in env.split(b"\0"):
-            if var.startswith(keys):
-                named.add(os.path.basename(var.split(b"=", 1)[1]))  # as named, whatever the path's spelling
-    return named
+        if carrying is None or os.fsencode(carrying) in env:
+            named.update(os.fsdecode(v.split(b"=", 1)[1]) for v in env if v.startswith(keys))
+    return sorted(named)
 
 
 def sweep_tool_files(folder=None, min_age_s: float = SWEEP_MIN_AGE_S) -> list[str]:
@@ -120,7 +122,7 @@ def sweep_tool_files(folder=None, min_age_s: float = SWEEP_MIN_AGE_S) -> list[st
             old.append(p)
     if not old:
         return []
-    named = _named_by_living_processes()
-    gone = [str(p) for p in old if os.fsencode(p.name) not in named]
+    named = {os.path.basename(p) for p in tool_files_of()}  # as named, whatever the path's spelling
+    gone = [str(p) for p in old if p.name not in named]
     remove_tool_files(gone)
     return [p for p in gone if not os.path.lexists(p)]

@@ -42,13 +42,12 @@ from .. import tools
 from ..errors import NsightMagicError
 from ..inside import commands
 from ..inside.child import write_setup
-from ..inside.tool_files import remove_tool_files, session_tool_files, sweep_tool_files
-from ..inside.marks import USER_TMPDIR_ENV
+from ..inside.marks import SESSION_ID_ENV, USER_TMPDIR_ENV
+from ..inside.tool_files import remove_tool_files, session_tool_files, sweep_tool_files, tool_files_of
 from ..options import nsys_default_args  # `nsys start` takes our --sample/--cpuctxsw defaults (launch refuses them)
 from .process import (POLL_S, OrphanWatch, ChildOutcome, kill_strays, status_from, Tail, json_records,
                       process_argv, run_processes)
 
-SESSION_ID_ENV = "NSIGHT_MAGIC_SESSION_ID"
 STOP_TIMEOUT_S = 300
 
 
@@ -247,6 +246,8 @@ class NsysSession:
         with its setup or a cell is stopped at once), the namespace and anything carrying the session's id;
         remove the session folder."""
         self.retired = True
+        # a worker stopped as it starts has not written its settings files down yet: learnt while it lives
+        tool_files = tool_files_of(run_processes(SESSION_ID_ENV, self.id))
         if self.proc is not None and self.alive() and polite and not self.busy:
             commands.send(self.dir / "worker.fifo", {"cmd": "exit"})
             try:
@@ -270,7 +271,7 @@ class NsysSession:
             os.close(self.lifeline)
             self.lifeline = None
         kill_strays(self.id, SESSION_ID_ENV)
-        remove_tool_files(session_tool_files(self.dir))  # nsys's settings files for the worker, left when it stops
+        remove_tool_files([*tool_files, *session_tool_files(self.dir)])  # nsys leaves them when it is stopped
         sweep_tool_files()  # and those of a launch that failed at start-up
         shutil.rmtree(self.dir, ignore_errors=True)
 
