@@ -20,6 +20,7 @@ process ended (what a user waits for before the profile is drawn: the stop, the 
     history       memory, and torch's allocator history in the process (torch.cuda.memory._record_memory_history
                   with Python stacks, a snapshot pickled after the loop)
     all           samples + memory + history
+    noevents      base + --cuda-event-trace=false: CUDA events (cudaEventRecord and their waits) not traced
 
 Workloads: gpu, a transformer encoder's training step (6 layers of 512, batch 32 x 128); cpu, a pure-Python
 step (a dict of 100k records summed and sorted: about 30 ms).  `--keep DIR` copies each variant's last report (SQLite,
@@ -99,6 +100,7 @@ VARIANTS = {
     "samples_nosym": [*SAMPLES, "--resolve-symbols=false"],
     "backtrace": [*SAMPLES, "--python-backtrace=cuda"], "memory": ["--cuda-memory-usage=true"],
     "history": ["--cuda-memory-usage=true"], "all": [*SAMPLES, "--cuda-memory-usage=true"], "base_sampler": [],
+    "noevents": ["--cuda-event-trace=false"],  # issue 62: what tracing CUDA events (nsys 2024.2+) costs the step
 }
 HISTORY = {"history", "all"}
 SAMPLER = {"sampler", "base_sampler"}  # nsight-magic's own Python sampler in the process (no nsys / under base)

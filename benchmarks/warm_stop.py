@@ -1,6 +1,6 @@
 """What `nsys stop` costs in a warm session, per `nsys launch` option (raw nsys, no nsight-magic in the loop).
 
-    python benchmarks/warm_stop.py [--workload cpu|torch] [--trace T] [--repeat 3] [--variants a,b,...]
+    python benchmarks/warm_stop.py [--workload cpu|torch|torch-1step|torch-poll] [--trace T] [--repeat 3] [--variants a,b,...]
 
 A worker is started once under `nsys launch --session-new=S <options>`, does its setup, then runs the same cell
 per recording (`nsys start --session=S --sample=none --cpuctxsw=none -o repN`, cell, `nsys stop`).  Printed per
@@ -27,13 +27,18 @@ VARIANTS = {
     "no-osrt-backtraces": ["--osrt-backtrace-threshold=1000000000"],  # only calls longer than 1 s
     "both": ["--resolve-symbols=false", "--osrt-backtrace-threshold=1000000000"],
     "osrt-threshold-10us": ["--osrt-threshold=10000"],
+    # issue 62: what `nsys stop` waits for with the default trace cuda,nvtx (2.5-2.9 s on the H200)
+    "no-cuda-event-trace": ["--cuda-event-trace=false"],
+    "cuda-flush-100ms": ["--cuda-flush-interval=100"],
+    "no-cudabacktrace": ["--cudabacktrace=none"],
+    "no-graph-node-trace": ["--cuda-graph-trace=graph"],
 }
 
 WORKER = r'''
 import os, sys, time
 from pathlib import Path
 d = Path(sys.argv[1]); workload = sys.argv[2]
-if workload == "torch":
+if workload.startswith("torch"):
     import torch
     nvtx = torch.cuda.nvtx
     torch.manual_seed(0)
@@ -44,7 +49,7 @@ if workload == "torch":
     opt = torch.optim.SGD(model.parameters(), lr=1e-3)
     data = torch.randn(256, 1024, device="cuda"); target = torch.randn(256, 1024, device="cuda")
     def cell():
-        for step in range(50):
+        for step in range(1 if workload == "torch-1step" else 50):
             nvtx.range_push("step")
             opt.zero_grad(set_to_none=True)
             loss = torch.nn.functional.mse_loss(model(data), target)
@@ -66,6 +71,8 @@ while True:
     while not go.exists():
         if (d / "quit").exists():
             sys.exit(0)
+        if workload == "torch-poll":  # a CUDA call while idle: does nsys's stop wait for one?
+            torch.cuda.synchronize()
         time.sleep(0.005)
     t0 = time.perf_counter(); cell()
     # whole or not at all: the benchmark reads done.N as soon as it exists
@@ -82,6 +89,25 @@ def wait_for(path: Path, launch: subprocess.Popen, timeout: float = 120) -> None
         if time.monotonic() - t0 > timeout:
             raise TimeoutError(path)
         time.sleep(0.005)
+
+
+def watch_files(proc: subprocess.Popen, t0: float, files: dict) -> dict:
+    """Wait for proc, noting when each file first exists (seconds after t0; None when never seen)."""
+    seen: dict = dict.fromkeys(files)
+    while proc.poll() is None:
+        for k, f in files.items():
+            if seen[k] is None and f.exists():
+                seen[k] = time.perf_counter() - t0
+        time.sleep(0.005)
+    proc.communicate()
+    for k, f in files.items():
+        if seen[k] is None and f.exists():
+            seen[k] = time.perf_counter() - t0
+    return seen
+
+
+def _at(s) -> str:
+    return "-" if s is None else f"{s:.2f}"
 
 
 def counts(sqlite: Path) -> dict:
@@ -127,7 +153,11 @@ def run_variant(nsys: str, name: str, extra: list[str], trace: str, workload: st
             wait_for(d / f"done.{n}", launch)
             cell_s = float((d / f"done.{n}").read_text())
             t = time.perf_counter()
-            subprocess.run([nsys, "stop", f"--session={session}"], check=True, capture_output=True)
+            stop = subprocess.Popen([nsys, "stop", f"--session={session}"], stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            seen = watch_files(stop, t, {"qdstrm": Path(f"{rep}.qdstrm"), "rep": Path(f"{rep}.nsys-rep")})
+            if stop.returncode:
+                raise subprocess.CalledProcessError(stop.returncode, stop.args)
             stop_s = time.perf_counter() - t
             t = time.perf_counter()
             if not Path(f"{rep}.nsys-rep").exists() and Path(f"{rep}.qdstrm").exists():
@@ -136,11 +166,13 @@ def run_variant(nsys: str, name: str, extra: list[str], trace: str, workload: st
             subprocess.run([nsys, "export", "--type=sqlite", f"--output={rep}.sqlite", f"{rep}.nsys-rep"],
                            check=True, capture_output=True)
             export_s = time.perf_counter() - t
-            rows.append(dict(start=start_s, cell=cell_s, stop=stop_s, export=export_s, **counts(Path(f"{rep}.sqlite"))))
+            rows.append(dict(start=start_s, cell=cell_s, stop=stop_s, export=export_s, **seen,
+                             **counts(Path(f"{rep}.sqlite"))))
             for f in d.glob(f"rep{n}*"):
                 f.unlink()
         med = {k: statistics.median(r[k] for r in rows) for k in ("start", "cell", "stop", "export")}
-        stops = ", ".join(f"{r['stop']:.2f}" for r in rows)
+        # when, after `nsys stop` began, the raw stream appeared and the report was there (- when never seen)
+        stops = ", ".join(f"{r['stop']:.2f} [qdstrm {_at(r['qdstrm'])} rep {_at(r['rep'])}]" for r in rows)
         print(f"{name:24s} launch+setup {setup_s:5.2f} s | start {med['start']:.2f} cell {med['cell']:.2f} "
               f"stop {med['stop']:.2f} (all: {stops}) export "
               f"{med['export']:.2f} | last report: kernels {rows[-1]['kernels']} osrt {rows[-1]['osrt']} "
@@ -174,7 +206,7 @@ def _in_own_namespace() -> None:
 def main() -> None:
     _in_own_namespace()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workload", choices=("cpu", "torch"), default="torch")
+    ap.add_argument("--workload", choices=("cpu", "torch", "torch-1step", "torch-poll"), default="torch")
     ap.add_argument("--trace", default="cuda,nvtx,osrt")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--variants", default=",".join(VARIANTS))
