@@ -16,6 +16,7 @@ import pandas as pd
 
 from nsight_magic.readers.capture_span import CaptureSpan
 from nsight_magic.readers.contract import FRAME_COLUMNS, NsysFrames, missing_columns
+from nsight_magic.readers.gpu_metrics import empty_metrics
 
 
 @dataclass
@@ -28,6 +29,7 @@ class FakeMeta:
     span_source: str = "events"
     span_note: str | None = None
     utc_start_ns: int | None = None
+    tables: tuple[str, ...] = ()
 
 
 def frame(kind: str, /, **columns) -> pd.DataFrame:
@@ -52,6 +54,8 @@ class FakeNsys:
         self.ranks_by_pid = ranks_by_pid
         self.python_samples = python_samples
         self.gpu_memory = gpu_memory
+        self.gpu_metrics = empty_metrics()
+        self.subject = "the cell"
 
     def __setattr__(self, name, value):
         if name in FRAME_COLUMNS:  # a test that swaps a frame in goes through the same check

@@ -686,8 +686,7 @@ UNTRACED_LAUNCH = "launch overhead, Python and waits in the OS (not told apart: 
 def osrt_traced(report) -> bool:
     """Whether the report holds OS runtime calls (nsys -t ...,osrt): without them no time is known to be spent
     blocked in the OS, and nothing may be said of it."""
-    meta = getattr(report, "meta", None)
-    return "OSRT_API" in (getattr(meta, "tables", None) or ()) or len(report.osrt) > 0
+    return "OSRT_API" in report.meta.tables or len(report.osrt) > 0
 
 
 def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0, osrt: bool = True) -> str:
@@ -806,14 +805,14 @@ def _out_of_memory(report) -> str:
     if d.empty:
         return ""
     r = d.iloc[0]
-    subject = getattr(report, "subject", "the cell")
+    subject = report.subject
     return (f"out of memory: {subject} failed on GPU {int(r['device_id'])} asking for {r['oom_asked'] / 2**20:,.0f} "
             f"MiB with {r['oom_free'] / 2**20:,.0f} MiB free")
 
 
 def _cpu_only(report) -> Bottleneck:
     """No GPU work was recorded: the main thread's time split into running and blocked in the OS."""
-    subject = getattr(report, "subject", "the cell")
+    subject = report.subject
     span = report.time_span
     a, b = span.start_ns, span.end_ns
     threads = cell_threads(report)

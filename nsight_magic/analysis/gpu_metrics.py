@@ -69,8 +69,8 @@ def mean_in(series: pd.DataFrame, spans) -> float:
 def read_metrics(report, window: tuple[int, int] | None = None, busy: dict | None = None) -> list[MetricsRead]:
     """Per device with GPU metrics and kernel time: the averages while its work ran, and what they say.  `busy`:
     a dict that keeps each device's busy intervals between calls (a caller reading several windows)."""
-    gm = getattr(report, "gpu_metrics", None)
-    if gm is None or gm.empty:
+    gm = report.gpu_metrics
+    if gm.empty:
         return []
     out = []
     busy = {} if busy is None else busy

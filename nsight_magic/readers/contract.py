@@ -30,6 +30,7 @@ class Meta(Protocol):
     end_ns: int
     duration_ns: int
     span_source: str
+    tables: tuple[str, ...]     # the export's tables ("OSRT_API": OS runtime calls were traced)
 
 
 @runtime_checkable
@@ -93,6 +94,12 @@ class NsysFrames(Protocol):
 
     @property
     def gpu_memory(self): ...            # readers.gpu_memory.GpuMemory, or None where none can be recorded
+
+    @property
+    def gpu_metrics(self): ...           # readers.gpu_metrics.GpuMetrics, empty (with nsys's reason) when none
+
+    @property
+    def subject(self) -> str: ...        # what was profiled, as the words about it say: "the cell", "the script"
 
     def columns(self, frame: str, cols: list[str]) -> pd.DataFrame: ...   # a few columns, decoded as the frame's
 

@@ -240,8 +240,8 @@ def _flows(w: _Writer, api: pd.DataFrame, ops: list) -> int:
 
 
 def _python(report, w: _Writer, tracks, names, name_process) -> int:
-    ps = getattr(report, "python_samples", None)
-    if ps is None or getattr(ps, "empty", True) or not ps.placed:
+    ps = report.python_samples
+    if ps is None or ps.empty or not ps.placed:
         return 0
     from ..analysis.python_code import segments
 

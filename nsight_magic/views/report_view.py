@@ -264,8 +264,7 @@ def empty_reason(report, key: str) -> str:
     if not traced:
         return (f"No {what}: CUDA was not traced in this profile (its -t/--trace list had no cuda); "
                 "%%nsys -t cuda,nvtx records them.")
-    api = getattr(report, "cuda_api", None)
-    if api is not None and api.empty:
+    if report.cuda_api.empty:
         return (f"No {what}: CUDA was traced, but the cell made no CUDA call during the capture (its tensors "
                 "stayed on the CPU, or torch never started CUDA: `.cuda()` / `device='cuda'`).")
     return f"No {what} in the capture: the cell's CUDA calls queued none."

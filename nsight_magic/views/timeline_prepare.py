@@ -335,8 +335,8 @@ def prepare_timeline(report) -> TimelineData:
 def _python_runs(report) -> pd.DataFrame:
     """The sampled Python code as runs of one summary per thread (analysis/python_code.py), when the profile has
     samples placed on its clock."""
-    ps = getattr(report, "python_samples", None)
-    if ps is None or getattr(ps, "empty", True):
+    ps = report.python_samples
+    if ps is None or ps.empty:
         return pd.DataFrame()
     from ..analysis.python_code import segments
 
@@ -416,7 +416,7 @@ def memory_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.Dat
     bounded output)."""
     cols = {"t_ms": pd.Series([], dtype=float), "gb": pd.Series([], dtype=float), "series": pd.Series([], dtype=object)}
     try:
-        mem = getattr(report, "gpu_memory", None)
+        mem = report.gpu_memory
         tl = mem.timeline if mem is not None else None
     except Exception:  # noqa: BLE001 - an odd memory record: the timeline without its track
         tl = None
@@ -444,7 +444,7 @@ def metrics_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.Da
     cols = {"t_ms": pd.Series([], dtype=float), "pct": pd.Series([], dtype=float),
             "series": pd.Series([], dtype=object)}
     try:
-        gm = getattr(report, "gpu_metrics", None)
+        gm = report.gpu_metrics
     except Exception:  # noqa: BLE001 - an odd metrics table: the timeline without its track
         gm = None
     if gm is None or gm.empty:
@@ -500,8 +500,8 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
 
 def thread_names(report) -> dict:
     """(pid, tid) -> the thread's name: nsys's, else the Python name the samples recorded ("IOPub")."""
-    ps = getattr(report, "python_samples", None)
-    out = dict(getattr(ps, "thread_names", None) or {})
+    ps = report.python_samples
+    out = dict(ps.thread_names) if ps is not None else {}
     th = _frame(report, "threads")
     if th.empty or not {"pid", "tid", "name"} <= set(th.columns):
         return out

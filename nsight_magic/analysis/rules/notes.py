@@ -80,13 +80,13 @@ def rule_gpu_metrics(ctx: Context) -> list[Finding]:
     from ..gpu_metrics import read_metrics
 
     report = ctx.report
-    gm = getattr(report, "gpu_metrics", None)
-    if gm is not None and gm.empty and gm.problem:
+    gm = report.gpu_metrics
+    if gm.empty and gm.problem:
         span = report.time_span
         ev = evidence(pd.DataFrame({"start_ns": [span.start_ns], "end_ns": [span.end_ns]}), "GPU metrics")
         title, _, rest = gm.problem.partition(": ")
         return [Finding("gpu_metrics", "info", title, gm.problem + ".", rest, 0, "a note", ev, ranges_of(ev))]
-    if gm is None or gm.empty:
+    if gm.empty:
         return []
     span = report.time_span
     busy: dict = {}  # each device's busy intervals, computed once for the whole and every range
