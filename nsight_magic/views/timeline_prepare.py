@@ -516,8 +516,8 @@ def thread_names(report) -> dict:
 
 def _kernel_threads(report) -> set:
     """The threads of the machinery that runs the cell (analysis/python_code.thread_roles): one folded group."""
-    ps = getattr(report, "python_samples", None)
-    if ps is None or getattr(ps, "empty", True):
+    ps = report.python_samples
+    if ps is None or ps.empty:
         return set()
     from ..analysis.python_code import KERNEL, thread_roles
 
@@ -552,7 +552,7 @@ def _layout_rows(ev: dict, report, cat_code):
     thread_key = ((ev["key_a"] & m24) << 33) | ((ev["key_b"] & m24) << 9) | (ev["sub"] & 0x1FF)
     # ranks (%%nsys --nproc), or several processes with GPU work: each one's GPU rows go under its process (in
     # rank order, else pid order), so GPU keys carry the owner too
-    ranks = dict(getattr(report, "ranks_by_pid", None) or {})
+    ranks = dict(report.ranks_by_pid or {})
     order_of = {p: r for p, (r, _) in ranks.items()}
     if not ranks:
         gpu_pids = np.unique(ev["pid"][gpu & (ev["pid"] >= 0)])
