@@ -78,7 +78,7 @@ class ProfileJob:
     def __init__(self, recording, *, render: bool = True, thresholds: dict | None = None,
                  on_phase: Callable[[str, float], None] | None = None,
                  on_done: Callable[["ProfileJob"], None] | None = None, loader: bool = False,
-                 live: bool = True):
+                 live: bool = True, on_drawn: Callable[["ProfileJob", dict], None] | None = None):
         self.recording = recording
         self.loader = loader        # the view carries BokehJS (the notebook's first view)
         self.live = live            # with its live part (a frontend that draws later: JupyterLab, Notebook 7)
@@ -87,6 +87,7 @@ class ProfileJob:
         self.render, self.thresholds = render, thresholds
         self.on_phase = on_phase or (lambda phase, t: None)
         self.on_done = on_done or (lambda job: None)
+        self.on_drawn = on_drawn    # given the view's live part first, before its saved copy is made
         self.done = threading.Event()
         self.cancel = threading.Event()
         self.result = None          # the RunResult
@@ -98,7 +99,7 @@ class ProfileJob:
         self.finish_s: float | None = None
         self.thread: threading.Thread | None = None
         self.released = False       # its report was closed to free memory (report_or_raise opens it again)
-        self.phases: dict = {}      # seconds of the finish stage's own steps: read_s, draw_s
+        self.phases: dict = {}      # seconds of the finish stage's own steps: read_s, drawn_s, draw_s
         self.had_report = False
 
     # ---- the stage ------------------------------------------------------------------------------------------
@@ -143,9 +144,18 @@ class ProfileJob:
                     from .views.output import profile_bundle
 
                     t = time.monotonic()
+
+                    def drawn(bundle: dict) -> None:
+                        self.phases["drawn_s"] = time.monotonic() - t  # the live view, before the saved copy
+                        try:
+                            (self.on_drawn or (lambda job, b: None))(self, bundle)
+                        except Exception:  # noqa: BLE001 - a display problem must not stop the finish
+                            pass
+
                     self.bundle = profile_bundle(self.report, self.folder, render=self.render,
                                                  thresholds=self.thresholds, lines=self.new_messages(),
-                                                 loader=self.loader, live=self.live)
+                                                 loader=self.loader, live=self.live,
+                                                 drawn=drawn if self.on_drawn is not None else None)
                     self.phases["draw_s"] = time.monotonic() - t
             completed = True
         except NsightMagicError as e:

@@ -79,6 +79,7 @@ class ProfileOutput:
         from .views.output import status_bundle
 
         self.tool, self.status, self.folder, self.last = tool, status, folder, 0.0
+        self.drawn_first = False
         self.handle = display(status_bundle(f"{tool}: loading the profile...{self._hint()}", tool=tool,
                                             folder=folder), raw=True, display_id=True)
 
@@ -90,11 +91,16 @@ class ProfileOutput:
         from .views.output import status_bundle
 
         now = time.monotonic()
-        if now - self.last < self.MIN_UPDATE_S:
+        if now - self.last < self.MIN_UPDATE_S or self.drawn_first:
             return
         self.last = now
         self.handle.update(status_bundle(f"{self.tool}: loading the profile: {phase_words(phase)} ({elapsed:.1f} s)"
                                          f"{self._hint()}", tool=self.tool, folder=self.folder), raw=True)
+
+    def drawn(self, job, bundle: dict) -> None:
+        """The view's live part, shown before its saved copy is made (done() sends the whole view)."""
+        self.drawn_first = True
+        self.handle.update(bundle, raw=True)
 
     def done(self, job) -> None:
         from .views import bokehjs

@@ -235,8 +235,9 @@ class CellRuns:
             if sessions.session is None and rec.tool == "nsys" and sessions.stops == stops:
                 self.prewarm()
 
+        live = watched(self.shell)
         job = background.start(rec, render=render, thresholds=thresholds, on_phase=out.phase, on_done=done,
-                               loader=render and needs_bokehjs(), live=watched(self.shell))
+                               loader=render and needs_bokehjs(), live=live, on_drawn=out.drawn if live else None)
         catch_idle_interrupts(self.shell)
         if not later:
             try:

@@ -163,6 +163,17 @@ def test_the_cell_returns_before_its_profile_is_drawn_and_the_output_fills_in_pl
     assert not (folder / "finishing.json").exists()
     timings = json.loads((folder / "timings.json").read_text())
     assert timings["record_s"] > 0 and timings["finish_s"] > 0  # both stages timed, each on its own
+    # the view came first with its live timeline only (about half of the drawing), then whole: same live model,
+    # and the saved timeline (its picture and plot) only in the whole one, which the notebook saves
+    views = [m for m in lab.of(reply["msg_id"], ("update_display_data",)) if VIEW_MIME in m["content"]["data"]]
+    assert len(views) == 2 and views[-1] is drawn, [m["content"]["metadata"] for m in views]
+    first = views[0]["content"]
+    assert READY_KEY not in first["metadata"] and first["data"][VIEW_MIME] == data[VIEW_MIME]
+    picture, drawing = 'class="nm-picture"', 'class="nm-drawing"'
+    assert drawing in first["data"]["text/html"] and picture not in first["data"]["text/html"]
+    assert picture in data["text/html"] and drawing not in data["text/html"]
+    assert first["data"]["text/plain"] == data["text/plain"]
+    assert 0 < timings["drawn_s"] < timings["draw_s"], timings
 
 
 def test_two_cells_in_a_row_give_two_profiles_and_last_and_diff_wait_for_them(lab, tmp_path):

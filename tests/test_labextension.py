@@ -79,6 +79,11 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             button = page.locator(".jp-NotebookPanel-toolbar .nm-toolbar-nsys").first
             button.wait_for(timeout=30_000)
             out = first.locator(".jp-OutputArea")
+            # every live view box our renderer makes (labextension/src/output.ts): counted from now on
+            page.evaluate("""() => { window.nmLiveBoxes = 0; new MutationObserver(ms => ms.forEach(m =>
+                m.addedNodes.forEach(n => { if (n.classList && n.classList.contains('nm-live') && !n.nmSeen) {
+                    n.nmSeen = true; window.nmLiveBoxes += 1; } }))).observe(document.body,
+                {childList: true, subtree: true}); }""")
             for _ in range(3):  # a request sent while the kernel connection settles can be dropped: retry
                 button.click()
                 try:
@@ -95,6 +100,12 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             loading.wait_for(state="detached", timeout=10_000)
             out.get_by_text("profile ready", exact=False).first.wait_for(timeout=30_000)
             page.wait_for_function(BOKEH_IDLE, timeout=30_000)  # drawn, for the screenshot
+            # the view came first with its live timeline only, then whole (views/output.py): the second update
+            # put the saved timeline under the live one, which was moved there, not drawn again
+            out.locator(".nm-live-slot .nm-picture").first.wait_for(state="attached", timeout=30_000)
+            assert out.locator(".nm-live-slot .nm-drawing").count() == 0
+            assert out.locator(".nm-output.nm-is-live .nm-live-slot .nm-live").count() == 1
+            assert page.evaluate("() => window.nmLiveBoxes") == 1
             text = out.inner_text()
             assert "the cell ran" in text and "saved in" in text and "profile ready" in text, text
             assert "loading the profile" not in text, text

@@ -305,7 +305,7 @@ def test_a_restart_while_a_profile_loads_and_the_sidebar_after_reload(browser, s
     root = server[1]
     cell = "%%nsys --name {n} -t nvtx\nimport nvtx, time\nfor i in range(3):\n    with nvtx.annotate('{n} step'):\n" \
            "        time.sleep(0.02)"
-    slow = ("%%nsys --name gamma -t nvtx\nimport nvtx\nfor i in range(150_000):\n"  # enough ranges to load slowly
+    slow = ("%%nsys --name gamma -t nvtx\nimport nvtx\nfor i in range(250_000):\n"  # enough ranges to load slowly
             "    nvtx.push_range('tiny')\n    nvtx.pop_range()")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in
                                          ("%load_ext nsight_magic", cell.format(n="alpha"), cell.format(n="beta"),

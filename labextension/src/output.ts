@@ -70,11 +70,24 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
   }
 
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
-    this.dropLive();
-    this.node.textContent = '';
+    const ref = model.data[VIEW_MIME] as unknown as ILiveRef | undefined;
+    // the same view sent again with its saved copy made (an nsys view comes first with its live timeline only,
+    // views/output.py): the live view it shows is moved into the new page, not drawn again (its zoom stays)
+    const same = !!this.live && !!ref && ref.model_id === this.live.modelId && model.trusted;
+    const kept = same && this.node.classList.contains('nm-is-live') ? this.live : null;
+    if (kept) {
+      this.node.appendChild(kept.box); // parked while the page is made anew (a DOM move: the widget stays attached)
+    } else {
+      this.dropLive();
+    }
+    for (const child of Array.from(this.node.children)) {
+      if (!kept || child !== kept.box) {
+        child.remove();
+      }
+    }
     const host = document.createElement('div');
     host.className = 'nm-static'; // our own styles (view.css), not Lab's rendered-HTML ones
-    this.node.appendChild(host);
+    this.node.insertBefore(host, this.node.firstChild);
     await renderHTML({
       host,
       source: String(model.data['text/html'] ?? ''),
@@ -86,8 +99,17 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
       latexTypesetter: null,
       translator: this.options.translator
     });
-    const ref = model.data[VIEW_MIME] as unknown as ILiveRef | undefined;
     const slot = host.querySelector('.nm-live-slot') as HTMLElement | null;
+    if (kept) {
+      if (slot && this.live === kept) {
+        slot.appendChild(kept.box);
+        kept.slot = slot;
+        this.syncLive();
+      } else {
+        this.dropLive();
+      }
+      return;
+    }
     if (model.trusted && ref && ref.model_id && slot && this.liveRenderer) {
       void this.tryLive(ref, slot);
     }
@@ -110,7 +132,7 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
     box.className = 'nm-live';
     box.style.display = 'none';
     slot.appendChild(box);
-    this.live = { inner, box, slot, observer: new MutationObserver(() => this.syncLive()) };
+    this.live = { inner, box, slot, modelId: ref.model_id, observer: new MutationObserver(() => this.syncLive()) };
     this.live.observer.observe(inner.node, { childList: true });
     const data = { [WIDGET_MIME]: { version_major: 2, version_minor: 0, ...ref } };
     await inner.renderModel(new MimeModel({ data: data as any, trusted: true })).catch(() => undefined);
@@ -149,7 +171,9 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
     this.token += 1;
     const live = this.live;
     this.live = null;
+    this.node.classList.remove('nm-is-live');
     if (live) {
+      live.box.remove();
       live.observer.disconnect();
       if (live.inner.isAttached) {
         Widget.detach(live.inner);
@@ -168,6 +192,7 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
     inner: IRenderMime.IRenderer;
     box: HTMLElement;
     slot: HTMLElement;
+    modelId: string;
     observer: MutationObserver;
   } | null = null;
 }

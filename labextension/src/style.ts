@@ -97,7 +97,8 @@ const CSS = `
   width: 100%;
 }
 
-.nm-output .nm-live-slot.nm-live-on > :not(.nm-live) {
+.nm-output .nm-live-slot.nm-live-on > :not(.nm-live),
+.nm-output.nm-is-live .nm-live-slot > :not(.nm-live) {
   display: none !important;
 }
 

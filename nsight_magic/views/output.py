@@ -11,12 +11,16 @@ The bundle (as Bokeh's own show() and Plotly persist their figures, a representa
   model is gone (a new kernel, none, a reload after the kernel ended) the static view stays.  Frontends without
   our extension ignore this type, so no frontend ever shows "model not found".
 
+An nsys view is sent twice (profile_bundle's `drawn`): first with its live timeline and no saved one, then whole.
+The extension keeps the live view it shows when only the saved copy changes; the notebook saves the whole one.
+
 While the finish stage runs in the background the cell shows a status line: `text/plain` plus STATUS_MIME (its
 folder and kernel), with which the extension tells a profile still loading from one whose kernel stopped first.
 """
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from ..store import notebook_relative, write_page
@@ -42,11 +46,14 @@ def view_of(report, folder=None, thresholds: dict | None = None):
 
 
 def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict | None = None,
-                   lines=(), loader: bool = False, live: bool = True) -> dict:
+                   lines=(), loader: bool = False, live: bool = True,
+                   drawn: Callable[[dict], None] | None = None) -> dict:
     """The bundle that shows `report` (NsysReport or NcuReport) under `lines`: with render, the static view, its
     live part (unless not `live`: a headless run, where no frontend could show it) and text (and view.html beside
     an nsys report in a profile folder); without render, the text summary.
-    loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when)."""
+    loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when).
+    drawn: given the bundle of an nsys view's live part before its saved copy is made (the static timeline, about
+    half of the drawing): the user sees the view sooner, and the bundle returned completes it."""
     from ..readers.nsys import NsysData
 
     lines = [str(x) for x in lines]
@@ -59,6 +66,9 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
 
         return {"text/plain": "\n".join([*lines, ncu_text(report)])}
     view = view_of(report, folder, thresholds)
+    shown = ProfileView(view, lines)
+    if drawn is not None and live and isinstance(report, NsysData) and shown.live is not None:
+        drawn(shown.bundle(live=True, loader=loader, quick=True))
     if isinstance(report, NsysData) and folder is not None:
         page = Path(folder) / "view.html"
         try:
@@ -66,7 +76,7 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
         except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
             lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is shown "
                          "here only")
-    return ProfileView(view, lines).bundle(live=live, loader=loader)
+    return shown.bundle(live=live, loader=loader)
 
 
 def status_bundle(text: str, *, tool: str, folder, state: str = "loading") -> dict:

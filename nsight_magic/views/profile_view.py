@@ -27,9 +27,10 @@ class ProfileView:
         """The live timeline's TimelineView (views.timeline), for nsys views with jupyter_bokeh."""
         return getattr(self.live, "_nsight_timeline", None)
 
-    def html(self, loader: bool = False) -> str:
-        """The static view; with loader, BokehJS inline before it (the first view of a notebook carries it)."""
-        html = self.view.static_fragment(include_bokehjs=loader)
+    def html(self, loader: bool = False, quick: bool = False) -> str:
+        """The static view; with loader, BokehJS inline before it (the first view of a notebook carries it); quick:
+        without its saved timeline (an nsys view's first update, which its live timeline fills)."""
+        html = self.view.static_fragment(include_bokehjs=loader, **({"timeline": False} if quick else {}))
         if self.lines:
             return f'<pre class="nm-messages">{escape(chr(10).join(self.lines))}</pre>' + html
         return html
@@ -37,8 +38,8 @@ class ProfileView:
     def text(self) -> str:
         return _joined(self.lines, self.view.text())
 
-    def bundle(self, live: bool = True, loader: bool = False) -> dict:
-        out: dict = {"text/plain": self.text(), "text/html": self.html(loader)}
+    def bundle(self, live: bool = True, loader: bool = False, quick: bool = False) -> dict:
+        out: dict = {"text/plain": self.text(), "text/html": self.html(loader, quick)}
         widget = self.live if live else None
         if widget is not None:
             out[VIEW_MIME] = {"model_id": widget.model_id, "version_major": 2, "version_minor": 0}

@@ -361,57 +361,67 @@ class NsysView:
             report, self.data.origin_ns)
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
-        self.plot_name = ""
         self.width = width
         self.uid = uuid.uuid4().hex[:8]
-        self._static: str | None = None
+        # the static timeline and the live one share it: the tables' and findings' clicks reach whichever shows
+        self.plot_name = f"nsight-timeline-{self.uid}"
+        self._static: dict[bool, str] = {}
 
     # ---- static -------------------------------------------------------------------------------------
-    def static_fragment(self, *, include_bokehjs: bool) -> str:
-        """An HTML fragment (tabs, coarse timeline, tables).  With include_bokehjs, BokehJS comes inline."""
-        if self._static is None:  # built once: the cell output and view.html share it
-            self._static = self._build_static()
-        return (bokehjs_html() if include_bokehjs else "") + self._static
+    def static_fragment(self, *, include_bokehjs: bool, timeline: bool = True) -> str:
+        """An HTML fragment (tabs, coarse timeline, tables).  With include_bokehjs, BokehJS comes inline.  Without
+        timeline, no saved timeline: the page the live view is drawn in first (views/output.py), a second sooner."""
+        if timeline not in self._static:  # built once: the cell output and view.html share it
+            self._static[timeline] = self._build_static(timeline)
+        return (bokehjs_html() if include_bokehjs else "") + self._static[timeline]
 
-    def _build_static(self) -> str:
-        with unique_ids():
-            tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET, embed=STATIC_EXACT)
-        self.plot_name = tv.plot_name
-        divs, script = embed({"timeline": tv.layout})
-        t = self.tables
+    def _build_static(self, with_timeline: bool = True) -> str:
+        legend = legend_html(self.data.categories, self.data.colors)
         # the live view (views/output.py) takes the place of what this slot holds
-        timeline = (f'{legend_html(self.data.categories, self.data.colors)}<div class="nm-live-slot">'
-                    f'{picture_html(tv, self.width)}{divs["timeline"]}</div>')
+        if with_timeline:
+            with unique_ids():
+                tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET, embed=STATIC_EXACT,
+                                    name=self.plot_name)
+            divs, script = embed({"timeline": tv.layout})
+            timeline = f'{legend}<div class="nm-live-slot">{picture_html(tv, self.width)}{divs["timeline"]}</div>'
+        else:
+            script = ""
+            # what a notebook saved before the whole view came (its kernel stopped meanwhile) says
+            load = f" (if its kernel stopped first: %nsys_load {self.folder})" if self.folder is not None else ""
+            timeline = (f'{legend}<div class="nm-live-slot"><p class="nm-drawing">'
+                        f'{escape("Drawing the timeline..." + load)}</p></div>')
+        t = self.tables
+        plot_name = self.plot_name
         panes = [
             timeline,
-            self._table("kernels", t.kernels, t.kernel_zoom, tv.plot_name),
-            self._table("memory", t.memory, None, tv.plot_name),
-            self._table("cudaapi", t.cuda_api, None, tv.plot_name),
-            modules_html(self.modules) + self._table("nvtx", t.nvtx, t.nvtx_zoom, tv.plot_name),
-            advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=tv.plot_name, uid=self.uid,
+            self._table("kernels", t.kernels, t.kernel_zoom, plot_name),
+            self._table("memory", t.memory, None, plot_name),
+            self._table("cudaapi", t.cuda_api, None, plot_name),
+            modules_html(self.modules) + self._table("nvtx", t.nvtx, t.nvtx_zoom, plot_name),
+            advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=plot_name, uid=self.uid,
                         verdict=self.verdict),
             self._files_html(),
         ]
         if self.ranks:  # several ranks: before Advice
             r = self.ranks
-            panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, tv.plot_name)
-                         + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, tv.plot_name)
-                         + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, tv.plot_name))
+            panes.insert(5, _ranks_intro(r) + self._table("ranks", r["ranks"], None, plot_name)
+                         + "<h4>NCCL collectives</h4>" + self._table("nccl", r["nccl"], None, plot_name)
+                         + "<h4>Straggler per step</h4>" + self._table("strag", r["stragglers"], None, plot_name))
         if self.memory_intro:  # GPU memory: after NVTX (and Lines, Ops, Python, Ranks)
             panes.insert(5, self.memory_intro
-                         + self._table("gpumem", self.memory_devices, None, tv.plot_name)
+                         + self._table("gpumem", self.memory_devices, None, plot_name)
                          + "<h4>Live at the peak, by where it was allocated</h4>"
-                         + self._table("gpulive", self.memory_live, None, tv.plot_name)
+                         + self._table("gpulive", self.memory_live, None, plot_name)
                          + "<h4>Allocated after each step</h4>"
-                         + self._table("gpusteps", self.memory_growth, None, tv.plot_name))
+                         + self._table("gpusteps", self.memory_growth, None, plot_name))
         if self.python_intro:  # Python samples: after NVTX (and Lines, Ops, Ranks)
             panes.insert(5, self.python_intro
-                         + self._table("python", self.python, None, tv.plot_name, formats=_sampled(self.python))
+                         + self._table("python", self.python, None, plot_name, formats=_sampled(self.python))
                          + "<h4>Lines of the cell</h4>"
-                         + self._table("pylines", self.python_lines, None, tv.plot_name,
+                         + self._table("pylines", self.python_lines, None, plot_name,
                                        formats=_sampled(self.python_lines)))
         if not self.ops.empty:  # --ops: operators, after NVTX
-            panes.insert(5, OPS_INTRO + self.ops_source + self._table("ops", self.ops, self.ops_zoom, tv.plot_name,
+            panes.insert(5, OPS_INTRO + self.ops_source + self._table("ops", self.ops, self.ops_zoom, plot_name,
                                                                       zoom_col="op"))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
@@ -454,7 +464,6 @@ class NsysView:
             from jupyter_bokeh import BokehModel
         except ImportError:
             return None
-        self.static_fragment(include_bokehjs=False)  # the plot name comes from the static timeline
         with unique_ids():
             tv = build_timeline(self.data, width=self.width, budget=LIVE_BUDGET, name=self.plot_name)
         tv.attach_live_refresh()
