@@ -10,6 +10,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from conftest import READY_KEY
+
+VIEW_MIME = "application/vnd.nsight-magic.view+json"  # views.profile_view: an update that shows a view
+
 
 def nsys_of(session: str) -> list[str]:
     """Processes whose command line names this nsys session (nsys launch, its agents)."""
@@ -63,7 +67,9 @@ class DrivenKernel:
         The kernel's stop button is pressed `interrupt_after` s in, or once `interrupt_when()` is true."""
         msg_id = self.kc.execute(code, allow_stdin=True)
         out, done, started, t0 = [], False, False, time.monotonic()
-        shown = ""  # the latest display: a profile's status line says "loading the profile" until it is drawn
+        # displays not settled yet: a profile's status line says "loading the profile" until it is drawn, and an
+        # nsys view comes first with its live part only (no READY_KEY), then whole
+        unsettled: set = set()
         while True:
             if (interrupt_after is not None and time.monotonic() - t0 > interrupt_after) or \
                     (interrupt_when is not None and interrupt_when()):
@@ -72,7 +78,7 @@ class DrivenKernel:
             try:
                 m = self.kc.get_iopub_msg(timeout=0.5)
             except Exception:  # noqa: BLE001 - no message for a moment
-                if done and "loading the profile" not in shown:
+                if done and not unsettled:
                     return "".join(out)
                 if time.monotonic() - t0 > timeout:
                     raise AssertionError(f"no answer: {''.join(out)[-2000:]}") from None
@@ -90,7 +96,9 @@ class DrivenKernel:
                 out.append(c["text"])
             elif t in ("display_data", "execute_result", "update_display_data"):
                 out.append(c["data"].get("text/plain", "") + "\n")
-                shown = out[-1]
+                did = c.get("transient", {}).get("display_id") or "(no display id)"
+                loading = "loading the profile" in out[-1] or VIEW_MIME in c["data"] and READY_KEY not in c.get("metadata", {})
+                (unsettled.add if loading else unsettled.discard)(did)
             elif t == "error":
                 out.append(re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(c["traceback"])))  # without the colours
             elif t == "status" and c["execution_state"] == "idle":

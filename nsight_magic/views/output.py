@@ -74,8 +74,8 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
         try:
             write_page(page, view.html_page())
         except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
-            lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is shown "
-                         "here only")
+            shown.lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is "
+                               "shown here only")
     return shown.bundle(live=live, loader=loader)
 
 
