@@ -72,9 +72,9 @@ export class ViewRenderer extends Widget implements IRenderMime.IRenderer {
   async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     const ref = model.data[VIEW_MIME] as unknown as ILiveRef | undefined;
     // the same view sent again with its saved copy made (an nsys view comes first with its live timeline only,
-    // views/output.py): the live view it shows is moved into the new page, not drawn again (its zoom stays)
-    const same = !!this.live && !!ref && ref.model_id === this.live.modelId && model.trusted;
-    const kept = same && this.node.classList.contains('nm-is-live') ? this.live : null;
+    // views/output.py): the live view it shows, or is drawing, is moved into the new page, not made again (its
+    // zoom stays)
+    const kept = this.live && ref && ref.model_id === this.live.modelId && model.trusted ? this.live : null;
     if (kept) {
       this.node.appendChild(kept.box); // parked while the page is made anew (a DOM move: the widget stays attached)
     } else {
