@@ -366,6 +366,7 @@ class NsysView:
         # the static timeline and the live one share it: the tables' and findings' clicks reach whichever shows
         self.plot_name = f"nsight-timeline-{self.uid}"
         self._static: dict[bool, str] = {}
+        self._other_panes: list[str] | None = None
 
     # ---- static -------------------------------------------------------------------------------------
     def static_fragment(self, *, include_bokehjs: bool, timeline: bool = True) -> str:
@@ -390,10 +391,18 @@ class NsysView:
             load = f" (if its kernel stopped first: %nsys_load {self.folder})" if self.folder is not None else ""
             timeline = (f'{legend}<div class="nm-live-slot"><p class="nm-drawing">'
                         f'{escape("Drawing the timeline..." + load)}</p></div>')
+        return (f"{head()}"
+                f'<div class="nm-report" id="nm-{self.uid}">{noscript()}'
+                f"{static_tabs_html(self.tabs, [timeline, *self._panes()])}</div>{SETUP}{script}")
+
+    def _panes(self) -> list[str]:
+        """The tabs after the timeline (tables, advice, files): the same in the first page and the whole one."""
+        if self._other_panes is not None:
+            return self._other_panes
         t = self.tables
         plot_name = self.plot_name
         panes = [
-            timeline,
+            "",  # the timeline's place, so that the tabs below are inserted where the tab bar names them
             self._table("kernels", t.kernels, t.kernel_zoom, plot_name),
             self._table("memory", t.memory, None, plot_name),
             self._table("cudaapi", t.cuda_api, None, plot_name),
@@ -425,9 +434,8 @@ class NsysView:
                                                                       zoom_col="op"))
         if not self.lines.empty:  # --lines: the line-profiler view, after NVTX
             panes.insert(5, lines_html(self.lines))
-        return (f"{head()}"
-                f'<div class="nm-report" id="nm-{self.uid}">{noscript()}{static_tabs_html(self.tabs, panes)}</div>'
-                f"{SETUP}{script}")
+        self._other_panes = panes[1:]
+        return self._other_panes
 
     def _table(self, key, df, zoom, plot_name, zoom_col: str = "name", formats: dict | None = None) -> str:
         if df is None or df.empty:
