@@ -1,8 +1,8 @@
 """What a notebook's kernel keeps over many profiles (issue 63: +28 MB per warm cell of 60k NVTX ranges).
 
-    python benchmarks/kernel_memory.py [--profiles 10] [--ranges 60000] [--trace nvtx] [--workdir DIR]
+    python benchmarks/kernel_memory.py [--profiles 10] [--ranges 60000] [--trace nvtx] [--workdir DIR] [--watched]
 
-A real kernel (nbclient) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
+A real kernel (nbclient; with --watched, driven as JupyterLab drives it, so each view has its live part) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
 marking --ranges NVTX ranges; after each, a cell collects garbage, trims the heap (malloc_trim: freed memory given
 back, so what stays is what is held) and prints the kernel's RSS and its live Python objects by type.  Prints RSS
 per profile, the growth per profile after the second (a least-squares slope) and the object types that grew most
@@ -11,6 +11,8 @@ between the second profile and the last.
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +36,25 @@ def cell(i: int, ranges: int, trace: str) -> str:
             "    nvtx.push_range('r'); nvtx.pop_range()\n")
 
 
+def run_headless(cells: list[str], work: Path) -> list[str]:
+    """nbclient, as papermill and nbconvert run a notebook: views saved, with no live part."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    return [o.get("text", "") for c in nb.cells for o in c.outputs]
+
+
+def run_watched(cells: list[str], work: Path) -> list[str]:
+    """A kernel driven as JupyterLab drives it; each profile's view waited for until it is whole."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from latency import Frontend
+
+    fe = Frontend(work, dict(os.environ))
+    try:
+        return [fe.run(c, draw_timeout=600.0 if c.startswith("%%nsys") else 0.0)["text"] for c in cells]
+    finally:
+        fe.close()
+
+
 def main() -> None:
     import json
 
@@ -42,22 +63,19 @@ def main() -> None:
     ap.add_argument("--ranges", type=int, default=60_000)
     ap.add_argument("--trace", default="nvtx")
     ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--watched", action="store_true",
+                    help="drive the kernel as JupyterLab does (allow_stdin): views with their live timeline")
     a = ap.parse_args()
     work = a.workdir or Path(tempfile.mkdtemp(prefix="nsight-kernel-memory-"))
     work.mkdir(parents=True, exist_ok=True)
     cells = ["%load_ext nsight_magic", MEASURE]
     for i in range(a.profiles):
         cells += [cell(i, a.ranges, a.trace), MEASURE]
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     t = time.perf_counter()
-    NotebookClient(nb, timeout=3600, kernel_name="python3", resources={"metadata": {"path": str(work)}}).execute()
+    texts = run_watched(cells, work) if a.watched else run_headless(cells, work)
     took = time.perf_counter() - t
-    got = []
-    for c in nb.cells:
-        for o in c.outputs:
-            for line in o.get("text", "").splitlines():
-                if line.startswith("MEASURE "):
-                    got.append(json.loads(line[len("MEASURE "):]))
+    got = [json.loads(line[len("MEASURE "):]) for text in texts for line in text.splitlines()
+           if line.startswith("MEASURE ")]
     rss = [g["rss_mb"] for g in got]
     print(f"{a.profiles} profiles of {a.ranges:,} NVTX ranges (-t {a.trace}), whole notebook {took:.1f} s")
     print("kernel RSS after load and each profile (MB, after gc and malloc_trim):", " ".join(map(str, rss)))

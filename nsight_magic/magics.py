@@ -7,7 +7,7 @@ import os
 
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from traitlets import Bool, List, TraitError, Unicode, default, validate
+from traitlets import Bool, Int, List, TraitError, Unicode, default, observe, validate
 
 from . import idle
 from .cell_display import diff_command, open_again, session_command
@@ -36,6 +36,22 @@ class NsightMagics(Magics):
                 ).tag(config=True)
     prewarm_worker = Bool(help="prepare the warm worker for the next %%nsys in the background (default: on, off "
                                "where NSIGHT_MAGIC_PREWARM=0)").tag(config=True)
+
+    live_views = Int(4, help="how many of the newest profile views keep their live timeline, whose zoom reads "
+                             "exact events from the kernel; older views show their saved timeline and the kernel "
+                             "frees what they held").tag(config=True)
+
+    @observe("live_views")
+    def _keep_live_views(self, change) -> None:
+        from .views.live_views import keep
+
+        keep(change["new"])
+
+    @validate("live_views")
+    def _valid_live_views(self, proposal) -> int:
+        if proposal["value"] < 0:
+            raise TraitError("NsightMagics.live_views is a count of views: 0 or more")
+        return proposal["value"]
 
     @default("wait")
     def _wait_default(self) -> bool:

@@ -19,6 +19,11 @@ CELL = "import time, nvtx\nwith nvtx.annotate('lab-range'):\n    time.sleep(0.05
 SLOW = "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\nprint('not reached')"
 BROKEN = "def broken(:\n    pass"  # a syntax error: the run leaves a folder with its cell, but no report
 
+# the saved timeline of a view whose live one is gone: what its slot shows, outside the (hidden) live box
+SAVED_TIMELINE_SHOWN = """slot => Array.from(slot.querySelectorAll(':scope > :not(.nm-live)')).some(el =>
+    getComputedStyle(el).display !== 'none' && Array.from(el.querySelectorAll('*')).some(e =>
+        e.shadowRoot && e.getBoundingClientRect().width > 100 && e.getBoundingClientRect().height > 50))"""
+
 pytestmark = [*needs_jupyterlab, pytest.mark.timeout(420)]
 
 
@@ -174,6 +179,24 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             page.keyboard.press("Shift+Enter")
             inserted.locator(".jp-OutputArea").get_by_text("Timeline").first.wait_for(timeout=120_000)
             page.screenshot(path=str(ARTIFACTS / "labextension_inserted_load.png"))
+
+            # the kernel keeps the newest views' live timelines (views/live_views.py): with one kept, the first
+            # cell's is closed, and its output shows the saved timeline in its place
+            page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").wait_for(timeout=60_000)
+            assert out.locator(".nm-output.nm-is-live").count() == 1
+            setting = cells.nth(4)
+            setting.wait_for(timeout=10_000)  # Shift+Enter on the last cell added this one
+            setting.locator(".cm-content").click()
+            page.keyboard.type("%config NsightMagics.live_views = 1")
+            page.keyboard.press("Shift+Enter")
+            out.locator(".nm-output:not(.nm-is-live)").first.wait_for(timeout=30_000)
+            assert out.locator(".nm-live:visible").count() == 0
+            # the saved timeline shows: a drawn Bokeh plot, outside the hidden live box
+            page.wait_for_function(SAVED_TIMELINE_SHOWN, arg=first.locator(".nm-live-slot").element_handle(),
+                                   timeout=30_000)
+            assert inserted.locator(".nm-output.nm-is-live").count() == 1  # the newest keeps its live one
+            first.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "labextension_older_view_saved_timeline.png"))
             b.close()
         assert errors == [], errors
         assert missing == [], missing

@@ -146,3 +146,36 @@ def test_a_microsecond_event_late_in_a_long_capture_keeps_its_width_in_the_live_
     assert abs(dur[i] - 1.164) < 1e-3
     assert right[i] - left[i] == pytest.approx(dur[i] / 1e3, rel=1e-3)
     assert np.all(right - left > 0)
+
+
+def test_only_the_newest_live_views_are_kept_and_an_older_ones_memory_is_freed():
+    """Issue 63: a kernel driven by a frontend kept every profile's live timeline (+6 MB a cell of 60k ranges on
+    this machine, benchmarks/kernel_memory.py --watched).  Past NsightMagics.live_views the oldest is closed and
+    what it held is freed; its output shows the saved timeline."""
+    pytest.importorskip("jupyter_bokeh")
+    import gc
+    import weakref
+
+    from nsight_magic import open_report
+    from nsight_magic.views import live_views, show_nsys
+
+    rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
+    before = live_views.KEEP
+    try:
+        live_views.keep(2)
+        views = [show_nsys(rep) for _ in range(3)]
+        first = views[0].live
+        gone = weakref.ref(views[0].timeline)
+        assert first.comm is not None
+        views[1].live, views[2].live
+        assert first.comm is None  # closed: the frontend drops it and shows the saved copy
+        assert views[1].live.comm is not None and views[2].live.comm is not None
+        assert views[0].timeline is None
+        del first, views[0]  # what the kernel keeps of a shown view: its widget, while it is open
+        gc.collect()
+        assert gone() is None  # the prepared events and sources it held are freed
+        live_views.keep(0)  # %config NsightMagics.live_views = 0: none kept from now on, the held ones closed now
+        assert views[0].live.comm is None and views[1].live.comm is None
+        assert live_views.held() == []
+    finally:
+        live_views.keep(before)

@@ -20,6 +20,10 @@ class ProfileView:
     def live(self):
         if self._live is None:
             self._live = self.view.live_widget()
+            if self._live is not None:  # the kernel keeps the newest few (views/live_views.py)
+                from .live_views import hold
+
+                hold(self._live)
         return self._live
 
     @property
