@@ -26,6 +26,7 @@ from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_f
                        validate_passthrough, wants_kernel_symbols)
 from ..store import ProfileFolder
 from ..tools.argv import flag_name
+from .agent_watch import SPIN_S, AgentSpin, may_spin
 from .extras import Extras, choose, split_for_session
 from .prepare import current_umask, load_returns, prepare_with_tool, tool_versions
 from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, ChildOutcome,
@@ -264,7 +265,13 @@ def record_nsys(cell: str, opts: NsysOptions = NsysOptions(), *, setup_sources=(
     if capture is None:
         if refusal:
             notes.append(f"fresh process ({refusal})")
-        capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s, extras)
+        spin = may_spin(version, opts.nsys_args)
+        if spin:
+            notes.append(f"nsys {version} can hang after the cell with CPU sampling or context switches on a busy "
+                         f"machine (--nsys-args): if its agent spins {SPIN_S:.0f} s writing nothing, the run is "
+                         "stopped and that is said")
+        capture = _record_cold(prep, nsys, opts, trace, env, messages, on_output, on_status, stop_grace_s, extras,
+                               spin)
     returned = load_returns(folder, messages, opts.nproc, opts.return_all)
     so_far = _judged(capture.provisional(), opts, folder)
     said = _outcome_message(so_far, opts, folder)
@@ -311,8 +318,16 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
         messages.append(message)
     notes += outcome_notes(outcome)
     t_report = time.monotonic()
+    stuck = outcome.details.get("profiler_stuck")
     if cancel is not None and cancel.is_set():
         rep, sqlite = _kept_after_interrupt(folder, messages)
+    elif stuck:  # its raw stream, cut short, cannot be imported: said once, not as an import failure
+        raw = next((p.name for p in folder.path.glob("report*.qdstrm")), None)
+        messages.append(f"{stuck}; nsys was stopped" + (f" ({raw}, cut short, is kept in {folder.path}/)" if raw
+                                                          else "") + ". Profile the cell again without "
+                        "--sample/--cpuctxsw in --nsys-args (the Python tab samples the cell's own lines), on a "
+                        "quieter machine, or with nsys 2023 or newer")
+        rep, sqlite = None, None
     else:
         if on_status:
             on_status("exporting", time.monotonic() - t0)
@@ -322,7 +337,8 @@ def _finish_run(capture, folder: ProfileFolder, nsys: Path, version: str, opts: 
     if rep is None and not folder.path.exists():
         messages.append(f"the profile folder {folder.path}/ was deleted before nsys wrote its report there (by the "
                         "cell or another program): nothing is left to show; profile the cell again")
-    elif rep is None and not any(folder.path.glob("report*.qdstrm")) and not (cancel and cancel.is_set()):
+    elif rep is None and not stuck and not any(folder.path.glob("report*.qdstrm")) and \
+            not (cancel and cancel.is_set()):
         hint = ""
         if opts.capture == "cell" and "running" in outcome.phases:
             pitfall = tools.nvtx_pitfall(version)
@@ -389,8 +405,9 @@ class _Over:
 class _Cold:
     """A fresh process under `nsys profile` (process.ChildRun)."""
 
-    def __init__(self, run, tmp: Path, folder: ProfileFolder):
+    def __init__(self, run, tmp: Path, folder: ProfileFolder, watch_agent: bool = False):
         self.run, self.tmp, self.folder = run, tmp, folder
+        self.stuck = AgentSpin(run.run_id, tmp) if watch_agent else None  # (tmp: where nsys writes its raw stream)
 
     def provisional(self) -> ChildOutcome:
         r = self.run
@@ -399,7 +416,7 @@ class _Cold:
 
     def finish(self, on_status=None, cancel=None) -> ChildOutcome:
         try:
-            out = self.run.finish(on_status, cancel)
+            out = self.run.finish(on_status, cancel, stuck=self.stuck)
         finally:
             kept = _tidy_tmp(self.tmp, self.folder)
         if kept is not None:
@@ -496,7 +513,7 @@ def _cold_reason(opts: NsysOptions, script: str | None) -> str | None:
 
 
 def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, messages: list[str], on_output,
-                 on_status, stop_grace_s: float, extras: Extras = Extras()) -> _Cold:
+                 on_status, stop_grace_s: float, extras: Extras = Extras(), watch_agent: bool = False) -> _Cold:
     """A fresh process under `nsys profile`, in its own PID namespace, until the cell's part is over."""
     folder = prep.folder
     argv, isolation_note = tools.isolated_argv(profile_argv(nsys, opts, trace, folder, extras.args),
@@ -532,7 +549,7 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
         except BaseException:  # Ctrl-C while it waits: nothing ran, nothing left in /tmp
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-    return _Cold(run, tmp, folder)
+    return _Cold(run, tmp, folder, watch_agent)
 
 
 def _failed_before_any_rank_started(run: ChildRun) -> bool:

@@ -227,6 +227,11 @@ def _is_tool(argv: list[bytes]) -> bool:
     return not exe or exe.startswith(("nsys", "unshare", "setpriv"))
 
 
+def is_machinery(argv: list[bytes]) -> bool:
+    """A process of the profiler, of our isolation or of ours (`-m nsight_magic.inside.*`): not the user's."""
+    return _is_tool(argv) or argv[1:2] == [b"-m"] and bool(argv[2:3]) and argv[2].startswith(b"nsight_magic.inside.")
+
+
 def stop_orphans(env_name: str, run_id: str) -> list[str]:
     """The run's processes other than the profiler's (nsys, its launcher and agent), unshare, setpriv and ours
     (`-m nsight_magic.inside.*`): what the profiled process started and left when it died (os._exit, a crash), which
@@ -234,7 +239,7 @@ def stop_orphans(env_name: str, run_id: str) -> list[str]:
     found: dict[int, str] = {}
     for pid in run_processes(env_name, run_id):
         argv = process_argv(pid)
-        if _is_tool(argv) or argv[1:2] == [b"-m"] and argv[2:3] and argv[2].startswith(b"nsight_magic.inside."):
+        if is_machinery(argv):
             continue
         found[pid] = " ".join(x.decode(errors="replace") for x in argv if x)[:80]
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -336,6 +341,7 @@ class ChildOutcome:
 
 LOOK_S = 0.5            # how often a running cell's profiled process is looked for (a /proc scan)
 FINALIZE_WARN_S = 20.0  # a profiler still writing its report this long after the cell ended gets a word
+STUCK_GRACE_S = 5.0     # a profiler found stuck (finish's `stuck`) gets this long after SIGINT, as it ignores it
 FINISHED_PHASES = ("finished", "setup-error", "state-error")  # a rank whose part is over (values written)
 CELL_OVER_PHASES = ("cell-done", *FINISHED_PHASES)               # a rank whose cell is over
 
@@ -474,10 +480,11 @@ class ChildRun:
         cs = self.extras.get("cell_status", 0)
         return RunStatus.OK if cs == 0 else RunStatus.CELL_ERROR if cs == EXIT_CELL_ERROR else RunStatus.EXITED
 
-    def finish(self, on_status: StatusCallback | None = None, cancel=None, stop_grace_s: float = 30.0
-               ) -> ChildOutcome:
+    def finish(self, on_status: StatusCallback | None = None, cancel=None, stop_grace_s: float = 30.0,
+               stuck: Callable[[], str | None] | None = None) -> ChildOutcome:
         """Until the profiler has written its report and exited.  `cancel` (a threading.Event, set by Ctrl-C) stops
-        its writing: SIGINT (it writes what it has), then SIGTERM, then SIGKILL.  Output is no longer streamed."""
+        its writing: SIGINT (it writes what it has), then SIGTERM, then SIGKILL.  `stuck`, asked once a second,
+        says why a profiler that will never finish is stopped the same way.  Output is no longer streamed."""
         status_cb = on_status or self.status_cb
         last_tick = 0.0
         try:
@@ -491,6 +498,12 @@ class ChildRun:
                     break
                 if now - last_tick >= 1.0:
                     last_tick = now
+                    why = stuck() if stuck is not None else None
+                    if why:
+                        status_cb(f"{why}; stopping it", now)
+                        _stop(self.proc, self.run_id, STUCK_GRACE_S)
+                        self.extras["profiler_stuck"] = why
+                        break
                     since = now - (self.cell_ended if self.cell_ended is not None else now)
                     if self.lingering:  # (once they end, nsys writes a few seconds more under these words)
                         status_cb(f"the cell ended {since:.0f} s ago; its process waits for its thread"
@@ -517,7 +530,8 @@ class ChildRun:
         rc = self.proc.returncode
         if self.outcome:
             return self.outcome
-        if self.extras.get("interrupted_writing") and "cell_status" in self.extras:
+        if (self.extras.get("interrupted_writing") or self.extras.get("profiler_stuck")) and \
+                "cell_status" in self.extras:
             cs = self.extras["cell_status"]  # the cell had ended: only the profiler's writing was stopped
             return RunStatus.OK if cs == 0 else RunStatus.CELL_ERROR if cs == EXIT_CELL_ERROR else RunStatus.EXITED
         return status_from(rc, self.phases, self.extras.get("cell_status"))

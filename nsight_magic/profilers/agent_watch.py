@@ -1,0 +1,89 @@
+"""nsys 2022.4's agent stuck at the end of a run.  With CPU sampling or context-switch tracing on a busy machine,
+Debian's nsys 2022.4 finishes the profiled process, then its agent spins at 100% of a core and never writes the
+report (shared/nsys-on-cpu.md; measured: 3-4 runs of 5 hung under a CPU hog, 0 of 4 on an idle machine, raw
+`nsys profile --sample=cpu`).  Left alone the cell's view never comes; the recording is lost either way (its raw
+stream is cut short).  This watch tells that state from a long report being written: the profiled process is
+gone, the agent burns a whole core, and the raw stream in nsys's TMPDIR has not grown, for SPIN_S seconds.  A good
+run's agent writes its stream within 2 s of spinning up (a 30 s sampled loop: 3.5 s from the end to the report)."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from ..tools.argv import flag_name
+from .process import RUN_ID_ENV, is_machinery, process_argv, run_processes
+
+SPIN_S = 30.0   # the stuck state held this long: the run is stopped
+BUSY = 0.8      # the agent's share of a core counted as spinning
+
+
+def may_spin(version: str, user_args: tuple[str, ...]) -> bool:
+    """Whether this run can end in that state: nsys 2022 with the user's --nsys-args turning on CPU sampling or
+    context switches (our defaults turn both off)."""
+    if not version.startswith("2022."):
+        return False
+    for i, tok in enumerate(user_args):
+        if not tok.startswith("-"):
+            continue
+        name = flag_name(tok)
+        value = tok.split("=", 1)[1] if "=" in tok else (user_args[i + 1] if i + 1 < len(user_args) else "")
+        sample = name == "-s" or (name.startswith("--sa") and "--sample".startswith(name))
+        ctxsw = name.startswith("--cpu") and "--cpuctxsw".startswith(name)
+        if (sample or ctxsw) and value.strip().lower() != "none":
+            return True
+    return False
+
+
+class AgentSpin:
+    """Called once a second after the cell ended (process.ChildRun.finish's `stuck`): None while all is well,
+    the reason to stop the profiler once the agent has spun for SPIN_S seconds with nothing written."""
+
+    def __init__(self, run_id: str, raw_dir: Path, spin_s: float | None = None):
+        self.run_id, self.raw_dir = run_id, raw_dir
+        self.spin_s = SPIN_S if spin_s is None else spin_s
+        self.last: tuple[float, int, int] | None = None   # (when, the agent's CPU ticks, the raw stream's bytes)
+        self.since: float | None = None                    # when the stuck state began
+
+    def __call__(self) -> str | None:
+        pids = run_processes(RUN_ID_ENV, self.run_id)
+        argvs = {p: process_argv(p) for p in pids}
+        agents = [p for p, a in argvs.items() if b"--start-agent" in a]
+        if not agents or any(not is_machinery(a) for p, a in argvs.items() if p not in agents):
+            self.last, self.since = None, None  # the profiled process still runs (or nsys is between steps)
+            return None
+        now, ticks, size = time.monotonic(), _ticks(agents), _bytes(self.raw_dir)
+        last, self.last = self.last, (now, ticks, size)
+        if last is None or now <= last[0]:
+            return None
+        busy = (ticks - last[1]) / os.sysconf("SC_CLK_TCK") / (now - last[0]) >= BUSY
+        if not busy or size != last[2]:
+            self.since = None
+            return None
+        self.since = self.since if self.since is not None else last[0]
+        if now - self.since < self.spin_s:
+            return None
+        return (f"nsys's agent spun at 100% of a core for {now - self.since:.0f} s after the profiled process "
+                "ended, writing nothing: nsys 2022.4 hangs so with CPU sampling or context switches on a busy "
+                "machine, and its recording is lost")
+
+
+def _ticks(pids: list[int]) -> int:
+    total = 0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+def _bytes(folder: Path) -> int:
+    total = 0
+    for p in folder.glob("*.qdstrm"):
+        try:
+            total += p.stat().st_size
+        except OSError:
+            continue
+    return total
