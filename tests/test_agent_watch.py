@@ -67,7 +67,7 @@ def test_the_watch_tells_a_spinning_agent_from_one_that_writes_or_waits_for_the_
         # nothing written while it spins: stuck, after spin_s
         t = time.monotonic()
         said = _asked(AgentSpin(run_id, tmp_path, spin_s=1.0), 5.0)
-        assert said and "spun at 100% of a core" in said and "recording is lost" in said, said
+        assert said and "kept spinning on the CPU" in said and "recording is lost" in said, said
         assert 1.0 <= time.monotonic() - t < 4.0
     finally:
         for p in (agent, program):
@@ -89,8 +89,8 @@ def test_an_idle_agent_is_not_stuck(tmp_path):
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
 def test_a_sampled_run_whose_agent_spins_on_a_busy_machine_is_stopped_and_said(tmp_path, monkeypatch):
-    """Real nsys 2022.4 with --sample=cpu beside two CPU hogs (raw nsys hung so in 3-4 runs of 5 here, 0 of 4
-    without the hogs).  A run that hangs is stopped SPIN_S after the cell (shortened here) with one line that
+    """Real nsys 2022.4 with --sample=cpu beside a CPU hog (raw nsys hung so in 3-4 runs of 5 here, 0 of 4
+    without it).  A run that hangs is stopped SPIN_S after the cell (shortened here) with one line that
     says why, its cut raw stream kept; a run that does not hang gives its report as before."""
     from nsight_magic import tools
     from nsight_magic.run import run_nsys
@@ -99,7 +99,8 @@ def test_a_sampled_run_whose_agent_spins_on_a_busy_machine_is_stopped_and_said(t
     if not version.startswith("2022."):
         pytest.skip(f"the hang is nsys 2022's; this is {version}")
     monkeypatch.setattr(agent_watch, "SPIN_S", 4.0)
-    hogs = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(2)]
+    # one hog, at the lowest priority: enough for the hang (3 runs of 5 hung so), little harm to tests beside it
+    hogs = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", SPIN])]
     cell = "x = 0\nfor i in range(2_000_000):\n    x += i\nprint('cell ran')\n"
     hung = []
     try:
@@ -111,7 +112,7 @@ def test_a_sampled_run_whose_agent_spins_on_a_busy_machine_is_stopped_and_said(t
             said = " ".join(r.messages)
             assert r.status == "ok", (r.status, r.messages)
             assert "can hang after the cell" in " ".join(r.notes)  # said before it happens
-            if "spun at 100% of a core" in said:
+            if "kept spinning on the CPU" in said:
                 hung.append(took)
                 assert r.report_file is None and r.sqlite is None
                 assert "nsys was stopped (report.qdstrm, cut short, is kept in" in said, said

@@ -3,7 +3,7 @@ Debian's nsys 2022.4 finishes the profiled process, then its agent spins at 100%
 report (shared/nsys-on-cpu.md; measured: 3-4 runs of 5 hung under a CPU hog, 0 of 4 on an idle machine, raw
 `nsys profile --sample=cpu`).  Left alone the cell's view never comes; the recording is lost either way (its raw
 stream is cut short).  This watch tells that state from a long report being written: the profiled process is
-gone, the agent burns a whole core, and the raw stream in nsys's TMPDIR has not grown, for SPIN_S seconds.  A good
+gone, the agent keeps burning CPU, and the raw stream in nsys's TMPDIR has not grown, for SPIN_S seconds.  A good
 run's agent writes its stream within 2 s of spinning up (a 30 s sampled loop: 3.5 s from the end to the report)."""
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from ..tools.argv import flag_name
 from .process import RUN_ID_ENV, is_machinery, process_argv, run_processes
 
 SPIN_S = 30.0   # the stuck state held this long: the run is stopped
-BUSY = 0.8      # the agent's share of a core counted as spinning
+BUSY = 0.3      # the agent's share of a core counted as spinning (an idle one takes ~0; on a busy machine a
+#                 spinning one gets a share of a core only)
 
 
 def may_spin(version: str, user_args: tuple[str, ...]) -> bool:
@@ -63,7 +64,7 @@ class AgentSpin:
         self.since = self.since if self.since is not None else last[0]
         if now - self.since < self.spin_s:
             return None
-        return (f"nsys's agent spun at 100% of a core for {now - self.since:.0f} s after the profiled process "
+        return (f"nsys's agent kept spinning on the CPU for {now - self.since:.0f} s after the profiled process "
                 "ended, writing nothing: nsys 2022.4 hangs so with CPU sampling or context switches on a busy "
                 "machine, and its recording is lost")
 
