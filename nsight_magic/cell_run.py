@@ -10,6 +10,7 @@ import shlex
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from IPython.core.error import UsageError
 
@@ -18,6 +19,11 @@ from .cell_display import catch_idle_interrupts, draws_later, print_manifest, wa
 from .cell_output import LiveStatus, ProfileOutput
 from .errors import CellRaised, NsightMagicError
 from .options import ncu_options_from_args, nsys_options_from_args
+
+if TYPE_CHECKING:
+    from .profilers.inplace import InPlaceSession
+    from .profilers.inplace_ncu import InPlaceNcu
+    from .profilers.recorder import CellRequest, Recorder
 
 TRACE_FLAG = re.compile(r"(^|\s)(-t|--trace)(\s|=|$)")
 
@@ -71,7 +77,7 @@ class CellRuns:
               f"{'s' if len(fe.setups) != 1 else ''})")
         self.prewarm()
 
-    def inplace(self):
+    def inplace(self) -> InPlaceSession | InPlaceNcu | None:
         """This kernel's in-place session (profilers/inplace.py) when it runs under nsys launch, else None."""
         if self._in_place is None:
             from .profilers.inplace import InPlaceSession, inplace_config
@@ -139,35 +145,30 @@ class CellRuns:
             opts = self.with_env(nsys_options_from_args(args, default_name=f"cell{self.prompt_number()}"))
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
+        from .profilers.recorder import CellRequest  # (the profilers load with the first profile, not the extension)
+
         status = LiveStatus("nsys", opts.quiet)
+        # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab buttons run a cell's
+        # own text under a magic line the editor does not show (1)
+        req = CellRequest(cell, opts, shell=self.shell, on_output=status.output, on_status=status,
+                          on_prepared=None if opts.quiet else print_manifest, cell_first_line=args.cell_line,
+                          number=self.prompt_number(), header=header)
+        recorder: Recorder = self.frontend.recorder("nsys")
         ip = self.inplace()
         if ip is not None:  # a kernel under nsys launch: the cell runs here, recorded in place
-            from .profilers.inplace import why_not_in_place
+            from .profilers.inplace import InPlaceSession, why_not_in_place
 
             given = args.trace if TRACE_FLAG.search(line) else None
-            why = ("this kernel runs under Nsight Compute (its %%ncu measures cells in place)" if ip.tool == "ncu"
-                   else why_not_in_place(opts, given, ip.trace))
-            if why is None:
-                try:
-                    rec = ip.record(cell, opts, self.shell, on_status=status, cell_first_line=args.cell_line,
-                                    number=self.prompt_number(), header=header)
-                except NsightMagicError as e:
-                    raise UsageError(str(e)) from None
-                self.after_record(self.frontend.made(rec), status, opts.render, opts.thresholds, args.wait)
-                return
-            print(f"nsight-magic: in a fresh process, not in place: {why}")
-            opts = replace(opts, fresh=True)
+            why = (why_not_in_place(opts, given, ip.trace) if isinstance(ip, InPlaceSession)
+                   else "this kernel runs under Nsight Compute (its %%ncu measures cells in place)")
+            if why is None and isinstance(ip, InPlaceSession):
+                recorder = ip
+            else:
+                print(f"nsight-magic: in a fresh process, not in place: {why}")
+                req = replace(req, opts=replace(opts, fresh=True))
         else:  # a new worker starts unless the warm one has this setup
             self.guard_gpu_memory(fresh=opts.fresh or not self.frontend.warm_for_setup())
-        try:
-            rec = self.frontend.record_nsys(cell, opts, namespace=self.shell.user_ns, on_output=status.output,
-                                            on_status=status, on_prepared=None if opts.quiet else print_manifest,
-                              # the editor's number of the cell's first line: 2 under the %%nsys line; the JupyterLab
-                              # buttons run a cell's own text under a magic line the editor does not show (1)
-                              cell_first_line=args.cell_line)
-        except NsightMagicError as e:
-            raise UsageError(str(e)) from None
-        self.after_record(rec, status, opts.render, opts.thresholds, args.wait)
+        self.record(recorder, req, status, args.wait, thresholds=req.opts.thresholds)
 
     def ncu(self, line: str, cell: str, parse) -> None:
         """%%ncu: `parse` reads the magic's line (its arguments)."""
@@ -182,28 +183,33 @@ class CellRuns:
         if not tools.gpu_visible():  # said before the cell runs: ncu would replay no kernel, however long it ran
             raise UsageError("no NVIDIA GPU is visible to this kernel, so Nsight Compute has no kernel to profile "
                              "and the cell was not run; %%nsys shows its CPU activity and NVTX ranges")
-        status = LiveStatus("ncu", opts.quiet)
-        ip = self.inplace()
-        if ip is not None and ip.tool == "ncu":  # a kernel under ncu: its kernels are measured here, in place
-            why = ip.why_not_in_place(ncu_opts, fresh=bool(args.fresh))
-            if why is None:
-                try:
-                    rec = ip.record(cell, opts, ncu_opts, self.shell, on_status=status, cell_first_line=2,
-                                    number=self.prompt_number(), header=f"%%ncu {line}".strip())
-                except NsightMagicError as e:
-                    raise UsageError(str(e)) from None
-                self.after_record(self.frontend.made(rec), status, opts.render, None, args.wait)
-                return
-            print(f"nsight-magic: in a fresh process, not in place: {why}")
-        self.guard_gpu_memory(fresh=True)  # otherwise %%ncu runs the cell in a process of its own
+        from .profilers.inplace_ncu import InPlaceNcu
+        from .profilers.recorder import CellRequest
 
+        status = LiveStatus("ncu", opts.quiet)
+        req = CellRequest(cell, opts, ncu_opts, shell=self.shell, on_output=status.output, on_status=status,
+                          on_prepared=None if opts.quiet else print_manifest, cell_first_line=2,
+                          number=self.prompt_number(), header=f"%%ncu {line}".strip())
+        recorder: Recorder = self.frontend.recorder("ncu")
+        ip = self.inplace()
+        why = ip.why_not_in_place(ncu_opts, fresh=bool(args.fresh)) if isinstance(ip, InPlaceNcu) else ""
+        if why is None and isinstance(ip, InPlaceNcu):  # a kernel under ncu: its kernels are measured here
+            recorder = ip
+        else:
+            if why:
+                print(f"nsight-magic: in a fresh process, not in place: {why}")
+            self.guard_gpu_memory(fresh=True)  # otherwise %%ncu runs the cell in a process of its own
+        self.record(recorder, req, status, args.wait, thresholds=None)
+
+    def record(self, recorder: Recorder, req: CellRequest, status: LiveStatus, wait: bool,
+               thresholds: dict | None) -> None:
+        """The record stage by `recorder` (profilers/recorder.py: fresh, warm or in place), into this front end's
+        history; then after_record."""
         try:
-            rec = self.frontend.record_ncu(cell, opts, ncu_opts, namespace=self.shell.user_ns,
-                                           on_output=status.output, on_status=status,
-                                           on_prepared=None if opts.quiet else print_manifest)
+            rec = self.frontend.made(recorder.record(req))
         except NsightMagicError as e:
             raise UsageError(str(e)) from None
-        self.after_record(rec, status, opts.render, None, args.wait)
+        self.after_record(rec, status, req.opts.render, thresholds, wait)
 
     def after_record(self, rec, status: LiveStatus, render: bool, thresholds: dict | None, wait: bool) -> None:
         """The cell's code has finished: say what the record stage knows, give back the --return values, and leave

@@ -12,11 +12,31 @@ from __future__ import annotations
 
 import atexit
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import background
 from .errors import NsightMagicError, OptionError
 
+if TYPE_CHECKING:
+    from .profilers.process import Recording
+    from .profilers.recorder import CellRequest
+
 __all__ = ["Frontend", "diff_profiles", "is_job", "worker_environment"]
+
+
+class FreshRecorder:
+    """A Recorder (profilers/recorder.py) for `tool` in a process of its own, with the front end's setup code
+    (%%nsys: its warm worker when it can); the request's shell gives the namespace that is sent."""
+
+    def __init__(self, frontend: "Frontend", tool: str):
+        self.frontend, self.tool = frontend, tool
+
+    def record(self, req: CellRequest) -> Recording:
+        common = dict(namespace=req.namespace, on_output=req.on_output, on_status=req.on_status,
+                      on_prepared=req.on_prepared)
+        if self.tool == "nsys":
+            return self.frontend._record_nsys(req.cell, req.opts, cell_first_line=req.cell_first_line, **common)
+        return self.frontend._record_ncu(req.cell, req.opts, req.tool_opts, **common)
 
 
 def worker_environment(pass_env=()) -> dict:
@@ -108,16 +128,26 @@ class Frontend:
     # -- profiles ----------------------------------------------------------------------------------------------
     def record_nsys(self, cell: str, opts, **kw):
         """run.record_nsys with this front end's setup code and warm worker; remembered in the history."""
+        return self.made(self._record_nsys(cell, opts, **kw))
+
+    def record_ncu(self, cell: str, opts, ncu_opts, **kw):
+        return self.made(self._record_ncu(cell, opts, ncu_opts, **kw))
+
+    def _record_nsys(self, cell: str, opts, **kw):
         from .run import record_nsys
 
         rec = record_nsys(cell, opts, setup_sources=self.setups, sessions=self.sessions, **kw)
         self.worker_trace = opts.trace
-        return self.made(rec)
+        return rec
 
-    def record_ncu(self, cell: str, opts, ncu_opts, **kw):
+    def _record_ncu(self, cell: str, opts, ncu_opts, **kw):
         from .run import record_ncu
 
-        return self.made(record_ncu(cell, opts, ncu_opts, setup_sources=self.setups, **kw))
+        return record_ncu(cell, opts, ncu_opts, setup_sources=self.setups, **kw)
+
+    def recorder(self, tool: str) -> "FreshRecorder":
+        """The Recorder (profilers/recorder.py) of a cell in a process of its own, or %%nsys's warm worker."""
+        return FreshRecorder(self, tool)
 
     def made(self, rec):
         """A recording (made here, or elsewhere: in place) into this front end's history."""

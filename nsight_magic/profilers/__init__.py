@@ -8,7 +8,8 @@ stages with a seam between them:
     record_nsys / record_ncu -> Recording;  Recording.finish() -> RunResult;  run_nsys / run_ncu: both at once.
     cold nsys: a fresh process under `nsys profile` (process.ChildRun); warm nsys (session.py): a worker started
     once under `nsys launch` (ahead of the first cell, by prewarm), each cell recorded by `nsys start` /
-    `nsys stop`; ncu: always a fresh process (no attach).
+    `nsys stop`; ncu: always a fresh process (no attach).  In place (inplace.py, inplace_ncu.py) the kernel itself
+    is recorded.  recorder.py: one Recorder interface over all of them (a CellRequest in, the Recording out).
 """
 from __future__ import annotations
 

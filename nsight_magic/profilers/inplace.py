@@ -39,6 +39,7 @@ from ..store import ProfileFolder, create_profile_folder, profiles_root
 from .nsys import finish_nsys
 from .prepare import tool_versions
 from .process import Recording, RunResult
+from .recorder import CellRequest
 
 START_TIMEOUT_S = 120
 NVTX_SETTLE_S = 0.025
@@ -162,11 +163,12 @@ class InPlaceSession:
                                        "cell (`nsys start`); `%%nsys --fresh --gpu-metrics` samples them")
         return list(got), why
 
-    def record(self, cell: str, opts, shell, *, on_status=None, cell_first_line: int = 1, number: int | None = None,
-               header: str = "") -> Recording:
-        """Run `cell` in this kernel (shell.run_cell, as the editor numbers it: `header` is the magic's line,
-        `number` the cell's prompt number) between `nsys start` and `nsys stop`; the Recording whose finish()
-        stops the recording and exports the report."""
+    def record(self, req: CellRequest) -> Recording:
+        """Run the request's cell in this kernel (shell.run_cell, as the editor numbers it: `header` is the magic's
+        line, `number` the cell's prompt number) between `nsys start` and `nsys stop`; the Recording whose finish()
+        stops the recording and exports the report (a Recorder: profilers/recorder.py)."""
+        cell, opts, shell, on_status = req.cell, req.opts, req.shell, req.on_status
+        cell_first_line, number, header = req.cell_first_line, req.number, req.header
         t0 = time.monotonic()
         root = profiles_root(opts.directory)
         folder = ProfileFolder(create_profile_folder(root, opts.name))

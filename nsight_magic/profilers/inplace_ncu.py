@@ -34,6 +34,7 @@ from ..store import ProfileFolder, create_profile_folder, profiles_root
 from .inplace import SessionGone, cell_done, run_timed
 from .prepare import tool_versions
 from .process import Recording, RunResult
+from .recorder import CellRequest
 
 RANGE_PREFIX = "ncu-"
 LAUNCH_NVTX_INCLUDE = f"regex:{CAPTURE_DOMAIN}@{RANGE_PREFIX}.*/"
@@ -72,9 +73,11 @@ class InPlaceNcu:
             return "--ncu-args are flags of ncu's launch (this kernel's ncu was started with its flags)"
         return None
 
-    def record(self, cell: str, opts, ncu_opts, shell, *, on_status=None, cell_first_line: int = 2,
-               number: int | None = None, header: str = "") -> Recording:
-        """Run `cell` here inside its range: ncu measures the kernels it launches; finish() reads them."""
+    def record(self, req: CellRequest) -> Recording:
+        """Run the request's cell here inside its range: ncu measures the kernels it launches; finish() reads them
+        (a Recorder: profilers/recorder.py)."""
+        cell, opts, ncu_opts, shell, on_status = req.cell, req.opts, req.tool_opts, req.shell, req.on_status
+        cell_first_line, number, header = req.cell_first_line, req.number, req.header
         t0 = time.monotonic()
         root = profiles_root(opts.directory)
         folder = ProfileFolder(create_profile_folder(root, opts.name))
