@@ -7,9 +7,10 @@ gone, the agent keeps burning CPU, and the raw stream in nsys's TMPDIR has not g
 run's agent writes its stream within 2 s of spinning up (a 30 s sampled loop: 3.5 s from the end to the report)."""
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
+
+import psutil
 
 from ..tools.argv import flag_name
 from .process import RUN_ID_ENV, is_machinery, process_argv, run_processes
@@ -43,7 +44,7 @@ class AgentSpin:
     def __init__(self, run_id: str, raw_dir: Path, spin_s: float | None = None):
         self.run_id, self.raw_dir = run_id, raw_dir
         self.spin_s = SPIN_S if spin_s is None else spin_s
-        self.last: tuple[float, int, int] | None = None   # (when, the agent's CPU ticks, the raw stream's bytes)
+        self.last: tuple[float, float, int] | None = None  # (when, the agent's CPU seconds, the raw stream's bytes)
         self.since: float | None = None                    # when the stuck state began
 
     def __call__(self) -> str | None:
@@ -53,11 +54,11 @@ class AgentSpin:
         if not agents or any(not is_machinery(a) for p, a in argvs.items() if p not in agents):
             self.last, self.since = None, None  # the profiled process still runs (or nsys is between steps)
             return None
-        now, ticks, size = time.monotonic(), _ticks(agents), _bytes(self.raw_dir)
-        last, self.last = self.last, (now, ticks, size)
+        now, cpu, size = time.monotonic(), _cpu_s(agents), _bytes(self.raw_dir)
+        last, self.last = self.last, (now, cpu, size)
         if last is None or now <= last[0]:
             return None
-        busy = (ticks - last[1]) / os.sysconf("SC_CLK_TCK") / (now - last[0]) >= BUSY
+        busy = (cpu - last[1]) / (now - last[0]) >= BUSY
         if not busy or size != last[2]:
             self.since = None
             return None
@@ -69,13 +70,14 @@ class AgentSpin:
                 "machine, and its recording is lost")
 
 
-def _ticks(pids: list[int]) -> int:
-    total = 0
+def _cpu_s(pids: list[int]) -> float:
+    """The CPU time (user + system, seconds) these processes have used."""
+    total = 0.0
     for p in pids:
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
+            t = psutil.Process(p).cpu_times()
+            total += t.user + t.system
+        except (psutil.Error, OSError):
             continue
     return total
 

@@ -19,6 +19,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Callable
 
+import psutil
+
 from ..inside.child import rank_suffix
 from ..inside.tool_files import remove_tool_files, sweep_tool_files, tool_files_named_in
 from ..inside.marks import EXIT_CELL_ERROR
@@ -180,15 +182,14 @@ class Tail:
 
 def run_processes(env_name: str, run_id: str) -> list[int]:
     """Live processes (not this one) carrying this run's (or session's) id in their environment."""
-    needle = f"{env_name}={run_id}".encode()
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
+    me, out = os.getpid(), []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
             continue
         try:
-            if needle in (d / "environ").read_bytes().split(b"\0"):
-                out.append(int(d.name))
-        except OSError:
+            if proc.environ().get(env_name) == run_id:
+                out.append(proc.pid)
+        except (psutil.Error, OSError):  # gone, a zombie, or another user's
             continue
     return out
 
@@ -196,8 +197,8 @@ def run_processes(env_name: str, run_id: str) -> list[int]:
 def process_argv(pid: int) -> list[bytes]:
     """A process's command line ([b""] when it is gone or a zombie)."""
     try:
-        return (Path(f"/proc/{pid}/cmdline").read_bytes() or b"").split(b"\0")
-    except OSError:
+        return [os.fsencode(a) for a in psutil.Process(pid).cmdline()] or [b""]
+    except (psutil.Error, OSError):
         return [b""]
 
 

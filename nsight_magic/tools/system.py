@@ -155,8 +155,12 @@ def process_stat(pid: int) -> list[str]:
 
 def parent_pid(pid: int) -> int | None:
     """The parent of a running process; None when it is gone."""
-    fields = process_stat(pid)
-    return int(fields[1]) if len(fields) > 1 else None
+    import psutil
+
+    try:
+        return psutil.Process(pid).ppid()
+    except (psutil.Error, OSError):
+        return None
 
 
 def _start_time(pid: int) -> str | None:
