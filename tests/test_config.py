@@ -23,12 +23,16 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
         "print(next(c for c in get_ipython().configurables if type(c).__name__ == 'NsightMagics').trace)",
         "%config NsightMagics.pass_env = ['A B', '$(id)']",  # refused when set, not at every later %%nsys
         "%%nsys --name after-bad-env --fresh\nprint('ran after')",
+        "%config NsightMagics.live_views = -1",
+        "%config NsightMagics.live_views = 2",
+        "from nsight_magic.views import live_views; print(live_views.KEEP)",  # what the views keep live now
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     listing = cell_text(nb.cells[1])
-    for name in ("NsightMagics.trace", "NsightMagics.wait", "NsightMagics.prewarm_worker", "NsightMagics.pass_env"):
+    for name in ("NsightMagics.trace", "NsightMagics.wait", "NsightMagics.prewarm_worker", "NsightMagics.pass_env",
+                 "NsightMagics.live_views"):
         assert name in listing, listing
     bad = cell_text(nb.cells[2])
     assert "'bogus' is not an API this nsys traces" in bad and "nvtx" in bad, bad
@@ -46,3 +50,5 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
     assert "NsightMagics.pass_env 'A B': give the names of environment variables" in bad_env, bad_env
     assert bad_env.count("\n") < 12, bad_env
     assert "ran after" in cell_text(nb.cells[9], "stdout") and "--env" not in cell_text(nb.cells[9])
+    assert "NsightMagics.live_views is a count of views: 0 or more" in cell_text(nb.cells[10])
+    assert cell_text(nb.cells[12], "stdout").strip() == "2"
