@@ -1,8 +1,10 @@
 """What a notebook's kernel keeps over many profiles (issue 63: +28 MB per warm cell of 60k NVTX ranges).
 
     python benchmarks/kernel_memory.py [--profiles 10] [--ranges 60000] [--trace nvtx] [--workdir DIR] [--watched]
+                                       [--inplace]
 
-A real kernel (nbclient; with --watched, driven as JupyterLab drives it, so each view has its live part) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
+A real kernel (nbclient; with --watched, driven as JupyterLab drives it, so each view has its live part; with
+--inplace, the in-place kernel, `nsight-magic kernel install`, driven so, each cell recorded in it) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
 marking --ranges NVTX ranges; after each, a cell collects garbage, trims the heap (malloc_trim: freed memory given
 back, so what stays is what is held) and prints the kernel's RSS and its live Python objects by type.  Prints RSS
 per profile, the growth per profile after the second (a least-squares slope) and the object types that grew most
@@ -43,12 +45,21 @@ def run_headless(cells: list[str], work: Path) -> list[str]:
     return [o.get("text", "") for c in nb.cells for o in c.outputs]
 
 
-def run_watched(cells: list[str], work: Path) -> list[str]:
-    """A kernel driven as JupyterLab drives it; each profile's view waited for until it is whole."""
+def run_watched(cells: list[str], work: Path, inplace_trace: str | None = None) -> list[str]:
+    """A kernel driven as JupyterLab drives it (the in-place kernel tracing `inplace_trace`, installed into a
+    prefix of the work folder); each profile's view waited for until it is whole."""
+    import subprocess
+
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from latency import Frontend
 
-    fe = Frontend(work, dict(os.environ))
+    if inplace_trace:
+        prefix = work / "prefix"
+        subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", str(prefix),
+                        "--trace", inplace_trace], check=True, capture_output=True, timeout=60)
+        fe = Frontend(work, dict(os.environ), kernel="nsight-magic", kernels_dir=prefix / "share" / "jupyter" / "kernels")
+    else:
+        fe = Frontend(work, dict(os.environ))
     try:
         return [fe.run(c, draw_timeout=600.0 if c.startswith("%%nsys") else 0.0)["text"] for c in cells]
     finally:
@@ -65,6 +76,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--watched", action="store_true",
                     help="drive the kernel as JupyterLab does (allow_stdin): views with their live timeline")
+    ap.add_argument("--inplace", action="store_true", help="the in-place kernel (tracing --trace), watched")
     a = ap.parse_args()
     work = a.workdir or Path(tempfile.mkdtemp(prefix="nsight-kernel-memory-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -72,7 +84,10 @@ def main() -> None:
     for i in range(a.profiles):
         cells += [cell(i, a.ranges, a.trace), MEASURE]
     t = time.perf_counter()
-    texts = run_watched(cells, work) if a.watched else run_headless(cells, work)
+    if a.inplace:
+        texts = run_watched(cells, work, inplace_trace=a.trace)
+    else:
+        texts = run_watched(cells, work) if a.watched else run_headless(cells, work)
     took = time.perf_counter() - t
     got = [json.loads(line[len("MEASURE "):]) for text in texts for line in text.splitlines()
            if line.startswith("MEASURE ")]
