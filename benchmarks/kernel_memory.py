@@ -4,7 +4,8 @@
                                        [--inplace]
 
 A real kernel (nbclient; with --watched, driven as JupyterLab drives it, so each view has its live part; with
---inplace, the in-place kernel, `nsight-magic kernel install`, driven so, each cell recorded in it) loads the extension, then runs --profiles `%%nsys` cells (the default warm worker), each
+--inplace, the in-place kernel, `nsight-magic kernel install`, driven so, each cell recorded in it) loads the
+extension, then runs --profiles `%%nsys` cells (the default warm worker), each
 marking --ranges NVTX ranges; after each, a cell collects garbage, trims the heap (malloc_trim: freed memory given
 back, so what stays is what is held) and prints the kernel's RSS and its live Python objects by type.  Prints RSS
 per profile, the growth per profile after the second (a least-squares slope) and the object types that grew most
@@ -57,7 +58,8 @@ def run_watched(cells: list[str], work: Path, inplace_trace: str | None = None) 
         prefix = work / "prefix"
         subprocess.run([sys.executable, "-m", "nsight_magic.cli", "kernel", "install", "--prefix", str(prefix),
                         "--trace", inplace_trace], check=True, capture_output=True, timeout=60)
-        fe = Frontend(work, dict(os.environ), kernel="nsight-magic", kernels_dir=prefix / "share" / "jupyter" / "kernels")
+        kernels = prefix / "share" / "jupyter" / "kernels"
+        fe = Frontend(work, dict(os.environ), kernel="nsight-magic", kernels_dir=kernels)
     else:
         fe = Frontend(work, dict(os.environ))
     try:

@@ -219,7 +219,8 @@ def measure(args, today: bool) -> list[dict]:
                   (f"   own {rows[-1]['own_s']:6.3f} s" if own else "") +
                   (f"   drawn {r['drawn_s']:7.3f} s" if r.get("drawn_s") is not None else
                    "   drawn   (none)" if profiled else "") +
-                  (f"   whole {r['whole_s']:7.3f} s" if r.get("whole_s") is not None else "") + (f"   {how[0][:90]}" if how else "")
+                  (f"   whole {r['whole_s']:7.3f} s" if r.get("whole_s") is not None else "")
+                  + (f"   {how[0][:90]}" if how else "")
                   + (f"\n      {rows[-1]['steps']}" if rows[-1].get("steps") else ""), flush=True)
             if profiled:  # where the finish stage spent the time to the view (the profile's timings.json)
                 rows[-1]["timings"] = timings = _timings(work)
