@@ -107,11 +107,12 @@ def test_second_cell_reuses_the_worker_and_each_report_holds_its_cell_only(tmp_p
     report.close()
 
 
-def test_a_launch_that_fails_before_the_worker_starts_is_made_again(tmp_path, sessions, monkeypatch):
-    """nsys 2022.4's `nsys launch` sometimes fails at start-up ("Local Endpoint is not available") before it starts
-    anything: the session launches it again.  The real nsys does everything here; in front of it, a script fails
-    the first `launch` as nsys did in CI (its message, exit 1)."""
-    front, marker = nsys_failing_once(tmp_path, "launch")
+@pytest.mark.parametrize("how", ["endpoint", "agent"])
+def test_a_launch_that_fails_before_the_worker_starts_is_made_again(tmp_path, sessions, monkeypatch, how):
+    """nsys 2022.4's `nsys launch` sometimes fails at start-up ("Local Endpoint is not available", exit 1;
+    "Connection to the Agent lost.", exit 0) before it starts anything: the session launches it again.  The real
+    nsys does everything here; in front of it, a script fails the first `launch` as nsys did in CI."""
+    front, marker = nsys_failing_once(tmp_path, "launch", how=how)
     monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
     a = _run(tmp_path, sessions, "with nvtx.annotate('after a retry'):\n    time.sleep(0.02)\n")
     assert marker.exists()

@@ -78,9 +78,10 @@ def main(argv: list[str]) -> int:
             proc = subprocess.Popen(launch, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
         _answer(sdir, {"event": "launched", "attempt": attempt, "session": session["name"]})
         rc = proc.wait()
-        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available") before it starts the worker;
-        # nothing of the user's has run then, so the launch is made again (the worker's first file says it ran)
-        if rc is None or rc <= 0 or (sdir / TOOL_FILES_NAME).exists() or not sdir.exists():
+        # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"; "Connection to the Agent
+        # lost." with exit status 0) before it starts the worker; nothing of the user's has run then, so the launch
+        # is made again (the worker's first file says it ran)
+        if rc is None or rc < 0 or (sdir / TOOL_FILES_NAME).exists() or not sdir.exists():
             break
         with open(sdir / "launch-output.txt", "ab") as log:
             log.write(f"nsight-magic: nsys launch exited {rc} before the worker started (attempt {attempt} of "

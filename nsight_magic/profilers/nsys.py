@@ -537,8 +537,9 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
         if attempt == START_ATTEMPTS or not _failed_before_any_rank_started(run):
             break
         # nsys 2022.4 sometimes fails at start-up ("Local Endpoint is not available"; on a loaded machine also
-        # "sem_open" in its ProcessWaiter, twice in a row at times); nothing of the cell has run then, so it is
-        # started again after a pause, and what it printed is kept beside the next attempt's
+        # "sem_open" in its ProcessWaiter, twice in a row at times, or "Connection to the Agent lost." with exit
+        # status 0); nothing of the cell has run then, so it is started again after a pause, and what it printed is
+        # kept beside the next attempt's
         run.finish(stop_grace_s=stop_grace_s)  # ends the helpers it left
         kept = folder.path / f"tool-output-attempt{attempt}.txt"
         os.replace(folder.tool_log, kept)
@@ -553,10 +554,11 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
 
 
 def _failed_before_any_rank_started(run: ChildRun) -> bool:
-    """The profiler exited with an error and no rank wrote a progress record: nothing of the user's ran.  Not when
-    the profile folder is gone: the cell can delete it (its records with it) before they were read."""
+    """The profiler exited by itself (with status 0 too: nsys 2022.4 once lost its agent so) and no rank wrote a
+    progress record: nothing of the user's ran.  Not when the profile folder is gone: the cell can delete it (its
+    records with it) before they were read."""
     rc = run.proc.returncode
-    if run.outcome is not None or rc is None or rc <= 0 or run.phases or not run.folder.path.is_dir():
+    if run.outcome is not None or rc is None or rc < 0 or run.phases or not run.folder.path.is_dir():
         return False
     return all(tail.path.stat().st_size == 0 if tail.path.exists() else True for tail in run.progress)
 
