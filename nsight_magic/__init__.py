@@ -80,12 +80,13 @@ def export_trace(report, path) -> dict:
     """Write a profile (a folder, a report file or an opened NsysReport) as a Chrome / Perfetto trace (Trace Event
     JSON; `.gz` compresses) for ui.perfetto.dev or Chrome DevTools: threads, NVTX ranges, CUDA API and OS calls,
     kernels and copies per stream, flows from launches to GPU work, the sampled Python code.  Returns counts."""
-    from .readers.nsys import NsysData
+    import os
+
     from .report import open_report as _open
     from .views.chrome_trace import write_chrome_trace
 
-    rep = report if isinstance(report, NsysData) else _open(report)
-    if not isinstance(rep, NsysData):
+    rep = _open(report) if isinstance(report, (str, os.PathLike)) else report
+    if rep.tool != "nsys":
         from .errors import OptionError
 
         raise OptionError("export_trace: only Nsight Systems profiles become traces (an Nsight Compute report has "

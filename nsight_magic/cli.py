@@ -253,7 +253,6 @@ def _profile(args) -> int:
 
 
 def _view(args) -> int:
-    from .readers.ncu import NcuData
     from .report import open_report
 
     src = Path(args.report)
@@ -261,7 +260,7 @@ def _view(args) -> int:
     check_output_file(out)
     report = open_report(src)
     folder = src if src.is_dir() else None
-    if isinstance(report, NcuData):
+    if report.tool == "ncu":
         from .views.ncu import ncu_html
 
         write_page(out, ncu_html(report, folder=folder))

@@ -46,6 +46,8 @@ def frame(kind: str, /, **columns) -> pd.DataFrame:
 class FakeNsys:
     """An NsysFrames made of DataFrames in memory (see the module docstring)."""
 
+    tool = "nsys"
+
     def __init__(self, frames: dict[str, pd.DataFrame], meta: FakeMeta, path: Path, ranks_by_pid: dict,
                  python_samples, gpu_memory):
         self._frames = frames

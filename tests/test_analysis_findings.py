@@ -146,7 +146,7 @@ def test_cuda_profiling_overhead_inside_a_gap_counts_as_gpu_work_as_nsys_counts_
         rep = open_report(BAD)
         try:
             if overhead is not None:
-                rep.__dict__["overhead"] = overhead  # the report's own rows, with ours added
+                rep.data.__dict__["overhead"] = overhead  # the report's own rows, with ours added
             (f,) = rep.findings(rules=["gpu_gaps"], thresholds=th)
             return f.evidence.sort_values("duration_ns")
         finally:
@@ -403,22 +403,36 @@ def test_the_verdict_says_nothing_of_os_waits_that_were_not_traced(opened):
 def test_a_subset_of_rules_answers_as_the_full_run_does():
     """Issue 64: rules read what the rules before them claimed (a named cause's nanoseconds are not the generic
     rule's; the symptoms keep what the causes left) and the whole is bounded by the capture: findings(rules=[R])
-    gives exactly the full run's findings of R, and an unknown name is refused, not answered with nothing."""
+    gives exactly the full run's findings of R, and an unknown name is refused, not answered with nothing.  Each
+    subset is asked of a report opened afresh: the full run kept for a report (below) does not answer for it."""
     from nsight_magic.analysis.findings import NSYS_RULES
 
-    rep = open_report(BAD)
-    try:
+    def subset(rules):
+        with open_report(BAD) as fresh:
+            return said(fresh.findings(rules=rules))
+
+    said = lambda fs: [(f.rule, f.severity, f.title, f.time_at_stake_ns, f.estimate) for f in fs]  # noqa: E731
+    with open_report(BAD) as rep:
         full = rep.findings()
-        said = lambda fs: [(f.rule, f.severity, f.title, f.time_at_stake_ns, f.estimate) for f in fs]  # noqa: E731
-        fired = sorted({f.rule for f in full})
-        assert len(fired) >= 5, fired
-        for rule in fired:
-            assert said(rep.findings(rules=[rule])) == said([f for f in full if f.rule == rule]), rule
-        assert said(rep.findings(rules=fired[0])) == said([f for f in full if f.rule == fired[0]])  # one name
-        pair = fired[-2:]
-        assert said(rep.findings(rules=pair)) == said([f for f in full if f.rule in pair])
-        with pytest.raises(ValueError, match="no such rule: gpu_gap"):
-            rep.findings(rules=["gpu_gap"])
-        assert set(NSYS_RULES) >= set(fired)
-    finally:
-        rep.close()
+    fired = sorted({f.rule for f in full})
+    assert len(fired) >= 5, fired
+    for rule in fired:
+        assert subset([rule]) == said([f for f in full if f.rule == rule]), rule
+    assert subset(fired[0]) == said([f for f in full if f.rule == fired[0]])  # one name
+    pair = fired[-2:]
+    assert subset(pair) == said([f for f in full if f.rule in pair])
+    with pytest.raises(ValueError, match="no such rule: gpu_gap"):
+        subset(["gpu_gap"])
+    assert set(NSYS_RULES) >= set(fired)
+
+
+def test_the_rules_run_once_per_report_and_thresholds():
+    """The view, the text and the tests ask a report for its findings several times (a subset, then all): the
+    rules run once per report and thresholds, and new thresholds run them again."""
+    with open_report(BAD) as rep:
+        full = rep.findings()
+        again = rep.findings(rules=[full[0].rule])
+        assert again and all(any(a is f for f in full) for a in again)  # the same Finding objects: not run again
+        assert rep.findings() == full and rep.findings() is not full   # a list of the caller's own
+        stricter = rep.findings(thresholds={"gpu_gaps.gap_ms": 1000})
+        assert not any(a is f for a in stricter for f in full)

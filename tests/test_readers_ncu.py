@@ -18,6 +18,7 @@ from nsight_magic.errors import ReportError
 from nsight_magic.readers.ncu import NcuData, open_ncu_report
 from nsight_magic.readers.ncu_spec import KERNEL_FRAME_COLUMNS, METRIC_FRAME_COLUMNS, RULE_FRAME_COLUMNS
 from nsight_magic.readers.ncu_units import base_unit
+from nsight_magic.report import NcuReport
 
 FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "ncu"
 REP = FIXTURES / "public-rep"
@@ -43,7 +44,8 @@ REP_KERNELS = {
 @pytest.mark.parametrize("name", sorted(REP_KERNELS))
 def test_every_public_ncu_rep_opens_with_the_issue_columns(name):
     rep = nsight_magic.open_report(fixture("public-rep", f"{name}.ncu-rep"))
-    assert isinstance(rep, NcuData) and rep.source == "ncu-rep"
+    assert isinstance(rep, NcuReport) and isinstance(rep.data, NcuData) and rep.tool == "ncu"
+    assert rep.source == "ncu-rep"
     assert list(rep.kernels.columns) == list(KERNEL_FRAME_COLUMNS)
     assert list(rep.metrics.columns) == list(METRIC_FRAME_COLUMNS)
     assert list(rep.rules.columns) == list(RULE_FRAME_COLUMNS)

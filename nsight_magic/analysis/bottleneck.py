@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysFrames
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
@@ -734,7 +735,7 @@ def _metrics_words(report, window) -> str:
     return "".join(f"; GPU {m.device_id} metrics: {m.words}" for m in got[:2])
 
 
-def bottleneck(report) -> Bottleneck:
+def bottleneck(report: NsysFrames) -> Bottleneck:
     """report.bottleneck(): see the module docstring (computed once per report: rules ask whether it is GPU-bound,
     the view and the job ask for the verdict)."""
     memo = report_memo(report)

@@ -227,9 +227,7 @@ class ProfileDiff:
 
 
 def _is_ncu(report) -> bool:
-    from ..readers.ncu import NcuData
-
-    return isinstance(report, NcuData)
+    return report.tool == "ncu"
 
 
 def _tool(report) -> str:

@@ -21,8 +21,10 @@ import dataclasses
 
 import pandas as pd
 
+from ..readers.contract import NsysTables
 from .. import thresholds as T
 from .bottleneck import diagnose
+from .frame_memo import report_memo
 from .rules import FAILURES, GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
 from .rules.comm import straggler_of
 
@@ -59,20 +61,29 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
                                            SEVERITY_ORDER.get(f.severity, 9), f.rule))
 
 
-def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Finding]:
+def nsys_findings(report: NsysTables, thresholds: dict | None = None, rules=None) -> list[Finding]:
     """Every rule (or those named in `rules`) over an NsysData, the real causes first.
 
     A rule's answer depends on the rules before it (a nanosecond a named cause claimed is not the generic rule's;
     the symptoms keep what the causes left) and the whole's time at stake is bounded by the capture: so every rule
-    runs, and `rules` picks which findings come back, the same as in the full run."""
+    runs, and `rules` picks which findings come back, the same as in the full run.  The full run is made once per
+    report and thresholds (frame_memo.report_memo): the view, the text and a subset asked for later reuse it."""
     th = T.resolve(thresholds)
-    ctx = Context(report, th, diagnose(report))
     if isinstance(rules, str):  # one name
         rules = [rules]
     if rules is not None:
         unknown = sorted(set(rules) - set(NSYS_RULES))
         if unknown:
             raise ValueError(f"no such rule: {', '.join(unknown)} (the rules: {', '.join(NSYS_RULES)})")
+    memo = report_memo(report).setdefault("findings", {})
+    key = tuple(sorted(th.items()))
+    if key not in memo:
+        memo[key] = _all_findings(report, th)
+    return [f for f in memo[key] if rules is None or f.rule in rules]
+
+
+def _all_findings(report: NsysTables, th: dict) -> list[Finding]:
+    ctx = Context(report, th, diagnose(report))
     if "collective_wait" in NSYS_RULES and ctx.diag.pairs:
         ctx.straggler = straggler_of(ctx)  # before the others: the straggler's time is counted once, there
     out: list[Finding] = []
@@ -82,7 +93,7 @@ def nsys_findings(report, thresholds: dict | None = None, rules=None) -> list[Fi
             ctx.fired.add(name)
         out += got
     out = _within_capture(out, ctx)
-    return sort_findings([_with_code(f, ctx) for f in out if rules is None or f.rule in rules])
+    return sort_findings([_with_code(f, ctx) for f in out])
 
 
 def _with_code(f: Finding, ctx: Context) -> Finding:

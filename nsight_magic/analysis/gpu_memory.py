@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysFrames
 from ..readers.python_samples import cell_first_line_of, frame_kinds, read_code_files, shown_files
 from .frame_memo import report_memo
 from .python_code import stack_info
@@ -46,7 +47,7 @@ def empty_summary(settings=None) -> MemorySummary:
                          dict(settings or {}))
 
 
-def memory_summary(report) -> MemorySummary:
+def memory_summary(report: NsysFrames) -> MemorySummary:
     """The summary of report.gpu_memory (empty when the report has no memory record); computed once per report
     (the view's GPU memory tab and the memory findings both ask)."""
     memo = report_memo(report)

@@ -17,6 +17,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysFrames
 from .frame_memo import per_frame
 from .text import without_parameters
 
@@ -126,7 +127,7 @@ def with_classes(kernels: pd.DataFrame) -> pd.DataFrame:
                           align_elems=c["align_elems"].to_numpy(float)[row])
 
 
-def kernel_classes(report, window: tuple[int, int] | None = None) -> pd.DataFrame:
+def kernel_classes(report: NsysFrames, window: tuple[int, int] | None = None) -> pd.DataFrame:
     """Kernel time per class (in `window` when given): cls, kernels, time_ns, pct of all kernel time, and for the
     matrix classes time on tensor cores (tc_ns) and per precision (precision column, '' when unnamed)."""
     k = report.kernels

@@ -21,6 +21,7 @@ import re
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysFrames
 from ..inside.ops import BACKWARD_OF, COMPOSITE_MARK, OPS_DOMAIN, forward_op_of
 from . import intervals as I
 from .enclosing import Enclosing, emitted
@@ -229,7 +230,7 @@ def attribute(report, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     return g.drop(columns="correlation_id")
 
 
-def ops_summary(report, by: str | None = None) -> pd.DataFrame:
+def ops_summary(report: NsysFrames, by: str | None = None) -> pd.DataFrame:
     """One row per operator (by=None), per operator and input shapes (by='shape', needs `--ops shapes`) or per
     enclosing NVTX range and operator (by='module': the --modules range, or your own range, around each call):
     op, calls, cpu_ns (the operator ranges' time on the CPU), gpu_ns (the kernels, copies and memsets it launched),

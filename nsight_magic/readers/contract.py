@@ -38,6 +38,7 @@ class NsysFrames(Protocol):
     """An Nsight Systems report as analysis reads it.  Frames: one row per event, sorted by start_ns, integer *_ns
     times on the report's clock, columns as FRAME_COLUMNS."""
 
+    tool: str                                        # "nsys" (an Nsight Compute report's data says "ncu")
     path: Path
     meta: Meta
 

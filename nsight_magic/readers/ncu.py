@@ -32,6 +32,8 @@ __all__ = ["NcuData", "open_ncu_report", "build_kernels"]
 class NcuData:
     """Kernels, metrics and rules of one Nsight Compute report.  `metrics` of an .ncu-rep is read on first use."""
 
+    tool = "ncu"    # which tool's report (readers.nsys.NsysData: "nsys")
+
     def __init__(self, path: Path, source: str, info: pd.DataFrame, spec_metrics: pd.DataFrame,
                  rules: pd.DataFrame, all_metrics=None, reader_version: str = ""):
         self.path = Path(path)

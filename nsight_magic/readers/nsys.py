@@ -181,6 +181,8 @@ class NsysData:
     """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3).  What can be done
     with it (findings, the view) is the facade's: nsight_magic.report.NsysReport."""
 
+    tool = "nsys"   # which tool's report: what analysis and views tell the two kinds by
+
     def __init__(self, sqlite_path, source=None):
         self.sqlite_path = Path(sqlite_path)
         self.path = Path(source) if source else self.sqlite_path

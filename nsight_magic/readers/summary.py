@@ -4,13 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..store import write_summary_file
-from .nsys import NsysData
 
 
 def profile_summary(report) -> dict:
     """The few numbers that describe a profile in a listing: capture duration, kernels, top kernel and range."""
-    out: dict = {"tool": "nsys" if isinstance(report, NsysData) else "ncu"}
-    if isinstance(report, NsysData):
+    out: dict = {"tool": report.tool}
+    if report.tool == "nsys":
         out["capture_ns"] = int(report.meta.duration_ns)
         ks = report.kernel_summary()
         out["kernels"] = int(ks["count"].sum()) if len(ks) else 0

@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysFrames
+
 GPU_PID_BASE = 1 << 28       # GPUs as processes of their own, after any real pid
 PSEUDO_TID_BASE = 1 << 27    # tracks that are not OS threads (NVTX, Python, GPU streams)
 CHUNK = 200_000
@@ -109,7 +111,7 @@ def _end(df: pd.DataFrame) -> np.ndarray:
     return pd.to_numeric(df["end_ns"], errors="coerce").fillna(df["start_ns"]).to_numpy(np.int64)
 
 
-def write_chrome_trace(report, path) -> dict:
+def write_chrome_trace(report: NsysFrames, path) -> dict:
     """Write `report` (an NsysReport) as a Trace Event JSON file (gzip when `path` ends in .gz); returns counts of
     what was written."""
     path = Path(path)

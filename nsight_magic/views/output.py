@@ -34,9 +34,7 @@ STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading",
 
 def view_of(report, folder=None, thresholds: dict | None = None):
     """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
-    from ..readers.nsys import NsysData
-
-    if isinstance(report, NsysData):
+    if report.tool == "nsys":
         from .report_view import NsysView
 
         return NsysView(report, folder, thresholds=thresholds)
@@ -54,11 +52,9 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
     loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when).
     drawn: given the bundle of an nsys view's live part before its saved copy is made (the static timeline, about
     half of the drawing): the user sees the view sooner, and the bundle returned completes it."""
-    from ..readers.nsys import NsysData
-
     lines = [str(x) for x in lines]
     if not render:
-        if isinstance(report, NsysData):
+        if report.tool == "nsys":
             from .report_view import nsys_text
 
             return {"text/plain": "\n".join([*lines, nsys_text(report, thresholds)])}
@@ -67,9 +63,9 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
         return {"text/plain": "\n".join([*lines, ncu_text(report)])}
     view = view_of(report, folder, thresholds)
     shown = ProfileView(view, lines)
-    if drawn is not None and live and isinstance(report, NsysData) and shown.live is not None:
+    if drawn is not None and live and report.tool == "nsys" and shown.live is not None:
         drawn(shown.bundle(live=True, loader=loader, quick=True))
-    if isinstance(report, NsysData) and folder is not None:
+    if report.tool == "nsys" and folder is not None:
         page = Path(folder) / "view.html"
         try:
             write_page(page, view.html_page())

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..readers.contract import NsysTables
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
 from .assets import SETUP, head, noscript
@@ -306,7 +307,7 @@ def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> dict:
     return out
 
 
-def prepare_tables(report, origin_ns: int = 0) -> ReportTables:
+def prepare_tables(report: NsysTables, origin_ns: int = 0) -> ReportTables:
     """The reader's summaries as they are (same numbers), plus a derived GB/s column for copies.
 
     origin_ns: the timeline's x = 0 (TimelineData.origin_ns), so that name clicks zoom to the right place."""
@@ -345,7 +346,7 @@ def _report_folder(report, folder):
 class NsysView:
     """Prepared data for one report; renders the static page parts and the live widget."""
 
-    def __init__(self, report, folder=None, *, width: int = 1100, thresholds: dict | None = None):
+    def __init__(self, report: NsysTables, folder=None, *, width: int = 1100, thresholds: dict | None = None):
         if isinstance(report, (str, Path)):  # the views read no file: nsight_magic.open_report(path).show()
             raise TypeError("NsysView shows an opened report: open_report(path) reads it")
         self.report = report
@@ -507,7 +508,7 @@ def _text(report, t: ReportTables) -> str:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-def show_nsys(report, folder=None, thresholds: dict | None = None):
+def show_nsys(report: NsysTables, folder=None, thresholds: dict | None = None):
     """The report's view (views.output.ProfileView): displayed, the static view with the live timeline."""
     from .profile_view import ProfileView
 
@@ -522,7 +523,7 @@ def _ranks_text(ranks: dict) -> str:
     return "\n\nRanks\n" + table_text(ranks["ranks"][cols], max_rows=16)
 
 
-def nsys_text(report, thresholds: dict | None = None) -> str:
+def nsys_text(report: NsysTables, thresholds: dict | None = None) -> str:
     """text/plain fallback: the verdict, capture, counts, the top rows of each summary, the ranks and the top
     findings."""
     return _with_verdict(_verdict(report), _text(report, prepare_tables(report)) + _ranks_text(_ranks(report))
@@ -538,7 +539,7 @@ def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:
     return NsysView(report, folder, thresholds=thresholds).html_page()
 
 
-def write_view_html(report, path, folder=None, thresholds: dict | None = None) -> Path:
+def write_view_html(report: NsysTables, path, folder=None, thresholds: dict | None = None) -> Path:
     """Write nsys_html to path; returns the path."""
     from ..store import write_page
 

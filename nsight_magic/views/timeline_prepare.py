@@ -23,6 +23,7 @@ import pandas as pd
 from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
+from ..readers.contract import NsysFrames
 
 # Thread sub-rows, in display order after the NVTX levels (0..255 are NVTX depths).
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
@@ -313,7 +314,7 @@ def _cell_range(report) -> tuple[int, int] | None:
     return (int(meta.start_ns), int(meta.end_ns)) if meta.span_source in OWN_SOURCES else None
 
 
-def prepare_timeline(report) -> TimelineData:
+def prepare_timeline(report: NsysFrames) -> TimelineData:
     """Collect every drawable event of a report into one coded, sorted table plus the row layout."""
     st = _Strings()
     parts = []

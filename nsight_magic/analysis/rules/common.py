@@ -16,8 +16,8 @@ from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
 
-if TYPE_CHECKING:  # types only: the rules read a report through the reader's data, never import the reader
-    from ...readers.nsys import NsysData
+if TYPE_CHECKING:  # types only: the rules read a report through the readers' contract, never import the reader
+    from ...readers.contract import NsysTables
     from ..bottleneck import Diagnosis
 
 
@@ -62,7 +62,7 @@ def severity(at_stake_ns: float, span_ns: int, min_alarm_ns: float = MIN_ALARM_N
 class Context:
     """One run of the rules over a report."""
 
-    report: NsysData
+    report: NsysTables
     th: dict
     diag: Diagnosis
     straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
