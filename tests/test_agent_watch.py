@@ -73,6 +73,14 @@ def test_the_watch_tells_a_spinning_agent_from_one_that_writes_or_waits_for_the_
         for p in (agent, program):
             p.kill()
             p.wait()
+    # an agent that waits (for the program's last bytes, for nsys) writes nothing either, and is not stuck
+    idle_id = uuid.uuid4().hex
+    idle = _started([sys.executable, "-c", "import time\ntime.sleep(60)", "--start-agent"], idle_id)
+    try:
+        assert _asked(AgentSpin(idle_id, tmp_path, spin_s=1.0), 3.0) is None
+    finally:
+        idle.kill()
+        idle.wait()
 
 
 def test_an_idle_agent_is_not_stuck(tmp_path):

@@ -7,6 +7,7 @@ gone, the agent keeps burning CPU, and the raw stream in nsys's TMPDIR has not g
 run's agent writes its stream within 2 s of spinning up (a 30 s sampled loop: 3.5 s from the end to the report)."""
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -16,8 +17,9 @@ from ..tools.argv import flag_name
 from .process import RUN_ID_ENV, is_machinery, process_argv, run_processes
 
 SPIN_S = 30.0   # the stuck state held this long: the run is stopped
-BUSY = 0.3      # the agent's share of a core counted as spinning (an idle one takes ~0; on a busy machine a
-#                 spinning one gets a share of a core only)
+BUSY = 0.3      # the agent's share of what one runnable process gets, counted as spinning: an idle one takes ~0;
+#                 a spinning one gets a core on an idle machine, cores / load on a busy one (0.22 of a core was
+#                 measured with four CPU hogs on two cores)
 
 
 def may_spin(version: str, user_args: tuple[str, ...]) -> bool:
@@ -44,30 +46,42 @@ class AgentSpin:
     def __init__(self, run_id: str, raw_dir: Path, spin_s: float | None = None):
         self.run_id, self.raw_dir = run_id, raw_dir
         self.spin_s = SPIN_S if spin_s is None else spin_s
-        self.last: tuple[float, float, int] | None = None  # (when, the agent's CPU seconds, the raw stream's bytes)
-        self.since: float | None = None                    # when the stuck state began
+        # since when nothing was written and no user process ran: (when, the agent's CPU seconds, the raw bytes)
+        self.start: tuple[float, float, int] | None = None
 
     def __call__(self) -> str | None:
         pids = run_processes(RUN_ID_ENV, self.run_id)
         argvs = {p: process_argv(p) for p in pids}
         agents = [p for p, a in argvs.items() if b"--start-agent" in a]
         if not agents or any(not is_machinery(a) for p, a in argvs.items() if p not in agents):
-            self.last, self.since = None, None  # the profiled process still runs (or nsys is between steps)
+            self.start = None  # the profiled process still runs (or nsys is between steps)
             return None
         now, cpu, size = time.monotonic(), _cpu_s(agents), _bytes(self.raw_dir)
-        last, self.last = self.last, (now, cpu, size)
-        if last is None or now <= last[0]:
+        if self.start is None or size != self.start[2] or cpu < self.start[1]:
+            self.start = (now, cpu, size)  # a report being written: all is well
             return None
-        busy = (cpu - last[1]) / (now - last[0]) >= BUSY
-        if not busy or size != last[2]:
-            self.since = None
+        spun = now - self.start[0]
+        if spun < self.spin_s:
             return None
-        self.since = self.since if self.since is not None else last[0]
-        if now - self.since < self.spin_s:
+        # its share of a core over the whole stretch, not per call: on a busy machine a spinning agent gets less
+        # than BUSY in some seconds, and such a second must not start the stretch again
+        if (cpu - self.start[1]) / spun < BUSY * _fair_share():
+            self.start = (now, cpu, size)  # idle (waiting for something): not stuck
             return None
-        return (f"nsys's agent kept spinning on the CPU for {now - self.since:.0f} s after the profiled process "
+        return (f"nsys's agent kept spinning on the CPU for {spun:.0f} s after the profiled process "
                 "ended, writing nothing: nsys 2022.4 hangs so with CPU sampling or context switches on a busy "
                 "machine, and its recording is lost")
+
+
+def _fair_share() -> float:
+    """The share of a core a process that never waits gets now: 1 on an idle machine, cores / load on a busy one
+    (the 1-minute load average: the runnable processes)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return 1.0
+    cores = len(os.sched_getaffinity(0)) or 1
+    return min(1.0, cores / load) if load > 0 else 1.0
 
 
 def _cpu_s(pids: list[int]) -> float:
