@@ -13,6 +13,7 @@ import pytest
 from conftest import TEST_TRACE, eventually, nvtx_ranges, processes_mentioning, requires_nsys
 from nsight_magic.errors import OptionError
 from nsight_magic.options import NsysOptions
+from nsight_magic.report import NsysReport
 from nsight_magic.run import RunFailed, run_nsys
 from nsight_magic.inside.state import UnpicklableVariable
 
@@ -71,6 +72,10 @@ def test_cell_runs_under_nsys_and_every_file_is_kept(tmp_path):
     assert "inside.isolate --no-kernel-symbols" in argv
     # nsys starts its target with umask 0: the child restores the notebook's, files are not world-writable
     assert r.folder.returns_blob.stat().st_mode & 0o002 == 0
+    # the report as nsight_magic.open_report opens it: the facade, with the findings on top
+    with r.open() as rep:
+        assert type(rep) is NsysReport and "work A" in set(rep.nvtx_summary()["name"])
+        assert isinstance(rep.findings(), list)
 
 
 @requires_nsys

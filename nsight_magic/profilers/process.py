@@ -17,7 +17,7 @@ import uuid
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import psutil
 
@@ -69,18 +69,21 @@ class RunResult:
     manifest: list = field(default_factory=list)
     timings: dict = field(default_factory=dict)   # seconds: run (tool + child), report (import/export), ...
     notes: list[str] = field(default_factory=list)  # informational lines (messages are problems)
+    # what open() reads the report with: the runner the user calls (nsight_magic.run) gives the facade's
+    # open_report, which this floor cannot import; readers.read_report (the data alone) otherwise
+    opener: Callable[[Path], Any] | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
         return self.status == "ok"
 
     def open(self):
-        """The report's data (readers' NsysData / NcuData), or None when no report was written;
-        nsight_magic.report.as_report(data) adds its findings and view."""
+        """The report, or None when no report was written: from nsight_magic.run's runners an NsysReport /
+        NcuReport, as nsight_magic.open_report gives it."""
         from ..readers import read_report
 
         target = self.sqlite or self.report_file
-        return read_report(target) if target else None
+        return (self.opener or read_report)(target) if target else None
 
 
 @dataclass
@@ -99,12 +102,15 @@ class Recording:
     notes: list[str]
     _finish: Callable = field(default=None, repr=False)
     _result: RunResult | None = field(default=None, repr=False)
+    opener: Callable[[Path], Any] | None = field(default=None, repr=False)  # given to the RunResult
 
     def finish(self, on_status: StatusCallback | None = None, cancel=None) -> RunResult:
         """Wait for the report and export it (once; later calls return the same RunResult).  `cancel`, a
         threading.Event that Ctrl-C sets, stops what can be stopped and keeps what the profiler wrote."""
         if self._result is None:
             self._result = self._finish(on_status, cancel)
+            if self.opener is not None:
+                self._result.opener = self.opener
         return self._result
 
     @property
