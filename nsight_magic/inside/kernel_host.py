@@ -33,7 +33,7 @@ from pathlib import Path
 from .tool_files import TOOL_FILE_ENV, remove_tool_files
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"
-ATTEMPTS = 3
+ATTEMPTS = 4  # as profilers/nsys.py START_ATTEMPTS
 POLL_S = 0.1
 LAUNCH_GRACE_S = 3.0   # after the kernel ended: its profiler's own exit (it writes a recording in progress)
 LEFT_GRACE_S = 2.0     # then what the kernel left running: SIGTERM, this long, SIGKILL

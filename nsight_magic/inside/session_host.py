@@ -24,7 +24,7 @@ from .commands import Inbox
 from .marks import SESSION_ID_ENV
 from .tool_files import TOOL_FILES_NAME, remove_tool_files, session_tool_files, tool_files_of
 
-LAUNCH_ATTEMPTS = 3
+LAUNCH_ATTEMPTS = 4  # as profilers/nsys.py START_ATTEMPTS
 
 
 def _answer(sdir: Path, msg: dict) -> None:
