@@ -13,7 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .errors import NsightMagicError, OptionError, ReportWarning
-from .options import COMMON_ARGS, NSYS_ARGS, nsys_options_from_args
+from .options import COMMON_ARGS, NSYS_ARGS, join_passthrough, nsys_options_from_args
 from .store import write_page
 
 
@@ -25,7 +25,8 @@ def _add(parser: argparse.ArgumentParser, *specs) -> None:
             parser.add_argument(*flags, **kwargs)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """The command line's parser and its `profile` subcommand's."""
     p = argparse.ArgumentParser(prog="nsight-magic", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     prof = sub.add_parser("profile", help="profile a Python script under Nsight Systems (same runner as %%nsys)")
@@ -92,7 +93,7 @@ def _parser() -> argparse.ArgumentParser:
     ksub.add_parser("list", help="the in-place kernels Jupyter finds")
     rem = ksub.add_parser("remove", help="remove an in-place kernelspec")
     rem.add_argument("name")
-    return p
+    return p, prof
 
 
 def _say_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
@@ -105,7 +106,11 @@ def _say_warning(message, category, filename, lineno, file=None, line=None, _def
 
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _say_warning
-    args = _parser().parse_args(argv)
+    parser, profile = _parsers()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["profile"]:  # `--nsys-args --sample=cpu` as the magic takes it
+        argv[1:] = join_passthrough(argv[1:], profile)
+    args = parser.parse_args(argv)
     try:
         return {"profile": _profile, "view": _view, "diff": _diff, "doctor": _doctor,
                 "kernel": _kernel, "baseline": _baseline, "export": _export}[args.command](args)

@@ -7,8 +7,7 @@ import shlex
 from IPython.core.error import UsageError
 from IPython.core.magic_arguments import argument
 
-PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
-
+from .options import join_passthrough
 
 def parse_line(magic, line: str):
     """Parse a magic's line with shell quoting: `--nvtx-include "step 3/"` gives `step 3/`.
@@ -20,12 +19,7 @@ def parse_line(magic, line: str):
         argv = shlex.split(line)
     except ValueError as e:
         raise UsageError(f"could not parse the options ({e}); check the quotes") from None
-    # The value of a pass-through option starts with '-' ("--sample=cpu"): argparse would take it for an option.
-    joined: list[str] = []
-    tokens = iter(argv)
-    for tok in tokens:
-        joined.append(f"{tok}={next(tokens, '')}" if tok in PASSTHROUGH_OPTIONS else tok)
-    return magic.parser.parse_args(joined)
+    return magic.parser.parse_args(join_passthrough(argv))
 
 
 def arguments_from(*specs):

@@ -274,6 +274,33 @@ NSYS_ARGS = (
 )
 
 
+PASSTHROUGH_OPTIONS = ("--nsys-args", "--ncu-args")
+
+
+def join_passthrough(argv: list[str], parser=None) -> list[str]:
+    """`--nsys-args --sample=cpu` as `--nsys-args=--sample=cpu`: argparse would take a value that starts with '-'
+    for an option.  With `parser` (the command line's), joining stops at the first positional argument (the
+    script), after which every word is the script's own."""
+    out: list[str] = []
+    words = iter(argv)
+    for w in words:
+        if w in PASSTHROUGH_OPTIONS:
+            out.append(f"{w}={next(words, '')}")
+            continue
+        out.append(w)
+        if parser is None:
+            continue
+        action = parser._option_string_actions.get(w)  # noqa: SLF001 (argparse's own table of options)
+        if action is None and not w.startswith("-"):
+            out.extend(words)  # the script: the rest is its own
+            break
+        if action is not None and action.nargs is None and "=" not in w:
+            nxt = next(words, None)  # an option's value, whatever it looks like
+            if nxt is not None:
+                out.append(nxt)
+    return out
+
+
 def valid_names(names) -> tuple[str, ...]:
     """Names given with --env, checked: an environment variable's name, or a one-line OptionError."""
     for n in names:

@@ -24,9 +24,11 @@ def test_profile_a_script_with_arguments(tmp_path):
     (tmp_path / "proj" / "helper.py").write_text("VALUE = 'sibling module found'\n")
     script.write_text("import sys, nvtx, helper\nwith nvtx.annotate('script range'):\n"
                       "    print('args', sys.argv[1:], helper.VALUE)\n")
-    p = _cli("profile", "-t", TEST_TRACE, "--dir", str(tmp_path / "profiles"), str(script), "--lr", "0.1", cwd=tmp_path)
+    # a pass-through value that starts with '-' is taken as the magic takes it; after the script, words are its own
+    p = _cli("profile", "-t", TEST_TRACE, "--nsys-args", "--sample=none", "--dir", str(tmp_path / "profiles"),
+             str(script), "--lr", "0.1", "--nsys-args", "-x", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert "args ['--lr', '0.1'] sibling module found" in p.stdout  # the script's folder is on sys.path
+    assert "args ['--lr', '0.1', '--nsys-args', '-x'] sibling module found" in p.stdout  # its folder is on sys.path
     folder = next((tmp_path / "profiles").glob("train-*"))
     assert "script range" in nvtx_ranges(folder / "report.sqlite")
     assert (folder / "view.html").stat().st_size > 1000
