@@ -38,3 +38,13 @@ def test_an_ncu_report_is_the_same_kind_of_facade():
     assert isinstance(rep.kernels, pd.DataFrame) and len(rep.kernels) and rep.kernels is rep.data.kernels
     assert repr(rep).startswith("NcuReport(")
     assert [f.rule for f in rep.findings()] == [f.rule for f in as_report(read_report(NCU_PAGES)).findings()]
+
+
+def test_the_facade_and_its_data_share_one_run_of_the_rules():
+    """The view is handed the facade and `report.findings()` hands on its data: the rules run once for both."""
+    from nsight_magic.analysis import nsys_findings
+
+    with open_report(NSYS) as rep:
+        first = nsys_findings(rep)
+        assert first and all(a is b for a, b in zip(rep.findings(), first))
+        assert len(rep.findings()) == len(first)

@@ -14,7 +14,10 @@ _REPORT_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 def report_memo(report) -> dict:
     """A dict of results computed once per report (the diagnosis, the enclosing ranges, ...), living as long as the
-    report object: kept here rather than hung on the report, which is the reader's data."""
+    report object: kept here rather than hung on the report, which is the reader's data.  A facade
+    (report.NsysReport) and the data it holds share one memo: the view is given the one, `report.findings()` hands
+    on the other."""
+    report = getattr(report, "data", report)
     try:
         memo = _REPORT_MEMOS.get(report)
         if memo is None:
