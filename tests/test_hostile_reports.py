@@ -256,3 +256,33 @@ def test_the_query_limit_is_read_when_a_report_opens(monkeypatch):
     for bad in ("abc", "-1", "0", "nan", "inf", ""):
         monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", bad)
         assert query_limit_s() == QUERY_LIMIT_S, bad
+
+
+@pytest.mark.parametrize("planted", ["none", "not utf-8", "a blob and a number"])
+def test_nvtx_texts_encoded_in_arrow_read_as_the_joined_string_does(tmp_path, monkeypatch, planted):
+    """Big NVTX tables have their texts encoded in Arrow (readers.nsys_sql.read_text_codes): the frame equals the
+    one read through SQLite's joined string, also where a text is not UTF-8 (replaced) or not text at all."""
+    from nsight_magic.readers import nsys_frames
+
+    sql = {"none": [], "not utf-8": ["UPDATE NVTX_EVENTS SET text = CAST(x'41ff42' AS TEXT) WHERE rowid = "
+                                     "(SELECT max(rowid) FROM NVTX_EVENTS WHERE text IS NOT NULL)"],
+           "a blob and a number": ["UPDATE NVTX_EVENTS SET text = x'0102' WHERE rowid = (SELECT max(rowid) FROM "
+                                   "NVTX_EVENTS WHERE text IS NOT NULL)",
+                                   "UPDATE NVTX_EVENTS SET text = 42 WHERE rowid = (SELECT min(rowid) FROM "
+                                   "NVTX_EVENTS WHERE text IS NOT NULL)"]}[planted]
+    p = altered(tmp_path, "texts", *sql)
+    encoded = []
+    monkeypatch.setattr(nsys_frames, "read_text_codes",
+                        lambda *a, _f=nsys_frames.read_text_codes: encoded.append(_f(*a)) or encoded[-1])
+    frames = {}
+    for rows in (10**9, 0):  # the joined string, then Arrow
+        monkeypatch.setattr(nsys_frames, "TEXT_CODES_MIN_ROWS", rows)
+        rep = open_report(p)
+        frames[rows] = rep.nvtx.astype({"name": object, "domain": object, "label": object})
+        rep.close()
+    pd.testing.assert_frame_equal(frames[0], frames[10**9])
+    assert frames[0]["name"].notna().sum() > 50
+    # Arrow took the UTF-8 texts and left the others to the joined string (which replaces what is not UTF-8)
+    assert [c is not None for c in encoded] == [planted == "none"]
+    if planted == "not utf-8":
+        assert "A\ufffdB" in set(frames[0]["name"])

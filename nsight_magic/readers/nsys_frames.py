@@ -9,12 +9,13 @@ import pandas as pd
 from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Col,
                           TableSpec, frame_columns)
 from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_enum, find_spec_table, read_ints,
-                       read_texts, to_categorical)
+                       read_text_codes, read_texts, to_categorical)
 
 from ..errors import ReportError, ReportWarning
 from ..inside.marks import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
 _MASK24 = 0xFFFFFF
+TEXT_CODES_MIN_ROWS = 100_000  # below this the one joined string of read_texts is as quick as Arrow's encoding
 
 
 def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None,
@@ -135,6 +136,11 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     for c in spec.cols:
         if c.how == "text":
             raw = raws[c.name]
+            coded = read_text_codes(con, path, table, f'"{raw}"', spec.where) \
+                if raw and c.dtype == "category" and n >= TEXT_CODES_MIN_ROWS else None
+            if coded is not None and len(coded) == n:
+                data[c.name] = coded
+                continue
             vals = read_texts(con, table, f'"{raw}"', spec.where) if raw else np.full(n, None, dtype=object)
             data[c.name] = pd.array(vals, dtype="string") if c.dtype == "string" else to_categorical(vals)
     df = pd.DataFrame({c.name: data[c.name] for c in spec.cols})
@@ -234,13 +240,15 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     et = raw["event_type"].to_numpy()
     dom = raw[et == NVTX_DOMAIN_CREATE]
     keep = np.isin(et, NVTX_PUSH_POP + NVTX_START_END + NVTX_MARK)
-    ev = raw[keep].reset_index(drop=True)
-    name = ev["text_id"].astype(object).where(ev["text_id"].notna(), ev["text"].astype(object)).to_numpy(object)
+    ev = raw if keep.all() else raw[keep].reset_index(drop=True)
+    name = _either(ev["text_id"], ev["text"])
     # domain names: first create event per (domainId, pid), like nsys's report scripts
     dname = dom["text"].astype(object).where(dom["text"].notna(), dom["text_id"].astype(object))
     dkey = pd.Series(dname.to_numpy(object), index=ckey(dom["pid"], dom["domain_id"]))
     dkey = dkey[~dkey.index.duplicated()]
-    domain = dkey.reindex(ckey(ev["pid"], ev["domain_id"])).to_numpy(object).copy()
+    # looked up once per distinct (pid, domainId) of the events, not per row
+    at, keys = pd.factorize(ckey(ev["pid"], ev["domain_id"]))
+    domain = dkey.reindex(keys).to_numpy(object)[at]
     domain[ev["domain_id"].isna().to_numpy()] = None
     etype = ev["event_type"].to_numpy()
     kind = np.where(np.isin(etype, NVTX_PUSH_POP), 0, np.where(np.isin(etype, NVTX_START_END), 1, 2))
@@ -261,10 +269,26 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
         "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
-        "ours": np.array([d == CAPTURE_DOMAIN for d in domain], dtype=bool),
+        "ours": (dkey.reindex(keys).to_numpy(object) == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
     }
-    order = np.argsort(arrays["start"], kind="stable")
+    start = arrays["start"]
+    if len(start) < 2 or bool((start[1:] >= start[:-1]).all()):  # exports are mostly in order already
+        return arrays
+    order = np.argsort(start, kind="stable")
     return {k: v[order] for k, v in arrays.items()}
+
+
+def _either(first: pd.Series, second: pd.Series) -> np.ndarray:
+    """Row-wise `first` where it is set, else `second`: two categoricals as one object array, each row a reference
+    to one of their categories (no string made per row)."""
+    a, b = pd.Categorical(first), pd.Categorical(second)
+    out = np.asarray(b.categories, dtype=object).take(b.codes) if len(b.categories) else \
+        np.full(len(b), None, dtype=object)
+    out[b.codes < 0] = None
+    if len(a.categories):
+        set_ = a.codes >= 0
+        out[set_] = np.asarray(a.categories, dtype=object).take(a.codes[set_])
+    return out
 
 
 def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:

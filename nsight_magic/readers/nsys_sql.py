@@ -261,14 +261,15 @@ PARALLEL_MIN_ROWS = 200_000  # below this a connection's set-up costs more than 
 PARALLEL_MAX = 8
 
 
-def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
+def _adbc_parts(con, path: Path, table: str, sel: str, where: str | None) -> list | None:
+    """`SELECT sel FROM table [WHERE where]` in rowid order through ADBC, as Arrow tables, one per rowid range read
+    on its own connection (None: ADBC is not installed, or could not read the values)."""
     try:
         import adbc_driver_sqlite.dbapi as adbc
     except ImportError:
         return None
     from concurrent.futures import ThreadPoolExecutor
 
-    sel = ", ".join(f"ifnull({e}, {NULL}) AS c{i}" for i, e in enumerate(exprs))
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     cond = f" AND ({where})" if where else ""
 
@@ -281,17 +282,23 @@ def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | 
 
     lo, hi = rowid_ends(con, table)
     if lo is None:
-        return [np.empty(0, np.int64) for _ in exprs]
+        return []
     try:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         k = max(1, min(cores, PARALLEL_MAX, (hi - lo + 1) // PARALLEL_MIN_ROWS))
         edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64).tolist()
         if k == 1:
-            parts = [part(None, None)]
-        else:
-            with ThreadPoolExecutor(k, thread_name_prefix="nsight-magic-read") as ex:
-                parts = list(ex.map(part, edges[:-1], edges[1:]))
-    except Exception:  # a value ADBC cannot read as int64 (its types come from the first rows): the text path
+            return [part(None, None)]
+        with ThreadPoolExecutor(k, thread_name_prefix="nsight-magic-read") as ex:
+            return list(ex.map(part, edges[:-1], edges[1:]))
+    except Exception:  # a value ADBC cannot read as the type it took from the first rows: the caller's other path
+        return None
+
+
+def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
+    sel = ", ".join(f"ifnull({e}, {NULL}) AS c{i}" for i, e in enumerate(exprs))
+    parts = _adbc_parts(con, path, table, sel, where)
+    if parts is None:
         return None
     out = []
     for i in range(len(exprs)):
@@ -300,6 +307,36 @@ def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | 
             return None
         out.append(np.concatenate([c.to_numpy() for c in cols]) if cols else np.empty(0, np.int64))
     return out
+
+
+def read_text_codes(con, path: Path | None, table: str, expr: str, where: str | None = None
+                    ) -> pd.Categorical | None:
+    """A text column in rowid order as a Categorical, encoded in Arrow (a million rows of a few hundred names make
+    no Python string per row); None where ADBC is missing or the values are not all UTF-8 text (the caller reads
+    them with read_texts, which replaces what is not UTF-8)."""
+    if path is None:
+        return None
+    import pyarrow as pa
+
+    parts = _adbc_parts(con, path, table, f"{capped(expr)} AS v", where)
+    if parts is None:
+        return None
+    chunks = [c for p in parts if p.num_rows for c in p.column(0).chunks]
+    if not chunks:
+        return pd.Categorical.from_codes(np.empty(0, np.int64), categories=pd.Index([], dtype=object))
+    try:
+        if any(not (pa.types.is_string(c.type) or pa.types.is_large_string(c.type) or pa.types.is_null(c.type))
+               for c in chunks):
+            return None
+        col = pa.chunked_array([c.cast(pa.large_string()) for c in chunks], pa.large_string())
+        for c in col.chunks:
+            c.validate(full=True)  # UTF-8 throughout
+        enc = col.combine_chunks().dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    codes = enc.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+    cats = np.asarray(enc.dictionary.to_pylist(), dtype=object)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(cats, dtype=object))
 
 
 _US, _NUL = "\x1f", "\x1e"  # ASCII unit separator between values, record separator standing for NULL
