@@ -30,7 +30,7 @@ TRACE_FLAG = re.compile(r"(^|\s)(-t|--trace)(\s|=|$)")
 
 class CellRuns:
     """One kernel's profiled cells: its setup code, warm worker and profiles (a Frontend), its in-place session
-    when the kernel runs under a profiler, and the settings (`settings`: NsightMagics' traits) they follow."""
+    when the kernel runs under a profiler, and the settings they follow (settings.NsightSettings: the magics)."""
 
     def __init__(self, shell, settings):
         from .frontend import Frontend
@@ -45,7 +45,7 @@ class CellRuns:
         they are now), while the user writes the next cell.  Nothing to see, nothing when nsys is missing or
         NsightMagics.prewarm_worker is off; a worker that cannot start is started by the next %%nsys as before."""
         idle.drop(self.shell)  # asked for now: one waiting for an idle kernel is not needed
-        if not self.settings.prewarm_worker or self.inplace() is not None:  # in place: no worker
+        if not self.settings.value("prewarm_worker") or self.inplace() is not None:  # in place: no worker
             return
         self.frontend.prewarm(self.settings.pass_env, self.settings.trace)
 
@@ -217,7 +217,7 @@ class CellRuns:
         only with --wait or when nobody would see the output change (nbclient, nbconvert, papermill)."""
         from . import background
 
-        later = not (wait or self.settings.wait) and draws_later(self.shell)
+        later = not (wait or self.settings.value("wait")) and draws_later(self.shell)
         status.recorded(rec, later)
         for m in rec.notes:
             print(f"nsight-magic: {m}")

@@ -181,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     from .options import wants_kernel_symbols
     from .tools.environment import profiled_environment
     from .tools.injection import LAUNCHED_NAMES, LAUNCHED_PATHS, PATH_NAMES
-    from .tools.system import ISOLATE_ENV, isolation_prefix
+    from .settings import setting
+    from .tools.system import isolation_prefix
 
     ap = argparse.ArgumentParser(prog=f"python -m {MODULE}")
     ap.add_argument("-f", dest="connection_file", required=True)
@@ -216,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
     cfg[LAUNCHED_NAMES] = sorted({*env, INPLACE_ENV})
     cfg[LAUNCHED_PATHS] = {n: env.get(n) for n in PATH_NAMES}
-    isolated = os.environ.get(ISOLATE_ENV, "1") != "0"
+    isolated = bool(setting("isolate"))  # the server's environment: NSIGHT_MAGIC_ISOLATE
     prefix, why = isolation_prefix() if launch is not None and isolated else ((), None)
     if launch is not None and isolated and not prefix:
         # nsys would record every process of the machine, with their command lines: refuse rather than leak

@@ -3,11 +3,10 @@ profilers, readers, analysis and views."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from IPython.core.magic import Magics, cell_magic, line_cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
-from traitlets import Bool, Int, List, TraitError, Unicode, default, observe, validate
+from traitlets import TraitError, observe, validate
 
 from . import idle
 from .cell_display import diff_command, open_again, session_command
@@ -16,61 +15,19 @@ from .errors import NsightMagicError
 from .heap import after_cell
 from .magic_args import arguments_from, cell_magic_help, parse_line
 from .options import COMMON_ARGS, NCU_ARGS, NSYS_ARGS
-
-
-# the defaults of NsightMagics.prewarm_worker and .wait where no %config reaches (headless runs, CI)
-PREWARM_ENV = "NSIGHT_MAGIC_PREWARM"  # 0: no warm worker prepared ahead of the first %%nsys
-WAIT_ENV = "NSIGHT_MAGIC_WAIT"        # 1: every profiled cell waits for its profile (as --wait)
+from .settings import NsightSettings, use
 
 
 @magics_class
-class NsightMagics(Magics):
-    """%%nsys, %%ncu and their companions.  Settings users change live here, as %config NsightMagics.NAME = ..."""
-
-    pass_env = List(Unicode(), help="environment variables passed to every profiled process beyond the allow-list "
-                                    "(nsight_magic/tools/environment.py); each is recorded in the reports, as nsys "
-                                    "records the profiled process's environment").tag(config=True)
-    trace = Unicode("", help="what %%nsys traces when its line gives no --trace (nsys's list, e.g. 'cuda,nvtx'); "
-                             "empty: cuda,nvtx; add osrt for the OS calls it waits in").tag(config=True)
-    wait = Bool(help="every profiled cell waits for its profile, as --wait (default: on where NSIGHT_MAGIC_WAIT=1)"
-                ).tag(config=True)
-    prewarm_worker = Bool(help="prepare the warm worker for the next %%nsys in the background (default: on, off "
-                               "where NSIGHT_MAGIC_PREWARM=0)").tag(config=True)
-
-    live_views = Int(4, help="how many of the newest profile views keep their live timeline, whose zoom reads "
-                             "exact events from the kernel; older views show their saved timeline and the kernel "
-                             "frees what they held").tag(config=True)
+class NsightMagics(Magics, NsightSettings):
+    """%%nsys, %%ncu and their companions.  The user's settings (settings.NsightSettings) are theirs:
+    `%config NsightMagics.NAME = ...`."""
 
     @observe("live_views")
     def _keep_live_views(self, change) -> None:
         from .views.live_views import keep
 
         keep(change["new"])
-
-    @validate("live_views")
-    def _valid_live_views(self, proposal) -> int:
-        if proposal["value"] < 0:
-            raise TraitError("NsightMagics.live_views is a count of views: 0 or more")
-        return proposal["value"]
-
-    @default("wait")
-    def _wait_default(self) -> bool:
-        return os.environ.get(WAIT_ENV, "0") == "1"
-
-    @default("prewarm_worker")
-    def _prewarm_default(self) -> bool:
-        return os.environ.get(PREWARM_ENV, "1") != "0"
-
-    @validate("pass_env")
-    def _valid_pass_env(self, proposal) -> list:
-        from .options import valid_names
-
-        names = [str(n).strip() for n in proposal["value"]]
-        try:
-            valid_names(tuple(n for n in names if n))
-        except NsightMagicError as e:  # said when set, not in every later %%nsys as an --env nobody passed
-            raise TraitError(str(e).replace("--env", "NsightMagics.pass_env", 1)) from None
-        return [n for n in names if n]
 
     @validate("trace")
     def _valid_trace(self, proposal) -> str:
@@ -202,6 +159,7 @@ for _name in ("nsys", "ncu", "nsight_setup"):
 def register(ipython) -> None:
     magics = NsightMagics(ipython, parent=ipython)
     ipython.register_magics(magics)
+    use(magics)  # the settings in force for the readers and tools this kernel runs
     if magics not in ipython.configurables:  # %config NsightMagics.pass_env = [...] reaches it
         ipython.configurables.append(magics)
     if after_cell not in ipython.events.callbacks["post_run_cell"]:

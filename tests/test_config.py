@@ -26,13 +26,20 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
         "%config NsightMagics.live_views = -1",
         "%config NsightMagics.live_views = 2",
         "from nsight_magic.views import live_views; print(live_views.KEEP)",  # what the views keep live now
+        # the settings the readers and tools act on are the same object's (settings.NsightSettings)
+        "%config NsightMagics.query_limit_s = 0",
+        "%config NsightMagics.query_limit_s = 45.0\n%config NsightMagics.secret_patterns = ['ZEPHYR']",
+        "import os\nfrom nsight_magic.readers.nsys_sql import query_limit_s\n"
+        "from nsight_magic.tools.environment import profiled_environment\nos.environ['ZEPHYR_ID'] = 'x'\n"
+        "print(query_limit_s(), 'ZEPHYR_ID' in profiled_environment()[1])",
     )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     listing = cell_text(nb.cells[1])
-    for name in ("NsightMagics.trace", "NsightMagics.wait", "NsightMagics.prewarm_worker", "NsightMagics.pass_env",
-                 "NsightMagics.live_views"):
+    for name in ("trace", "wait", "prewarm_worker", "pass_env", "live_views", "isolate", "orphan_guard",
+                 "query_limit_s", "secret_patterns"):
+        name = f"NsightMagics.{name}"
         assert name in listing, listing
     bad = cell_text(nb.cells[2])
     assert "'bogus' is not an API this nsys traces" in bad and "nvtx" in bad, bad
@@ -52,3 +59,5 @@ def test_config_sets_the_trace_and_the_wait_of_every_later_cell(tmp_path):
     assert "ran after" in cell_text(nb.cells[9], "stdout") and "--env" not in cell_text(nb.cells[9])
     assert "NsightMagics.live_views is a count of views: 0 or more" in cell_text(nb.cells[10])
     assert cell_text(nb.cells[12], "stdout").strip() == "2"
+    assert "NsightMagics.query_limit_s is a number of seconds above 0" in cell_text(nb.cells[13])
+    assert cell_text(nb.cells[15], "stdout").split() == ["45.0", "True"], cell_text(nb.cells[15])

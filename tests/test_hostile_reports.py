@@ -248,14 +248,28 @@ def test_frames_read_in_threads_are_the_frames_and_their_errors_the_same_line(tm
 
 def test_the_query_limit_is_read_when_a_report_opens(monkeypatch):
     """Issue 64: NSIGHT_MAGIC_QUERY_LIMIT_S was read once, at import: set in a running kernel it changed nothing.
-    It is read as each report opens; a value that is no positive number of seconds is ignored."""
-    from nsight_magic.readers.nsys_sql import QUERY_LIMIT_S, query_limit_s
+    It is read as each report opens; a value that is no positive number of seconds is ignored.  The setting
+    (%config NsightMagics.query_limit_s) comes before the variable."""
+    from traitlets import TraitError
 
+    from nsight_magic import settings
+    from nsight_magic.readers.nsys_sql import query_limit_s
+
+    monkeypatch.setattr(settings, "_CURRENT", [])
     monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", "12.5")
     assert query_limit_s() == 12.5
     for bad in ("abc", "-1", "0", "nan", "inf", ""):
         monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", bad)
-        assert query_limit_s() == QUERY_LIMIT_S, bad
+        assert query_limit_s() == settings.QUERY_LIMIT_S, bad
+    chosen = settings.NsightSettings(query_limit_s=3.0)
+    settings.use(chosen)
+    assert query_limit_s() == 3.0
+    chosen.query_limit_s = None  # unset: the variable again
+    monkeypatch.setenv("NSIGHT_MAGIC_QUERY_LIMIT_S", "7")
+    assert query_limit_s() == 7.0
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(TraitError, match="a number of seconds above 0"):
+            chosen.query_limit_s = bad
 
 
 @pytest.mark.parametrize("planted", ["none", "not utf-8", "a blob and a number"])

@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nsight_magic"
 # Lowest first.  A module may import from its own layer and the ones below, never from a higher one.
 LAYERS = (
     ("errors", "version", "inside"),                      # shared by both sides of the process boundary
-    ("options", "thresholds", "tools", "store", "baselines"),  # what the user asked for, the tools, profile folders
+    # what the user asked for and set, the tools, profile folders
+    ("options", "settings", "thresholds", "tools", "store", "baselines"),
     ("profilers", "readers"),                              # record and finish a run; read report files
     ("analysis",),
     ("views",),

@@ -37,15 +37,15 @@ def test_no_importer_is_none(tmp_path):
 
 
 def test_isolation_can_be_turned_off_with_a_note(monkeypatch):
-    tools.isolation_prefix.cache_clear()
+    tools.system._namespace_prefix.cache_clear()
     monkeypatch.setenv("NSIGHT_MAGIC_ISOLATE", "0")
     try:
         prefix, note = tools.isolation_prefix()
-        assert prefix == () and "NSIGHT_MAGIC_ISOLATE=0" in note
+        assert prefix == () and "NSIGHT_MAGIC_ISOLATE=0" in note and "NsightMagics.isolate" in note
         # what nsys then records: every process with its environment, the kernel's own (issue 63)
         assert "every process of this machine" in note and "this kernel's" in note
     finally:
-        tools.isolation_prefix.cache_clear()
+        tools.system._namespace_prefix.cache_clear()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the namespace probe's first form needs root")
@@ -53,7 +53,7 @@ def test_isolation_prefix_runs_commands_in_a_namespace_of_their_own():
     import subprocess
     import sys
 
-    tools.isolation_prefix.cache_clear()
+    tools.system._namespace_prefix.cache_clear()
     prefix, note = tools.isolation_prefix()
     assert note is None
     probe = "import os; print(os.getpid(), len([p for p in os.listdir('/proc') if p.isdigit()]))"
@@ -69,7 +69,7 @@ def test_a_run_that_records_no_kernel_frames_finds_no_kernel_symbols():
     import subprocess
     import sys
 
-    tools.isolation_prefix.cache_clear()
+    tools.system._namespace_prefix.cache_clear()
     probe = [sys.executable, "-c", "print(len(open('/proc/kallsyms').read()))"]
 
     def size(kernel_symbols: bool) -> int:

@@ -6,7 +6,6 @@ Python tuples, and the transient memory is one string per column and chunk inste
 from __future__ import annotations
 
 import functools
-import math
 import os
 import re
 import sqlite3
@@ -18,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import ReportError, ReportWarning
+from ..settings import setting
 from .nsys_schema import ENUM_PREFIXES, ENUMS, TableSpec
 
 NULL = -(2**63) + 1  # stands for SQL NULL while integers travel as text
@@ -35,18 +35,12 @@ COMPLETE_MARKERS = ("META_DATA_EXPORT", "EXPORT_META_DATA", "ANALYSIS_DETAILS", 
 
 # A report is data: no query may run longer than this (a table is bounded; only a planted view or a damaged file
 # makes a read endless), and Ctrl-C stops a query between SQLite's steps.
-QUERY_LIMIT_S = 600.0
-QUERY_LIMIT_ENV = "NSIGHT_MAGIC_QUERY_LIMIT_S"
-
-
 def query_limit_s() -> float:
-    """QUERY_LIMIT_S, or NSIGHT_MAGIC_QUERY_LIMIT_S as it is when a report is opened (a positive number of
-    seconds; another value is ignored): set in a running kernel, it applies to the next report."""
-    try:
-        v = float(os.environ.get(QUERY_LIMIT_ENV, ""))
-    except ValueError:
-        return QUERY_LIMIT_S
-    return v if math.isfinite(v) and v > 0 else QUERY_LIMIT_S
+    """The seconds a statement may run (settings: query_limit_s, else NSIGHT_MAGIC_QUERY_LIMIT_S, else
+    QUERY_LIMIT_S), as they are when a report is opened: set in a running kernel, it applies to the next report."""
+    return float(setting("query_limit_s"))
+
+
 _STEPS = 20_000  # SQLite VM steps between two checks (a few ms)
 
 
@@ -87,7 +81,8 @@ class ReadOnly(sqlite3.Connection):
             return None
         if self.why == "limit":
             return ReportError(f"{path}: a query ran past {self.limit_s:g} s and was stopped; the report may be "
-                               "damaged or planted: re-export it (NSIGHT_MAGIC_QUERY_LIMIT_S raises the limit)")
+                               "damaged or planted: re-export it (%config NsightMagics.query_limit_s or "
+                               "NSIGHT_MAGIC_QUERY_LIMIT_S raises the limit)")
         return KeyboardInterrupt()  # Ctrl-C (also when it came before our handler's try)
 
 

@@ -15,6 +15,7 @@ import os
 import re
 
 from ..options import SECRET_NAME_PATTERNS, is_secret
+from ..settings import current
 from .injection import injection_free
 
 PASS_ENV = "NSIGHT_MAGIC_PASS_ENV"              # comma-separated names to pass (headless runs, the command line)
@@ -106,7 +107,9 @@ def profiled_environment(base: dict | None = None, passed=()) -> tuple[dict, lis
     """(the profiled process's environment, the names left out): the allow-list, checked by the secret rules,
     plus the names in `passed` (and NSIGHT_MAGIC_PASS_ENV) as they are."""
     base = injection_free(base)
-    extra = tuple(p.strip().upper() for p in base.get(SECRET_PATTERNS_ENV, "").split(",") if p.strip())
+    chosen = current().secret_patterns  # set (%config NsightMagics.secret_patterns), else the variable
+    extra = tuple(p.strip().upper() for p in (base.get(SECRET_PATTERNS_ENV, "").split(",") if chosen is None
+                                               else chosen) if p.strip())
     patterns = SECRET_NAME_PATTERNS + extra
     names = set(passed_names(passed))
     env, withheld = {}, []

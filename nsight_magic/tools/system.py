@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from ..inside.isolate import NO_KERNEL_SYMBOLS
+from ..settings import setting
 from .injection import tool_environment
 
 
@@ -55,7 +56,6 @@ def _gpu_names() -> tuple[str, ...]:
 ISOLATE_ENV = "NSIGHT_MAGIC_ISOLATE"
 
 
-@functools.lru_cache(maxsize=1)
 def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
     """argv prefix that runs the profiler in its own PID namespace, and a note when that is impossible.
 
@@ -63,10 +63,17 @@ def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
     kernel's and the user's shells' included) into the report.  In a fresh PID namespace with its own /proc it
     sees only itself and the profiled process; `--kill-child` also ends everything left inside when we stop it.
     `nsight_magic.inside.isolate` then gives nsys a private /dev/shm and /tmp/nvidia (ids restart inside the namespace).
+    Off where the settings say so (isolate, NSIGHT_MAGIC_ISOLATE=0), with the note.
     """
-    if os.environ.get(ISOLATE_ENV, "1") == "0":
-        return (), (f"{ISOLATE_ENV}=0: the report may hold every process of this machine with its command line and "
-                    "environment, this kernel's (and its secrets) included")
+    if not setting("isolate"):
+        return (), (f"{ISOLATE_ENV}=0 (or %config NsightMagics.isolate = False): the report may hold every process "
+                    "of this machine with its command line and environment, this kernel's (and its secrets) included")
+    return _namespace_prefix()
+
+
+@functools.lru_cache(maxsize=1)
+def _namespace_prefix() -> tuple[tuple[str, ...], str | None]:
+    """The probe of isolation_prefix, made once per process (it starts a namespace)."""
     unshare = shutil.which("unshare")
     if not unshare:
         return (), ("unshare (util-linux) not found: the report may hold every process of this machine with its "
@@ -98,13 +105,18 @@ def isolated_argv(argv: list[str], *, kernel_symbols: bool = True) -> tuple[list
     return [*prefix, *flags, *argv], note
 
 
-@functools.lru_cache(maxsize=1)
 def orphan_guard() -> tuple[str, ...]:
     """argv prefix that kills a process when the thread that started it dies (the notebook's kernel, killed with
     SIGKILL or crashed): util-linux's `setpriv --pdeathsig KILL`.  Before `unshare --kill-child` it takes the whole
-    PID namespace with it.  Empty where setpriv is missing or refuses."""
+    PID namespace with it.  Empty where setpriv is missing or refuses, or the settings turn it off (orphan_guard,
+    NSIGHT_MAGIC_ORPHAN_GUARD=0)."""
+    return _setpriv_prefix() if setting("orphan_guard") else ()
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv_prefix() -> tuple[str, ...]:
     setpriv = shutil.which("setpriv")
-    if not setpriv or os.environ.get("NSIGHT_MAGIC_ORPHAN_GUARD", "1") == "0":
+    if not setpriv:
         return ()
     try:
         ok = subprocess.run([setpriv, "--pdeathsig", "KILL", "--", "true"], capture_output=True,
