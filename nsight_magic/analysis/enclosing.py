@@ -38,8 +38,7 @@ class Enclosing:
         if len(nv):
             end = pd.to_numeric(nv["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max)
             # a range's label ("Domain:name"); the name alone where one domain was asked for
-            self._index(nv.assign(end_ns=end.astype(np.int64)), nv["name" if only else "label"].astype(str)
-                        .to_numpy(object))
+            self._index(nv.assign(end_ns=end.astype(np.int64)), tx.text_array(nv["name" if only else "label"]))
 
     @classmethod
     def from_ranges(cls, ranges: pd.DataFrame, labels) -> "Enclosing":

@@ -110,15 +110,20 @@ def module_table(report, names=None, types=None, models=None, prefixed: bool = F
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=MODULE_COLUMNS)
-    label = nv["label"].astype(str)
-    bw = label.str.endswith(BACKWARD_SUFFIX)
+    # per distinct label (a million ranges of a few hundred names): its module, and whether it is a backward twin
+    label = pd.Categorical(nv["label"])
+    text = [str(c) for c in label.categories]
+    bw = np.array([t.endswith(BACKWARD_SUFFIX) for t in text], dtype=bool)
+    base = np.array([t[:-len(BACKWARD_SUFFIX)] if b else t for t, b in zip(text, bw)], dtype=object)
+    codes = np.asarray(label.codes)
     if names is None:
-        names = set(label[bw].str.slice(0, -len(BACKWARD_SUFFIX)))
+        seen = np.unique(codes[codes >= 0])
+        names = set(base[seen[bw[seen]]])
     names = set(names)
-    if not names:
+    if not names or not len(base):
         return pd.DataFrame(columns=MODULE_COLUMNS)
-    base = label.where(~bw, label.str.slice(0, -len(BACKWARD_SUFFIX)))
-    mask = base.isin(names).to_numpy() & (~tx.eq(nv["kind"], "mark"))
+    wanted = np.array([b in names for b in base], dtype=bool)
+    mask = (codes >= 0) & wanted[np.maximum(codes, 0)] & (~tx.eq(nv["kind"], "mark"))
     r = _ranges_with_gpu(report, mask)
     lab = r["label"].astype(str)
     r["backward"] = lab.str.endswith(BACKWARD_SUFFIX)

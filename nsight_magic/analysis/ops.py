@@ -85,7 +85,7 @@ def op_ranges(report) -> pd.DataFrame:
     if nv.empty:
         return pd.DataFrame(columns=RANGE_COLUMNS)
     closed = (~tx.eq(nv["kind"], "mark")) & nv["end_ns"].notna().to_numpy()
-    ours = (nv["domain"].astype("string") == OPS_DOMAIN).fillna(False).to_numpy() & closed
+    ours = tx.eq(nv["domain"], OPS_DOMAIN) & closed
     if ours.any():
         out = _dispatch_ranges(nv[ours])
     else:

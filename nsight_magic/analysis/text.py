@@ -106,3 +106,10 @@ def as_text(col: pd.Series):
     if isinstance(col.dtype, pd.CategoricalDtype):
         return as_text_categories(col).array
     return col.astype(str).to_numpy()
+
+
+def text_array(col) -> np.ndarray:
+    """col.astype(str).to_numpy(object), each distinct value made text once (rows refer to it; missing: NaN)."""
+    cat = pd.Categorical(col)
+    text = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
+    return text[np.where(np.asarray(cat.codes) >= 0, cat.codes, len(text) - 1)]

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from ..analysis import text as tx
 from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
@@ -266,7 +267,7 @@ def _is_ours(nv: pd.DataFrame) -> np.ndarray:
     """Rows of nsight-magic's own cell range (domain nsight-magic): they frame the timeline, they are no row."""
     if "domain" not in nv:
         return np.zeros(len(nv), bool)
-    return nv["domain"].astype("string").fillna("").eq(CAPTURE_DOMAIN).to_numpy(bool)
+    return tx.eq(nv["domain"], CAPTURE_DOMAIN)  # per distinct domain, not per row
 
 
 def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> dict:
