@@ -919,7 +919,9 @@ class NsysData:
             return empty_stats(_by_cols(by) + ("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
         dur = self._nvtx_durations
         keys = self._by(by, "NVTX", internal["pid"][rng])
-        keys.update(name=internal["tag"][rng], style=internal["style"][rng])
+        # the style by its kind's code (two values: no hash of a million shared strings)
+        keys.update(name=internal["tag"][rng], style=pd.Categorical.from_codes(
+            (internal["kind"][rng] != 0).astype(np.int8), categories=pd.Index(["PushPop", "StartEnd"], dtype=object)))
         s, group = grouped_stats(keys, dur[rng], return_groups=True)
         first = np.zeros(len(s), np.int64)
         first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?

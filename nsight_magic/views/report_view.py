@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..analysis import text as tx
 from ..readers.contract import NsysTables
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
@@ -333,7 +334,7 @@ def _nvtx_spans(nv, start_ns: int) -> dict:
     if nv is None or nv.empty:
         return {}
     if "kind" in nv.columns:
-        nv = nv[nv["kind"].astype(object) != "mark"]
+        nv = nv[~tx.eq(nv["kind"], "mark")]
     return _instance_spans(nv, start_ns, key="label" if "label" in nv.columns else "name")
 
 
