@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-CACHE_VERSION = 3
+CACHE_VERSION = 4  # 4: text columns dictionary-encoded
 KEY_FILE = "key.json"
 HASHED_BYTES = 1 << 20  # at each end of the export
 
@@ -54,8 +54,10 @@ def _table(arrays: dict[str, np.ndarray]) -> pa.Table:
     for name, a in arrays.items():
         if isinstance(a, np.ndarray) and a.dtype != object:
             cols[name] = pa.array(a)
-        else:  # object arrays of text (None for missing), nullable integers
-            cols[name] = pa.array(list(a) if not hasattr(a, "to_numpy") else a, from_pandas=True)
+        elif isinstance(a, np.ndarray):  # text (None or NaN for missing): each distinct text stored once
+            cols[name] = pa.array(a, type=pa.large_string(), from_pandas=True).dictionary_encode()
+        else:  # nullable integers
+            cols[name] = pa.array(a, from_pandas=True)
     return pa.table(cols)
 
 
@@ -63,7 +65,11 @@ def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
     out = {}
     for name in table.column_names:
         col = table.column(name)
-        if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
+        if pa.types.is_dictionary(col.type):  # rows refer to one Python string per distinct text
+            d = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            texts = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
+            out[name] = texts[d.indices.fill_null(len(texts) - 1).to_numpy(zero_copy_only=False)]
+        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
             out[name] = np.asarray(col.to_pylist(), dtype=object)
         elif col.null_count:  # nullable integers -> pandas' masked array, as the reader makes them
             out[name] = col.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).array
