@@ -326,20 +326,26 @@ def _depth(thread: np.ndarray, start: np.ndarray, end: np.ndarray, is_range: np.
     n = len(start)
     if n == 0:
         return np.empty(0, np.int64)
+    # the sort keys in the narrowest types, each freed once used: 3M ranges make 6M events
     opens = is_range & (end > start)
     e_idx = np.flatnonzero(opens & np.isfinite(end))
     t = np.concatenate([start, end[e_idx].astype(np.int64)])
     th = np.concatenate([thread, thread[e_idx]])
-    typ = np.concatenate([np.where(opens, 1, 2), np.zeros(len(e_idx), np.int64)])
-    delta = np.concatenate([np.where(opens, 1, 0), -np.ones(len(e_idx), np.int64)])
+    typ = np.concatenate([np.where(opens, 1, 2).astype(np.int8), np.zeros(len(e_idx), np.int8)])
     neg_len = np.concatenate([-(np.minimum(end, 2.0**62) - start), np.zeros(len(e_idx))])
     order = np.lexsort((neg_len, typ, t, th))
+    del t, typ, neg_len
+    delta = np.concatenate([opens.astype(np.int8), np.full(len(e_idx), -1, np.int8)])
     d = delta[order]
-    c = np.cumsum(d)
+    del delta, e_idx
+    c = np.cumsum(d, dtype=np.int64)
     ths = th[order]
+    del th
     first = np.r_[True, ths[1:] != ths[:-1]]
+    del ths
     base = np.maximum.accumulate(np.where(first, np.arange(len(c)), 0))  # index of the thread's first event
     before = c - d - (c[base] - d[base])
+    del c, base, first
     depth = np.empty(n, np.int64)
     is_row = order < n
     depth[order[is_row]] = before[is_row]
