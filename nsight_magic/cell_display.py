@@ -214,6 +214,8 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
     try:
         report = open_report(path)
         display_report(report, folder, render, thresholds)
+        if report.tool == "nsys" and not report.data.cached:  # the first open of a report without the columnar
+            report.data.write_cache()                         # cache writes it: opening it again reads it alone
         trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)

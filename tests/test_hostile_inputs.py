@@ -447,6 +447,11 @@ def test_a_loaded_report_leaves_no_freed_heap_in_the_kernel(tmp_path):
     assert "Traceback" not in cell_text(nb.cells[1]) and "nvtx" in cell_text(nb.cells[1]).lower()
     returned = int(cell_text(nb.cells[2]).split()[-1])
     assert returned < 30, f"{returned} MB of freed heap were still held after the load"
+    # the first open of a report without the columnar cache wrote it: opening it again reads the cache alone
+    from nsight_magic.report import open_report
+
+    with open_report(big) as again:
+        assert again.data.cached and len(again.nvtx) > 200_000
 
 
 @pytest.mark.parametrize("plant", ["absent", "huge_start", "span"])
