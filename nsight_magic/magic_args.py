@@ -9,6 +9,7 @@ from IPython.core.magic_arguments import argument
 
 from .options import join_passthrough
 
+
 def parse_line(magic, line: str):
     """Parse a magic's line with shell quoting: `--nvtx-include "step 3/"` gives `step 3/`.
 

@@ -253,7 +253,8 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     dkey = dkey[~dkey.index.duplicated()]
     # looked up once per distinct (pid, domainId) of the events, not per row
     at, keys = pd.factorize(ckey(ev["pid"], ev["domain_id"]))
-    domain = dkey.reindex(keys).to_numpy(object)[at]
+    dnames = dkey.reindex(keys).to_numpy(object)
+    domain = dnames[at]
     domain[ev["domain_id"].isna().to_numpy()] = None
     etype = ev["event_type"].to_numpy()
     kind = np.where(np.isin(etype, NVTX_PUSH_POP), 0, np.where(np.isin(etype, NVTX_START_END), 1, 2))
@@ -274,7 +275,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
         "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
-        "ours": (dkey.reindex(keys).to_numpy(object) == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
+        "ours": (dnames == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
     }
     return arrays
 

@@ -37,7 +37,8 @@ COMPLETE_MARKERS = ("META_DATA_EXPORT", "EXPORT_META_DATA", "ANALYSIS_DETAILS", 
 # makes a read endless), and Ctrl-C stops a query between SQLite's steps.
 def query_limit_s() -> float:
     """The seconds a statement may run (settings: query_limit_s, else NSIGHT_MAGIC_QUERY_LIMIT_S, else
-    QUERY_LIMIT_S), as they are when a report is opened: set in a running kernel, it applies to the next report."""
+    settings.QUERY_LIMIT_S), as they are when a report is opened: set in a running kernel, it applies to the next
+    report."""
     return float(setting("query_limit_s"))
 
 
