@@ -793,3 +793,41 @@ def test_without_the_os_runtime_and_samples_the_advice_asks_for_the_os_calls(tmp
         assert "OS runtime was not traced" in rep.bottleneck().summary
     finally:
         rep.close()
+
+
+@pytest.mark.parametrize("name", ["cudnn_autotune", "item_sync", "small_copies", "host_code", "numpy_roundtrip",
+                                  "growing_cat", "optimizer_single_tensor", "python_loop"])
+def test_rules_hand_back_their_claims_and_change_no_context(planted, name):
+    """A cause's rule returns what it took (rules.common.Claims, in a Found) and leaves the run's Context as it
+    found it: only the runner adds the claims, for the rules after it.  Run so, rule by rule, the findings are the
+    full run's."""
+    import copy
+
+    from nsight_magic import thresholds as T
+    from nsight_magic.analysis.findings import (NSYS_RULES, SYMPTOMS, _all_findings, _with_code, _within_capture,
+                                                sort_findings)
+    from nsight_magic.analysis.rules.common import Context, Found
+
+    rep = planted(name, "bad")
+    th = T.resolve(None)
+    ctx = Context(rep.data, th, diagnose(rep.data))
+    state = ("claimed", "growth_idle", "small_copy_gaps", "readback_gaps", "autotune_gaps")
+    claimed_by, out = [], []
+    for rule_name, rule in NSYS_RULES.items():
+        if rule_name == "collective_wait":  # a one-process report: no straggler to find first
+            continue
+        before = {s: repr(copy.deepcopy(getattr(ctx, s))) for s in state}
+        got = rule(ctx)
+        assert {s: repr(getattr(ctx, s)) for s in state} == before, f"{rule_name} changed the context"
+        if isinstance(got, Found):
+            claimed_by.append(rule_name)
+            ctx.absorb(got.claims)
+            got = got.findings
+        if got and rule_name not in SYMPTOMS and any(f.time_at_stake_ns > 0 for f in got):
+            ctx.fired.add(rule_name)
+        out += got
+    assert claimed_by, f"no rule claimed time in {name}"
+    mine = sort_findings([_with_code(f, ctx) for f in _within_capture(out, ctx)])
+    full = _all_findings(rep.data, th)
+    assert [(f.rule, f.time_at_stake_ns, f.title) for f in mine] == [(f.rule, f.time_at_stake_ns, f.title)
+                                                                      for f in full]

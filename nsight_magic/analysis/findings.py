@@ -26,6 +26,7 @@ from .. import thresholds as T
 from .bottleneck import diagnose
 from .frame_memo import report_memo
 from .rules import FAILURES, GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
+from .rules.common import Found
 from .rules.comm import straggler_of
 
 __all__ = ["Finding", "NSYS_RULES", "NSYS_ANALYZE_NAMES", "SEVERITY_ORDER", "nsys_findings", "findings_frame",
@@ -89,6 +90,9 @@ def _all_findings(report: NsysTables, th: dict) -> list[Finding]:
     out: list[Finding] = []
     for name, rule in NSYS_RULES.items():
         got = rule(ctx)
+        if isinstance(got, Found):  # a cause's claims: the rules after it read them (each ns counted once)
+            ctx.absorb(got.claims)
+            got = got.findings
         if got and name not in SYMPTOMS and any(f.time_at_stake_ns > 0 for f in got):
             ctx.fired.add(name)
         out += got

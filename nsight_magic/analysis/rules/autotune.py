@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..kernel_classes import classify
 from ..text import contains
-from .common import Context, Finding, estimate_words, evidence, ranges_of
+from .common import Claims, Context, Finding, Found, estimate_words, evidence, ranges_of
 
 MIN_SYNCS = 8        # synchronisations a step, at least
 MIN_VARIANTS = 3     # variants of one matrix-kernel family in a step, at least
@@ -52,7 +52,7 @@ def _variants(a, b, wanted, k_start, k_name, fam_codes, n_names):
     return variants, distinct
 
 
-def rule_autotune(ctx: Context) -> list[Finding]:
+def rule_autotune(ctx: Context) -> list[Finding] | Found:
     report = ctx.report
     steps = ctx.diag.steps  # pid -> Steps, found once by the diagnosis
     if not steps:
@@ -102,21 +102,22 @@ def rule_autotune(ctx: Context) -> list[Finding]:
     j = np.searchsorted(w[:, 0], gs, side="right") - 1
     inside = (j >= 0) & (gs < w[np.clip(j, 0, None), 1]) & (ge > w[np.clip(j, 0, None), 0])
     picked = g[inside]
+    claims = Claims()
     for key, gg in picked.groupby(["pid", "device_id"]):  # the symptoms' rules leave these gaps to this one
-        ctx.autotune_gaps[key] = gg["start_ns"].to_numpy(np.int64)
+        claims.autotune_gaps[key] = gg["start_ns"].to_numpy(np.int64)
     at_stake = 0
     for c in CATEGORIES:
         got = ctx.left(c, ctx.host_stake(c, picked))
-        ctx.claim(c, got)
+        claims.take(c, got)
         at_stake += got
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["autotune.min_share_pct"]:
-        return []
+        return Found([], claims)
     df = pd.DataFrame(rows, columns=["pid", "tid", "start_ns", "end_ns", "syncs", "variants", "kernels"])
     ev = evidence(df, pd.Series(["autotuning step"] * len(df)), {"syncs": df["syncs"], "variants": df["variants"],
                                                                  "matrix_kernels": df["kernels"]})
     per_sync = int(df["syncs"].median())
     variants = int(df["variants"].median())
-    return [Finding(
+    return Found([Finding(
         "autotune", ctx.severity(at_stake),
         f"An autotuner runs inside the loop: {len(df)} steady steps each try up to {variants} variants of a matrix "
         f"kernel, with {per_sync} synchronisations a step between the trials",
@@ -130,4 +131,4 @@ def rule_autotune(ctx: Context) -> list[Finding]:
         "pick an algorithm without trials); for torch.compile, mark dynamic dimensions "
         "(torch._dynamo.mark_dynamic) or use mode='default' rather than 'max-autotune'.",
         at_stake, estimate_words(ctx, "the GPU's idle time on the critical path from each autotuning step's start "
-                                      "to its last synchronisation between trials"), ev, ranges_of(ev))]
+                                      "to its last synchronisation between trials"), ev, ranges_of(ev))], claims)

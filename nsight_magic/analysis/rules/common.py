@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -59,8 +59,32 @@ def severity(at_stake_ns: float, span_ns: int, min_alarm_ns: float = MIN_ALARM_N
 
 
 @dataclass
+class Claims:
+    """What one rule took for its cause, handed back with its findings (Found).  The runner adds it to the run's
+    Context, which the later rules read: each nanosecond is counted once, by the first cause that names it."""
+
+    ns: dict = field(default_factory=dict)  # breakdown category -> ns
+    growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
+    small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
+    readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
+    autotune_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps autotune took
+
+    def take(self, category: str, ns: float) -> None:
+        self.ns[category] = self.ns.get(category, 0) + int(ns)
+
+
+class Found(NamedTuple):
+    """A rule's answer when it claims time: its findings (none, where its cause fell under the threshold after it
+    took its time) and its claims."""
+
+    findings: list
+    claims: Claims
+
+
+@dataclass
 class Context:
-    """One run of the rules over a report."""
+    """One run of the rules over a report: what they read, and what the causes before them claimed (written by the
+    runner, analysis.findings, from each rule's Claims; a rule never writes it)."""
 
     report: NsysTables
     th: dict
@@ -103,8 +127,14 @@ class Context:
         vals = [v if s is None or pid != s["pid"] else max(0, v - s["ns"]) for (pid, _), v in by.items()]
         return int(max(vals, default=0))
 
-    def claim(self, category: str, ns: int) -> None:
-        self.claimed[category] = self.claimed.get(category, 0) + int(ns)
+    def absorb(self, claims: Claims) -> None:
+        """Add a rule's claims (the runner's, after the rule returned)."""
+        for category, ns in claims.ns.items():
+            self.claimed[category] = self.claimed.get(category, 0) + int(ns)
+        self.growth_idle.update(claims.growth_idle)
+        self.small_copy_gaps.update(claims.small_copy_gaps)
+        self.readback_gaps.update(claims.readback_gaps)
+        self.autotune_gaps.update(claims.autotune_gaps)
 
     def left(self, category: str, ns: int) -> int:
         """`ns` of a category less what named causes claimed of it."""

@@ -13,8 +13,8 @@ import pandas as pd
 
 from .. import text as tx
 from ..bottleneck import INPUT_MIN_BYTES
-from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, like, ranges_of, size_words,
-                     where_words, with_operator)
+from .common import (Claims, Context, Enclosing, Finding, Found, api_of, estimate_words, evidence, like, ranges_of,
+                     size_words, where_words, with_operator)
 
 
 def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
@@ -241,7 +241,7 @@ def rule_serialized_copy(ctx: Context) -> list[Finding]:
         related=("cuda_memcpy_async",) if pageable.any() else ())]
 
 
-def rule_small_copies(ctx: Context) -> list[Finding]:
+def rule_small_copies(ctx: Context) -> list[Finding] | Found:
     """The GPU paced by host-to-device copies made one small tensor at a time: many idle gaps a step that end with a
     small copy (smaller than a batch), the host issuing the next copy (and, without non_blocking, a sync) while the
     GPU waits.  Pinned or pageable alike: the number of copies is the cause."""
@@ -283,9 +283,10 @@ def rule_small_copies(ctx: Context) -> list[Finding]:
     at_stake = sum(idle.values())
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < th["small_copies.min_share_pct"]:
         return []
+    claims = Claims()
     for c, ns in idle.items():
-        ctx.claim(c, ns)
-    ctx.small_copy_gaps = {k: gg["start_ns"].to_numpy(np.int64) for k, gg in g.groupby(["pid", "device_id"])}
+        claims.take(c, ns)
+    claims.small_copy_gaps = {k: gg["start_ns"].to_numpy(np.int64) for k, gg in g.groupby(["pid", "device_id"])}
     c = pd.concat(copies)
     a = api_of(c, report.cuda_api)
     c = c.assign(tid=pd.array(a["api_tid"].to_numpy(), dtype="Int64"))  # the thread that made the copy
@@ -296,7 +297,7 @@ def rule_small_copies(ctx: Context) -> list[Finding]:
     steps = max((p.steps.steady_count for p in ctx.diag.pairs if p.steps is not None), default=1)
     pageable = int((ev["src_kind"] == "pageable").sum())
     synced = idle["sync"] > 0
-    return [Finding(
+    return Found([Finding(
         "small_copies", ctx.severity(at_stake),
         f"The GPU waited for {len(g) / steps:,.0f} small host-to-device copies a step, made one at a time",
         f"{len(g):,} times in the steady state the GPU sat idle until the next small copy to it arrived (median "
@@ -309,4 +310,4 @@ def rule_small_copies(ctx: Context) -> list[Finding]:
         "`.cuda(non_blocking=True)`; or let a DataLoader's collate_fn and `pin_memory=True` do it; or keep tensors "
         "that do not change on the GPU across steps.",
         at_stake, estimate_words(ctx, "the GPU's idle time before these copies (launch overhead and syncs), less "
-                                      "what tracing added to the calls made meanwhile"), ev, ranges_of(ev))]
+                                      "what tracing added to the calls made meanwhile"), ev, ranges_of(ev))], claims)

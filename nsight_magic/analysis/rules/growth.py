@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..bottleneck import IDLE, by_correlation
 from ..kernel_classes import classify
-from .common import Context, Finding, estimate_words, evidence, ranges_of
+from .common import Claims, Context, Finding, Found, estimate_words, evidence, ranges_of
 
 MIN_STEPS = 8          # steady steps needed to tell growth from noise
 MIN_RANK_CORR = 0.7    # Spearman correlation of a step's time with its number: a trend, not one slow step
@@ -146,7 +146,7 @@ def _nature(table: pd.DataFrame | None, counts: np.ndarray, q: int) -> str:
     return "work"
 
 
-def rule_growing_steps(ctx: Context) -> list[Finding]:
+def rule_growing_steps(ctx: Context) -> list[Finding] | Found:
     """A loop whose steps take longer and longer: what grew (kernels, CUDA calls) and the time beyond the first
     steps' pace."""
     found = [x for x in (_one(ctx, p) for p in ctx.diag.pairs) if x is not None]
@@ -155,10 +155,11 @@ def rule_growing_steps(ctx: Context) -> list[Finding]:
     x = max(found, key=lambda f: f["ns"])
     p, st = x["pair"], x["steps"]
     at_stake = int(min(x["ns"], p.window_ns * p.scale))
-    claims = {c: float(min(ns * p.scale, at_stake)) for c, ns in x["idle"].items()}
-    for c, ns in claims.items():  # the growth's idle time is this finding's, not its category rule's
-        ctx.claim(c, int(ns))
-    ctx.growth_idle = {(p.pid, p.device): claims}  # and not gpu_gaps' or gpu_time_util's (idle.unexplained_idle)
+    took = {c: float(min(ns * p.scale, at_stake)) for c, ns in x["idle"].items()}
+    claims = Claims()
+    for c, ns in took.items():  # the growth's idle time is this finding's, not its category rule's
+        claims.take(c, int(ns))
+    claims.growth_idle = {(p.pid, p.device): took}  # and not gpu_gaps' or gpu_time_util's (idle.unexplained_idle)
     idx = np.arange(len(x["spans"]))
     ev = evidence(pd.DataFrame({"start_ns": x["first"], "end_ns": x["ends"], "pid": p.pid, "device_id": p.device}),
                   [f"{st.name} {i + x['skip'] + 1}" for i in idx],
@@ -169,7 +170,7 @@ def rule_growing_steps(ctx: Context) -> list[Finding]:
     what = f" What grew, summed over the steps beyond the first ones' pace: {'; '.join(parts)}." if parts else ""
     alloc = any("alloc" in n.lower() for n, _ in x["calls"])
     q = x["q"]
-    return [Finding(
+    return Found([Finding(
         "growing_steps", ctx.severity(at_stake),
         f"Steps get slower along the loop: the last {q} of '{st.name}' take {x['late'] / x['base']:.1f}x as long as "
         f"the first {q}",
@@ -182,4 +183,4 @@ def rule_growing_steps(ctx: Context) -> list[Finding]:
         "first ones'.",
         at_stake, estimate_words(ctx, f"each steady step's time on the GPU beyond the median of the first {q} "
                                       "(what the loop takes if every step costs what the first ones did)"),
-        ev, ranges_of(ev[ev["extra_ns"] > 0]))]
+        ev, ranges_of(ev[ev["extra_ns"] > 0]))], claims)

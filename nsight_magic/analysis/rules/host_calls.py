@@ -17,8 +17,8 @@ import pandas as pd
 from ..bottleneck import HOST_CALLS, blocking_readbacks
 from ..frame_memo import report_memo
 from ..steps import cell_threads
-from .common import (Context, Enclosing, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
-                     with_operator)
+from .common import (Claims, Context, Enclosing, Finding, Found, api_of, estimate_words, evidence, ranges_of,
+                     where_words, with_operator)
 from .kernels import gpu_side_saving
 from ..kernel_classes import with_classes
 from ...readers.nsys_frames import ckey
@@ -240,7 +240,7 @@ def _in_backward(report, reads: pd.DataFrame) -> bool:
     return bool((other & flag).mean() > 0.5)
 
 
-def rule_implicit_sync(ctx: Context) -> list[Finding]:
+def rule_implicit_sync(ctx: Context) -> list[Finding] | Found:
     """Synchronisations that read a value off the GPU (see implicit_syncs): the idle time charged to them and the
     GPU's idle time before their copies once queued; for data-dependent shapes (nonzero, boolean masks) the GPU time
     of their select/sort/index kernels, for one-byte flags that of the kernels computing them."""
@@ -252,13 +252,15 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     g = g[g["in_window"] & g["sync_start_ns"].isin(set(syncs["start_ns"].to_numpy(np.int64)))]
     idle = ctx.host_stake("sync", g) if len(g) else 0  # less what tracing added to the re-queueing calls
     idle = ctx.left("sync", idle)  # a round trip's read-backs are host_round_trip's
-    ctx.claim("sync", idle)
+    claims = Claims()
+    claims.take("sync", idle)
     copies = _readback_copies(report, syncs)
     queued = _queued_readback_gaps(ctx, copies)
     before_copy = ctx.host_stake("launch", queued) if len(queued) else 0
     if before_copy:
-        ctx.claim("launch", before_copy)  # not launch_bound's: the copy was queued, the host had done its part
-        ctx.readback_gaps = {k: q["start_ns"].to_numpy(np.int64) for k, q in queued.groupby(["pid", "device_id"])}
+        claims.take("launch", before_copy)  # not launch_bound's: the copy was queued, the host had done its part
+        claims.readback_gaps = {k: q["start_ns"].to_numpy(np.int64)
+                                for k, q in queued.groupby(["pid", "device_id"])}
     idle += before_copy
     k = report.kernels
     dd = k[tx.contains(k["name"], DATA_DEPENDENT_RX, regex=True)] if len(k) else k
@@ -267,7 +269,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     gpu = gpu_side_saving(ctx, gpu_k) if len(gpu_k) else 0
     at_stake = idle + gpu
     if at_stake <= 0:
-        return []
+        return Found([], claims)
     ev = evidence(syncs, syncs["name"], with_operator(report, {
         "copy_bytes": syncs["copy_bytes"], "nvtx_range": Enclosing.of(report)(syncs["pid"], syncs["tid"],
                                                                               syncs["start_ns"])},
@@ -298,7 +300,7 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
     sites = sync_words(report.python_samples)  # the operations' own lines (torch's sync-debug mode during the cell)
     find = ("Those lines first. " if sites.code else
             "Find the lines with `torch.cuda.set_sync_debug_mode('warn')` (a warning at every synchronising call). ")
-    return [Finding(
+    return Found([Finding(
         "implicit_sync", ctx.severity(at_stake),
         f"{_steps_words(ctx, len(reads))} implicit synchronisations read values back from the GPU",
         f"Each of these synchronisations waits for {copied} ({median}): "
@@ -316,4 +318,4 @@ def rule_implicit_sync(ctx: Context) -> list[Finding]:
                                       "waited in them) and before their copies once queued, plus the GPU time of "
                                       "the data-dependent kernels and of the kernels computing one-byte flags read "
                                       "back, beyond the time the host paced the GPU"), ev, ranges_of(ev),
-        code=sites.code)]
+        code=sites.code)], claims)

@@ -14,7 +14,7 @@ from .. import intervals as I
 from .. import text as tx
 from ..bottleneck import HOST_CALLS, osrt_traced, quiet_gaps
 from ..python_code import code_words, gil_holder
-from .common import Context, Finding, cpu_context, estimate_words, evidence, ranges_of, where_words
+from .common import Claims, Context, Finding, Found, cpu_context, estimate_words, evidence, ranges_of, where_words
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
 MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has tens of thousands)
@@ -48,7 +48,7 @@ def host_stretches(ctx: Context) -> pd.DataFrame:
     return g[quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])]
 
 
-def rule_host_code(ctx: Context) -> list[Finding]:
+def rule_host_code(ctx: Context) -> list[Finding] | Found:
     """The launching thread running code without CUDA calls while the GPU has nothing to do."""
     th = ctx.th
     st = host_stretches(ctx)
@@ -65,8 +65,9 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     blocked = int(pd.Series(blocked).groupby([st["pid"].to_numpy(), st["device_id"].to_numpy()]).sum().max())
     blocked = min(blocked, ctx.left("host wait", ctx.stake("host wait"))) if blocked <= ran else 0
     at_stake = ran + blocked
-    ctx.claim("launch", ran)
-    ctx.claim("host wait", blocked)
+    claims = Claims()
+    claims.take("launch", ran)
+    claims.take("host wait", blocked)
     n, med = len(st), float(np.median(st["launch"])) / 1e6
     if n > MAX_EVIDENCE:  # what the thread was doing is looked up per stretch: the longest are the evidence
         st = st.nlargest(MAX_EVIDENCE, "launch", keep="first")
@@ -103,7 +104,7 @@ def rule_host_code(ctx: Context) -> list[Finding]:
     kinds = ("" if code else ": Python or CPU work inside the step (preprocessing or augmentation on the CPU, "
              "metrics and logging, a schedule or bookkeeping computed in Python, inputs built element by element, a "
              "checkpoint serialised, recompilation)")
-    return [Finding(
+    return Found([Finding(
         "host_code", ctx.severity(at_stake),
         f"The GPU waits while the host runs code that launches nothing: {n:,} stretch{'es' if n > 1 else ''} of "
         f"{min_ms:g} ms or more (median {med:.1f} ms){title_code}",
@@ -135,7 +136,7 @@ def rule_host_code(ctx: Context) -> list[Finding]:
            "`%%nsys -t cuda,nvtx,osrt` records the OS calls it waited in (the OS runtime was not traced)."
            if untraced and not code and holder is None else ""),
         at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
-                                      "launching nothing"), ev, ranges_of(ev), code=code)]
+                                      "launching nothing"), ev, ranges_of(ev), code=code)], claims)
 
 
 def _busy_thread(report, ev: pd.DataFrame):

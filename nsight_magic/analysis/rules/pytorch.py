@@ -18,7 +18,7 @@ import pandas as pd
 from ...inside.training_ranges import TRAINING_DOMAIN
 from .. import intervals as I
 from ..kernel_classes import with_classes
-from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words
+from .common import Claims, Context, Finding, Found, api_of, estimate_words, evidence, ranges_of, where_words
 from .kernels import gpu_side_saving
 from .. import text as tx
 
@@ -70,7 +70,7 @@ def _launched_in(report, ranges: pd.DataFrame) -> pd.DataFrame:
     return k[keep]
 
 
-def rule_optimizer_single_tensor(ctx: Context) -> list[Finding]:
+def rule_optimizer_single_tensor(ctx: Context) -> list[Finding] | Found:
     """An optimizer whose step updates each parameter with kernels of its own (foreach=False, or a PyTorch that
     could not group them), in a loop the host sets the pace of."""
     steps = _training_ranges(ctx.report, r"\.step \[single-tensor\]$")
@@ -80,14 +80,15 @@ def rule_optimizer_single_tensor(ctx: Context) -> list[Finding]:
     at_stake = ctx.host_stake("launch", gaps) if len(gaps) else 0
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["optimizer_single_tensor.min_share_pct"]:
         return []
-    ctx.claim("launch", at_stake)
+    claims = Claims()
+    claims.take("launch", at_stake)
     k = _launched_in(ctx.report, steps)
     name = str(steps["name"].iloc[0]).split(" [")[0]
     ev = evidence(steps, steps["name"], {"kernels": np.bincount(
         np.searchsorted(np.sort(steps["start_ns"].to_numpy(np.int64)), k["start_ns"].to_numpy(np.int64), "right")
         - 1, minlength=len(steps))[:len(steps)] if len(k) else 0})
     per_step = len(k) / max(len(steps), 1)
-    return [Finding(
+    return Found([Finding(
         "optimizer_single_tensor", ctx.severity(at_stake),
         f"{name} updates its parameters one tensor at a time: {per_step:.0f} kernels per step",
         f"{name} ran its single-tensor implementation ({len(steps)} steps, about {per_step:.0f} kernels each): every "
@@ -97,10 +98,10 @@ def rule_optimizer_single_tensor(ctx: Context) -> list[Finding]:
         f"Create the optimizer with `foreach=True` (PyTorch's default when every parameter is on the GPU and "
         f"`foreach` is not set to False) or `fused=True`: `torch.optim.{name.split('.')[0]}(params, ..., fused=True)`.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the host ran the optimizer's steps, less what "
-                                      "tracing added to their CUDA calls"), ev, ranges_of(ev))]
+                                      "tracing added to their CUDA calls"), ev, ranges_of(ev))], claims)
 
 
-def rule_zero_grad_not_none(ctx: Context) -> list[Finding]:
+def rule_zero_grad_not_none(ctx: Context) -> list[Finding] | Found:
     """zero_grad(set_to_none=False): kernels writing zeros into every gradient, then the backward adding into them
     instead of writing them."""
     zeros = _training_ranges(ctx.report, r"zero_grad \[set_to_none=False\]$")
@@ -114,9 +115,10 @@ def rule_zero_grad_not_none(ctx: Context) -> list[Finding]:
     at_stake = host + gpu
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["zero_grad_not_none.min_share_pct"]:
         return []
-    ctx.claim("launch", host)
+    claims = Claims()
+    claims.take("launch", host)
     ev = evidence(zeros, zeros["name"])
-    return [Finding(
+    return Found([Finding(
         "zero_grad_not_none", ctx.severity(at_stake),
         f"zero_grad(set_to_none=False): {len(k)} kernels write zeros into the gradients ({len(zeros)} times)",
         "The gradients are set to zero before each backward instead of being dropped: kernels write zeros into "
@@ -126,10 +128,10 @@ def rule_zero_grad_not_none(ctx: Context) -> list[Finding]:
         "unless the code relies on gradients being zero tensors.",
         at_stake, estimate_words(ctx, "the zeroing kernels' GPU time four times (they write the gradients once; "
                                       "the backward's adding reads them, reads the new ones and writes) beyond the time the host paced the GPU, plus the GPU's idle time while "
-                                      "the host zeroed"), ev, ranges_of(ev))]
+                                      "the host zeroed"), ev, ranges_of(ev))], claims)
 
 
-def rule_extra_copy(ctx: Context) -> list[Finding]:
+def rule_extra_copy(ctx: Context) -> list[Finding] | Found:
     """With --ops: a tensor made on the CPU (aten::full, zeros, randn, ...) and copied to the GPU right after."""
     from ..ops import op_ranges
 
@@ -159,12 +161,13 @@ def rule_extra_copy(ctx: Context) -> list[Finding]:
     at_stake = host + exposed + waited
     if at_stake <= 0:
         return []
-    ctx.claim("copy", exposed)
-    ctx.claim("launch", host + waited)
+    claims = Claims()
+    claims.take("copy", exposed)
+    claims.take("launch", host + waited)
     kinds = ", ".join(sorted(set(name[is_factory])))
     ev = evidence(factory, name[is_factory].to_numpy(), {"bytes": None})
     ev["bytes"] = moved["bytes"].to_numpy()[:len(ev)] if len(moved) >= len(ev) else np.nan
-    return [Finding(
+    return Found([Finding(
         "extra_copy", ctx.severity(at_stake),
         f"{len(factory)} tensors made on the CPU ({kinds}) and copied to the GPU right after",
         f"These tensors are filled on the CPU and then copied to the GPU ({moved['bytes'].sum() / 2**20:,.0f} MiB in "
@@ -173,7 +176,7 @@ def rule_extra_copy(ctx: Context) -> list[Finding]:
         "Create them on the GPU: `torch.full(shape, v, device='cuda')` (likewise zeros, ones, randn, arange), or "
         "build constant tensors once, outside the loop.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the host made these tensors and copied them, plus "
-                                      "the copies' time the kernels did not hide"), ev, ranges_of(ev))]
+                                      "the copies' time the kernels did not hide"), ev, ranges_of(ev))], claims)
 
 
 class _With:
@@ -198,7 +201,7 @@ def _loop_runs(k: pd.DataFrame, min_len: int) -> list[tuple[int, int]]:
     return list(zip(np.maximum(a[long] - LOOP_MAX_PERIOD, 0).tolist(), b[long].tolist()))
 
 
-def rule_python_loop(ctx: Context) -> list[Finding]:
+def rule_python_loop(ctx: Context) -> list[Finding] | Found:
     """Long runs of the same few small (elementwise, indexing, copy) kernels repeating, launched one by one: a
     Python loop over a tensor's rows or elements that one vectorised operation would replace."""
     report = ctx.report
@@ -243,10 +246,11 @@ def rule_python_loop(ctx: Context) -> list[Finding]:
     at_stake = host + gpu
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["python_loop.min_share_pct"]:
         return []
-    ctx.claim("launch", host)
+    claims = Claims()
+    claims.take("launch", host)
     ev = evidence(ranges, "loop of small kernels", {"kernels": [n for *_, n, _ in spans]})
     longest = max(spans, key=lambda s: s[4])
-    return [Finding(
+    return Found([Finding(
         "python_loop", ctx.severity(at_stake),
         f"{len(spans)} runs of the same few small kernels launched one by one (up to {longest[4]} in a row)",
         "The same few elementwise, indexing or copy kernels repeat back to back, each launched separately: a "
@@ -262,7 +266,7 @@ def rule_python_loop(ctx: Context) -> list[Finding]:
         at_stake, estimate_words(ctx, "the GPU's idle time during these runs, less what tracing added to their "
                                       "launches, plus the GPU time each kernel of the loop pays per launch (its "
                                       "shortest run in the loop) but once, beyond the time the host paced the "
-                                      "GPU"), ev, ranges_of(ev))]
+                                      "GPU"), ev, ranges_of(ev))], claims)
 
 
 def _launch_floor_saved(k: pd.DataFrame, run: np.ndarray) -> np.ndarray:

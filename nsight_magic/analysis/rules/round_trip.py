@@ -14,7 +14,8 @@ import pandas as pd
 
 from .. import text as tx
 from ..bottleneck import IDLE
-from .common import Context, Enclosing, Finding, estimate_words, evidence, ranges_of, size_words, where_words
+from .common import (Claims, Context, Enclosing, Finding, Found, estimate_words, evidence, ranges_of, size_words,
+                     where_words)
 
 
 def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str) -> dict[str, np.ndarray]:
@@ -48,7 +49,7 @@ def _known(values: np.ndarray):
     return pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
 
 
-def rule_host_round_trip(ctx: Context) -> list[Finding]:
+def rule_host_round_trip(ctx: Context) -> list[Finding] | Found:
     """The GPU's data read back, worked on by the host while the GPU waits, and copied back."""
     g = ctx.diag.gaps()
     if g.empty or "round_trip" not in g:
@@ -68,9 +69,10 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
     at_stake = sum(idle.values()) + exposed
     if at_stake <= 0:
         return []
+    claims = Claims()
     for c, v in idle.items():
-        ctx.claim(c, v)
-    ctx.claim("copy", exposed)
+        claims.take(c, v)
+    claims.take("copy", exposed)
     first = np.where(back["start_ns"] >= 0, back["start_ns"], g["start_ns"].to_numpy(np.int64))
     last = np.where(sent["end_ns"] >= 0, sent["end_ns"], g["end_ns"].to_numpy(np.int64))
     waited = g[list(IDLE)].sum(axis=1).to_numpy(np.int64)
@@ -85,7 +87,7 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
     n = len(ev)
     host = int(np.median(waited)) if n else 0
     size = float(pd.Series(ev["read_back_bytes"]).dropna().median()) if ev["read_back_bytes"].notna().any() else 0
-    return [Finding(
+    return Found([Finding(
         "host_round_trip", ctx.severity(at_stake),
         f"{n:,} round trips through the host: data read back from the GPU, worked on by the host and copied back",
         f"{n:,} times the host read data back from the GPU (median {size_words(size)}), worked on it while the GPU had "
@@ -102,4 +104,4 @@ def rule_host_round_trip(ctx: Context) -> list[Finding]:
         "(`torch.empty(..., pin_memory=True)`), copy with `non_blocking=True` and overlap the trip with GPU work "
         "of the next step.",
         at_stake, estimate_words(ctx, "the GPU's idle time between each read-back and the copy back, plus the "
-                                      "two copies' time not hidden behind kernels"), ev, ranges_of(ev))]
+                                      "two copies' time not hidden behind kernels"), ev, ranges_of(ev))], claims)
