@@ -27,9 +27,7 @@ ENV = {
     "isolate": ("NSIGHT_MAGIC_ISOLATE", lambda v: v != "0", True),
     "orphan_guard": ("NSIGHT_MAGIC_ORPHAN_GUARD", lambda v: v != "0", True),
     "query_limit_s": ("NSIGHT_MAGIC_QUERY_LIMIT_S", float, QUERY_LIMIT_S),
-    "secret_patterns": ("NSIGHT_MAGIC_SECRET_PATTERNS",
-                        lambda v: [p.strip().upper() for p in v.split(",") if p.strip()], []),
-}
+}  # secret_patterns' variable is read from the environment a profiled process is made from (tools/environment.py)
 
 
 class NsightSettings(Configurable):
