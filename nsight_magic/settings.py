@@ -79,7 +79,8 @@ class NsightSettings(Configurable):
     def _valid_query_limit(self, proposal):
         v = proposal["value"]
         if v is not None and not (math.isfinite(v) and v > 0):
-            raise TraitError(f"{type(self).__name__}.query_limit_s is a number of seconds above 0 (None: NSIGHT_MAGIC_QUERY_LIMIT_S)")
+            raise TraitError(f"{type(self).__name__}.query_limit_s is a number of seconds above 0 (None: "
+                             "NSIGHT_MAGIC_QUERY_LIMIT_S)")
         return v
 
     def value(self, name: str):
