@@ -469,3 +469,12 @@ def rules_of(rep) -> list:
     r = rep.rules
     return [(int(k), str(n), None if s != s else round(float(s), 2))
             for k, n, s in zip(r["kernel_id"], r["rule"], r["speedup_pct"])]
+
+
+def rules_agree(a, b) -> bool:
+    """rules_of(a) and rules_of(b): the same rules in the same order, each speedup within one unit of the CSV page's
+    last printed digit (ncu prints 6.245 as 6.25 where the report's own value rounds to 6.24: seen on the H200)."""
+    ra, rb = rules_of(a), rules_of(b)
+    return len(ra) == len(rb) and all(
+        x[:2] == y[:2] and (x[2] is None) == (y[2] is None) and (x[2] is None or abs(x[2] - y[2]) < 0.0101)
+        for x, y in zip(ra, rb))
