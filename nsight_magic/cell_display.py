@@ -213,12 +213,13 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
              "its files stay as they are)")
     try:
         report = open_report(path)
-        if report.tool == "nsys" and not report.data.cached:  # a cold read's largest transient, the NVTX events,
-            report.nvtx                                       # freed before the view allocates (3.15M ranges:
-            give_back_freed_memory()                          # peak 2.0 -> 1.6 GB)
+        cold = report.tool == "nsys" and not report.data.cached  # no columnar cache beside the export yet
+        if cold:  # the read's largest transient, the NVTX events, freed before the view allocates (3.15M ranges:
+            report.nvtx  # peak 2.0 -> 1.6 GB)
+            give_back_freed_memory()
         display_report(report, folder, render, thresholds)
-        if report.tool == "nsys" and not report.data.cached:  # the first open of a report without the columnar
-            report.data.write_cache()                         # cache writes it: opening it again reads it alone
+        if cold:  # the first open of a report without the cache writes it: opening it again reads it alone
+            report.data.write_cache()
         trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
