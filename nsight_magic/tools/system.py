@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..inside.isolate import NO_KERNEL_SYMBOLS
-from ..settings import setting
+from ..settings import ENV, setting
 from .injection import tool_environment
 
 
@@ -53,7 +53,7 @@ def _gpu_names() -> tuple[str, ...]:
     return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip()) if out.returncode == 0 else ()
 
 
-ISOLATE_ENV = "NSIGHT_MAGIC_ISOLATE"
+ISOLATE_ENV = ENV["isolate"][0]  # NSIGHT_MAGIC_ISOLATE, spelled once (settings.py)
 
 
 def isolation_prefix() -> tuple[tuple[str, ...], str | None]:
