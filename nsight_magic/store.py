@@ -1,15 +1,17 @@
 """Saved profiles: one folder per run beside the notebook, never overwritten."""
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import math
 import os
 import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 from .options import safe_name
 
@@ -413,19 +415,27 @@ def notebook_relative(folder) -> str | None:
 
 
 def write_page(path: Path, html: str) -> Path:
-    """Write an HTML page (view.html, diff and ncu pages) whole or not at all: into a new file beside it, then
-    renamed over it (a symbolic link at `path` is replaced, never written through)."""
+    """Write an HTML page (view.html, diff and ncu pages) whole or not at all (`writing`)."""
+    with writing(path) as f:
+        f.write(html)
+    return Path(path)
+
+
+@contextlib.contextmanager
+def writing(path: str | Path, compress: bool = False) -> Iterator[IO[str]]:
+    """A text file written whole or not at all: into a new file beside `path`, renamed over it when the block
+    ends without an error (a symbolic link at `path` is replaced, never written through); gzip with `compress`."""
+    import gzip
     import secrets
 
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(html)
+        with (gzip.open(tmp, "xt", encoding="utf-8") if compress else open(tmp, "x", encoding="utf-8")) as f:
+            yield f
         os.replace(tmp, path)
     finally:
         try:
             tmp.unlink()
         except OSError:
             pass
-    return path

@@ -7,7 +7,7 @@ bash scripts/setup.sh
 # is set no process writes it, so each of the suite's few hundred Python processes compiled what it imported
 # (0.2 CPU-s for a kernel that draws a profile); a later edit makes Python compile the changed file again
 .venv/bin/python -m compileall -q nsight_magic benchmarks tests/*.py
-# the type checker first ([tool.mypy] in pyproject.toml: analysis/ and views/ whole, the rest but its listed debts)
+# the type checker first ([tool.mypy] in pyproject.toml: analysis/ and views/ strict, the rest but its listed debts)
 .venv/bin/python -m mypy
 # three workers (pytest-xdist) on two cores, a test module per worker at a time: with two, both were at times
 # waiting on nsys, a kernel or Chromium and the cores idle; four idled less, and nsys 2022.4 failed in each of

@@ -33,7 +33,8 @@ if {c}:
 def _slept_as_asked(folder, b: float, c: bool) -> bool:
     """Whether the recorded ranges lasted what the cell slept, within 10 ms, and the capture held little else
     (30 ms): under the suite's three workers on two cores a 0.2 s sleep once took 0.27 s, and a capture once held
-    0.19 s more than its sleeps (the cell's imports), and the comparison then measured the machine, not the diff."""
+    0.19 s more than its sleeps (the cell's imports), and the comparison then measured the machine, not the diff.
+    Range a (unchanged) within 2.5 ms: two runs' a then differ by less than the comparison's noise (5% of it)."""
     from nsight_magic import open_report
 
     rep = open_report(folder)
@@ -43,7 +44,7 @@ def _slept_as_asked(folder, b: float, c: bool) -> bool:
     finally:
         rep.close()
     slept = 0.1 + b + (0.05 if c else 0.0)
-    return abs(got.get("a", 0) - 0.1) < 0.01 and abs(got.get("b", 0) - b) < 0.01 and 0 <= capture - slept < 0.03
+    return abs(got.get("a", 0) - 0.1) < 0.0025 and abs(got.get("b", 0) - b) < 0.01 and 0 <= capture - slept < 0.03
 
 
 @pytest.fixture(scope="module")

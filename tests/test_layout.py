@@ -219,3 +219,26 @@ def test_analysis_and_views_read_and_write_no_file():
             continue
         bad += [f"nsight_magic/{path.relative_to(PACKAGE)}:{line}: {what}" for line, what in _file_io(_parsed(path)[1])]
     assert not bad, "file I/O in analysis/ or views/ (move it to store.py or a reader):\n" + "\n".join(bad)
+
+
+# mypy's --strict as flags of one module section (what `strict = true` turns on that a section may set)
+STRICT_FLAGS = ("disallow_any_generics", "disallow_subclassing_any", "disallow_untyped_calls", "disallow_untyped_defs",
+                "disallow_incomplete_defs", "check_untyped_defs", "disallow_untyped_decorators", "warn_return_any",
+                "no_implicit_reexport", "strict_equality", "extra_checks")
+
+
+def test_analysis_and_views_are_held_to_the_strict_type_checker():
+    """pyproject.toml's [tool.mypy] (run by scripts/test.sh, so by CI) holds analysis/ and views/ to --strict's
+    flags, and none of their modules is among the debts it skips."""
+    import tomllib
+
+    mypy = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["mypy"]
+    sections = mypy.get("overrides", [])
+    for part in ("analysis", "views"):
+        held = [s for s in sections if f"nsight_magic.{part}.*" in s.get("module", ())]
+        assert held, f"no [[tool.mypy.overrides]] for nsight_magic.{part}.*"
+        loose = [f for f in STRICT_FLAGS if not any(s.get(f) is True for s in held)]
+        assert not loose, f"nsight_magic.{part}.* is not held to {', '.join(loose)}"
+    skipped = [m for s in sections if s.get("ignore_errors") for m in s.get("module", ())
+               if m.split(".")[1:2] in (["analysis"], ["views"])]
+    assert not skipped, f"analysis/views modules among the type checker's debts: {skipped}"

@@ -29,16 +29,22 @@ take their time at stake from these figures, so that they count each nanosecond 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
-from ..readers.contract import NsysFrames
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
 from .frame_memo import per_frame, report_memo
+from ..readers.contract import NsysFrames
+from ..readers.nsys_frames import FirstMatch
+
+Lookup: TypeAlias = Callable[[npt.ArrayLike], np.ndarray]  # ids (correlation ids) -> a column's values, -1: unknown
 
 CATEGORIES = ("compute", "communication", "copy", "input", "sync", "allocator", "module load", "host wait", "launch")
 IDLE = CATEGORIES[3:]       # the idle gaps' causes
@@ -79,10 +85,11 @@ class Pair:
     window: tuple[int, int]
     steps: Steps | None
     scale: float                  # whole loop / steady window (steps / steady steps)
-    totals: dict                  # category -> ns inside the window
+    totals: dict[str, int]        # category -> ns inside the window
     gaps: pd.DataFrame            # every idle gap between the first and last operation: start_ns, end_ns, tid,
     #                               next_kind, sync_name, sync_ns, and each idle category's share (ns); in_window
-    busy: dict = field(default_factory=dict)  # "compute" / "communication" / "copy" -> disjoint interval sets
+    busy: dict[str, I.Intervals] = field(default_factory=dict)  # "compute" / "communication" / "copy" -> disjoint
+    #                                                              interval sets
     slack: int | None = None      # ns the launching threads waited for the GPU in the window (None: no CUDA calls)
 
     @property
@@ -104,7 +111,7 @@ class Bottleneck:
     startup_ns: int               # from the capture start to the first step (or the first GPU operation)
     per_rank: pd.DataFrame | None = None  # several processes: pid, rank, kind, summary, then each category's pct
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.summary
 
 
@@ -114,19 +121,19 @@ OP_CATS = ["compute", "communication", "copy"]
 NEXT_KINDS = np.array([*OP_CATS, "htod batch", ""], dtype=object)  # what ends a gap: an op's cat, a batch's copy, none
 
 
-def _cats(codes, n: int) -> pd.Categorical:
+def _cats(codes: npt.ArrayLike, n: int) -> pd.Categorical:
     """compute / communication / copy as a categorical (the gaps look up what ends them by the 100,000)."""
     return pd.Categorical.from_codes(np.broadcast_to(np.asarray(codes, np.int8), (n,)), categories=OP_CATS)
 
 
-def _op_columns(report, frame: str, cols: list[str]) -> pd.DataFrame:
+def _op_columns(report: NsysFrames, frame: str, cols: list[str]) -> pd.DataFrame:
     """A few columns of an operations frame: read from the summaries' columns (report.columns) rather than the
     whole frame, which the diagnosis reads in a thread meanwhile (prefetch; columns() takes the frame's own once it
     is read)."""
     return report.columns(frame, cols)
 
 
-def _gpu_ops(report) -> pd.DataFrame:
+def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch."""
     parts = []
     k = _op_columns(report, "kernels", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "name"])
@@ -181,7 +188,7 @@ def blocking_readbacks(memcpy: pd.DataFrame) -> np.ndarray:
 API_COLUMNS = ["start_ns", "end_ns", "pid", "tid", "correlation_id", "name"]  # what the diagnosis reads of the calls
 
 
-def _host_calls(report, pid: int, api: pd.DataFrame):
+def _host_calls(report: NsysFrames, pid: int, api: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The process's CUDA API calls (for the launching thread of an op, and its sync calls) and its OS calls.  The
     calls get `waits`: the host waited for the GPU in them (syncs, synchronous copies, blocking read-backs).
     api: the report's calls (API_COLUMNS at least)."""
@@ -209,7 +216,8 @@ def _host_calls(report, pid: int, api: pd.DataFrame):
 
 # ---- per process and GPU ---------------------------------------------------------------------------------------
 
-def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) -> tuple[tuple[int, int], float, str]:
+def _window(report: NsysFrames, pid: int, ops: pd.DataFrame, steps: Steps | None,
+            launched: Lookup) -> tuple[tuple[int, int], float, str]:
     """The steady-state window of a process: steps after the first (stretched to the GPU work they launched), or
     the GPU's first to last operation.  `launched`: correlation ids -> launch time (the CUDA call's start)."""
     first, last = int(ops["start_ns"].min()), int(ops["end_ns"].max())
@@ -231,12 +239,13 @@ def _window(report, pid: int, ops: pd.DataFrame, steps: Steps | None, launched) 
     return (first, max(last, first + 1)), 1.0, "the GPU's first to last operation (no repeated NVTX range marks steps)"
 
 
-def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, api, osrt, launch_tid) -> Pair:
+def _pair(report: NsysFrames, pid: int, dev: int, ops: pd.DataFrame, window: tuple[int, int], scale: float,
+          steps: Steps | None, api: pd.DataFrame, osrt: pd.DataFrame, launch_tid: Lookup) -> Pair:
     a, b = window
     os_, oe = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     code = np.asarray(ops["cat"].cat.codes)  # OP_CATS's
 
-    def of(cat: str):
+    def of(cat: str) -> I.Intervals:
         m = code == OP_CATS.index(cat)
         return I.union(os_[m], oe[m])
 
@@ -267,12 +276,12 @@ def _pair(report, pid: int, dev: int, ops: pd.DataFrame, window, scale, steps, a
                 {"compute": comp, "communication": comm, "copy": copy}, slack)
 
 
-def _is_sync(names) -> np.ndarray:
+def _is_sync(names: pd.Series) -> np.ndarray:
     """The calls that wait for the GPU: syncs and synchronous copies."""
-    return tx.contains(names, _API_SYNC) | tx.contains(names, _MEMCPY_SYNC)
+    return np.asarray(tx.contains(names, _API_SYNC) | tx.contains(names, _MEMCPY_SYNC))
 
 
-def _host_slack(api: pd.DataFrame, window) -> int | None:
+def _host_slack(api: pd.DataFrame, window: tuple[int, int]) -> int | None:
     """How long the launching threads waited for the GPU inside the window: in sync calls, and in other CUDA calls
     far beyond their usual time (a launch on a full queue, cudaFree waiting for the kernels).  The GPU's work can
     shrink by this much before the host sets the pace: what GPU-side fixes save at most."""
@@ -311,7 +320,8 @@ def _median_by(values: np.ndarray, group: np.ndarray) -> np.ndarray:
     return out
 
 
-def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFrame, window) -> None:
+def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict[str, int], api: pd.DataFrame,
+            window: tuple[int, int]) -> None:
     """When the host could have kept ahead of the GPU but for its syncs, the launch gaps after them are the syncs'.
 
     A sync empties the GPU's queue; the GPU then runs at the host's pace until the host is ahead again.  _classify
@@ -344,13 +354,14 @@ def _refill(gaps: pd.DataFrame, frac: np.ndarray, totals: dict, api: pd.DataFram
     totals["launch"] -= shift
 
 
-def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, launch_tid) -> pd.DataFrame:
+def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame,
+              launch_tid: Lookup) -> pd.DataFrame:
     """Each idle gap's causes (ns per category), vectorised: see the module docstring.  Also per gap: the launching
     thread (tid), what ended it (next_kind), the sync whose wait it is charged to (sync_name, sync_start_ns, sync_ns)
     and how many CUDA calls that thread made during it (calls: each was slowed down by tracing); round_trip: the
     gap ends with a copy back of data the host read from the GPU as it began (_round_trip)."""
     n = len(gs)
-    out = {"start_ns": gs, "end_ns": ge}  # columns, framed once at the end (a million gaps)
+    out: dict[str, Any] = {"start_ns": gs, "end_ns": ge}  # columns, framed once at the end (a million gaps)
     for c in IDLE:
         out[c] = np.zeros(n, np.int64)
     out["tid"] = pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))  # all NA
@@ -401,7 +412,8 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
             calls[m] = np.searchsorted(cs, ge[m]) - np.searchsorted(cs, gs[m])
         out["calls"] = calls
     # the launching thread in the allocator or loading modules: CUDA calls of those classes overlapping the gap
-    named: dict = {}  # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
+    # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
+    named: dict[int, I.Intervals] = {}
     for cat, rx in HOST_CALLS.items():
         got = np.zeros(n, np.int64)
         for th, g in by_thread.items():
@@ -479,9 +491,9 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
         sync_start[mm[hit]] = ss[kk[hit]]
         sync_wait[mm[hit]] = budget[hit]
     freed = np.zeros(n, bool)  # the wait after a cudaFree: the allocator's
-    for name, code in sync_names.items():
+    for name, known in sync_names.items():
         if _FREE_SYNC.search(name):
-            freed |= sync_code == code
+            freed |= sync_code == known
     out["allocator"] = out["allocator"] + np.where(freed, sync_take, 0)
     sync_take = np.where(freed, 0, sync_take)
     out["sync"] = sync_take
@@ -494,7 +506,7 @@ def _classify(gs, ge, ops: pd.DataFrame, api: pd.DataFrame, osrt: pd.DataFrame, 
     return pd.DataFrame(out, copy=False)  # its own arrays: not copied into blocks (a million gaps)
 
 
-def _round_trip(gs, ge, copy_bytes, api: pd.DataFrame) -> np.ndarray:
+def _round_trip(gs: np.ndarray, ge: np.ndarray, copy_bytes: np.ndarray, api: pd.DataFrame) -> np.ndarray:
     """Gaps that end with a host-to-device copy no larger than what the process read back from the GPU
     (blocking_readbacks) as the gap began: the host computed on the GPU's data and sent it back (a weight, a loss
     done in numpy, a layer left on the CPU), not a new batch.  An input loop reads back values or outputs, smaller
@@ -510,28 +522,26 @@ def _round_trip(gs, ge, copy_bytes, api: pd.DataFrame) -> np.ndarray:
     j = np.searchsorted(rs, gs, "right") - 1
     jj = np.maximum(j, 0)
     ok = (j >= 0) & (re[jj] >= gs - SYNC_TOLERANCE_NS) & (re[jj] <= ge)
-    return ok & (size[jj] >= copy_bytes)
+    return np.asarray(ok & (size[jj] >= copy_bytes))
 
 
 @per_frame
-def _correlation_keys(api: pd.DataFrame):
+def _correlation_keys(api: pd.DataFrame) -> tuple[FirstMatch, np.ndarray]:
     """The join on the correlation ids of the calls that have one (readers.nsys_frames.FirstMatch: a binary search,
     since a process's ids grow with its calls), and those calls' rows in the frame."""
-    from ..readers.nsys_frames import FirstMatch
-
     have = api["correlation_id"].notna().to_numpy()
     return FirstMatch(api["correlation_id"].to_numpy(np.int64, na_value=-1)[have]), np.flatnonzero(have)
 
 
-def by_correlation(api: pd.DataFrame, column: str):
+def by_correlation(api: pd.DataFrame, column: str) -> Lookup:
     """correlation ids -> a column of the CUDA call that launched them (the thread, the launch time; the first
     call with the id); -1 when unknown."""
     if api.empty:
-        return lambda corr: np.full(len(corr), -1, np.int64)
+        return lambda corr: np.full(len(np.asarray(corr)), -1, np.int64)
     match, rows = _correlation_keys(api)
     values = api[column].to_numpy(np.int64)[rows]
 
-    def lookup(corr) -> np.ndarray:
+    def lookup(corr: npt.ArrayLike) -> np.ndarray:
         c = pd.array(corr, dtype="Int64").to_numpy(dtype=np.int64, na_value=-1)
         i = match(c)
         return np.where((i >= 0) & (c >= 0), values[np.maximum(i, 0)], -1)
@@ -546,13 +556,14 @@ class Diagnosis:
     """Per (process, GPU) breakdowns of a report, shared by bottleneck() and the findings' time at stake."""
 
     pairs: list[Pair]
-    steps: dict                   # pid -> Steps
-    sources: dict                 # pid -> how its window was chosen
-    startup: dict                 # pid -> ns from the capture start to its first step / first GPU operation
+    steps: dict[int, Steps]       # pid -> Steps
+    sources: dict[int, str]       # pid -> how its window was chosen
+    startup: dict[int, int]       # pid -> ns from the capture start to its first step / first GPU operation
     capture: tuple[int, int]
     ops: pd.DataFrame
     _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
-    _gaps_of: dict = field(default_factory=dict, repr=False, compare=False)  # gaps(category), each built once
+    # gaps(category), each built once
+    _gaps_of: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     def scaled(self, category: str, pid: int | None = None) -> int:
         """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
@@ -577,7 +588,7 @@ class Diagnosis:
             self._gaps_of[category] = g[g[category] > 0]
         return self._gaps_of[category].copy(deep=False)
 
-    def exposed(self, starts, ends, pids, devices) -> int:
+    def exposed(self, starts: npt.ArrayLike, ends: npt.ArrayLike, pids: npt.ArrayLike, devices: npt.ArrayLike) -> int:
         """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not
         hidden behind kernels), scaled to the loop; the largest over pairs."""
         best = 0
@@ -596,11 +607,12 @@ class Diagnosis:
         return int(max((p.window_ns * p.scale for p in self.pairs), default=0))
 
 
-def diagnose(report) -> Diagnosis:
+def diagnose(report: NsysFrames) -> Diagnosis:
     """The per-(process, GPU) breakdowns of a report (computed once per report: frame_memo.report_memo)."""
     memo = report_memo(report)
     if "diagnosis" in memo:
-        return memo["diagnosis"]
+        known: Diagnosis = memo["diagnosis"]
+        return known
     # read in threads while the steps are found (the kernels' frame is the largest)
     report.prefetch("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt")
     steps = find_steps(report)
@@ -627,11 +639,11 @@ def diagnose(report) -> Diagnosis:
     return diag
 
 
-def _shares(totals: dict, window_ns: int) -> dict:
+def _shares(totals: dict[str, int], window_ns: int) -> dict[str, float]:
     return {c: 100.0 * totals.get(c, 0) / max(window_ns, 1) for c in CATEGORIES}
 
 
-def verdict_kind(pct: dict) -> str:
+def verdict_kind(pct: dict[str, float]) -> str:
     if pct["compute"] >= GPU_BOUND_PCT:
         return "gpu"
     by_kind: dict[str, float] = {}
@@ -670,10 +682,11 @@ def quiet_gaps(gaps: pd.DataFrame, min_ns: float | None = None, max_calls: float
     if gaps.empty or "calls" not in gaps:
         return np.zeros(len(gaps), bool)
     launch = gaps["launch"].to_numpy(float)
-    return (launch >= min_ns) & (gaps["calls"].to_numpy(float) <= max_calls * np.maximum(launch / max(min_ns, 1), 1))
+    return np.asarray((launch >= min_ns)
+                      & (gaps["calls"].to_numpy(float) <= max_calls * np.maximum(launch / max(min_ns, 1), 1)))
 
 
-def _quiet_pct(pairs) -> float:
+def _quiet_pct(pairs: list[Pair]) -> float:
     """The share of the steady windows in launch gaps of code that launches nothing (quiet_gaps)."""
     quiet = sum(float(p.gaps["launch"].to_numpy(float)[quiet_gaps(p.gaps) & p.gaps["in_window"].to_numpy(bool)].sum())
                 for p in pairs if len(p.gaps))
@@ -684,13 +697,14 @@ def _quiet_pct(pairs) -> float:
 UNTRACED_LAUNCH = "launch overhead, Python and waits in the OS (not told apart: the OS runtime was not traced)"
 
 
-def osrt_traced(report) -> bool:
+def osrt_traced(report: NsysFrames) -> bool:
     """Whether the report holds OS runtime calls (nsys -t ...,osrt): without them no time is known to be spent
     blocked in the OS, and nothing may be said of it."""
     return "OSRT_API" in report.meta.tables or len(report.osrt) > 0
 
 
-def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0.0, osrt: bool = True) -> str:
+def verdict_summary(kind: str, pct: dict[str, float], matrix: str = "", quiet_pct: float = 0.0,
+                    osrt: bool = True) -> str:
     parts = sorted(HOST, key=lambda c: -pct[c])
     shown = [c for c in parts if pct[c] >= 0.5] or ["launch"]
     if "launch" not in shown:
@@ -710,7 +724,7 @@ def verdict_summary(kind: str, pct: dict, matrix: str = "", quiet_pct: float = 0
     return _WHAT[kind].format(**pct, cpu=sum(pct[c] for c in HOST), host_parts=host_parts, matrix=matrix)
 
 
-def _matrix_words(report, window) -> str:
+def _matrix_words(report: NsysFrames, window: tuple[int, int]) -> str:
     """A GPU-bound verdict's first question: do the matrix kernels hold the time, and on the tensor cores?"""
     from .kernel_classes import MATRIX, kernel_classes
 
@@ -727,7 +741,7 @@ def _matrix_words(report, window) -> str:
             f"on tensor cores" + (f", {fp64:.0f}% in fp64" if fp64 >= 1 else "") + metrics)
 
 
-def _metrics_words(report, window) -> str:
+def _metrics_words(report: NsysFrames, window: tuple[int, int]) -> str:
     """'; GPU metrics: SMs active 97%, ... : memory-bound kernels' where nsys sampled the GPU's counters."""
     from .gpu_metrics import read_metrics
 
@@ -741,10 +755,11 @@ def bottleneck(report: NsysFrames) -> Bottleneck:
     memo = report_memo(report)
     if "bottleneck" not in memo:
         memo["bottleneck"] = _bottleneck(report)
-    return memo["bottleneck"]
+    got: Bottleneck = memo["bottleneck"]
+    return got
 
 
-def _bottleneck(report) -> Bottleneck:
+def _bottleneck(report: NsysFrames) -> Bottleneck:
     d = diagnose(report)
     if not d.pairs:
         return _cpu_only(report)
@@ -793,7 +808,7 @@ def _bottleneck(report) -> Bottleneck:
     return Bottleneck(kind, summary, breakdown, window, where, st.count if st is not None else 0, startup, per)
 
 
-def _out_of_memory(report) -> str:
+def _out_of_memory(report: NsysFrames) -> str:
     """'out of memory: the cell failed ...' where the memory record holds a failed allocation, else ''."""
     from ..errors import ReportError
     from .gpu_memory import memory_summary
@@ -811,7 +826,7 @@ def _out_of_memory(report) -> str:
             f"MiB with {r['oom_free'] / 2**20:,.0f} MiB free")
 
 
-def _cpu_only(report) -> Bottleneck:
+def _cpu_only(report: NsysFrames) -> Bottleneck:
     """No GPU work was recorded: the main thread's time split into running and blocked in the OS."""
     subject = report.subject
     span = report.time_span

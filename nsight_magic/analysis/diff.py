@@ -16,12 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from ..inside.marks import CAPTURE_DOMAIN
 from . import text as tx
+from .findings import Finding
+from ..readers.contract import NsysFrames, Report, is_ncu, is_nsys
 
 DIFF_COLUMNS = ["name", "count_before", "count_after", "total_before_ns", "total_after_ns", "delta_ns", "ratio",
                 "status"]
@@ -29,7 +30,7 @@ REL_TOL = 0.05
 ABS_TOL_NS = 20_000
 
 
-def kernel_key(name) -> str:
+def kernel_key(name: object) -> str:
     """A kernel's demangled name without its parameter list and a leading `void`: template arguments stay."""
     s = str(name).strip()
     if s.endswith(")"):
@@ -51,10 +52,10 @@ def _keys(names: pd.Series) -> pd.Series:
                      index=names.index, dtype=object)
 
 
-def compare(before: pd.DataFrame, after: pd.DataFrame, *, rel_tol: float = REL_TOL,
+def compare(before: pd.DataFrame | None, after: pd.DataFrame | None, *, rel_tol: float = REL_TOL,
             abs_tol_ns: float = ABS_TOL_NS) -> pd.DataFrame:
     """Two (name, count, total_ns) frames -> the diff table (names may repeat: summed)."""
-    def agg(df):
+    def agg(df: pd.DataFrame | None) -> pd.DataFrame:
         if df is None or df.empty:
             return pd.DataFrame({"count": [], "total_ns": []}, index=pd.Index([], name="name"))
         return df.groupby("name", sort=False)[["count", "total_ns"]].sum()
@@ -78,7 +79,7 @@ def compare(before: pd.DataFrame, after: pd.DataFrame, *, rel_tol: float = REL_T
 
 
 # ---- per report: (name, count, total_ns) ----------------------------------------------------------------------
-def _kernels(report, match: str) -> pd.DataFrame:
+def _kernels(report: Report, match: str) -> pd.DataFrame:
     k = report.kernels
     if k.empty:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
@@ -86,7 +87,7 @@ def _kernels(report, match: str) -> pd.DataFrame:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
     names = _keys(k["name"])
     dur = pd.to_numeric(k["duration_ns"], errors="coerce").fillna(0).astype(np.int64)
-    if match == "order" and "start_ns" in k:
+    if match == "order" and "start_ns" in k and is_nsys(report):
         from .ranks import steps_of
 
         steps = steps_of(report)
@@ -102,7 +103,7 @@ def _kernels(report, match: str) -> pd.DataFrame:
     return pd.DataFrame({"name": names.to_numpy(object), "count": 1, "total_ns": dur.to_numpy()})
 
 
-def _summary_rows(report, method: str, name_col: str) -> pd.DataFrame:
+def _summary_rows(report: NsysFrames, method: str, name_col: str) -> pd.DataFrame:
     s = getattr(report, method)()  # one of the contract's summaries (readers.contract.NsysTables)
     if s.empty:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
@@ -143,7 +144,7 @@ def nvtx_paths(nv: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"path": path, "duration_ns": end - start})
 
 
-def _nvtx(report) -> pd.DataFrame:
+def _nvtx(report: NsysFrames) -> pd.DataFrame:
     p = nvtx_paths(report.nvtx)
     if p.empty:
         return pd.DataFrame({"name": [], "count": [], "total_ns": []})
@@ -151,7 +152,7 @@ def _nvtx(report) -> pd.DataFrame:
     return pd.DataFrame({"name": g.index.astype(str), "count": g["size"].to_numpy(), "total_ns": g["sum"].to_numpy()})
 
 
-def _gpu_busy_ns(report) -> int:
+def _gpu_busy_ns(report: NsysFrames) -> int:
     """Time at least one kernel, copy or memset ran (the union of their intervals)."""
     parts = [f[["start_ns", "end_ns"]] for f in (report.kernels, report.memcpy, report.memset) if not f.empty]
     if not parts:
@@ -165,7 +166,7 @@ def _gpu_busy_ns(report) -> int:
     return int(round(busy_fraction(s, e, np.array([lo, hi], np.int64))[0] * (hi - lo)))
 
 
-def _memory_peaks(report) -> dict[int, float]:
+def _memory_peaks(report: NsysFrames) -> dict[int, float]:
     """Peak GPU memory per device: torch's allocated bytes where its history was recorded, else nsys's count; {}
     without a memory record (or with a damaged one: the rest of the comparison stands)."""
     from .gpu_memory import memory_summary
@@ -178,7 +179,7 @@ def _memory_peaks(report) -> dict[int, float]:
     return {int(k): float(v) for k, v in zip(d["device_id"], peak) if pd.notna(v)}
 
 
-def _ncu_metrics(report) -> pd.DataFrame:
+def _ncu_metrics(report: Report) -> pd.DataFrame:
     k = report.kernels
     cols = ["sm_throughput_pct", "memory_throughput_pct", "dram_throughput_pct", "achieved_occupancy_pct"]
     if k.empty:
@@ -191,8 +192,8 @@ def _ncu_metrics(report) -> pd.DataFrame:
 class ProfileDiff:
     """The comparison of two profiles; see the module docstring.  Tables are DataFrames (DIFF_COLUMNS)."""
 
-    before: Any                   # the two reports: both nsys's (NsysData) or both ncu's
-    after: Any
+    before: Report                # the two reports: both nsys's (NsysData) or both ncu's
+    after: Report
     before_label: str
     after_label: str
     kernels: pd.DataFrame
@@ -201,7 +202,7 @@ class ProfileDiff:
     nvtx: pd.DataFrame
     metrics: pd.DataFrame
     findings: pd.DataFrame
-    headline: dict = field(default_factory=dict)
+    headline: dict[str, Any] = field(default_factory=dict)
 
     def tables(self) -> dict[str, pd.DataFrame]:
         return {"kernels": self.kernels, "nvtx": self.nvtx, "api": self.api, "memcpy": self.memcpy}
@@ -220,34 +221,30 @@ class ProfileDiff:
     def is_zero(self) -> bool:
         return all((t["delta_ns"] == 0).all() and (t["status"] == "same").all() for t in self.tables().values())
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         h = self.headline
         return (f"ProfileDiff({self.before_label!r} -> {self.after_label!r}: capture "
                 f"{h.get('capture_before_ns', 0) / 1e6:,.3f} -> {h.get('capture_after_ns', 0) / 1e6:,.3f} ms)")
 
 
-def _is_ncu(report) -> bool:
-    return report.tool == "ncu"
+def _tool(report: Report) -> str:
+    return "an Nsight Compute" if is_ncu(report) else "an Nsight Systems"
 
 
-def _tool(report) -> str:
-    return "an Nsight Compute" if _is_ncu(report) else "an Nsight Systems"
-
-
-def _kind_findings(report) -> list:
+def _kind_findings(report: Report) -> list[Finding]:
     from .findings import nsys_findings
     from .ncu_findings import ncu_findings
 
-    return ncu_findings(report) if _is_ncu(report) else nsys_findings(report)
+    return ncu_findings(report) if is_ncu(report) else nsys_findings(report)
 
 
-def _findings_diff(before, after) -> pd.DataFrame:
-    def get(r) -> dict:  # rule -> (title of its biggest finding, time at stake of all of them)
+def _findings_diff(before: Report, after: Report) -> pd.DataFrame:
+    def get(r: Report) -> dict[str, tuple[str, int]]:  # rule -> (title of its biggest finding, time at stake)
         try:
             found = _kind_findings(r)
         except Exception:  # noqa: BLE001 - a rule that cannot read one report must not stop the comparison
             return {}
-        out: dict = {}
+        out: dict[str, tuple[str, int]] = {}
         for f in found:  # sorted by time at stake: the first of a rule is its biggest
             title, ns = out.get(f.rule, (f.title, 0))
             out[f.rule] = (title, ns + f.time_at_stake_ns)
@@ -264,8 +261,8 @@ def _findings_diff(before, after) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rule", "status", "title", "at_stake_before_ns", "at_stake_after_ns"])
 
 
-def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_tol_ns: float = ABS_TOL_NS,
-         labels: tuple[str, str] | None = None) -> ProfileDiff:
+def diff(before: Report, after: Report, *, match: str = "name", rel_tol: float = REL_TOL,
+         abs_tol_ns: float = ABS_TOL_NS, labels: tuple[str, str] | None = None) -> ProfileDiff:
     """Compare two opened reports (nsight_magic.diff opens folders and files); see the module docstring.
     `labels`: their names in the comparison (default: their folders' names)."""
     from ..errors import OptionError
@@ -278,19 +275,22 @@ def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_to
 
     b, a = before, after
     bl, al = labels or (report_label(b), report_label(a))
-    if _is_ncu(a) != _is_ncu(b):
+    if is_ncu(a) != is_ncu(b):
         raise OptionError(f"cannot compare {_tool(b)} report with {_tool(a)} report: both must be Nsight Systems "
                           f"reports, or both Nsight Compute reports")
     tol = dict(rel_tol=rel_tol, abs_tol_ns=abs_tol_ns)
     empty = compare(None, None)
-    if _is_ncu(b):
+    if is_ncu(b):
         mb, ma = _ncu_metrics(b), _ncu_metrics(a)
         metrics = mb.merge(ma, on="name", how="outer", suffixes=("_before", "_after"))
         kern = compare(_kernels(b, match), _kernels(a, match), **tol)
         metrics = kern.merge(metrics, on="name", how="left")
         d = ProfileDiff(b, a, bl, al, kern, empty, empty, empty, metrics, _findings_diff(b, a))
-        d.headline = _headline(d, ncu=True)
+        d.headline = _headline(d)
         return d
+    if not (is_nsys(b) and is_nsys(a)):
+        raise OptionError(f"cannot compare reports of {b.tool!r} and {a.tool!r}: neither Nsight Systems nor "
+                          f"Nsight Compute")
     d = ProfileDiff(b, a, bl, al,
                     kernels=compare(_kernels(b, match), _kernels(a, match), **tol),
                     api=compare(_summary_rows(b, "cuda_api_summary", "name"),
@@ -303,14 +303,15 @@ def diff(before, after, *, match: str = "name", rel_tol: float = REL_TOL, abs_to
     return d
 
 
-def _headline(d: ProfileDiff, ncu: bool = False) -> dict:
-    h: dict = {}
-    if not ncu:
-        h["capture_before_ns"] = int(getattr(d.before.meta, "duration_ns", 0) or 0)
-        h["capture_after_ns"] = int(getattr(d.after.meta, "duration_ns", 0) or 0)
-        h["gpu_busy_before_ns"] = _gpu_busy_ns(d.before)
-        h["gpu_busy_after_ns"] = _gpu_busy_ns(d.after)
-        mb, ma = _memory_peaks(d.before), _memory_peaks(d.after)
+def _headline(d: ProfileDiff) -> dict[str, Any]:
+    h: dict[str, Any] = {}
+    b, a = d.before, d.after
+    if is_nsys(b) and is_nsys(a):
+        h["capture_before_ns"] = int(getattr(b.meta, "duration_ns", 0) or 0)
+        h["capture_after_ns"] = int(getattr(a.meta, "duration_ns", 0) or 0)
+        h["gpu_busy_before_ns"] = _gpu_busy_ns(b)
+        h["gpu_busy_after_ns"] = _gpu_busy_ns(a)
+        mb, ma = _memory_peaks(b), _memory_peaks(a)
         if mb or ma:  # device -> peak bytes in use (torch's allocated where recorded, else nsys's count)
             h["memory_peak_before"], h["memory_peak_after"] = mb, ma
     else:

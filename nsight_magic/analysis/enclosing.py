@@ -3,6 +3,7 @@ test that tells PyTorch's emit_nvtx operator ranges from the user's own.  Shared
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..inside.marks import CAPTURE_DOMAIN
@@ -10,6 +11,7 @@ from ..inside.ops import OPS_DOMAIN
 from . import intervals as I
 from .frame_memo import report_memo
 from . import text as tx
+from ..readers.contract import NsysFrames
 
 EMITTED_TAG = r", (?:seq|op_id) = \d+"
 
@@ -19,14 +21,15 @@ def emitted(nv: pd.DataFrame) -> np.ndarray:
     if nv.empty:
         return np.zeros(0, bool)
     names = nv["name"]
-    return tx.contains(names, EMITTED_TAG, regex=True) & names.notna().to_numpy() & nv["domain"].isna().to_numpy()
+    return np.asarray(tx.contains(names, EMITTED_TAG, regex=True) & names.notna().to_numpy()
+                      & nv["domain"].isna().to_numpy())
 
 
 class Enclosing:
     """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
     time, for many events; only=(domain, ...): the innermost range of those domains instead."""
 
-    def __init__(self, report, exclude_domains=(), only=()):
+    def __init__(self, report: NsysFrames, exclude_domains: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
         nv = report.nvtx
         nv = nv[(~tx.eq(nv["kind"], "mark"))] if len(nv) else nv
         if len(nv) and only:
@@ -34,14 +37,15 @@ class Enclosing:
         elif len(nv):  # PyTorch's emit_nvtx ranges are operators too, not the user's
             nv = nv[~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains))
                     & ~emitted(nv)]
-        self.threads = {}
+        # (pid, tid) -> its ranges' starts, ends, parents (intervals.nest) and labels, by start
+        self.threads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         if len(nv):
             end = pd.to_numeric(nv["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max)
             # a range's label ("Domain:name"); the name alone where one domain was asked for
             self._index(nv.assign(end_ns=end.astype(np.int64)), tx.text_array(nv["name" if only else "label"]))
 
     @classmethod
-    def from_ranges(cls, ranges: pd.DataFrame, labels) -> "Enclosing":
+    def from_ranges(cls, ranges: pd.DataFrame, labels: npt.ArrayLike) -> Enclosing:
         """The innermost of the given ranges (start_ns, end_ns, pid, tid) open at a time, named by `labels`."""
         me = cls.__new__(cls)
         me.threads = {}
@@ -58,24 +62,25 @@ class Enclosing:
             self.threads[(int(pid), int(tid))] = (s, e, parent, labels[o])
 
     @classmethod
-    def of(cls, report, only=()) -> "Enclosing":
+    def of(cls, report: NsysFrames, only: tuple[str, ...] = ()) -> Enclosing:
         """The report's Enclosing, built once per report and `only`: several rules ask, and with --ops the
         operator ranges number hundreds of thousands."""
         cache = report_memo(report).setdefault("enclosing", {})
-        if tuple(only) not in cache:
-            cache[tuple(only)] = cls(report, only=only)
-        return cache[tuple(only)]
+        if only not in cache:
+            cache[only] = cls(report, only=only)
+        got: Enclosing = cache[only]
+        return got
 
-    def __call__(self, pid, tid, t) -> np.ndarray:
-        out = np.full(len(t), None, dtype=object)
-        pid = np.asarray(pid, dtype=float)
-        tid = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
-        t = np.asarray(t, np.int64)
+    def __call__(self, pid: npt.ArrayLike, tid: npt.ArrayLike, t: npt.ArrayLike) -> np.ndarray:
+        at = np.asarray(t, np.int64)
+        out = np.full(len(at), None, dtype=object)
+        pids = np.asarray(pid, dtype=float)
+        tids = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
         for (p, th), (s, e, parent, label) in self.threads.items():
-            m = np.flatnonzero((pid == p) & (tid == th))
+            m = np.flatnonzero((pids == p) & (tids == th))
             if not len(m):
                 continue
-            cand = I.innermost(s, e, parent, t[m])
+            cand = I.innermost(s, e, parent, at[m])
             ok = cand >= 0
             out[m[ok]] = label[cand[ok]]
         return out

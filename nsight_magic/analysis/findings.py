@@ -18,6 +18,8 @@ Pure functions over DataFrames; no views, no IPython.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Collection
+from typing import Any
 
 import pandas as pd
 
@@ -62,7 +64,8 @@ def sort_findings(findings: list[Finding]) -> list[Finding]:
                                            SEVERITY_ORDER.get(f.severity, 9), f.rule))
 
 
-def nsys_findings(report: NsysTables, thresholds: dict | None = None, rules=None) -> list[Finding]:
+def nsys_findings(report: NsysTables, thresholds: dict[str, Any] | None = None,
+                  rules: str | Collection[str] | None = None) -> list[Finding]:
     """Every rule (or those named in `rules`) over an NsysData, the real causes first.
 
     A rule's answer depends on the rules before it (a nanosecond a named cause claimed is not the generic rule's;
@@ -83,7 +86,7 @@ def nsys_findings(report: NsysTables, thresholds: dict | None = None, rules=None
     return [f for f in memo[key] if rules is None or f.rule in rules]
 
 
-def _all_findings(report: NsysTables, th: dict) -> list[Finding]:
+def _all_findings(report: NsysTables, th: dict[str, Any]) -> list[Finding]:
     ctx = Context(report, th, diagnose(report))
     if "collective_wait" in NSYS_RULES and ctx.diag.pairs:
         ctx.straggler = straggler_of(ctx)  # before the others: the straggler's time is counted once, there

@@ -5,34 +5,37 @@ from __future__ import annotations
 
 import functools
 import weakref
-
-import pandas as pd
-
-
-_REPORT_MEMOS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+from typing import Any, Callable, TypeVar
 
 
-def report_memo(report) -> dict:
+
+K = TypeVar("K")    # what a result is computed from: a frame, a report
+R = TypeVar("R")
+
+_REPORT_MEMOS: weakref.WeakKeyDictionary[object, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def report_memo(report: object) -> dict[str, Any]:
     """A dict of results computed once per report (the diagnosis, the enclosing ranges, ...), living as long as the
     report object: kept here rather than hung on the report, which is the reader's data.  A facade
     (report.NsysReport) and the data it holds share one memo: the view is given the one, `report.findings()` hands
     on the other."""
-    report = getattr(report, "data", report)
+    data = getattr(report, "data", report)
     try:
-        memo = _REPORT_MEMOS.get(report)
+        memo = _REPORT_MEMOS.get(data)
         if memo is None:
-            memo = _REPORT_MEMOS[report] = {}
+            memo = _REPORT_MEMOS[data] = {}
     except TypeError:  # an object without weak references (a plain namespace standing for one): nothing kept
         return {}
     return memo
 
 
-def per_frame(fn, keep: int = 4):
-    """`fn(frame)` memoised for the last `keep` frames still alive."""
-    memo: list = []  # [(weak reference to a frame, fn's result)], newest last
+def per_frame(fn: Callable[[K], R], keep: int = 4) -> Callable[[K], R]:
+    """`fn(frame)` memoised for the last `keep` frames (or reports) still alive."""
+    memo: list[tuple[weakref.ref[Any], R]] = []  # [(weak reference to a frame, fn's result)], newest last
 
     @functools.wraps(fn)
-    def cached(frame: pd.DataFrame):
+    def cached(frame: K) -> R:
         memo[:] = [(r, got) for r, got in memo if r() is not None]
         for r, got in memo:
             if r() is frame:

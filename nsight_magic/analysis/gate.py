@@ -23,13 +23,18 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..inside.marks import CAPTURE_DOMAIN
 from .diff import ProfileDiff, kernel_key
+from .steps import Steps
+from ..readers.contract import NsysFrames, is_nsys
 
 NOISE_SIGMAS = 2.0
 
@@ -52,14 +57,14 @@ class GateResult:
     before: str
     after: str
     fail_above_pct: float
-    checks: list = field(default_factory=list)
-    notes: list = field(default_factory=list)   # what could not be checked, and why
+    checks: list[GateCheck] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # what could not be checked, and why
 
     @property
     def failed(self) -> bool:
         return any(c.failed for c in self.checks)
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {"before": self.before, "after": self.after, "fail_above_pct": self.fail_above_pct,
                 "failed": self.failed, "checks": [asdict(c) for c in self.checks], "notes": list(self.notes)}
 
@@ -85,9 +90,9 @@ def _spread(d: np.ndarray) -> float:
     return 1.4826 * float(np.median(np.abs(d - np.median(d))))
 
 
-def _stats(d, total: bool = False) -> tuple[float, float, int]:
+def _stats(values: npt.ArrayLike, total: bool = False) -> Stats:
     """(value, its noise as a standard error, n): the median instance, or with `total` the sum of all."""
-    d = np.asarray(d, float)
+    d = np.asarray(values, float)
     d = d[np.isfinite(d)]
     n = len(d)
     if n == 0:
@@ -97,7 +102,10 @@ def _stats(d, total: bool = False) -> tuple[float, float, int]:
     return float(np.median(d)), 1.2533 * _spread(d) / math.sqrt(n), n
 
 
-def _check(what: str, name: str, before: tuple, after: tuple, bound: float) -> GateCheck | None:
+Stats = tuple[float, float, int]  # (value, its standard error, n instances): _stats
+
+
+def _check(what: str, name: str, before: Stats, after: Stats, bound: float) -> GateCheck | None:
     """before/after: (value, its standard error, n instances); None when one side has no instance."""
     (b, eb, nb), (a, ea, na) = before, after
     if not (nb and na) or not b > 0:
@@ -111,7 +119,7 @@ def _pattern(name: str) -> str:
     return re.sub(r"\d+", "#", str(name)).strip()
 
 
-def range_durations(report, name: str) -> np.ndarray:
+def range_durations(report: NsysFrames, name: str) -> np.ndarray:
     """Durations of the user NVTX ranges whose name (digits as '#') is `name`'s."""
     nv = report.nvtx
     if nv.empty:
@@ -123,10 +131,10 @@ def range_durations(report, name: str) -> np.ndarray:
     target = _pattern(name)
     named = np.array([_pattern(u) == target for u in uniq], dtype=bool)[codes]
     keep = ends.notna().to_numpy() & named
-    return (ends[keep] - pd.to_numeric(nv["start_ns"], errors="coerce")[keep]).to_numpy(float)
+    return np.asarray((ends[keep] - pd.to_numeric(nv["start_ns"], errors="coerce")[keep]).to_numpy(float))
 
 
-def _kernel_durations(report) -> dict:
+def _kernel_durations(report: NsysFrames) -> dict[str, np.ndarray]:
     """Per kernel key (diff.kernel_key, as %nsys_diff matches kernels), its instances' durations."""
     k = report.kernels
     if k.empty or "duration_ns" not in k:
@@ -137,12 +145,12 @@ def _kernel_durations(report) -> dict:
     return {key: d[idx] for key, idx in pd.Series(np.arange(len(d))).groupby(keys).indices.items()}
 
 
-def _step_durations(steps) -> np.ndarray:
+def _step_durations(steps: Steps) -> np.ndarray:
     starts = steps.bounds()[0].tolist() + [int(steps.ends[-1])]
     return np.diff(np.asarray(starts, float))
 
 
-def _steps(report):
+def _steps(report: NsysFrames) -> Steps | None:
     from .steps import find_steps
 
     found = find_steps(report)
@@ -159,16 +167,17 @@ def check_args(fail_above_pct: float, top_kernels: int = 5) -> None:
         raise OptionError(f"--top-kernels {top_kernels}: give 0 or more")
 
 
-def gate(d: ProfileDiff, fail_above_pct: float, ranges=(), top_kernels: int = 5) -> GateResult:
+def gate(d: ProfileDiff, fail_above_pct: float, ranges: Iterable[str] = (), top_kernels: int = 5) -> GateResult:
     """See the module docstring.  `d` compares two Nsight Systems profiles (analysis.diff.diff)."""
     from ..errors import OptionError
 
     check_args(fail_above_pct, top_kernels)
-    if "capture_before_ns" not in d.headline:  # a comparison of Nsight Compute reports: no capture, no ranges
+    b, a = d.before, d.after
+    if not (is_nsys(b) and is_nsys(a)):  # a comparison of Nsight Compute reports: no capture, no ranges
         raise OptionError("--fail-above gates Nsight Systems profiles; Nsight Compute replays each kernel, so its "
                           "times say nothing of a cell's run time: compare %%nsys profiles")
-    checks, notes = [], []
-    b, a = d.before, d.after
+    checks: list[GateCheck] = []
+    notes: list[str] = []
     sb, sa = _steps(b), _steps(a)
     # the cell: its span, with the noise of its steps' sum
     eb = _stats(_step_durations(sb), total=True)[1] if sb is not None else 0.0

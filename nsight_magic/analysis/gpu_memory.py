@@ -8,7 +8,9 @@ the findings name the user's own line.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from ..readers.python_samples import cell_first_line_of, frame_kinds, read_code_
 from .frame_memo import report_memo
 from .python_code import stack_info
 from .steps import find_steps, user_ranges
+from ..readers.gpu_memory import GpuMemory
 
 TOP_SITES = 10
 DEVICE_COLUMNS = ("device_id", "capacity", "peak_bytes", "peak_ns", "peak_allocated", "peak_allocated_ns",
@@ -34,15 +37,15 @@ class MemorySummary:
     devices: pd.DataFrame
     live: pd.DataFrame
     growth: pd.DataFrame
-    sources: tuple = ()
-    settings: dict = field(default_factory=dict)
+    sources: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def empty(self) -> bool:
-        return self.devices.empty
+        return bool(self.devices.empty)
 
 
-def empty_summary(settings=None) -> MemorySummary:
+def empty_summary(settings: dict[str, Any] | None = None) -> MemorySummary:
     return MemorySummary(pd.DataFrame(columns=list(DEVICE_COLUMNS)), _live_frame([]), _growth_frame([]), (),
                          dict(settings or {}))
 
@@ -53,10 +56,11 @@ def memory_summary(report: NsysFrames) -> MemorySummary:
     memo = report_memo(report)
     if "memory_summary" not in memo:
         memo["memory_summary"] = _memory_summary(report)
-    return memo["memory_summary"]
+    summary: MemorySummary = memo["memory_summary"]
+    return summary
 
 
-def _memory_summary(report) -> MemorySummary:
+def _memory_summary(report: NsysFrames) -> MemorySummary:
     mem = report.gpu_memory
     if mem is None:  # the contract's "none can be recorded"
         return empty_summary()
@@ -69,7 +73,7 @@ def _memory_summary(report) -> MemorySummary:
     for device, g in tl.groupby("device_id", sort=True):
         torch_rows = g[g["source"] == "torch"]
         nsys_rows = g[g["source"] == "nsys"]
-        row: dict = {k: np.nan for k in DEVICE_COLUMNS}
+        row: dict[str, Any] = {k: np.nan for k in DEVICE_COLUMNS}
         row.update(device_id=int(device), capacity=mem.capacity.get(int(device), np.nan),
                    source="torch" if len(torch_rows) else "nsys")
         use = torch_rows if len(torch_rows) else nsys_rows
@@ -111,14 +115,14 @@ def _memory_summary(report) -> MemorySummary:
 
 # ---- parts ------------------------------------------------------------------------------------------------------
 
-def _site_labels(mem, folder) -> tuple[np.ndarray, np.ndarray]:
+def _site_labels(mem: GpuMemory, folder: Path | None) -> tuple[np.ndarray, np.ndarray]:
     """Per stack of the history: its summary and the cell's line (python_code.stack_info, on the same frames)."""
     if not mem.stacks:
         return np.empty(0, object), np.empty(0, np.int64)
-    index: dict = {}
-    frames: list = []
-    stacks: list = []
-    lines: list = []
+    index: dict[tuple[str, str], int] = {}
+    frames: list[tuple[str, str, int]] = []
+    stacks: list[np.ndarray] = []
+    lines: list[np.ndarray] = []
     for st in mem.stacks:
         ids, ln = [], []
         for name, file, line in st:
@@ -140,7 +144,7 @@ def _site_labels(mem, folder) -> tuple[np.ndarray, np.ndarray]:
     return info.label, info.cell_line
 
 
-def _step_ends(report) -> np.ndarray:
+def _step_ends(report: NsysFrames) -> np.ndarray:
     """The end of each step of the cell's loop (the process with the most steps), empty without steps."""
     try:
         found = find_steps(report)
@@ -176,7 +180,8 @@ def _free_when_grown(torch_rows: pd.DataFrame) -> float:
     return float(np.max(r[grew - 1] - a[grew - 1]))
 
 
-def _live_at(mem, device: int, t: float, labels, lines, report) -> pd.DataFrame:
+def _live_at(mem: GpuMemory, device: int, t: float, labels: np.ndarray, lines: np.ndarray,
+             report: NsysFrames) -> pd.DataFrame:
     b = mem.blocks[mem.blocks["device_id"] == device]
     live = b[(b["alloc_ns"] <= t) & ~(b["free_ns"] <= t)]
     if live.empty:
@@ -195,7 +200,7 @@ def _live_at(mem, device: int, t: float, labels, lines, report) -> pd.DataFrame:
     return g[["device_id", "site", "line", "blocks", "bytes", "nvtx"]].reset_index(drop=True)
 
 
-def _ranges_at(report, t: np.ndarray) -> np.ndarray:
+def _ranges_at(report: NsysFrames, t: np.ndarray) -> np.ndarray:
     """Per time, the user NVTX range open then that began last (the innermost where they nest; '' when none)."""
     out = np.full(len(t), "", object)
     try:
@@ -215,9 +220,9 @@ def _ranges_at(report, t: np.ndarray) -> np.ndarray:
     return out
 
 
-def _live_frame(rows) -> pd.DataFrame:
+def _live_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["device_id", "site", "line", "blocks", "bytes", "nvtx"])
 
 
-def _growth_frame(rows) -> pd.DataFrame:
+def _growth_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["step", "end_ns", "allocated", "device_id"])

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from . import intervals as I
+from ..readers.contract import NsysFrames
 
 DRAM_BOUND_PCT = 60.0
 ISSUE_LOW_PCT = 20.0
@@ -35,12 +36,12 @@ LABELS = {"sm_active": "SMs active", "sm_issue": "SM issue", "tensor_active": "t
 class MetricsRead:
     device_id: int
     busy_ns: int          # the kernels' (and copies') union the averages cover
-    means: dict           # key -> mean percent over the busy time (dram = read + write)
+    means: dict[str, float]  # key -> mean percent over the busy time (dram = read + write)
     kind: str             # memory, latency, few_sms, tensor, compute
     words: str            # "DRAM 90% (read 45%, write 45%) while kernels ran: memory-bound kernels"
 
 
-def busy_intervals(report, device_id: int, window: tuple[int, int] | None = None):
+def busy_intervals(report: NsysFrames, device_id: int, window: tuple[int, int] | None = None) -> I.Intervals:
     """The union of the device's kernels and copies (clipped to `window`): an interval set (analysis.intervals)."""
     parts = []
     for frame in ("kernels", "memcpy", "memset"):
@@ -54,7 +55,7 @@ def busy_intervals(report, device_id: int, window: tuple[int, int] | None = None
     return I.clip(u, *window) if window is not None else u
 
 
-def mean_in(series: pd.DataFrame, spans) -> float:
+def mean_in(series: pd.DataFrame, spans: I.Intervals) -> float:
     """The mean of the samples whose time falls inside the interval set `spans`; NaN when none does."""
     starts, ends = spans
     if series.empty or not len(starts):
@@ -66,7 +67,8 @@ def mean_in(series: pd.DataFrame, spans) -> float:
     return float(v.mean()) if len(v) else float("nan")
 
 
-def read_metrics(report, window: tuple[int, int] | None = None, busy: dict | None = None) -> list[MetricsRead]:
+def read_metrics(report: NsysFrames, window: tuple[int, int] | None = None,
+                 busy: dict[int, I.Intervals] | None = None) -> list[MetricsRead]:
     """Per device with GPU metrics and kernel time: the averages while its work ran, and what they say.  `busy`:
     a dict that keeps each device's busy intervals between calls (a caller reading several windows)."""
     gm = report.gpu_metrics
@@ -94,7 +96,7 @@ def _pct(v: float) -> str:
     return f"{v:.0f}%"
 
 
-def _classify(m: dict) -> tuple[str, str]:
+def _classify(m: dict[str, float]) -> tuple[str, str]:
     sm, issue, tensor, dram = m["sm_active"], m["sm_issue"], m["tensor_active"], m["dram"]
     said = ", ".join(f"{LABELS[k]} {_pct(m[k])}" for k in ("sm_active", "sm_issue", "tensor_active", "dram")
                      if not np.isnan(m[k]))

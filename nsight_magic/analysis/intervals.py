@@ -5,12 +5,17 @@ An interval set is a pair (starts, ends) of int64 arrays, sorted and disjoint on
 """
 from __future__ import annotations
 
+from typing import TypeAlias
+
 import numpy as np
+import numpy.typing as npt
 
-EMPTY = (np.empty(0, np.int64), np.empty(0, np.int64))
+Intervals: TypeAlias = "tuple[np.ndarray, np.ndarray]"  # (starts, ends), int64 ns
+
+EMPTY: Intervals = (np.empty(0, np.int64), np.empty(0, np.int64))
 
 
-def union(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
     """The union of [start, end) intervals, as sorted disjoint intervals (empty ones dropped)."""
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)
@@ -27,12 +32,12 @@ def union(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     return s[idx], np.maximum.reduceat(e, idx)
 
 
-def total(iv) -> int:
+def total(iv: Intervals) -> int:
     s, e = iv
     return int((e - s).sum()) if len(s) else 0
 
 
-def clip(iv, lo: int, hi: int):
+def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
     """A disjoint interval set cut to [lo, hi)."""
     s, e = iv
     s2, e2 = np.maximum(s, lo), np.minimum(e, hi)
@@ -40,36 +45,36 @@ def clip(iv, lo: int, hi: int):
     return s2[keep], e2[keep]
 
 
-def covered(iv, at) -> np.ndarray:
+def covered(iv: Intervals, at: npt.ArrayLike) -> np.ndarray:
     """For each time in `at`: how much of the disjoint set `iv` lies before it (a cumulative coverage function)."""
     s, e = iv
-    at = np.asarray(at, np.int64)
+    t = np.asarray(at, np.int64)
     if not len(s):
-        return np.zeros(len(at), np.int64)
+        return np.zeros(len(t), np.int64)
     cum = np.r_[0, np.cumsum(e - s)]
-    k = np.searchsorted(s, at, "right")  # intervals starting at or before t
-    prev = cum[k]                          # their full lengths ...
+    k = np.searchsorted(s, t, "right")  # intervals starting at or before t
+    prev = cum[k]                         # their full lengths ...
     last = np.maximum(k - 1, 0)
-    over = np.where(k > 0, np.maximum(e[last] - at, 0), 0)  # ... minus what the last of them has after t
-    return prev - over
+    over = np.where(k > 0, np.maximum(e[last] - t, 0), 0)  # ... minus what the last of them has after t
+    return np.asarray(prev - over)
 
 
-def contains(iv, at) -> np.ndarray:
+def contains(iv: Intervals, at: npt.ArrayLike) -> np.ndarray:
     """For each time in `at`: whether it lies inside the disjoint set `iv` (some [start, end))."""
     s, e = iv
-    at = np.asarray(at)
+    t = np.asarray(at)
     if not len(s):
-        return np.zeros(len(at), bool)
-    k = np.searchsorted(s, at, "right") - 1  # the last interval begun by then
-    return (k >= 0) & (at < e[np.maximum(k, 0)])
+        return np.zeros(len(t), bool)
+    k = np.searchsorted(s, t, "right") - 1  # the last interval begun by then
+    return np.asarray((k >= 0) & (t < e[np.maximum(k, 0)]))
 
 
-def overlap(iv, starts, ends) -> np.ndarray:
+def overlap(iv: Intervals, starts: npt.ArrayLike, ends: npt.ArrayLike) -> np.ndarray:
     """How much of the disjoint set `iv` lies inside each [start, end)."""
-    return np.maximum(covered(iv, ends) - covered(iv, starts), 0)
+    return np.asarray(np.maximum(covered(iv, ends) - covered(iv, starts), 0))
 
 
-def subtract(a, b):
+def subtract(a: Intervals, b: Intervals) -> Intervals:
     """a minus b, both disjoint sets: the parts of a that b does not cover."""
     a_s, a_e = a
     b_s, b_e = b
@@ -81,7 +86,7 @@ def subtract(a, b):
     return intersect(a, (cut_s, cut_e))
 
 
-def intersect(a, b):
+def intersect(a: Intervals, b: Intervals) -> Intervals:
     """The intersection of two disjoint sets."""
     a_s, a_e = a
     b_s, b_e = b
@@ -102,7 +107,7 @@ def intersect(a, b):
     return s[keep], e[keep]
 
 
-def gaps(iv, lo: int, hi: int):
+def gaps(iv: Intervals, lo: int, hi: int) -> Intervals:
     """The parts of [lo, hi) that the disjoint set `iv` leaves uncovered."""
     s, e = clip(iv, lo, hi)
     gs = np.r_[lo, e]
@@ -111,7 +116,7 @@ def gaps(iv, lo: int, hi: int):
     return gs[keep], ge[keep]
 
 
-def nest(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+def nest(starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """Ranges of one thread that nest (push/pop), sorted by start and, at equal starts, longest first: each one's
     depth (ranges open around it) and parent (index of the innermost of them, -1 for none), without a loop per
     range.  Empty ranges hold nothing: their parent is the range open around their start."""
@@ -142,7 +147,7 @@ def nest(starts, ends) -> tuple[np.ndarray, np.ndarray]:
     return depth, parent
 
 
-def innermost(starts, ends, parent, at) -> np.ndarray:
+def innermost(starts: npt.ArrayLike, ends: npt.ArrayLike, parent: np.ndarray, at: npt.ArrayLike) -> np.ndarray:
     """For each time in `at`: the index of the innermost of nest()'s ranges open then (-1: none)."""
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)

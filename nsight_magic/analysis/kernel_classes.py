@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..readers.contract import NsysFrames
+from . import text as tx
 from .frame_memo import per_frame
 from .text import without_parameters
 
@@ -58,7 +59,7 @@ ALIGN_RX = re.compile(r"(?i)align(?:a)?(\d+)")  # cutlass `_align2`, xmma `_alig
 ELEM_BYTES = {"fp8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp64": 8}
 
 
-def classify(names) -> pd.DataFrame:
+def classify(names: tx.Column) -> pd.DataFrame:
     """Per distinct name: cls, family ('matrix' for GEMM/conv/attention, else cls), precision (fp8 ... fp32, or
     '' when the name does not say), tensor_cores (True/False, NA unknown), align_elems (NaN when unnamed)."""
     u = list(dict.fromkeys(_distinct(names)[1]))  # a few hundred names: Python's re on each, once
@@ -66,7 +67,7 @@ def classify(names) -> pd.DataFrame:
     # arguments): a template name of 60 kB would cost each pattern milliseconds (seen: 3,000 of them, 10 minutes)
     cut = [v[:CLASSIFY_CHARS] for v in u]
 
-    def hits(rx: str, texts: list = cut) -> np.ndarray:
+    def hits(rx: str, texts: list[str] = cut) -> np.ndarray:
         r = re.compile(rx)
         return np.fromiter((r.search(v) is not None for v in texts), bool, len(u))
 
@@ -96,7 +97,7 @@ def classify(names) -> pd.DataFrame:
                          "align_elems": np.array([float(m.group(1)) if m else np.nan for m in align], float)})
 
 
-def _distinct(names) -> tuple[np.ndarray, list[str]]:
+def _distinct(names: tx.Column) -> tuple[np.ndarray, list[str]]:
     """Codes per row and the distinct names as text: factorized first (a categorical column's codes), so the text
     work is per name, not per kernel."""
     names = pd.Series(names)
@@ -150,7 +151,7 @@ def kernel_classes(report: NsysFrames, window: tuple[int, int] | None = None) ->
 # dense matrix throughput (TFLOP/s) by compute capability: fp64, CUDA cores fp32, tensor cores tf32 and bf16/fp16, from
 # NVIDIA's data sheets of each architecture's data-center part (V100, A100, A10/A40-class, L4/L40-class, H100).
 # fp64: the tensor cores' where the GPU has fp64 MMA (V100: none; GA102/AD102: 1/64 of fp32)
-THROUGHPUT: dict[tuple[int, int], dict] = {
+THROUGHPUT: dict[tuple[int, int], dict[str, float | None]] = {
     (7, 0): {"fp64": 7.8, "fp32": 15.7, "tf32": None, "bf16": 125.0},
     (8, 0): {"fp64": 19.5, "fp32": 19.5, "tf32": 156.0, "bf16": 312.0},
     (8, 6): {"fp64": 0.6, "fp32": 37.4, "tf32": 74.8, "bf16": 149.7},
@@ -159,7 +160,7 @@ THROUGHPUT: dict[tuple[int, int], dict] = {
 }
 
 
-def throughput(report) -> dict | None:
+def throughput(report: NsysFrames) -> dict[str, float | None] | None:
     """The first GPU's row of THROUGHPUT (by compute capability, the nearest lower one known), or None."""
     g = report.gpus
     if g.empty or "compute_major" not in g:

@@ -10,6 +10,8 @@ the model; the model itself is the root, by its variable's name, with the sums o
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -17,6 +19,7 @@ import pandas as pd
 from ..inside.annotate import BACKWARD_SUFFIX
 from ..inside.line_ranges import LINE_DOMAIN
 from . import text as tx
+from ..readers.contract import NsysFrames, NsysTables
 
 LINE_COLUMNS = ["line", "source", "hits", "cpu_ns", "gpu_ns", "gpu_ops", "top_kernels"]
 MODULE_COLUMNS = ["module", "type", "depth", "parent", "calls", "forward_ns", "forward_gpu_ns", "backward_ns",
@@ -24,7 +27,7 @@ MODULE_COLUMNS = ["module", "type", "depth", "parent", "calls", "forward_ns", "f
 _LINE_RX = re.compile(r"^L(\d+): ")
 
 
-def _ranges_with_gpu(report, mask) -> pd.DataFrame:
+def _ranges_with_gpu(report: NsysTables, mask: np.ndarray) -> pd.DataFrame:
     """NVTX rows selected by `mask` with their duration and GPU projection (0 when they launched nothing)."""
     nv = report.nvtx
     sel = nv[mask].copy()
@@ -37,7 +40,7 @@ def _ranges_with_gpu(report, mask) -> pd.DataFrame:
     return sel
 
 
-def _kernels_in(report, ranges: pd.DataFrame, group: np.ndarray) -> dict:
+def _kernels_in(report: NsysFrames, ranges: pd.DataFrame, group: np.ndarray) -> dict[Any, str]:
     """{group: 'name (time), ...'} of the kernels launched inside the ranges (their launching API call starts
     inside the range, on the range's thread): the three longest in total."""
     k = report.kernels
@@ -71,7 +74,7 @@ def _kernels_in(report, ranges: pd.DataFrame, group: np.ndarray) -> dict:
     return out
 
 
-def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.DataFrame:
+def lines_table(report: NsysTables, source: str | None = None, first_line: int = 1) -> pd.DataFrame:
     """See the module docstring; `source`: the cell's text, to list every line (empty ones get no figures);
     `first_line`: the number the editor gives the cell's first line (2 under a %%nsys line)."""
     nv = report.nvtx
@@ -103,7 +106,8 @@ def lines_table(report, source: str | None = None, first_line: int = 1) -> pd.Da
     return out[LINE_COLUMNS].reset_index(drop=True)
 
 
-def module_table(report, names=None, types=None, models=None, prefixed: bool = False) -> pd.DataFrame:
+def module_table(report: NsysTables, names: Iterable[str] | None = None, types: dict[str, str] | None = None,
+                 models: list[str] | None = None, prefixed: bool = False) -> pd.DataFrame:
     """See the module docstring; `names`: the module paths, `types`: path -> class, `models`: the models' variable
     names, `prefixed`: the paths start with them (several models) (annotations.json of a profile); without names,
     every NVTX range with a '<name> [backward]' twin, and those twins' forward names."""
@@ -154,7 +158,7 @@ def module_table(report, names=None, types=None, models=None, prefixed: bool = F
     return out[MODULE_COLUMNS].reset_index(drop=True)
 
 
-def _with_roots(out: pd.DataFrame, models: list, prefixed: bool) -> pd.DataFrame:
+def _with_roots(out: pd.DataFrame, models: list[str], prefixed: bool) -> pd.DataFrame:
     """The models as roots of their module trees, named by their variables, with the sums of their top modules
     (calls: their most called top module's)."""
     roots = []
@@ -189,11 +193,11 @@ def _with_roots(out: pd.DataFrame, models: list, prefixed: bool) -> pd.DataFrame
     return rows.set_index("module").loc[order].reset_index()
 
 
-def _path_key(path: str):
+def _path_key(path: str) -> list[tuple[int, int, str]]:
     return [(0, int(p), "") if p.isdigit() else (1, 0, p) for p in path.split(".")]
 
 
-def _parent(path: str, known: set) -> str:
+def _parent(path: str, known: set[str]) -> str:
     parts = path.split(".")
     for i in range(len(parts) - 1, 0, -1):
         cand = ".".join(parts[:i])

@@ -6,6 +6,8 @@ are memory-bound.  Input is `NcuData.kernels`; a kernel's module is the innermos
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -21,7 +23,7 @@ def _gbps(nbytes: pd.Series, ns: pd.Series) -> pd.Series:
     return nbytes / ns.where(ns > 0)
 
 
-def _per_unique(values: pd.Series, fn) -> pd.Series:
+def _per_unique(values: pd.Series, fn: Callable[[str], object]) -> pd.Series:
     """Apply a string function once per distinct value (a million kernels share a few hundred NVTX paths)."""
     codes, uniq = pd.factorize(values.fillna("").astype(str), sort=False)
     return pd.Series(np.asarray([fn(u) for u in uniq], dtype=object)[codes], index=values.index)

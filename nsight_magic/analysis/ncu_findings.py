@@ -9,13 +9,14 @@ from __future__ import annotations
 import pandas as pd
 
 from .findings import Finding, sort_findings
+from ..readers.contract import NcuFrames
 
 
 def _severity(share: float) -> str:
     return "high" if share >= 0.2 else "medium" if share >= 0.05 else "low"
 
 
-def ncu_findings(report) -> list[Finding]:
+def ncu_findings(report: NcuFrames) -> list[Finding]:
     rules, k = report.rules, report.kernels
     if rules.empty or k.empty:
         return []

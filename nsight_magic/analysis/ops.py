@@ -17,6 +17,7 @@ outermost range.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,7 @@ _NODE = re.compile(r"^(?:torch::autograd::\w+|[A-Za-z0-9_]+Backward\d*)$")  # an
 _ENGINE = "autograd::engine::evaluate_function: "
 
 
-def _by_name(names: pd.Series, fn) -> np.ndarray:
+def _by_name(names: pd.Series, fn: Callable[[str], object]) -> np.ndarray:
     """fn over the distinct values of a (categorical) name column, spread back to the rows."""
     uniq, codes = np.unique(names.astype(str).to_numpy(object), return_inverse=True)
     return np.asarray([fn(n) for n in uniq], dtype=object)[codes] if len(uniq) else np.empty(0, object)
@@ -50,7 +51,7 @@ def _by_name(names: pd.Series, fn) -> np.ndarray:
 
 
 
-def ops_source(report) -> str | None:
+def ops_source(report: NsysFrames) -> str | None:
     """Which recording made the operator ranges: 'dispatch' (nsight-magic's dispatch mode), 'emit_nvtx' (PyTorch's
     C++ ranges), or None (no --ops)."""
     nv = report.nvtx
@@ -62,7 +63,7 @@ def ops_source(report) -> str | None:
     return "emit_nvtx" if emitted(nv).any() else None
 
 
-def composite_marked(report) -> set[str]:
+def composite_marked(report: NsysFrames) -> set[str]:
     """The composite operators the child listed in its marks (emit_nvtx runs of --ops); empty without them."""
     nv = report.nvtx
     if nv.empty:
@@ -76,7 +77,7 @@ def composite_marked(report) -> set[str]:
     return out
 
 
-def op_ranges(report) -> pd.DataFrame:
+def op_ranges(report: NsysFrames) -> pd.DataFrame:
     """The operator ranges: start_ns, end_ns, duration_ns, pid, tid, op ('aten::mm'), phase (forward/backward),
     forward_op (for backward ones: the forward operator they belong to), shapes ('' without --ops shapes), depth and
     parent (row of the operator range around it, -1: none), owner (row of the operator it counts for: itself when
@@ -179,7 +180,7 @@ def _nested(out: pd.DataFrame) -> pd.DataFrame:
     return out.assign(depth=depth, parent=parent, owner=owner, visible=owner == np.arange(n))[RANGE_COLUMNS]
 
 
-def attribute(report, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
+def attribute(report: NsysFrames, ranges: pd.DataFrame | None = None) -> pd.DataFrame:
     """Every GPU operation with the operator range that launched it: start_ns, end_ns, duration_ns, pid,
     device_id, name (kernel name or copy/memset), kind (kernel/memcpy/memset), range (row of op_ranges, -1: none)."""
     ranges = op_ranges(report) if ranges is None else ranges
@@ -274,7 +275,7 @@ def ops_summary(report: NsysFrames, by: str | None = None) -> pd.DataFrame:
     return out[keys + OPS_COLUMNS[1:]]
 
 
-def _enclosing(report, ranges: pd.DataFrame) -> np.ndarray:
+def _enclosing(report: NsysFrames, ranges: pd.DataFrame) -> np.ndarray:
     """The innermost user NVTX range (a --modules range, or the user's own) open around each operator range on its
     thread; '' where there is none."""
     names = Enclosing.of(report)(ranges["pid"], ranges["tid"], ranges["start_ns"])

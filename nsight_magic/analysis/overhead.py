@@ -24,8 +24,12 @@ adds per recorded call varied from 2.8 to 12.8 us across the planted workloads.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 import pandas as pd
+
+from ..readers.contract import NsysFrames
 
 # microseconds added to one CUDA runtime/driver call, by whether OS runtime calls were traced as well (a CUDA call
 # makes OS calls of its own, each then intercepted too)
@@ -33,19 +37,19 @@ CUDA_CALL_US = {"with_osrt": 5.3, "cuda_only": 2.0}
 PROCESS_START_MS = 20.7  # a child process nsys follows: its set-up before the process's first call
 
 
-def cuda_call_ns(report) -> float:
+def cuda_call_ns(report: NsysFrames) -> float:
     """The tracing overhead of one CUDA API call in this report's recording."""
     traced_osrt = len(report.osrt) > 0
     return 1000.0 * CUDA_CALL_US["with_osrt" if traced_osrt else "cuda_only"]
 
 
-def words(report) -> str:
+def words(report: NsysFrames) -> str:
     us = cuda_call_ns(report) / 1000
     return (f"less the {us:.1f} us nsys adds to each CUDA call made meanwhile "
             f"({'with' if us > 3 else 'without'} OS runtime tracing; benchmarks/call_overhead.py)")
 
 
-def process_firsts(report, skip_pids=()) -> pd.Series:
+def process_firsts(report: NsysFrames, skip_pids: Collection[int] = ()) -> pd.Series:
     """Each process's first recorded CUDA or OS call (by pid, sorted by time): where nsys had just set itself up
     in it (PROCESS_START_MS before).  `skip_pids`: processes to leave out (those with GPU work: the cell's,
     ranks)."""

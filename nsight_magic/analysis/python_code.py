@@ -12,14 +12,18 @@ thread for the timeline.  Sample weights are the time each sample stands for (re
 """
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.python_samples import waiting_file
-from ..readers.python_samples import short_file
+from ..readers.contract import NsysFrames
+from ..readers.python_samples import PythonSamples, short_file
 from . import intervals as iv
 from .frame_memo import report_memo
 
@@ -27,21 +31,31 @@ SEP = " › "
 MIN_COVERAGE = 0.5   # of a stretch's time the samples must cover for its code to be named
 
 
+class Stacks(Protocol):
+    """What stack_info reads: readers.python_samples.PythonSamples, or a memory history's stacks in its shape."""
+
+    frames: pd.DataFrame        # function, file, first_line, kind
+    stacks: list[np.ndarray]    # per stack: its frames (indexes into frames), from the leaf
+    lines: list[np.ndarray]     # per stack: the line in each frame
+    cell_first_line: int
+
+
 @dataclass
 class StackInfo:
     label: np.ndarray        # per stack: the summary (object array of str)
     cell_line: np.ndarray    # per stack: the cell's line number as the editor shows it, -1 outside the cell
     leaf: np.ndarray         # per stack: the innermost frame that is not ours (-1: none)
-    labels: list             # distinct summaries
+    labels: list[str]        # distinct summaries
     label_code: np.ndarray   # per stack: index into labels
     machinery: np.ndarray    # per stack: bool, the machinery that runs the cell (see thread_roles)
 
 
-def stack_info(ps) -> StackInfo:
+def stack_info(ps: Stacks) -> StackInfo:
     """Summaries of every stack (computed once per samples object: the stacks are few, the samples many)."""
     memo = report_memo(ps)
     if "stack_info" in memo:
-        return memo["stack_info"]
+        known: StackInfo = memo["stack_info"]
+        return known
     kind = ps.frames["kind"].to_numpy(object)
     func = ps.frames["function"].to_numpy(object)
     files = [short_file(f) for f in ps.frames["file"]]
@@ -100,7 +114,7 @@ def stack_info(ps) -> StackInfo:
 CELL, PROGRAM, KERNEL = "cell", "program", "kernel"
 
 
-def thread_roles(ps) -> dict:
+def thread_roles(ps: PythonSamples) -> dict[tuple[int, int], str]:
     """(pid, tid) -> the sampled thread's role: CELL, the thread that ran the cell (per process, the one with the
     most samples inside the cell's lines); PROGRAM, another thread of the program (the user's, a library's); KERNEL,
     a thread of the machinery that runs the cell (in the in-place kernel ipykernel's IOPub, heartbeat, control and
@@ -109,10 +123,11 @@ def thread_roles(ps) -> dict:
     memo = report_memo(ps)
     if "thread_roles" not in memo:  # asked by every rule and table that splits the samples by thread
         memo["thread_roles"] = _thread_roles(ps)
-    return memo["thread_roles"]
+    roles: dict[tuple[int, int], str] = memo["thread_roles"]
+    return roles
 
 
-def _thread_roles(ps) -> dict:
+def _thread_roles(ps: PythonSamples) -> dict[tuple[int, int], str]:
     s = ps.samples
     if s.empty:
         return {}
@@ -129,17 +144,17 @@ def _thread_roles(ps) -> dict:
     return roles
 
 
-def _by_role(ps, roles: dict, wanted) -> np.ndarray:
+def _by_role(ps: PythonSamples, roles: dict[tuple[int, int], str], wanted: Container[str]) -> np.ndarray:
     """A mask of the samples of the threads whose role is in `wanted`."""
     s = ps.samples
     keys = [k for k, r in roles.items() if r in wanted]
     if not keys:
         return np.zeros(len(s), bool)
     idx = pd.MultiIndex.from_arrays([s["pid"].to_numpy(np.int64), s["tid"].to_numpy(np.int64)])
-    return idx.isin(keys)
+    return np.asarray(idx.isin(keys))
 
 
-def cell_thread_ns(ps) -> float:
+def cell_thread_ns(ps: PythonSamples) -> float:
     """The sampled time of the threads that ran the cell (the shares' whole), else of every program thread, else
     of all: the in-place kernel's idle threads would otherwise make the cell's own code look small."""
     roles = thread_roles(ps)
@@ -151,7 +166,7 @@ def cell_thread_ns(ps) -> float:
     return float(w.sum()) or 1.0
 
 
-def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
+def functions(ps: PythonSamples, mask: np.ndarray | None = None) -> pd.DataFrame:
     """Per function: own_ns (on top of the Python stack), total_ns (anywhere on it), their shares of the time the
     cell's thread was sampled (cell_thread_ns), samples; the machinery that runs the cell (ours, IPython, the kernel's
     own threads) left out.  `mask`: these samples only."""
@@ -188,7 +203,7 @@ def functions(ps, mask: np.ndarray | None = None) -> pd.DataFrame:
     return out.sort_values(["total_ns", "own_ns"], ascending=False, kind="stable").reset_index(drop=True)
 
 
-def sampled_precision(values, samples) -> np.ndarray:
+def sampled_precision(values: npt.ArrayLike, samples: npt.ArrayLike) -> np.ndarray:
     """`values` measured by `samples` samples each, rounded to the significant digits that count supports: a time
     of n samples is good to about 1/sqrt(n) of itself, so 1 digit under 100 samples, 2 under 10,000, then 3."""
     v = np.asarray(values, float)
@@ -198,7 +213,7 @@ def sampled_precision(values, samples) -> np.ndarray:
     return np.where(np.isfinite(v), np.round(v / scale) * scale, v)
 
 
-def cell_lines(ps) -> pd.DataFrame:
+def cell_lines(ps: PythonSamples) -> pd.DataFrame:
     """Per line of the cell (the editor's numbers): the sampled time spent in it (and below it), its share, the
     samples it rests on (a time of n samples is good to about 1/sqrt(n) of itself), and what it spent it in most
     (the summary below the line)."""
@@ -232,7 +247,7 @@ MEASURED_SHARE = 0.9  # of a line's samples the NVTX ranges that hold only that 
 OWN_DOMAINS = (CAPTURE_DOMAIN,)  # our ranges around the whole cell and our marks
 
 
-def measured_lines(ps, nvtx: pd.DataFrame) -> pd.DataFrame:
+def measured_lines(ps: PythonSamples, nvtx: pd.DataFrame) -> pd.DataFrame:
     """Per line of the cell that NVTX ranges measured exactly (issue 65: "17.264 ms, 77.5 %" from 4 samples beside
     a range that measured the same code at 9.3 ms): the ranges of the cell's thread of a name whose samples are
     that one line's (MEASURED_SHARE of them; with its ranges that fell between samples), when they hold at least
@@ -299,7 +314,8 @@ def measured_lines(ps, nvtx: pd.DataFrame) -> pd.DataFrame:
     return out.drop_duplicates("line").reset_index(drop=True)
 
 
-def code_in(ps, pid, tid, start_ns, end_ns, stacks: np.ndarray | None = None) -> tuple[pd.DataFrame, float]:
+def code_in(ps: PythonSamples, pid: npt.ArrayLike, tid: npt.ArrayLike, start_ns: np.ndarray, end_ns: np.ndarray,
+            stacks: np.ndarray | None = None) -> tuple[pd.DataFrame, float]:
     """What the samples of threads (pid, tid) show inside the stretches [start, end): per summary its time and
     share of the sampled time, most first; and the share of the stretches' time the samples cover.  `stacks`: a
     mask over ps.stacks, the samples of the others left out."""
@@ -327,7 +343,7 @@ def code_in(ps, pid, tid, start_ns, end_ns, stacks: np.ndarray | None = None) ->
     return out, min(got / span, 1.0)
 
 
-def segments(ps) -> pd.DataFrame:
+def segments(ps: PythonSamples) -> pd.DataFrame:
     """Runs of consecutive samples of a thread with one summary: start_ns, end_ns, pid, tid, name (the summary),
     detail (the innermost frames of the run's first stack), samples; for the timeline's Python rows."""
     cols = ["start_ns", "end_ns", "pid", "tid", "name", "detail", "samples"]
@@ -385,7 +401,7 @@ def _readable(label: str) -> str:
     return label
 
 
-def sync_sites(ps) -> pd.DataFrame:
+def sync_sites(ps: PythonSamples) -> pd.DataFrame:
     """Where the program synchronised with the GPU (ps.syncs: torch flagged each synchronising operation at its
     own stack): label (as the samples' summaries), cell_line (-1 outside the cell), count; most first."""
     cols = ["label", "cell_line", "count"]
@@ -398,7 +414,7 @@ def sync_sites(ps) -> pd.DataFrame:
     return out.sort_values("count", ascending=False, kind="stable").reset_index(drop=True)[cols]
 
 
-def sync_words(ps, top: int = 3) -> CodeSaid:
+def sync_words(ps: PythonSamples, top: int = 3) -> CodeSaid:
     """'`line 7 of the cell itself` 60 times; ...' from sync_sites, or nothing where none were recorded."""
     sites = sync_sites(ps)
     if sites.empty:
@@ -416,7 +432,7 @@ class CodeSaid:
     top: str = ""     # the first summary, readable
 
 
-def code_words(report, ev: pd.DataFrame) -> CodeSaid:
+def code_words(report: NsysFrames, ev: pd.DataFrame) -> CodeSaid:
     """What a finding says about the code the host ran in its evidence's stretches (ev: start_ns, end_ns, pid,
     tid), from the Python samples, or how to get them."""
     ps = report.python_samples
@@ -448,13 +464,13 @@ class GilHolder:
     ns: float         # the sampled time of that thread inside the waits
 
 
-def waiting_stacks(ps) -> np.ndarray:
+def waiting_stacks(ps: PythonSamples) -> np.ndarray:
     """A mask over ps.stacks: the innermost frame is where a thread waits (inside/python_samples.waiting_file)."""
     waits = np.fromiter((waiting_file(f) for f in ps.frames["file"]), bool, len(ps.frames))
     return np.array([bool(len(fids)) and bool(waits[fids[0]]) for fids in ps.stacks], bool)
 
 
-def gil_holder(report, waits: pd.DataFrame, running: bool = False) -> GilHolder | None:
+def gil_holder(report: NsysFrames, waits: pd.DataFrame, running: bool = False) -> GilHolder | None:
     """The other Python thread of the process that ran while a thread waited for the GIL (waits: pid, tid,
     start_ns, end_ns of its GIL calls): the one the samples saw most inside those waits, with its code; None
     without samples or when no program thread was seen there.  running: count only the samples that ran Python
@@ -486,7 +502,7 @@ def gil_holder(report, waits: pd.DataFrame, running: bool = False) -> GilHolder 
 _IMPORTING = {"_find_and_load", "_find_and_load_unlocked", "_load_unlocked", "exec_module", "_gcd_import"}
 
 
-def importing(ps, ev: pd.DataFrame) -> tuple[float, str]:
+def importing(ps: PythonSamples, ev: pd.DataFrame) -> tuple[float, str]:
     """(share, module): how much of the sampled time of the evidence's threads inside its stretches (ev: pid, tid,
     start_ns, end_ns) Python spent importing a module, and the module most imported ("torch/_dynamo/__init__.py")."""
     s = ps.samples if ps is not None else None
@@ -515,7 +531,8 @@ def importing(ps, ev: pd.DataFrame) -> tuple[float, str]:
     return share, (str(top.index[0]) if len(top) else "")
 
 
-def _picked(ps, pid, tid, start_ns, end_ns) -> np.ndarray:
+def _picked(ps: PythonSamples, pid: np.ndarray, tid: np.ndarray, start_ns: np.ndarray,
+            end_ns: np.ndarray) -> np.ndarray:
     """A mask of the samples of threads (pid, tid) inside their stretches [start, end): a sample stands for the
     time before it, so it belongs to the stretch that holds the middle of that time."""
     s = ps.samples

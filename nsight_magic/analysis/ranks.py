@@ -13,7 +13,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from . import text as tx
 from .steps import find_steps
+from ..readers.contract import NsysFrames
 
 _NCCL = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+?)(?:_|\(|$)")
 COLLECTIVES = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScatter": "reduce-scatter",
@@ -21,7 +23,7 @@ COLLECTIVES = {"AllReduce": "all-reduce", "AllGather": "all-gather", "ReduceScat
                "Recv": "send/recv", "AllToAll": "all-to-all", "Generic": "nccl (generic)"}
 
 
-def nccl_collective(names) -> np.ndarray:
+def nccl_collective(names: tx.Column) -> np.ndarray:
     """The collective of each kernel name ('all-reduce', 'send/recv', ...), None for kernels that are not NCCL's.
     Newer NCCL names every collective kernel ncclDevKernel_Generic: 'nccl (generic)'."""
     codes, uniq = pd.factorize(pd.Series(names))  # a categorical's codes: no text per row
@@ -33,7 +35,7 @@ def nccl_collective(names) -> np.ndarray:
     return kinds[codes] if len(codes) else np.empty(0, dtype=object)
 
 
-def rank_owners(report) -> pd.DataFrame:
+def rank_owners(report: NsysFrames) -> pd.DataFrame:
     """pid -> rank (or NA) and a label, for processes with GPU work or NVTX ranges (the ones a table lists)."""
     pr = report.processes
     ranks = pr["rank"]
@@ -42,7 +44,7 @@ def rank_owners(report) -> pd.DataFrame:
     return active.sort_values(["rank", "pid"], na_position="last").reset_index(drop=True)
 
 
-def nccl_kernels(report) -> pd.DataFrame:
+def nccl_kernels(report: NsysFrames) -> pd.DataFrame:
     """NCCL kernels: pid, rank, device_id, start_ns, end_ns, duration_ns, collective, name, `seq` (the kernel's
     number among its process's NCCL kernels: the k-th collective of each rank is the same one), correlation_id."""
     cols = ["pid", "rank", "device_id", "start_ns", "end_ns", "duration_ns", "collective", "name", "seq",
@@ -63,7 +65,7 @@ def nccl_kernels(report) -> pd.DataFrame:
     return out[cols].reset_index(drop=True)
 
 
-def collective_waits(report, nccl: pd.DataFrame | None = None) -> pd.DataFrame:
+def collective_waits(report: NsysFrames, nccl: pd.DataFrame | None = None) -> pd.DataFrame:
     """Per NCCL kernel: wait_ns = its duration minus the shortest of the same collective (same seq) on the other
     processes; straggler = the pid that came last (shortest kernel).  Only collectives every process ran."""
     n = nccl_kernels(report) if nccl is None else nccl
@@ -79,7 +81,7 @@ def collective_waits(report, nccl: pd.DataFrame | None = None) -> pd.DataFrame:
     return n.reset_index(drop=True)
 
 
-def arrivals(report, nccl: pd.DataFrame) -> pd.DataFrame:
+def arrivals(report: NsysFrames, nccl: pd.DataFrame) -> pd.DataFrame:
     """What each process's GPU did before joining each collective (rows of nccl_kernels or collective_waits):
     the stretch from its previous collective's end to this one's start (window_ns: collectives end together, so
     a later arrival is a longer stretch), the time its other kernels kept the GPU busy in it (busy_ns) and how many
@@ -113,7 +115,7 @@ def arrivals(report, nccl: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | None:
+def slower_gpu_pct(arr: pd.DataFrame, straggler: int, by: str = "pid") -> float | None:
     """How much slower (%) the straggler's GPU ran the same work before the collectives it came last to, when that
     is why it came late: last to most collectives, the same kernels as the ranks that waited (in all, 1% apart at
     most: a rank that waits runs some of the next ones during its collective, outside the stretches), its GPU busy
@@ -136,14 +138,14 @@ def slower_gpu_pct(arr: pd.DataFrame, straggler, by: str = "pid") -> float | Non
     return 100.0 * extra / max(float(rest["busy_ns"].sum()), 1.0)
 
 
-def step_name(report) -> str | None:
+def step_name(report: NsysFrames) -> str | None:
     """The name pattern of the step ranges (digits as '#'; analysis.steps: the repeated outermost user range on the
     cell's thread, whatever its name), on the first process that has steps; None without such a range."""
     found = find_steps(report)
     return next(iter(found.values())).name if found else None
 
 
-def steps_of(report, name: str | None = None) -> pd.DataFrame:
+def steps_of(report: NsysFrames, name: str | None = None) -> pd.DataFrame:
     """The steps of every process (analysis.steps): pid, step (k-th on its process), start_ns, end_ns (the next
     step's start; the last step's range end)."""
     rows = []
@@ -155,7 +157,7 @@ def steps_of(report, name: str | None = None) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True)
 
 
-def ranks_table(report) -> pd.DataFrame:
+def ranks_table(report: NsysFrames) -> pd.DataFrame:
     """One row per rank (or per process with GPU work when ranks are unknown): devices, gpu_busy_pct (of the
     capture), compute_ns (non-NCCL kernels), nccl_ns, wait_ns (time its collectives waited for a later rank),
     others_wait_ns (time the other ranks' collectives waited for this one), straggler_steps (steps where the others
@@ -204,7 +206,7 @@ def ranks_table(report) -> pd.DataFrame:
     return out
 
 
-def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.DataFrame | None = None
+def stragglers_by_step(report: NsysFrames, waits: pd.DataFrame | None = None, steps: pd.DataFrame | None = None
                        ) -> pd.DataFrame:
     """Per step: the pid (and rank) the others waited for most in that step, and how long they waited for it
     (wait_ns).  A collective belongs to the step in which it was launched (its CUDA call, found by correlation id),
@@ -237,12 +239,12 @@ def stragglers_by_step(report, waits: pd.DataFrame | None = None, steps: pd.Data
     return best[cols].reset_index(drop=True)
 
 
-def launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
+def launch_times(report: NsysFrames, kernels: pd.DataFrame) -> np.ndarray:
     """When each kernel (of nccl_kernels: pid, correlation_id) was launched: its CUDA API call's start (the first
     call with its process and correlation id); the kernel's own start where the call is unknown."""
     from ..readers.nsys_frames import ckey, first_match
 
-    out = kernels["start_ns"].to_numpy(np.int64).copy()
+    out: np.ndarray = kernels["start_ns"].to_numpy(np.int64).copy()
     api = report.columns("cuda_api", ["pid", "correlation_id", "start_ns"])
     if api.empty or kernels.empty:
         return out
@@ -254,7 +256,7 @@ def launch_times(report, kernels: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def nccl_summary(report, by: str = "rank") -> pd.DataFrame:
+def nccl_summary(report: NsysFrames, by: str = "rank") -> pd.DataFrame:
     """Time per collective per rank (by='rank', or 'process'/'device'): count, total_ns, wait_ns."""
     n = collective_waits(report)
     if n.empty:

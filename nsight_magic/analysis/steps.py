@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..inside.marks import CAPTURE_DOMAIN
 from . import text as tx
+from ..readers.contract import NsysFrames
 
 MIN_STEPS = 3
 # NVTX ranges nsight-magic adds itself (--lines, --ops) are no structure of the user's loop, nor are the operator
@@ -58,7 +59,7 @@ class Steps:
         return self.count - 1 if self.count >= MIN_STEPS else self.count
 
 
-def user_ranges(report) -> pd.DataFrame:
+def user_ranges(report: NsysFrames) -> pd.DataFrame:
     """Closed NVTX ranges of the user's (not nsight-magic's cell range, --lines or --ops ranges, nor those of
     frameworks and libraries)."""
     nv = report.nvtx
@@ -71,7 +72,7 @@ def user_ranges(report) -> pd.DataFrame:
     return nv[keep]
 
 
-def cell_threads(report) -> dict[int, int]:
+def cell_threads(report: NsysFrames) -> dict[int, int]:
     """pid -> the thread that runs the cell: the one holding nsight-magic's cell range, else the thread that made
     most CUDA API calls, else the one with most NVTX ranges."""
     out: dict[int, int] = {}
@@ -111,7 +112,7 @@ def stem(labels: pd.Series) -> pd.Series:
                      index=labels.index)
 
 
-def find_steps(report) -> dict[int, Steps]:
+def find_steps(report: NsysFrames) -> dict[int, Steps]:
     """pid -> Steps, for every process whose cell thread has a repeated outermost user range."""
     rng = user_ranges(report)
     if rng.empty:
@@ -129,7 +130,7 @@ def find_steps(report) -> dict[int, Steps]:
     return out
 
 
-def _steps_of(g: pd.DataFrame):
+def _steps_of(g: pd.DataFrame) -> tuple[str, np.ndarray, np.ndarray] | None:
     if g.empty:
         return None
     st = stem(g["label"])

@@ -7,9 +7,14 @@ Missing values compare as the text 'nan' (what `.astype(str)` gave).
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
+
+# a frame's text column: a Series (categorical or not), its array, or an array of values
+Column: TypeAlias = "pd.Series | pd.api.extensions.ExtensionArray | np.ndarray"
 
 
 # up to this many distinct values a Python loop beats building a pandas string array for them; above it (NVTX
@@ -20,10 +25,11 @@ LOOP_MAX = 4096
 SEARCH_CHARS = 1000
 
 
-def _per_value(col, one, many, limit: int | None = None) -> np.ndarray:
+def _per_value(col: Column, one: Callable[[str], bool], many: Callable[[pd.Series], Any],
+               limit: int | None = None) -> np.ndarray:
     """A text test asked once per distinct value of col, as a bool array over its rows: one(text) -> bool for a
     few values, many(pandas strings) -> bools for many; `limit`: only the values' first characters are tested."""
-    cat = col.array if isinstance(col, pd.Series) else col
+    cat: Any = col.array if isinstance(col, pd.Series) else col
     if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
         # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
         codes, uniq = np.asarray(cat.codes), cat.categories
@@ -37,10 +43,10 @@ def _per_value(col, one, many, limit: int | None = None) -> np.ndarray:
         hit = np.fromiter(map(one, vals), bool, len(vals))
     else:
         hit = np.asarray(many(pd.Series(vals, dtype=object)), dtype=bool)
-    return hit[np.where(codes >= 0, codes, len(vals) - 1)]
+    return np.asarray(hit[np.where(codes >= 0, codes, len(vals) - 1)])
 
 
-def contains(col, pat: str | re.Pattern, regex: bool = True, case: bool = True) -> np.ndarray:
+def contains(col: Column, pat: str | re.Pattern[str], regex: bool = True, case: bool = True) -> np.ndarray:
     """col.astype(str).str.contains(pat) as a bool array."""
     rx = pat if isinstance(pat, re.Pattern) else re.compile(pat if regex else re.escape(pat),
                                                             0 if case else re.IGNORECASE)
@@ -64,22 +70,22 @@ def without_parameters(name: str) -> str:
         name = cut
 
 
-def contains_in_types(col, pat: str) -> np.ndarray:
+def contains_in_types(col: Column, pat: str) -> np.ndarray:
     """contains(col, pat) on each name without its functions' parameter lists (without_parameters)."""
     rx = re.compile(pat)
     return _per_value(col, lambda v: rx.search(without_parameters(v)) is not None,
                       lambda v: v.map(lambda x: rx.search(without_parameters(x)) is not None), limit=SEARCH_CHARS)
 
 
-def eq(col, value: str) -> np.ndarray:
+def eq(col: Column, value: str) -> np.ndarray:
     """col.astype(str) == value as a bool array."""
     return _per_value(col, lambda v: v == value, lambda v: v == value)
 
 
-def isin(col, values) -> np.ndarray:
+def isin(col: Column, values: Iterable[str]) -> np.ndarray:
     """col.astype(str).isin(values) as a bool array."""
-    values = set(values)
-    return _per_value(col, lambda v: v in values, lambda v: v.isin(values))
+    wanted = set(values)
+    return _per_value(col, lambda v: v in wanted, lambda v: v.isin(wanted))
 
 
 def as_text_categories(col: pd.Series) -> pd.Series:
@@ -101,15 +107,15 @@ def prefixed(prefix: str, col: pd.Series) -> pd.Series:
     return prefix + col.astype(str)
 
 
-def as_text(col: pd.Series):
+def as_text(col: pd.Series) -> Any:
     """col.astype(str) as an array for a frame's column: a categorical's codes kept (categories as text)."""
     if isinstance(col.dtype, pd.CategoricalDtype):
         return as_text_categories(col).array
     return col.astype(str).to_numpy()
 
 
-def text_array(col) -> np.ndarray:
+def text_array(col: Column) -> np.ndarray:
     """col.astype(str).to_numpy(object), each distinct value made text once (rows refer to it; missing: NaN)."""
     cat = pd.Categorical(col)
     text = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
-    return text[np.where(np.asarray(cat.codes) >= 0, cat.codes, len(text) - 1)]
+    return np.asarray(text[np.where(np.asarray(cat.codes) >= 0, cat.codes, len(text) - 1)])

@@ -1,17 +1,18 @@
-"""What analysis and views may read of an Nsight Systems report: the contract between the readers and the floors
-above them.
+"""What analysis and views may read of a report: the contract between the readers and the floors above them.
 
 `NsysFrames` is what the analysis reads (the event frames, the capture span, a few columns of a frame without
 building it, the optional records); `NsysTables` adds the summaries the views' tables show.  `readers.nsys.NsysData`
 implements both; a test's fake is built by tests/fakes.py, which checks it against `FRAME_COLUMNS`.  Every frame
 holds at least its `FRAME_COLUMNS`, also when the report lacks its table (an empty frame with those columns).
+`NcuFrames` is an Nsight Compute report (`readers.ncu.NcuData`).
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeAlias, runtime_checkable
 
 import pandas as pd
+from typing_extensions import TypeIs
 
 from .capture_span import CaptureSpan
 from .nsys_schema import frame_columns
@@ -120,6 +121,32 @@ class NsysTables(NsysFrames, Protocol):
     def nvtx_summary(self, by: str | None = None) -> pd.DataFrame: ...
 
     def nvtx_gpu_projection(self) -> pd.DataFrame: ...
+
+
+@runtime_checkable
+class NcuFrames(Protocol):
+    """An Nsight Compute report as analysis and views read it (readers.ncu.NcuData): one row per profiled kernel,
+    the rules' results per kernel, every metric per kernel."""
+
+    tool: str                                        # "ncu"
+    path: Path
+    source: str                                      # what it was read from: "ncu-rep", "csv-raw" or "csv-details"
+    kernels: pd.DataFrame
+    rules: pd.DataFrame
+
+    @property
+    def metrics(self) -> pd.DataFrame: ...
+
+
+Report: TypeAlias = "NsysTables | NcuFrames"   # an opened report of either tool (its `tool` says which)
+
+
+def is_ncu(report: Report) -> TypeIs[NcuFrames]:
+    return report.tool == "ncu"
+
+
+def is_nsys(report: Report) -> TypeIs[NsysTables]:
+    return report.tool == "nsys"
 
 
 def missing_columns(frame: str, df: pd.DataFrame) -> list[str]:

@@ -9,10 +9,12 @@ Imported on first use (PEP 562): a module of this package that needs no Bokeh (b
 """
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["show_nsys", "display_nsys", "nsys_html", "write_view_html", "nsys_text", "show_ncu"]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name == "show_ncu":
         from .ncu import show_ncu
 

@@ -8,12 +8,31 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from html import escape
+from typing import TYPE_CHECKING, Protocol
 
 import pandas as pd
 
+from ..analysis.findings import Finding
 from .assets import view_css
 from .tables import table_html
+
+if TYPE_CHECKING:
+    import ipywidgets
+
+
+class Verdict(Protocol):
+    """A verdict the Advice tab shows: analysis.bottleneck.Bottleneck, or a job's (jobs.job.JobVerdict)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def breakdown(self) -> pd.DataFrame: ...    # category, pct, time_ns
 
 MAX_FINDINGS = 30         # more than this is noise; the rest are in report.findings()
 MAX_EVIDENCE_ROWS = 8     # rows of evidence shown under each finding
@@ -27,7 +46,7 @@ def _code(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def bands_ms(finding, origin_ns: int) -> list[tuple[float, float]]:
+def bands_ms(finding: Finding, origin_ns: int) -> list[tuple[float, float]]:
     return [((a - origin_ns) / 1e6, (b - origin_ns) / 1e6) for a, b in finding.ranges]
 
 
@@ -72,7 +91,7 @@ CATEGORY_COLORS = {"compute": "#2e7d32", "communication": "#6a1b9a", "copy": "#e
                    "host running": "#1565c0", "host blocked": "#546e7a"}
 
 
-def verdict_html(verdict) -> str:
+def verdict_html(verdict: Verdict | None) -> str:
     """The verdict above the findings: its kind, its summary and the breakdown as one stacked bar."""
     if verdict is None:
         return ""
@@ -89,11 +108,12 @@ def verdict_html(verdict) -> str:
             f'<div class="nm-bar-legend">{legend}</div></div>')
 
 
-def verdict_text(verdict) -> str:
+def verdict_text(verdict: Verdict | None) -> str:
     return f"Verdict: {verdict.summary}" if verdict is not None else ""
 
 
-def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str, verdict=None) -> str:
+def advice_html(findings: Sequence[Finding], *, origin_ns: int, plot_name: str, uid: str,
+                verdict: Verdict | None = None) -> str:
     if not findings:
         return verdict_html(verdict) + "<p>No findings: none of the rules found anything to change in this profile.</p>"
     items = []
@@ -123,7 +143,7 @@ def advice_html(findings, *, origin_ns: int, plot_name: str, uid: str, verdict=N
             + "".join(items) + more)
 
 
-def advice_text(findings, limit: int = 5) -> str:
+def advice_text(findings: Sequence[Finding], limit: int = 5) -> str:
     if not findings:
         return "Advice: no findings"
     lines = [f"Advice (top {min(limit, len(findings))} of {len(findings)}, most time at stake first)"]
@@ -133,7 +153,8 @@ def advice_text(findings, limit: int = 5) -> str:
     return "\n".join(lines)
 
 
-def advice_widget(findings, *, on_show, verdict=None):
+def advice_widget(findings: Sequence[Finding], *, on_show: Callable[[Finding], object],
+                  verdict: Verdict | None = None) -> ipywidgets.VBox:
     """Live Advice tab: the verdict, then one block per finding with a 'show on timeline' button calling
     on_show(finding)."""
     import ipywidgets as w

@@ -12,6 +12,8 @@ import contextlib
 import functools
 import json
 import zlib
+from collections.abc import Iterator
+from typing import Any
 
 from .assets import asset
 
@@ -39,7 +41,7 @@ def bokehjs_html() -> str:
 
 
 @contextlib.contextmanager
-def unique_ids():
+def unique_ids() -> Iterator[None]:
     """Bokeh models made inside get UUIDs instead of Bokeh's counter (p1001, p1002, ...): two notebooks, or a
     notebook and a page, drawn in one browser window never share a model id (BokehJS keys its views by them)."""
     from bokeh.settings import settings
@@ -51,7 +53,7 @@ def unique_ids():
         settings.simple_ids.unset_value()
 
 
-def embed(models: dict) -> tuple[dict, str]:
+def embed(models: dict[str, Any]) -> tuple[dict[str, str], str]:
     """Bokeh models as divs (by key) and one <script> that draws them, one document for all (links between them
     hold), once BokehJS is loaded (bokehjs_html()); then it hides the pictures that stood for them
     (views/picture.py).  The script must follow the view's root element: it finds that root from its own position
@@ -67,7 +69,7 @@ def embed(models: dict) -> tuple[dict, str]:
     divs = {k: f'<div class="nm-bokeh" id="{root.elementid}" data-root-id="{root.id}"></div>'
             for k, root in zip(keys, item.roots)}
     # JSON as a JS string literal: no </script> inside can end the script early
-    def literal(obj) -> str:
+    def literal(obj: object) -> str:
         return json.dumps(serialize_json(obj, pretty=False)).replace("</", "<" + "\\" + "/")
 
     # the items (ids only) first, then the documents: the user's text in the documents is never searched
@@ -77,15 +79,16 @@ def embed(models: dict) -> tuple[dict, str]:
 
 
 # Where BokehJS went inline in this kernel: the cell id of the view that carried it (None: not yet sent).
-_bokehjs_cell: list = []
+_bokehjs_cell: list[str | None] = []
 
 
-def _current_cell_id():
+def _current_cell_id() -> str | None:
     try:
         from IPython import get_ipython
 
         kernel = getattr(get_ipython(), "kernel", None)
-        return (kernel.get_parent() or {}).get("metadata", {}).get("cellId") if kernel else None
+        cell = (kernel.get_parent() or {}).get("metadata", {}).get("cellId") if kernel else None
+        return str(cell) if cell is not None else None
     except Exception:  # no kernel (terminal IPython): no cell ids, once per process is all we can do
         return None
 

@@ -18,11 +18,13 @@ held as a list of dicts.  `.gz` compresses.
 """
 from __future__ import annotations
 
-import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 
 from ..readers.contract import NsysFrames
@@ -31,9 +33,11 @@ GPU_PID_BASE = 1 << 28       # GPUs as processes of their own, after any real pi
 PSEUDO_TID_BASE = 1 << 27    # tracks that are not OS threads (NVTX, Python, GPU streams)
 CHUNK = 200_000
 
+Label = Callable[[int, int], str]  # (pid, key) -> a track's name
+
 
 class _Writer:
-    def __init__(self, f, origin_ns: int):
+    def __init__(self, f: IO[str], origin_ns: int) -> None:
         self.f, self.origin, self.first = f, origin_ns, True
 
     def raw(self, text: str) -> None:
@@ -48,37 +52,40 @@ class _Writer:
             key = "process_sort_index" if kind == "process_name" else "thread_sort_index"
             self.raw(json.dumps({"ph": "M", "name": key, "pid": pid, "tid": tid, "args": {"sort_index": sort}}))
 
-    def slices(self, names, cat: str, pid, tid, start_ns, end_ns, extra: list[str] | None = None) -> int:
+    def slices(self, names: npt.ArrayLike, cat: str, pid: npt.ArrayLike, tid: npt.ArrayLike, start_ns: npt.ArrayLike,
+               end_ns: npt.ArrayLike, extra: list[str] | None = None) -> int:
         """Complete events ("X"), one per row: names a Series (categorical or text), the rest arrays."""
-        n = len(start_ns)
+        starts = np.asarray(start_ns, np.int64)
+        n = len(starts)
         if not n:
             return 0
         enc = _encoded(names)
-        ts = _us(np.asarray(start_ns, np.int64) - self.origin)
-        dur = _us(np.maximum(np.asarray(end_ns, np.int64) - np.asarray(start_ns, np.int64), 0))
-        pid, tid = _ints(pid, n), _ints(tid, n)
-        cat = json.dumps(cat)
+        ts = _us(starts - self.origin)
+        dur = _us(np.maximum(np.asarray(end_ns, np.int64) - starts, 0))
+        pids, tids = _ints(pid, n), _ints(tid, n)
+        category = json.dumps(cat)
         for a in range(0, n, CHUNK):
             b = min(n, a + CHUNK)
             tail = extra[a:b] if extra is not None else [""] * (b - a)
             self.raw(",".join(
-                f'{{"ph":"X","cat":{cat},"name":{nm},"pid":{p},"tid":{t},"ts":{s},"dur":{d}{x}}}'
-                for nm, p, t, s, d, x in zip(enc[a:b], pid[a:b], tid[a:b], ts[a:b], dur[a:b], tail)))
+                f'{{"ph":"X","cat":{category},"name":{nm},"pid":{p},"tid":{t},"ts":{s},"dur":{d}{x}}}'
+                for nm, p, t, s, d, x in zip(enc[a:b], pids[a:b], tids[a:b], ts[a:b], dur[a:b], tail)))
         return n
 
-    def flows(self, ids, api_pid, api_tid, api_ns, op_pid, op_tid, op_ns) -> int:
+    def flows(self, ids: np.ndarray, api_pid: npt.ArrayLike, api_tid: npt.ArrayLike, api_ns: npt.ArrayLike,
+              op_pid: npt.ArrayLike, op_tid: npt.ArrayLike, op_ns: npt.ArrayLike) -> int:
         n = len(ids)
         if not n:
             return 0
         a_ts, o_ts = _us(np.asarray(api_ns, np.int64) - self.origin), _us(np.asarray(op_ns, np.int64) - self.origin)
         ap, at, op, ot = _ints(api_pid, n), _ints(api_tid, n), _ints(op_pid, n), _ints(op_tid, n)
-        ids = _ints(ids, n)
+        flow_ids = _ints(ids, n)
         for a in range(0, n, CHUNK):
             b = min(n, a + CHUNK)
             self.raw(",".join(
                 f'{{"ph":"s","cat":"cuda","name":"launch","id":{i},"pid":{p1},"tid":{t1},"ts":{s1}}},'
                 f'{{"ph":"f","bp":"e","cat":"cuda","name":"launch","id":{i},"pid":{p2},"tid":{t2},"ts":{s2}}}'
-                for i, p1, t1, s1, p2, t2, s2 in zip(ids[a:b], ap[a:b], at[a:b], a_ts[a:b], op[a:b], ot[a:b],
+                for i, p1, t1, s1, p2, t2, s2 in zip(flow_ids[a:b], ap[a:b], at[a:b], a_ts[a:b], op[a:b], ot[a:b],
                                                      o_ts[a:b])))
         return n
 
@@ -91,12 +98,13 @@ def _us(ns: np.ndarray) -> list[str]:
     return [f"{s}{q}.{r:03d}" for s, q, r in zip(sign, (a // 1000).tolist(), (a % 1000).tolist())]
 
 
-def _ints(v, n: int) -> list[int]:
+def _ints(v: npt.ArrayLike, n: int) -> list[int]:
     a = np.asarray(v)
-    return (a.astype(np.int64) if a.size else np.zeros(n, np.int64)).tolist()
+    ints: list[int] = (a.astype(np.int64) if a.size else np.zeros(n, np.int64)).tolist()
+    return ints
 
 
-def _encoded(names) -> list[str]:
+def _encoded(names: npt.ArrayLike) -> list[str]:
     s = names if isinstance(names, pd.Series) else pd.Series(names)
     if isinstance(s.dtype, pd.CategoricalDtype):
         cats = [json.dumps(str(c), ensure_ascii=False) for c in s.cat.categories]
@@ -108,38 +116,37 @@ def _encoded(names) -> list[str]:
 
 
 def _end(df: pd.DataFrame) -> np.ndarray:
-    return pd.to_numeric(df["end_ns"], errors="coerce").fillna(df["start_ns"]).to_numpy(np.int64)
+    return np.asarray(pd.to_numeric(df["end_ns"], errors="coerce").fillna(df["start_ns"]).to_numpy(np.int64))
 
 
-def write_chrome_trace(report: NsysFrames, path) -> dict:
+def write_chrome_trace(report: NsysFrames, path: str | Path) -> dict[str, int]:
     """Write `report` (an NsysReport) as a Trace Event JSON file (gzip when `path` ends in .gz); returns counts of
     what was written."""
-    path = Path(path)
+    from ..store import writing
+
     span = report.time_span
     origin = int(span.origin_ns)
-    opener = gzip.open if path.suffix == ".gz" else open
     counts: dict[str, int] = {}
-    tmp = path.with_name(path.name + ".part")
-    with opener(tmp, "wt", encoding="utf-8") as f:
+    with writing(path, compress=Path(path).suffix == ".gz") as f:
         f.write('{"displayTimeUnit":"ns","otherData":{"source":"nsight-magic"},"traceEvents":[')
         w = _Writer(f, origin)
         counts.update(_write(report, w))
         f.write("]}")
-    tmp.replace(path)
     return counts
 
 
-def _write(report, w: _Writer) -> dict:
+def _write(report: NsysFrames, w: _Writer) -> dict[str, int]:
     from .timeline_prepare import thread_names
 
-    counts = {}
+    counts: dict[str, int] = {}
     names = thread_names(report)
     pr = report.processes
     process_names = dict(zip(pr["pid"].astype(np.int64).tolist(), pr["name"].astype(object).tolist()))
-    named_processes: set = set()
-    pseudo: dict = {}
+    named_processes: set[int] = set()
+    named_gpus: set[int] = set()
+    pseudo: dict[tuple[int, tuple[str, int]], int] = {}
 
-    def name_process(pids) -> None:
+    def name_process(pids: npt.ArrayLike) -> None:
         # only the processes that have events (a report may list every process of the machine)
         for p in set(_ints(pids, 0)) - named_processes:
             named_processes.add(p)
@@ -147,24 +154,23 @@ def _write(report, w: _Writer) -> dict:
             w.meta("process_name", p, 0, f"{str(name).rsplit('/', 1)[-1] if isinstance(name, str) else 'process'} "
                                          f"(pid {p})", sort=p)
 
-    def track(pid: int, key, label: str) -> int:
+    def track(pid: int, key: tuple[str, int], label: str) -> int:
         if (pid, key) not in pseudo:
             pseudo[(pid, key)] = PSEUDO_TID_BASE + len(pseudo)
             w.meta("thread_name", pid, pseudo[(pid, key)], label)
         return pseudo[(pid, key)]
 
-    def tracks(pids, keys, kind: str, label) -> np.ndarray:
+    def tracks(pids: npt.ArrayLike, keys: npt.ArrayLike, kind: str, label: Label) -> np.ndarray:
         """The track of each row: one per distinct (pid, key), named label(pid, key) (rows: a million kernels;
         their tracks: a few streams)."""
-        pids, keys = np.asarray(pids, np.int64), np.asarray(keys, np.int64)
-        pairs = pd.MultiIndex.from_arrays([pids, keys])
+        pairs = pd.MultiIndex.from_arrays([np.asarray(pids, np.int64), np.asarray(keys, np.int64)])
         codes, uniq = pd.factorize(pairs)
         ids = np.array([track(int(p), (kind, int(k)), label(int(p), int(k))) for p, k in uniq], np.int64)
         return ids[codes] if len(codes) else np.empty(0, np.int64)
 
-    seen_threads = set()
+    seen_threads: set[tuple[int, int]] = set()
 
-    def name_threads(pids, tids):
+    def name_threads(pids: npt.ArrayLike, tids: npt.ArrayLike) -> None:
         name_process(pids)
         for p, t in set(zip(_ints(pids, 0), _ints(tids, 0))):
             if (p, t) not in seen_threads:
@@ -197,8 +203,8 @@ def _write(report, w: _Writer) -> dict:
         stream = pd.to_numeric(df["stream_id"], errors="coerce").fillna(-1).astype(np.int64).to_numpy()
         gpid = GPU_PID_BASE + dev
         for d in np.unique(dev).tolist():
-            if ("gpu", d) not in pseudo:
-                pseudo[("gpu", d)] = 0
+            if d not in named_gpus:
+                named_gpus.add(d)
                 w.meta("process_name", GPU_PID_BASE + d, 0, f"GPU {d} {gpus.get(d, '')}".strip(),
                        sort=GPU_PID_BASE + d)
         tids = tracks(gpid, stream, "stream", lambda p, s: f"stream {s}")
@@ -219,7 +225,7 @@ def _copy_names(df: pd.DataFrame, frame: str) -> pd.Series:
     return pd.Series(["memset"] * len(df), dtype="category")
 
 
-def _gpu_names(report) -> dict:
+def _gpu_names(report: NsysFrames) -> dict[int, str]:
     try:
         g = report.gpus
         return {int(d): str(n) for d, n in zip(g["id"], g["name"]) if isinstance(n, str)}
@@ -227,7 +233,7 @@ def _gpu_names(report) -> dict:
         return {}
 
 
-def _flows(w: _Writer, api: pd.DataFrame, ops: list) -> int:
+def _flows(w: _Writer, api: pd.DataFrame, ops: list[pd.DataFrame]) -> int:
     """From each launching call to the first GPU operation it queued (a graph launch: to its first kernel)."""
     if api.empty or not ops:
         return 0
@@ -241,7 +247,8 @@ def _flows(w: _Writer, api: pd.DataFrame, ops: list) -> int:
     return w.flows(np.arange(1, len(m) + 1), m["pid"], m["tid"], m["api_ns"], m["op_pid"], m["op_tid"], m["op_ns"])
 
 
-def _python(report, w: _Writer, tracks, names, name_process) -> int:
+def _python(report: NsysFrames, w: _Writer, tracks: Callable[[npt.ArrayLike, npt.ArrayLike, str, Label], np.ndarray],
+            names: dict[tuple[int, int], str], name_process: Callable[[npt.ArrayLike], None]) -> int:
     ps = report.python_samples
     if ps is None or ps.empty or not ps.placed:
         return 0

@@ -4,32 +4,42 @@ plain text; user-controlled names are escaped by the table renderer and Bokeh.""
 from __future__ import annotations
 
 from html import escape
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+
+from ..analysis.diff import ProfileDiff
+from ..analysis.gate import GateResult
+from ..readers.contract import is_nsys
 
 from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
 from .picture import picture_html
 from .tables import static_tabs_html, table_html, table_text
 
+if TYPE_CHECKING:
+    from bokeh.plotting import figure
+
+    from .timeline import TimelineView
+
 TITLES = {"kernels": "Kernels", "nvtx": "NVTX", "api": "CUDA API", "memcpy": "Memory"}
 SLOWER, FASTER, SAME = "#d62728", "#2ca02c", "#b0b0b0"  # SAME: a change the table calls noise
 
 
-def _ms(ns) -> str:
+def _ms(ns: float) -> str:
     return f"{ns / 1e6:,.3f} ms"
 
 
-def _signed_ms(ns) -> str:
+def _signed_ms(ns: float) -> str:
     return f"{ns / 1e6:+,.3f} ms"
 
 
-def _gb(b) -> str:
+def _gb(b: float | None) -> str:
     return "-" if b is None else f"{b / 1e9:,.2f} GB"
 
 
-def headline_lines(d) -> list[str]:
+def headline_lines(d: ProfileDiff) -> list[str]:
     h = d.headline
     lines = [f"Profile diff: {d.before_label} -> {d.after_label}"]
     if "capture_before_ns" in h:
@@ -53,7 +63,7 @@ def headline_lines(d) -> list[str]:
     return lines
 
 
-def diff_text(d, rows: int = 8) -> str:
+def diff_text(d: ProfileDiff, rows: int = 8) -> str:
     out = headline_lines(d)
     for key, t in d.tables().items():
         if t.empty:
@@ -66,7 +76,7 @@ def diff_text(d, rows: int = 8) -> str:
     return "\n".join(out)
 
 
-def delta_chart(d, n: int = 15, width: int = 1100):
+def delta_chart(d: ProfileDiff, n: int = 15, width: int = 1100) -> figure | None:
     """Horizontal bars of the n biggest changes: red slower, green faster, grey within the noise (ms)."""
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
@@ -76,7 +86,7 @@ def delta_chart(d, n: int = 15, width: int = 1100):
         return None
     labels = [f"{w}: {str(nm)[:70]}" for w, nm in zip(top["what"], top["name"])]
     # de-duplicate labels (categorical axes need unique factors)
-    seen: dict = {}
+    seen: dict[str, int] = {}
     for i, lab in enumerate(labels):
         seen[lab] = seen.get(lab, 0) + 1
         if seen[lab] > 1:
@@ -99,15 +109,16 @@ def delta_chart(d, n: int = 15, width: int = 1100):
     return p
 
 
-def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
+def stacked_timelines(d: ProfileDiff, width: int = 1100, budget: int = 5000) -> list[TimelineView] | None:
     """The two timelines (TimelineViews: before, after), each from its capture start, their x axes linked both
     ways (one document: views.bokehjs.embed)."""
     from .timeline import build_timeline
     from .timeline_prepare import prepare_timeline
 
-    if not hasattr(d.before, "meta"):  # Nsight Compute reports have no timeline
+    b, a = d.before, d.after
+    if not (is_nsys(b) and is_nsys(a)):  # Nsight Compute reports have no timeline
         return None
-    views = [build_timeline(prepare_timeline(r), width=width, budget=budget) for r in (d.before, d.after)]
+    views = [build_timeline(prepare_timeline(r), width=width, budget=budget) for r in (b, a)]
     xs = [v.figure.x_range for v in views]
     lo = min(x.start for x in xs)
     hi = max(x.end for x in xs)
@@ -125,11 +136,11 @@ def stacked_timelines(d, width: int = 1100, budget: int = 5000) -> list | None:
     return views
 
 
-def diff_fragment(d, include_bokehjs: bool = True) -> str:
+def diff_fragment(d: ProfileDiff, include_bokehjs: bool = True) -> str:
     uid = f"nm-diff-{id(d):x}"
     head_html = "".join(f"<p>{escape(x)}</p>" if i else f"<h3>{escape(x)}</h3>"
                         for i, x in enumerate(headline_lines(d)))
-    models = {}
+    models: dict[str, Any] = {}
     with unique_ids():
         chart = delta_chart(d)
         if chart is not None:
@@ -171,13 +182,13 @@ def _shown(t: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["ratio"])
 
 
-def diff_page(d) -> str:
+def diff_page(d: ProfileDiff) -> str:
     title = escape(f"nsight-magic diff {d.before_label} -> {d.after_label}")
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
             f"<body>{diff_fragment(d, include_bokehjs=True)}</body></html>")
 
 
-def display_diff(d, render: bool = True) -> None:
+def display_diff(d: ProfileDiff, render: bool = True) -> None:
     """Publish the diff in IPython: static HTML (BokehJS inline the first time in a notebook) and plain text."""
     from IPython.display import publish_display_data
 
@@ -190,7 +201,7 @@ def display_diff(d, render: bool = True) -> None:
     publish_display_data({"text/html": diff_fragment(d, include_bokehjs=needs_bokehjs()), "text/plain": text})
 
 
-def diff_json(d, gate_result=None, rows: int = 15) -> dict:
+def diff_json(d: ProfileDiff, gate_result: GateResult | None = None, rows: int = 15) -> dict[str, Any]:
     """The comparison as JSON-ready data (`nsight-magic diff --json`): headline, the `rows` biggest changes and,
     with a gate (analysis/gate.py), its checks and verdict.  Bounded, whatever the profiles' sizes."""
     import json

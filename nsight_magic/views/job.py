@@ -7,20 +7,61 @@ a typical rank are offered) and their reports are merged on one clock and shown 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, Sequence
 
 import pandas as pd
 
-from .advice import advice_html, advice_text, advice_widget
+from ..analysis.findings import Finding
+from ..readers.contract import NsysTables
+from .advice import Verdict, advice_html, advice_text, advice_widget
 from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
 from .tables import static_tabs_html, table_html, table_text, table_widget
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from bokeh.models import LayoutDOM
+
+
+class Rank(Protocol):
+    """What the view reads of a rank's result (jobs.job.RankResult)."""
+
+    @property
+    def rank(self) -> int: ...
+
+
+class JobFrames(Protocol):
+    """What the job view reads of a job (jobs.job.Job)."""
+
+    @property
+    def errors(self) -> list[str]: ...      # one line per rank that could not be read
+
+    @property
+    def loaded(self) -> Sequence[Rank]: ...
+
+    def utilization(self, bins: int = 300) -> pd.DataFrame: ...
+
+    def ranks_table(self) -> pd.DataFrame: ...
+
+    def stragglers_by_step(self) -> pd.DataFrame: ...
+
+    def bottleneck(self) -> Verdict: ...
+
+    def findings(self) -> list[Finding]: ...
+
+    def suggested_ranks(self) -> list[int]: ...
+
+    def timeline_report(self, ranks: Iterable[int], out: Path | None = None) -> NsysTables: ...
+
 
 RANK_COLUMNS = ["rank", "host", "kind", "like", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
                 "straggler_steps", "steps", "step_med_ns"]
 
 
-def heatmap(job, bins: int = 300, width: int = 1000):
+def heatmap(job: JobFrames, bins: int = 300, width: int = 1000) -> LayoutDOM | None:
     """Two Bokeh heat maps, ranks x time on the job's clock: GPU busy fraction and NCCL's share of the time."""
     from bokeh.layouts import column
     from bokeh.models import ColorBar, LinearColorMapper
@@ -51,18 +92,18 @@ def heatmap(job, bins: int = 300, width: int = 1000):
     return column(*plots)
 
 
-def _ranks_frame(job) -> pd.DataFrame:
+def _ranks_frame(job: JobFrames) -> pd.DataFrame:
     t = job.ranks_table()
     return t[[c for c in RANK_COLUMNS if c in t.columns]]
 
 
-def _errors_html(job) -> str:
+def _errors_html(job: JobFrames) -> str:
     if not job.errors:
         return ""
     return "<p><b>Not loaded:</b> " + "; ".join(escape(e) for e in job.errors) + "</p>"
 
 
-def job_html(job, include_bokehjs: bool = True) -> str:
+def job_html(job: JobFrames, include_bokehjs: bool = True) -> str:
     """The static view (works offline: BokehJS inline)."""
     uid = uuid.uuid4().hex[:8]
     with unique_ids():
@@ -88,7 +129,7 @@ def job_html(job, include_bokehjs: bool = True) -> str:
 class JobView:
     """A job's view for views/output.py: the static page, the live widget, the text."""
 
-    def __init__(self, job):
+    def __init__(self, job: JobFrames) -> None:
         self.job = job
         self._static: str | None = None
 
@@ -97,14 +138,14 @@ class JobView:
             self._static = job_html(self.job, include_bokehjs=False)
         return (bokehjs_html() if include_bokehjs else "") + self._static
 
-    def live_widget(self):
+    def live_widget(self) -> ipywidgets.Widget:
         return show_job(self.job)
 
     def text(self) -> str:
         return job_text(self.job)
 
 
-def _intro(job) -> str:
+def _intro(job: JobFrames) -> str:
     n, bad = len(job.loaded), len(job.errors)
     v = job.bottleneck()
     return (f"<p><b>{n} ranks</b>{f', {bad} not loaded' if bad else ''}. {escape(v.summary)}. One row per rank: "
@@ -114,7 +155,7 @@ def _intro(job) -> str:
             "diagnosis: kind is the verdict of the rank named in like.</p>")
 
 
-def job_text(job) -> str:
+def job_text(job: JobFrames) -> str:
     v = job.bottleneck()
     lines = [f"Verdict: {v.summary}", f"Job: {len(job.loaded)} ranks loaded" +
              (f", {len(job.errors)} not: " + "; ".join(job.errors) if job.errors else ""), "",
@@ -122,7 +163,7 @@ def job_text(job) -> str:
     return "\n".join(lines)
 
 
-def show_job(job, width: int = 1000):
+def show_job(job: JobFrames, width: int = 1000) -> ipywidgets.Tab:
     """The live view: the same tabs, with a rank chooser that opens the chosen ranks' merged timeline."""
     import ipywidgets as w
     from IPython.display import display
@@ -150,7 +191,7 @@ def show_job(job, width: int = 1000):
     go = w.Button(description="show timeline", tooltip="merge the chosen ranks' reports on one clock and show them")
     out = w.Output()
 
-    def open_timeline(_):
+    def open_timeline(_: object) -> None:
         out.clear_output()
         with out:
             try:
@@ -167,7 +208,7 @@ def show_job(job, width: int = 1000):
     return tab
 
 
-def display_job(job, render: bool = True) -> None:
+def display_job(job: JobFrames, render: bool = True) -> None:
     """Publish a job in IPython: the static view with the live one on top (views/output.py), text."""
     if not render:
         print(job_text(job))

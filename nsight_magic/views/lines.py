@@ -19,8 +19,8 @@ LINES_CSS = asset("lines.css")
 MODULES_JS = asset("modules.js")
 
 
-def _time(v) -> str:
-    return "" if pd.isna(v) else fmt_time(pd.Series([float(v)])).iloc[0]
+def _time(v: float | None) -> str:
+    return "" if v is None or pd.isna(v) else str(fmt_time(pd.Series([float(v)])).iloc[0])
 
 
 def lines_html(lines: pd.DataFrame) -> str:

@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import ipywidgets
 
 KEEP = 4  # NsightMagics.live_views sets it
 
-_held: deque = deque()
+_held: deque[ipywidgets.Widget] = deque()
 _lock = threading.Lock()
 
 
-def hold(widget) -> None:
+def hold(widget: ipywidgets.Widget) -> None:
     """Count `widget` (a view's new live part) among the newest; close the ones past the limit."""
     with _lock:
         _held.append(widget)
@@ -32,16 +36,16 @@ def keep(n: int) -> None:
         close(w)
 
 
-def held() -> list:
+def held() -> list[ipywidgets.Widget]:
     with _lock:
         return list(_held)
 
 
-def _past_limit() -> list:
+def _past_limit() -> list[ipywidgets.Widget]:
     return [_held.popleft() for _ in range(max(0, len(_held) - KEEP))]
 
 
-def close(widget) -> None:
+def close(widget: ipywidgets.Widget) -> None:
     """Close a live part and the widgets it contains (ipywidgets closes only the one it is asked to), and let go
     of what our timeline hung on it."""
     from ipywidgets import Widget

@@ -13,6 +13,7 @@ import uuid
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -21,6 +22,13 @@ from ..store import files_of
 from .assets import SETUP, head, noscript
 from .bokehjs import bokehjs_html, embed, unique_ids
 from .tables import static_tabs_html, table_html, table_text, table_widget
+from ..readers.contract import NcuFrames
+
+if TYPE_CHECKING:
+    import ipywidgets
+    from bokeh.plotting import figure
+
+    from .profile_view import ProfileView
 
 TABS = ("Kernels", "Memory workload", "Rules", "Raw metrics", "Files")
 KERNEL_TABLE = ("id", "short_name", "nvtx", "duration_ns", "sm_throughput_pct", "memory_throughput_pct",
@@ -56,7 +64,7 @@ def rule_summary(rules: pd.DataFrame) -> pd.DataFrame:
                                          kind="stable").reset_index(drop=True)
 
 
-def prepare_ncu(report, folder=None) -> NcuTables:
+def prepare_ncu(report: NcuFrames, folder: Path | None = None) -> NcuTables:
     """Report -> the frames every tab shows (pure except for listing the folder)."""
     k = report.kernels
     rules = report.rules.merge(k[["id", "short_name"]].rename(columns={"id": "kernel_id"}), on="kernel_id",
@@ -74,7 +82,7 @@ def prepare_ncu(report, folder=None) -> NcuTables:
 
 # ---- Bokeh charts -----------------------------------------------------------------------------------------
 
-def sol_chart(kernels: pd.DataFrame, limit: int = SOL_BARS):
+def sol_chart(kernels: pd.DataFrame, limit: int = SOL_BARS) -> figure:
     """Speed of Light: compute (SM) vs memory throughput, % of peak, one pair of bars per kernel."""
     from bokeh.models import ColumnDataSource, HoverTool, Range1d
     from bokeh.plotting import figure
@@ -99,7 +107,7 @@ def sol_chart(kernels: pd.DataFrame, limit: int = SOL_BARS):
     return fig
 
 
-def scatter_chart(points: pd.DataFrame):
+def scatter_chart(points: pd.DataFrame) -> figure:
     """The seeds' plot: L2<->device-memory transfer bytes vs summed kernel duration, one point per module."""
     from bokeh.models import ColumnDataSource, HoverTool
     from bokeh.plotting import figure
@@ -122,13 +130,13 @@ def scatter_chart(points: pd.DataFrame):
 # ---- renderings -----------------------------------------------------------------------------------------
 
 class NcuView:
-    def __init__(self, report, folder=None):
+    def __init__(self, report: NcuFrames, folder: Path | None = None) -> None:
         self.report = report
         self.folder = folder if folder is not None else getattr(report, "folder", None)
         self.t = prepare_ncu(report, self.folder)
         self.uid = uuid.uuid4().hex[:8]
 
-    def _table(self, key, df, max_rows=2000, caption="") -> str:
+    def _table(self, key: str, df: pd.DataFrame, max_rows: int = 2000, caption: str = "") -> str:
         if df is None or df.empty:
             return "<p>No rows in this report.</p>"
         return table_html(df, table_id=f"nc-{self.uid}-{key}", formats=FORMATS, max_rows=max_rows, caption=caption)
@@ -171,16 +179,16 @@ class NcuView:
         return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
                 f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
 
-    def live_widget(self):
+    def live_widget(self) -> ipywidgets.VBox:
         """The live view: an ipywidgets Tab whose tables are searched in Python over all rows."""
         import ipywidgets as w
 
         t = self.t
 
-        def tbl(df):
+        def tbl(df: pd.DataFrame) -> ipywidgets.Widget:
             return table_widget(df, FORMATS) if df is not None and not df.empty else w.HTML("<p>No rows.</p>")
 
-        def chart(fig):
+        def chart(fig: figure) -> ipywidgets.Widget:
             try:
                 from jupyter_bokeh import BokehModel
             except ImportError:
@@ -221,31 +229,32 @@ class NcuView:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-def show_ncu(report, folder=None):
+def show_ncu(report: NcuFrames, folder: Path | None = None) -> ProfileView:
     """The report's view (views.output.ProfileView): displayed, the static view with the live one on top."""
     from .profile_view import ProfileView
 
     return ProfileView(NcuView(report, folder))
 
 
-def ncu_html(report, folder=None) -> str:
+def ncu_html(report: NcuFrames, folder: Path | None = None) -> str:
     """A standalone HTML page (BokehJS inline, works offline)."""
     return NcuView(report, folder).html_page()
 
 
-def ncu_text(report) -> str:
+def ncu_text(report: NcuFrames) -> str:
     """text/plain: headline, longest kernels, memory workload per range, rules."""
     return NcuView(report).text()
 
 
-def ncu_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
+def ncu_bundle(report: NcuFrames, folder: Path | None = None, *, include_bokehjs: bool = True,
+               widget: bool = True) -> dict[str, Any]:
     """The display bundle (views/output.py); include_bokehjs: BokehJS inline before the view."""
     from .profile_view import ProfileView
 
     return ProfileView(NcuView(report, folder)).bundle(live=widget, loader=include_bokehjs)
 
 
-def display_ncu(report, folder=None) -> None:
+def display_ncu(report: NcuFrames, folder: Path | None = None) -> None:
     """Publish the report in IPython as display_nsys does: one bundle, BokehJS inline the first time in a notebook
     (shared with the nsys view: one copy per notebook, sent again when the cell that carried it runs again)."""
     from IPython.display import publish_display_data

@@ -20,11 +20,17 @@ folder and kernel), with which the extension tells a profile still loading from 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from ..readers.contract import Report, is_nsys
 from ..store import notebook_relative, write_page
-from .profile_view import VIEW_MIME, ProfileView
+from .profile_view import VIEW_MIME, Bundle, ProfileView
+
+if TYPE_CHECKING:
+    from .ncu import NcuView
+    from .report_view import NsysView
 
 __all__ = ["READY_KEY", "STATUS_MIME", "VIEW_MIME", "view_of", "profile_bundle", "status_bundle", "bundle_bytes"]
 
@@ -32,9 +38,10 @@ READY_KEY = "application/vnd.nsight-magic+json"  # display metadata: {"state": "
 STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading", "folder", "tool", "kernel_id"}
 
 
-def view_of(report, folder=None, thresholds: dict | None = None):
+def view_of(report: Report, folder: Path | None = None,
+            thresholds: dict[str, Any] | None = None) -> NsysView | NcuView:
     """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
-    if report.tool == "nsys":
+    if is_nsys(report):
         from .report_view import NsysView
 
         return NsysView(report, folder, thresholds=thresholds)
@@ -43,26 +50,26 @@ def view_of(report, folder=None, thresholds: dict | None = None):
     return NcuView(report, folder)
 
 
-def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict | None = None,
-                   lines=(), loader: bool = False, live: bool = True,
-                   drawn: Callable[[dict], None] | None = None) -> dict:
+def profile_bundle(report: Report, folder: Path | None = None, *, render: bool = True,
+                   thresholds: dict[str, Any] | None = None, lines: Iterable[object] = (), loader: bool = False,
+                   live: bool = True, drawn: Callable[[Bundle], None] | None = None) -> Bundle:
     """The bundle that shows `report` (NsysReport or NcuReport) under `lines`: with render, the static view, its
     live part (unless not `live`: a headless run, where no frontend could show it) and text (and view.html beside
     an nsys report in a profile folder); without render, the text summary.
     loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when).
     drawn: given the bundle of an nsys view's live part before its saved copy is made (the static timeline, about
     half of the drawing): the user sees the view sooner, and the bundle returned completes it."""
-    lines = [str(x) for x in lines]
+    said = [str(x) for x in lines]
     if not render:
-        if report.tool == "nsys":
+        if is_nsys(report):
             from .report_view import nsys_text
 
-            return {"text/plain": "\n".join([*lines, nsys_text(report, thresholds)])}
+            return {"text/plain": "\n".join([*said, nsys_text(report, thresholds)])}
         from .ncu import ncu_text
 
-        return {"text/plain": "\n".join([*lines, ncu_text(report)])}
+        return {"text/plain": "\n".join([*said, ncu_text(report)])}
     view = view_of(report, folder, thresholds)
-    shown = ProfileView(view, lines)
+    shown = ProfileView(view, said)
     if drawn is not None and live and report.tool == "nsys" and shown.live is not None:
         drawn(shown.bundle(live=True, loader=loader, quick=True))
     if report.tool == "nsys" and folder is not None:
@@ -75,7 +82,7 @@ def profile_bundle(report, folder=None, *, render: bool = True, thresholds: dict
     return shown.bundle(live=live, loader=loader)
 
 
-def status_bundle(text: str, *, tool: str, folder, state: str = "loading") -> dict:
+def status_bundle(text: str, *, tool: str, folder: str | Path, state: str = "loading") -> Bundle:
     """The status line of a profile being loaded in the background (see the module docstring): the folder also
     relative to the notebook's (the frontend reads it through the contents API), and the kernel loading it."""
     from ..tools import jupyter_kernel_id
@@ -85,6 +92,6 @@ def status_bundle(text: str, *, tool: str, folder, state: str = "loading") -> di
                                               "kernel_id": jupyter_kernel_id()}}
 
 
-def bundle_bytes(bundle: dict) -> int:
+def bundle_bytes(bundle: Bundle) -> int:
     """Size of a bundle as it lands in the .ipynb (JSON-encoded)."""
     return len(json.dumps(bundle).encode())

@@ -12,9 +12,20 @@ import base64
 import functools
 import io
 
+from typing import TYPE_CHECKING, TypeAlias
+
 import numpy as np
+import numpy.typing as npt
 
 from .timeline_prepare import TimelineData
+
+if TYPE_CHECKING:
+    from bokeh.models import ColumnDataSource
+    from PIL import ImageDraw, ImageFont
+
+    from .timeline import TimelineView
+
+    Font: TypeAlias = "ImageFont.ImageFont | ImageFont.FreeTypeFont | ImageFont.TransposedFont"
 
 LABEL_PX = 250
 ROW_PX = 20
@@ -25,7 +36,7 @@ BG, GRID, TEXT, FRAME = (255, 255, 255), (232, 232, 232), (34, 34, 34), (200, 20
 
 
 @functools.lru_cache(maxsize=4)
-def _font(size: int):
+def _font(size: int) -> Font:
     from PIL import ImageFont
 
     try:
@@ -42,7 +53,7 @@ def _rgb(color: str) -> tuple[int, int, int]:
         return 76, 120, 168
 
 
-def _fit(draw, text: str, font, px: float) -> str:
+def _fit(draw: ImageDraw.ImageDraw, text: str, font: Font, px: float) -> str:
     """text cut with an ellipsis to fit px pixels (canvas text: never markup)."""
     if px <= 8:
         return ""
@@ -71,7 +82,7 @@ def _tick_label(v: float, step: float) -> str:
     return f"{v:,.{digits}f}"
 
 
-def timeline_png(tv, width: int = 1100) -> bytes:
+def timeline_png(tv: TimelineView, width: int = 1100) -> bytes:
     """The first view of a TimelineView (views.timeline) as PNG bytes."""
     from PIL import Image, ImageDraw
 
@@ -87,10 +98,10 @@ def timeline_png(tv, width: int = 1100) -> bytes:
     x0, x1 = float(tv.figure.x_range.start), float(tv.figure.x_range.end)
     scale = plot_w / max(x1 - x0, 1e-12)
 
-    def px(ms):
+    def px(ms: npt.ArrayLike) -> np.ndarray:
         return LABEL_PX + (np.asarray(ms, dtype=float) - x0) * scale
 
-    def py(y):
+    def py(y: npt.ArrayLike) -> np.ndarray:
         return TOP_PX + np.asarray(y, dtype=float) * ROW_PX
 
     draw.text((LABEL_PX, 6), _fit(draw, str(tv.glyphs.caption), small, plot_w), fill=TEXT, font=small)
@@ -98,7 +109,7 @@ def timeline_png(tv, width: int = 1100) -> bytes:
         y = TOP_PX + i * ROW_PX
         draw.line([(LABEL_PX, y), (LABEL_PX + plot_w, y)], fill=GRID)
     if data.frame_ns is not None:  # outside the cell: shaded, as in the plot
-        a, b = px(data.frame_ns[0] / 1e6), px(data.frame_ns[1] / 1e6)
+        a, b = float(px(data.frame_ns[0] / 1e6)), float(px(data.frame_ns[1] / 1e6))
         bottom = TOP_PX + shown_rows * ROW_PX
         if a > LABEL_PX:
             draw.rectangle([LABEL_PX, TOP_PX, min(a, LABEL_PX + plot_w), bottom], fill=(136, 136, 136, 30))
@@ -106,7 +117,7 @@ def timeline_png(tv, width: int = 1100) -> bytes:
             draw.rectangle([max(b, LABEL_PX), TOP_PX, LABEL_PX + plot_w, bottom], fill=(136, 136, 136, 30))
     palette = [_rgb(c) for c in (data.palette or ["#4c78a8"])]
 
-    def bars(src, exact: bool):
+    def bars(src: ColumnDataSource, exact: bool) -> None:
         d = src.data
         if not len(d["left"]):
             return
@@ -170,7 +181,7 @@ def timeline_png(tv, width: int = 1100) -> bytes:
     return out.getvalue()
 
 
-def picture_html(tv, width: int = 1100, *, alt: str = "timeline") -> str:
+def picture_html(tv: TimelineView, width: int = 1100, *, alt: str = "timeline") -> str:
     """An <img> of the timeline (data: URI), marked so the page's script hides it once the plot is drawn."""
     png = base64.b64encode(timeline_png(tv, width)).decode("ascii")
     return (f'<img class="nm-picture" alt="{alt}" style="max-width:100%;display:block" '

@@ -16,7 +16,10 @@ def _rows(profiles: pd.DataFrame) -> pd.DataFrame:
     df = profiles.head(MAX_ROWS)
     top_k = df["top_kernel"].fillna("").astype(str).str.slice(0, 80)
     top_r = df["top_range"].fillna("").astype(str).str.slice(0, 60)
-    pct = lambda s: s.map(lambda v: "" if pd.isna(v) else f" ({v:.0f}%)")  # noqa: E731
+
+    def pct(s: pd.Series) -> pd.Series:
+        return s.map(lambda v: "" if pd.isna(v) else f" ({v:.0f}%)")
+
     out = pd.DataFrame({
         "index": range(len(df)),
         "name": df["name"].astype(str),

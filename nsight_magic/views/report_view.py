@@ -12,12 +12,14 @@ import uuid
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
 from ..analysis import text as tx
-from ..readers.contract import NsysTables
+from ..analysis.bottleneck import Bottleneck
+from ..analysis.findings import Finding
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
 from .assets import SETUP, head, noscript
@@ -25,11 +27,18 @@ from .bokehjs import bokehjs_html, embed, unique_ids
 from .lines import lines_html, modules_html
 from .picture import picture_html
 from ..store import cell_facts, folder_files
-from .tables import static_tabs_html, table_html, table_text
+from .tables import Spans, static_tabs_html, table_html, table_text
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
+from ..readers.contract import NsysTables
+from ..readers.python_samples import PythonSamples
 
-def _lines_and_modules(report, folder):
+if TYPE_CHECKING:
+    import ipywidgets
+
+    from .profile_view import ProfileView
+
+def _lines_and_modules(report: NsysTables, folder: Path | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The Lines table (--lines) and the module tree (--modules); empty frames for reports without them."""
     from ..analysis.lines import lines_table, module_table
 
@@ -46,7 +55,7 @@ def _lines_and_modules(report, folder):
         return pd.DataFrame(), pd.DataFrame()
 
 
-def _ranks(report) -> dict:
+def _ranks(report: NsysTables) -> dict[str, Any]:
     """The Ranks tab's tables when the report holds several ranks (or processes with GPU work): per rank, NCCL per
     collective, the straggler per step; {} otherwise (and for a report a rule cannot read)."""
     from ..analysis.ranks import nccl_summary, rank_owners, ranks_table, stragglers_by_step
@@ -65,7 +74,7 @@ def _ranks(report) -> dict:
         return {}
 
 
-def _ranks_intro(r: dict) -> str:
+def _ranks_intro(r: dict[str, Any]) -> str:
     step = r.get("step_name")
     return ("<p>One row per rank: GPU busy share of the capture, kernel time outside NCCL (compute), NCCL kernel "
             "time, time its collectives waited for a later rank (wait), time the other ranks waited for it "
@@ -85,7 +94,7 @@ OPS_SOURCE = {"emit_nvtx": "Recorded with PyTorch's own operator ranges (torch.a
                           "NSIGHT_MAGIC_OPS_MODE=dispatch)."}
 
 
-def _ops(report, origin_ns: int) -> tuple[pd.DataFrame, dict, str]:
+def _ops(report: NsysTables, origin_ns: int) -> tuple[pd.DataFrame, Spans, str]:
     """--ops: the operators' summary, where each operator's calls are on the timeline ({} when none), and the
     sentence that says how the operator ranges were recorded."""
     from ..analysis.ops import op_ranges, ops_source, ops_summary
@@ -113,13 +122,13 @@ KERNEL_THREADS = (" The {n} thread{s} of the machinery that runs the cell (the k
 PYTHON_ROWS = 60
 
 
-def _sampled(df: pd.DataFrame) -> dict:
+def _sampled(df: pd.DataFrame) -> dict[str, str]:
     """The formats of a table of what samples measured: its times and shares as rounded (sampled_precision)."""
     return {c: "sampled_time" if c.endswith("_ns") else "sampled_pct" for c in df.columns
             if c.endswith(("_ns", "_pct")) or c == "pct"}
 
 
-def _measured(lines: pd.DataFrame, ps, report) -> tuple[pd.DataFrame, np.ndarray]:
+def _measured(lines: pd.DataFrame, ps: PythonSamples, report: NsysTables) -> tuple[pd.DataFrame, np.ndarray]:
     """The cell's lines with the time of those NVTX ranges measured exactly (measured_lines) in place of their
     sampled time, and a column saying which measured each ("samples", or the range); (lines, which are exact)."""
     from ..analysis.python_code import cell_thread_ns, measured_lines
@@ -139,7 +148,7 @@ def _measured(lines: pd.DataFrame, ps, report) -> tuple[pd.DataFrame, np.ndarray
     return out.loc[order].reset_index(drop=True), exact[order.to_numpy()]
 
 
-def _python(report) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+def _python(report: NsysTables) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The Python tab: hottest functions, the cell's lines and the intro ((empty, empty, '') without samples)."""
     from ..analysis.python_code import KERNEL, cell_lines, functions, sampled_precision, thread_roles
 
@@ -179,7 +188,7 @@ GPU_MEMORY_INTRO = ("<p>GPU memory during the cell ({sources}): the peak per dev
                     "each step. The timeline's memory track shows it in time.</p>")
 
 
-def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def _gpu_memory(report: NsysTables, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """The GPU memory tab: (intro, devices, live at the peak, per step), times in ms from the timeline's x = 0
     (`origin_ns`); ('', ...) without a memory record."""
     from ..analysis.gpu_memory import memory_summary
@@ -217,7 +226,7 @@ def _gpu_memory(report, origin_ns: int) -> tuple[str, pd.DataFrame, pd.DataFrame
         return f"<p>The GPU memory record could not be read: {escape(str(e))}</p>", empty, empty, empty
 
 
-def _verdict(report):
+def _verdict(report: NsysTables) -> Bottleneck | None:
     """analysis.bottleneck(report), or None where it cannot be computed (the view shows the rest)."""
     from ..analysis import bottleneck
 
@@ -227,7 +236,7 @@ def _verdict(report):
         return None
 
 
-def _findings(report, thresholds: dict | None = None) -> list:
+def _findings(report: NsysTables, thresholds: dict[str, Any] | None = None) -> list[Finding]:
     """The report's findings; a rule that breaks on an odd report must not take the view down with it."""
     from ..analysis import nsys_findings
 
@@ -247,7 +256,7 @@ TABS = ("Timeline", "Kernels", "Memory", "CUDA API", "NVTX", "Advice", "Files")
 _GPU_TABS = {"kernels": "kernels", "memory": "copies between host and device", "cudaapi": "CUDA calls"}
 
 
-def empty_reason(report, key: str) -> str:
+def empty_reason(report: NsysTables, key: str) -> str:
     """Why a tab has no rows, and what would fill it: no GPU visible, CUDA not traced, or no GPU work in the
     cell."""
     what = _GPU_TABS.get(key)
@@ -278,11 +287,11 @@ class ReportTables:
     memory: pd.DataFrame
     cuda_api: pd.DataFrame
     nvtx: pd.DataFrame
-    kernel_zoom: dict
-    nvtx_zoom: dict
+    kernel_zoom: Spans
+    nvtx_zoom: Spans
 
 
-def _summary(report, method: str) -> pd.DataFrame:
+def _summary(report: NsysTables, method: str) -> pd.DataFrame:
     df = getattr(report, method)()  # one of the contract's summaries (readers.contract.NsysTables)
     if not isinstance(df, pd.DataFrame):
         raise ReportError(f"report.{method}() returned {type(df).__name__}, expected a DataFrame")
@@ -292,7 +301,7 @@ def _summary(report, method: str) -> pd.DataFrame:
 MAX_INSTANCES = 100  # instances a name click steps through (next / previous), the first ones
 
 
-def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> dict:
+def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> Spans:
     """df[key] -> [(start, end), ...] in ms from capture start, the first MAX_INSTANCES instances in time order:
     a table click zooms to the first, next / previous step through the others."""
     if df is None or df.empty or not {key, "start_ns", "end_ns"} <= set(df.columns):
@@ -302,7 +311,7 @@ def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> dict:
     d = d[d.groupby(key, sort=False, observed=True).cumcount() < MAX_INSTANCES]
     t0 = (d["start_ns"].to_numpy(np.float64) - start_ns) / 1e6
     t1 = (pd.to_numeric(d["end_ns"], errors="coerce").fillna(d["start_ns"]).to_numpy(np.float64) - start_ns) / 1e6
-    out: dict = {}
+    out: Spans = {}
     for k, a, b in zip(d[key].astype(str).to_numpy(object), t0, t1):  # at most MAX_INSTANCES per name
         out.setdefault(k, []).append((a, b))
     return out
@@ -328,7 +337,7 @@ def _one_label(nvtx: pd.DataFrame) -> pd.DataFrame:
     return nvtx.drop(columns=["range"]) if "range" in nvtx.columns and "name" in nvtx.columns else nvtx
 
 
-def _nvtx_spans(nv, start_ns: int) -> dict:
+def _nvtx_spans(nv: pd.DataFrame, start_ns: int) -> Spans:
     """Zoom spans of NVTX ranges, keyed like nvtx_summary() rows: the reader's `label` ('domain:name' for ranges
     in a named domain), or `name` where a reader has no label.  Marks are not in the summary: left out."""
     if nv is None or nv.empty:
@@ -338,16 +347,18 @@ def _nvtx_spans(nv, start_ns: int) -> dict:
     return _instance_spans(nv, start_ns, key="label" if "label" in nv.columns else "name")
 
 
-def _report_folder(report, folder):
+def _report_folder(report: NsysTables, folder: Path | None) -> Path | None:
     if folder is not None:
         return folder
-    return getattr(report, "folder", None)
+    known = getattr(report, "folder", None)  # a run's report knows its profile folder (RunResult.open)
+    return Path(known) if known is not None else None
 
 
 class NsysView:
     """Prepared data for one report; renders the static page parts and the live widget."""
 
-    def __init__(self, report: NsysTables, folder=None, *, width: int = 1100, thresholds: dict | None = None):
+    def __init__(self, report: NsysTables, folder: Path | None = None, *, width: int = 1100,
+                 thresholds: dict[str, Any] | None = None) -> None:
         if isinstance(report, (str, Path)):  # the views read no file: nsight_magic.open_report(path).show()
             raise TypeError("NsysView shows an opened report: open_report(path) reads it")
         self.report = report
@@ -439,7 +450,8 @@ class NsysView:
         self._other_panes = panes[1:]
         return self._other_panes
 
-    def _table(self, key, df, zoom, plot_name, zoom_col: str = "name", formats: dict | None = None) -> str:
+    def _table(self, key: str, df: pd.DataFrame, zoom: Spans | None, plot_name: str, zoom_col: str = "name",
+               formats: dict[str, str] | None = None) -> str:
         if df is None or df.empty:
             return f"<p>{escape(empty_reason(self.report, key))}</p>"
         return table_html(df, table_id=f"nm-{self.uid}-{key}", zoom=zoom, plot_name=plot_name, zoom_col=zoom_col,
@@ -454,7 +466,7 @@ class NsysView:
         return f"<p>{escape(str(self.folder))}</p>" + table_html(files, table_id=f"nm-{self.uid}-files")
 
     @property
-    def tabs(self) -> tuple:
+    def tabs(self) -> tuple[str, ...]:
         extra = (("Lines",) if not self.lines.empty else ()) + (("Ops",) if not self.ops.empty else ()) \
             + (("Python",) if self.python_intro else ()) + (("GPU memory",) if self.memory_intro else ()) \
             + (("Ranks",) if self.ranks else ())
@@ -466,7 +478,7 @@ class NsysView:
                 f"<body>{self.static_fragment(include_bokehjs=True)}</body></html>")
 
     # ---- live ---------------------------------------------------------------------------------------
-    def live_widget(self):
+    def live_widget(self) -> ipywidgets.Widget | None:
         """The live part: the timeline as a jupyter_bokeh widget whose zoom fetches the window's exact events from
         Python; it takes the place of the static timeline (same plot name: the tables' and findings' clicks reach
         it).  None without jupyter_bokeh."""
@@ -486,7 +498,7 @@ class NsysView:
                              + advice_text(self.findings))
 
 
-def _text(report, t: ReportTables) -> str:
+def _text(report: NsysTables, t: ReportTables) -> str:
     """Plain text from the reader's frames and summaries (no timeline preparation needed)."""
     meta = report.meta
     counts = {a: len(getattr(report, a)) for a in ("kernels", "memcpy", "memset", "cuda_api", "nvtx")}
@@ -509,14 +521,15 @@ def _text(report, t: ReportTables) -> str:
 
 # ---- public API -----------------------------------------------------------------------------------------
 
-def show_nsys(report: NsysTables, folder=None, thresholds: dict | None = None):
+def show_nsys(report: NsysTables, folder: Path | None = None,
+              thresholds: dict[str, Any] | None = None) -> ProfileView:
     """The report's view (views.output.ProfileView): displayed, the static view with the live timeline."""
     from .profile_view import ProfileView
 
     return ProfileView(NsysView(report, folder, thresholds=thresholds))
 
 
-def _ranks_text(ranks: dict) -> str:
+def _ranks_text(ranks: dict[str, Any]) -> str:
     if not ranks:
         return ""
     cols = ["label", "devices", "gpu_busy_pct", "compute_ns", "nccl_ns", "wait_ns", "others_wait_ns",
@@ -524,30 +537,32 @@ def _ranks_text(ranks: dict) -> str:
     return "\n\nRanks\n" + table_text(ranks["ranks"][cols], max_rows=16)
 
 
-def nsys_text(report: NsysTables, thresholds: dict | None = None) -> str:
+def nsys_text(report: NsysTables, thresholds: dict[str, Any] | None = None) -> str:
     """text/plain fallback: the verdict, capture, counts, the top rows of each summary, the ranks and the top
     findings."""
     return _with_verdict(_verdict(report), _text(report, prepare_tables(report)) + _ranks_text(_ranks(report))
                          + "\n\n" + advice_text(_findings(report, thresholds)))
 
 
-def _with_verdict(verdict, text: str) -> str:
+def _with_verdict(verdict: Bottleneck | None, text: str) -> str:
     return (verdict_text(verdict) + "\n" + text) if verdict is not None else text
 
 
-def nsys_html(report, folder=None, thresholds: dict | None = None) -> str:
+def nsys_html(report: NsysTables, folder: Path | None = None, thresholds: dict[str, Any] | None = None) -> str:
     """A standalone HTML page (BokehJS inline, works offline)."""
     return NsysView(report, folder, thresholds=thresholds).html_page()
 
 
-def write_view_html(report: NsysTables, path, folder=None, thresholds: dict | None = None) -> Path:
+def write_view_html(report: NsysTables, path: str | Path, folder: Path | None = None,
+                    thresholds: dict[str, Any] | None = None) -> Path:
     """Write nsys_html to path; returns the path."""
     from ..store import write_page
 
     return write_page(Path(path), nsys_html(report, folder, thresholds))
 
 
-def nsys_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bool = True) -> dict:
+def nsys_bundle(report: NsysTables, folder: Path | None = None, *, include_bokehjs: bool = True,
+                widget: bool = True) -> dict[str, Any]:
     """The display bundle (views.output): static text/html (BokehJS inline with include_bokehjs), text/plain and,
     with widget, the live part."""
     from .profile_view import ProfileView
@@ -559,7 +574,8 @@ def nsys_bundle(report, folder=None, *, include_bokehjs: bool = True, widget: bo
     return bundle
 
 
-def display_nsys(report, folder=None, save_html=None, thresholds: dict | None = None) -> None:
+def display_nsys(report: NsysTables, folder: Path | None = None, save_html: str | Path | None = None,
+                 thresholds: dict[str, Any] | None = None) -> None:
     """Publish the report in IPython: one bundle (static text/html, text/plain, the live part), with BokehJS
     inline the first time in a notebook.  save_html: also write the standalone page there.
     thresholds: of the Advice rules (thresholds.py)."""

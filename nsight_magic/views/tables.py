@@ -8,18 +8,25 @@ value kept in a `data-v` attribute, so formatted units ("1.2 ms" vs "800 µs") s
 from __future__ import annotations
 
 import re
-
+from collections.abc import Callable, Sequence
 from html import escape
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
 import pandas as pd
 
 from .assets import view_css
 
+if TYPE_CHECKING:
+    import ipywidgets
+
+Formatter: TypeAlias = "Callable[[pd.Series], pd.Series]"  # a column's values -> their text
+Spans: TypeAlias = "dict[str, list[tuple[float, float]]]"  # a name -> its instances' (start, end) in ms
+
 # kind -> formatter over a numeric Series (vectorised through numpy; returns strings)
 
 
-def _time_formatter(fmt: str):
+def _time_formatter(fmt: str) -> Formatter:
     def f(v: pd.Series) -> pd.Series:
         x = pd.to_numeric(v, errors="coerce").to_numpy(float)
         a = np.abs(x)  # the unit by magnitude: a change of -8.6 ms reads like one of +8.6 ms
@@ -44,7 +51,7 @@ def _fmt_bytes(v: pd.Series) -> pd.Series:
     return pd.Series(np.where(np.isnan(x), "", out), index=v.index)
 
 
-def _fmt_num(fmt: str, suffix: str = ""):
+def _fmt_num(fmt: str, suffix: str = "") -> Formatter:
     digits = int(fmt[2]) if fmt.startswith("%.") and fmt[2].isdigit() else 0
 
     def f(v: pd.Series) -> pd.Series:
@@ -104,7 +111,7 @@ def header_label(name: str, kind: str) -> str:
     return {"gpu": "GPU time", "cpu": "CPU time"}.get(n, n)
 
 
-def default_sort(df: pd.DataFrame, kinds: dict | None = None) -> str | None:
+def default_sort(df: pd.DataFrame, kinds: dict[str, str] | None = None) -> str | None:
     """The column a table starts sorted by (descending): total time where there is one, else the first time; a
     column of zeros only (GPU time on a CPU-only profile) says nothing about the order and is passed over."""
     kinds = kinds or {c: column_kind(c, df[c]) for c in df.columns}
@@ -115,14 +122,14 @@ def default_sort(df: pd.DataFrame, kinds: dict | None = None) -> str | None:
     return shown[0] if shown else None
 
 
-def format_table(df: pd.DataFrame, formats: dict | None = None) -> pd.DataFrame:
+def format_table(df: pd.DataFrame, formats: dict[str, str] | None = None) -> pd.DataFrame:
     """Display strings for every cell (same shape as df)."""
     formats = formats or {}
     return pd.DataFrame({c: FORMATTERS[formats.get(c) or column_kind(c, df[c])](df[c]) for c in df.columns},
                         index=df.index)
 
 
-def readable(df: pd.DataFrame, formats: dict | None = None):
+def readable(df: pd.DataFrame, formats: dict[str, str] | None = None) -> pd.io.formats.style.Styler:
     """A DataFrame as people read it in a notebook: a pandas Styler with times in ns/µs/ms/s, sizes in B/KiB/MiB,
     percentages with one decimal, headers without the units the values carry.  The DataFrame keeps its numbers."""
     formats = dict(formats or {})
@@ -165,7 +172,8 @@ def _cut(s: str) -> str:
 ZOOM_SPANS = 10_000
 
 
-def table_html(df: pd.DataFrame, *, table_id: str, formats: dict | None = None, zoom: dict | None = None,
+def table_html(df: pd.DataFrame, *, table_id: str, formats: dict[str, str] | None = None,
+               zoom: Spans | None = None,
                zoom_col: str = "name", plot_name: str = "", max_rows: int = 2000, caption: str = "",
                filter_box: bool = True) -> str:
     """A sortable, filterable HTML table; every value escaped.
@@ -222,7 +230,7 @@ def breakable(escaped: str) -> str:
     return _LONG_WORD.sub(lambda m: _BREAK_AFTER.sub(r"\1<wbr>", m.group(0)), escaped)
 
 
-def _zoom_cell(v: str, text: str, spans) -> str:
+def _zoom_cell(v: str, text: str, spans: Sequence[tuple[float, float]]) -> str:
     """A name that zooms the timeline to its first instance; with several, arrows step through them."""
     import json
 
@@ -234,7 +242,7 @@ def _zoom_cell(v: str, text: str, spans) -> str:
             f'title="zoom the timeline to the first instance">{text}{steps}</td>')
 
 
-def table_text(df: pd.DataFrame, formats: dict | None = None, max_rows: int = 10) -> str:
+def table_text(df: pd.DataFrame, formats: dict[str, str] | None = None, max_rows: int = 10) -> str:
     """Plain-text rendering (terminals, text/plain); headers without the units the values carry."""
     if df.empty:
         return "(none)"
@@ -242,11 +250,11 @@ def table_text(df: pd.DataFrame, formats: dict | None = None, max_rows: int = 10
     kinds = {c: formats.get(c) or column_kind(c, df[c]) for c in df.columns}
     shown = format_table(df.head(max_rows), kinds)
     shown.columns = [header_label(c, kinds[c]) for c in df.columns]
-    return shown.to_string(index=False)
+    return str(shown.to_string(index=False))
 
 
-def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str = "name", on_name=None,
-                 max_rows: int = 500):
+def table_widget(df: pd.DataFrame, formats: dict[str, str] | None = None, *, name_col: str = "name",
+                 on_name: Callable[[str, int], int | None] | None = None, max_rows: int = 500) -> ipywidgets.VBox:
     """ipywidgets table: filter box, sort column + order (starting with total time, descending, as the static
     page and the summaries), and (with on_name) a name picker that calls on_name(value, i) to show instance i of it,
     e.g. to zoom the timeline (it returns how many instances there are), with previous / next buttons.  Rendered as
@@ -262,10 +270,10 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
     desc = w.ToggleButton(value=by is not None, layout=w.Layout(width="10em"))
     out = w.HTML()
 
-    def label_order(*_):  # the toggle says the order it shows
+    def label_order(*_: object) -> None:  # the toggle says the order it shows
         desc.description = "descending \u25BC" if desc.value else "ascending \u25B2"
 
-    def render(*_):
+    def render(*_: object) -> None:
         d = df
         if filt.value:
             q = filt.value.lower()
@@ -290,13 +298,13 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
         where = w.Label()
         state = {"i": 0, "n": 0}
 
-        def show(i):
+        def show(i: int) -> None:
             n = on_name(pick.value, i) or 0
             state.update(i=i % n if n else 0, n=n)
             where.value = f"instance {state['i'] + 1} of {n}" if n else ""
             prev.disabled = nxt.disabled = n < 2
 
-        def picked(change):
+        def picked(change: dict[str, object]) -> None:
             if change["new"]:
                 show(0)  # the first instance; previous / next step through the others
 
@@ -308,7 +316,7 @@ def table_widget(df: pd.DataFrame, formats: dict | None = None, *, name_col: str
     return w.VBox(children)
 
 
-def static_tabs_html(titles, panes) -> str:
+def static_tabs_html(titles: Sequence[str], panes: Sequence[str]) -> str:
     """A view's sections: without scripts, one <details> per title (the first open), which every sanitizer keeps;
     view.js turns them into tabs (the strip of buttons, hidden until then)."""
     buttons = "".join(f'<button class="nm-tabbtn{" nm-on" if i == 0 else ""}" data-tab="{i}">{escape(n)}</button>'

@@ -12,12 +12,14 @@ Folding re-lays the rows out: in the browser (TIMELINE_JS, static pages) or from
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from bokeh.events import SelectionGeometry
 from bokeh.models import (BoxAnnotation, BoxSelectTool, BoxZoomTool, ColumnDataSource, CustomJS, CustomJSHover,
-                          CustomJSTransform, FixedTicker, HoverTool, Label, LinearColorMapper, NumeralTickFormatter,
-                          PanTool, Range1d, ResetTool, Spacer, TapTool, Title, WheelZoomTool)
+                          CustomJSTransform, FixedTicker, HoverTool, Label, LayoutDOM, LinearColorMapper,
+                          NumeralTickFormatter, PanTool, Range1d, ResetTool, Spacer, TapTool, Title, WheelZoomTool)
 from bokeh.layouts import column, row
 from bokeh.plotting import figure
 
@@ -42,7 +44,7 @@ def _y(rows_y: np.ndarray, row: np.ndarray) -> np.ndarray:
     return rows_y[row].astype(np.float32) if len(row) else np.empty(0, np.float32)
 
 
-def _exact_columns(g: Glyphs, rows_y: np.ndarray) -> dict:
+def _exact_columns(g: Glyphs, rows_y: np.ndarray) -> dict[str, np.ndarray]:
     e = g.exact
     row = e["row"].to_numpy()
     return {
@@ -60,7 +62,7 @@ def _exact_columns(g: Glyphs, rows_y: np.ndarray) -> dict:
     }
 
 
-def _agg_columns(g: Glyphs, rows_y: np.ndarray, util_cat: int) -> dict:
+def _agg_columns(g: Glyphs, rows_y: np.ndarray, util_cat: int) -> dict[str, np.ndarray]:
     a = g.agg
     row = a["row"].to_numpy()
     cat = a["cat"].to_numpy()
@@ -78,7 +80,7 @@ def _agg_columns(g: Glyphs, rows_y: np.ndarray, util_cat: int) -> dict:
     }
 
 
-def text_colors(palette) -> list[str]:
+def text_colors(palette: Iterable[str]) -> list[str]:
     """Black or white text for each palette colour, whichever reads better on it."""
     out = []
     for c in palette:
@@ -107,8 +109,8 @@ class TimelineView:
     """A Bokeh layout for one report; `set_window` refreshes it with exact events (live kernel only), `fold`
     re-lays out the rows with some groups folded."""
 
-    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None,
-                 name: str | None = None, embed: int = 0):
+    def __init__(self, data: TimelineData, *, width: int = 1100, budget: int = 10000,
+                 folded: Iterable[str] | None = None, name: str | None = None, embed: int = 0) -> None:
         self.data = data
         self.width = width
         self.budget = budget
@@ -132,7 +134,7 @@ class TimelineView:
     def _height(self) -> int:
         return int(min(max(90 + ROW_PX * self._n_visible(), 200), 1600))
 
-    def _build(self):
+    def _build(self) -> LayoutDOM:
         data = self.data
         nrows = self._n_visible()
         span_ms = data.span_ns / 1e6
@@ -228,7 +230,7 @@ class TimelineView:
             return row(self.label_plot, p, sizing_mode="stretch_width")
         return column(row(self.label_plot, p, sizing_mode="stretch_width"), *tracks, sizing_mode="stretch_width")
 
-    def _metrics_track(self, p):
+    def _metrics_track(self, p: figure) -> LayoutDOM | None:
         """The GPU's counters under the timeline (nsys --gpu-metrics-devices), on its x range: SMs active, SM issue,
         tensor cores, DRAM read and write, each a share of its peak; None without GPU metrics."""
         m = self.data.gpu_metrics
@@ -253,7 +255,7 @@ class TimelineView:
         mp.add_tools(HoverTool(tooltips=[("", "@series"), ("%", "@y{0.0}"), ("ms", "@x{0,0.000}")], mode="vline"))
         return row(Spacer(width=LABEL_PX, height=MEMORY_PX), mp, sizing_mode="stretch_width")
 
-    def _memory_track(self, p):
+    def _memory_track(self, p: figure) -> LayoutDOM | None:
         """GPU memory in use under the timeline, on its x range (zoom and pan move both): torch's reserved and
         allocated bytes, nsys's device-memory count; None when the report has no memory record."""
         m = self.data.memory
@@ -305,7 +307,7 @@ class TimelineView:
         for attr in ("start", "end"):
             self.figure.x_range.js_on_change(attr, zoom)
 
-    def _label_plot(self, p):
+    def _label_plot(self, p: figure) -> figure:
         """The rows' names as a tree on the left, sharing the timeline's y range; a click on a process, thread,
         GPU or context folds or unfolds it (FOLD_JS, the same in saved pages and in the live view)."""
         lp = figure(name=f"{self.plot_name}-rowlabels", width=LABEL_PX, height=p.height, y_range=p.y_range,
@@ -401,7 +403,7 @@ class TimelineView:
             self.rows_y = fold_layout(self.data.rows, self.folded)
             self.event_y = fold_layout(self.data.rows, self.folded, strip=True)
 
-    def show_range(self, t0_ms: float, t1_ms: float, bands_ms=()) -> None:
+    def show_range(self, t0_ms: float, t1_ms: float, bands_ms: Sequence[tuple[float, float]] = ()) -> None:
         """Zoom to [t0_ms, t1_ms] (a little margin) and shade `bands_ms`; live, the zoom fetches exact events."""
         pad = max((t1_ms - t0_ms) * 0.05, 1e-3)
         self.band_src.data = {"left": [a for a, _ in bands_ms], "right": [b for _, b in bands_ms]}
@@ -410,9 +412,9 @@ class TimelineView:
     def attach_live_refresh(self) -> None:
         """Python-side callback: when the visible range changes, fetch that window's events."""
 
-        last: dict = {}
+        last: dict[str, tuple[Any, Any]] = {}
 
-        def _on_range(attr, old, new):
+        def _on_range(attr: str, old: object, new: object) -> None:
             xr = self.figure.x_range
             window = (xr.start, xr.end)
             # jupyter_bokeh may deliver one change twice; a window already served costs nothing
@@ -453,7 +455,7 @@ FOLD_JS = timeline_js("fold")
 ZOOM_JS = timeline_js("zoom")
 
 
-def legend_html(categories, colors) -> str:
+def legend_html(categories: Iterable[str], colors: Iterable[str]) -> str:
     """Category labels are ours (kernel, memcpy HtoD pageable...), but escape anyway: kinds come from the file."""
     from html import escape
 
@@ -466,8 +468,8 @@ def legend_html(categories, colors) -> str:
     return f'<div style="font:11px sans-serif">{names}{items}</div>'
 
 
-def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000, folded=None,
-                   name: str | None = None, embed: int = 0) -> TimelineView:
+def build_timeline(data: TimelineData, *, width: int = 1100, budget: int = 10000,
+                   folded: Iterable[str] | None = None, name: str | None = None, embed: int = 0) -> TimelineView:
     """The Bokeh timeline for prepared data (coarse level for the whole capture); `name`: the plot's name;
     `embed`: events kept in the page for exact zoom without a kernel (static pages)."""
     return TimelineView(data, width=width, budget=budget, folded=folded, name=name, embed=embed)

@@ -15,7 +15,9 @@ timeline (x = 0 at its start).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -24,7 +26,9 @@ from ..analysis import text as tx
 from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
-from ..readers.contract import NsysFrames
+from ..readers.contract import Meta, NsysFrames
+
+Part: TypeAlias = "dict[str, np.ndarray]"  # one source's events as columns (_part)
 
 # Thread sub-rows, in display order after the NVTX levels (0..255 are NVTX depths).
 _THREAD_SOURCES = {"cuda_api": (256, "CUDA API"), "osrt": (257, "OS runtime"),
@@ -68,48 +72,48 @@ class TimelineData:
 
     events: pd.DataFrame
     rows: pd.DataFrame
-    names: list
-    details: list
-    categories: list
-    colors: list
+    names: list[str]
+    details: list[str]
+    categories: list[str]
+    colors: list[str]
     span_ns: int
     api_row_of_row: np.ndarray  # for an NVTX row: the CUDA API row of the same thread, else -1
     origin_ns: int = 0  # absolute time of x = 0: our cell range's start, else the capture start
     first_ns: int = 0   # earliest event relative to origin (<= 0 when something starts before the capture)
-    palette: list = field(default_factory=list)  # event colour codes index this
-    frame_ns: tuple | None = None  # our cell range (start, end) relative to the origin, when the report has one
+    palette: list[str] = field(default_factory=list)  # event colour codes index this
+    frame_ns: tuple[int, int] | None = None  # our cell range (start, end) relative to the origin, where there is one
     last_ns: int = 0    # latest event end relative to origin: the first view spans first_ns..last_ns
     memory: pd.DataFrame | None = None  # the memory track: t_ms, gb, series (memory_series)
     gpu_metrics: pd.DataFrame | None = None  # the GPU metrics track: t_ms, pct, series (metrics_series)
-    _index: dict = field(default_factory=dict, repr=False)
+    _index: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def total_events(self) -> int:
         return len(self.events)
 
 
-def _frame(report, attr: str) -> pd.DataFrame:
+def _frame(report: NsysFrames, attr: str) -> pd.DataFrame:
     df = getattr(report, attr)  # one of the contract's frames (readers.contract.FRAME_COLUMNS)
     if not isinstance(df, pd.DataFrame):
         raise ReportError(f"report.{attr} is a {type(df).__name__}, expected a pandas DataFrame")
     return df
 
 
-def _need(df: pd.DataFrame, attr: str, cols) -> None:
+def _need(df: pd.DataFrame, attr: str, cols: Iterable[str]) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
         raise ReportError(f"report.{attr} lacks column(s) {', '.join(missing)}; cannot draw the timeline")
 
 
-def _int(s) -> np.ndarray:
-    return pd.to_numeric(s, errors="coerce").fillna(-1).to_numpy(dtype=np.int64)
+def _int(s: pd.Series) -> np.ndarray:
+    return np.asarray(pd.to_numeric(s, errors="coerce").fillna(-1).to_numpy(dtype=np.int64))
 
 
-def _str(s) -> pd.Series:
+def _str(s: pd.Series) -> pd.Series:
     return s.astype("string").fillna("")
 
 
-def _codes(values: pd.Series, table: dict) -> np.ndarray:
+def _codes(values: pd.Series, table: dict[str, int]) -> np.ndarray:
     """Codes into a shared string table (dict str -> code, insertion ordered); strings stay once.
 
     Categorical columns (the reader's names) are used as they are: no per-event string work."""
@@ -123,7 +127,7 @@ def _codes(values: pd.Series, table: dict) -> np.ndarray:
     return mapping[codes] if len(codes) else np.empty(0, dtype=np.int32)
 
 
-def _detail_codes(df: pd.DataFrame, cols, fmt, table: dict) -> np.ndarray:
+def _detail_codes(df: pd.DataFrame, cols: list[str], fmt: Callable[..., str], table: dict[str, int]) -> np.ndarray:
     """Group identical detail tuples (integer codes per column), format each distinct tuple once."""
     if df.empty:
         return np.empty(0, dtype=np.int32)
@@ -139,10 +143,10 @@ def _detail_codes(df: pd.DataFrame, cols, fmt, table: dict) -> np.ndarray:
     labels = [fmt(*("?" if pd.isna(uniques[j][codes[j][i]]) else uniques[j][codes[j][i]]
                     for j in range(len(cols)))) for i in first_pos]  # one per distinct tuple
     mapping = np.array([table.setdefault(t, len(table)) for t in labels], dtype=np.int32)
-    return mapping[grp]
+    return np.asarray(mapping[grp])
 
 
-def _group_ids(codes_2d: np.ndarray):
+def _group_ids(codes_2d: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Dense ids for identical rows of small non-negative int codes, and the first position of each."""
     key = np.zeros(len(codes_2d), dtype=np.int64)
     for j in range(codes_2d.shape[1]):
@@ -151,11 +155,17 @@ def _group_ids(codes_2d: np.ndarray):
     return inv.ravel(), first_pos
 
 
-def _part(df, sub_or_stream, cat_codes, name_codes, detail_codes, key_a, key_b, nbytes=None, link=None,
-          color=None):
+Codes: TypeAlias = "int | np.ndarray"  # one value for every event of a source, or one per event
+
+
+def _part(df: pd.DataFrame, sub_or_stream: Codes, cat_codes: Codes, name_codes: Codes, detail_codes: Codes,
+          key_a: Codes, key_b: Codes, nbytes: pd.Series | None = None, link: np.ndarray | None = None,
+          color: Codes | None = None) -> Part:
     """One source's events as numpy arrays (concatenated later without pandas overhead)."""
     n = len(df)
-    bcast = lambda v, dt: np.broadcast_to(np.asarray(v, dtype=dt), (n,))  # noqa: E731
+
+    def bcast(v: Codes, dt: type[np.generic]) -> np.ndarray:
+        return np.broadcast_to(np.asarray(v, dtype=dt), (n,))
     return {
         "start_ns": _int(df["start_ns"]),
         "end_ns": _int(df["end_ns"]),
@@ -179,11 +189,12 @@ def _host_side(kind: pd.Series, src: pd.Series, dst: pd.Series) -> pd.Series:
 class _Strings:
     """The string tables shared by all sources: each distinct name, detail, category and colour once."""
 
-    def __init__(self):
-        self.names: dict = {}
-        self.details: dict = {}
-        self.cats: dict = {}
-        self.colors: dict = {c: i for i, c in enumerate(NAME_PALETTE)}  # NAME_PALETTE first: name_color() indexes it
+    def __init__(self) -> None:
+        self.names: dict[str, int] = {}
+        self.details: dict[str, int] = {}
+        self.cats: dict[str, int] = {}
+        # NAME_PALETTE first: name_color() indexes it
+        self.colors: dict[str, int] = {c: i for i, c in enumerate(NAME_PALETTE)}
 
     def cat(self, label: str) -> int:
         return self.cats.setdefault(label, len(self.cats))
@@ -215,14 +226,16 @@ def _launch_link(df: pd.DataFrame) -> np.ndarray:
     return (_int(df["pid"]) << 32) | (_int(df["correlation_id"]) & 0xFFFFFFFF)
 
 
-def _kernels_part(k: pd.DataFrame, st: _Strings) -> dict:
+def _kernels_part(k: pd.DataFrame, st: _Strings) -> Part:
     _need(k, "kernels", ["start_ns", "end_ns", "name", "device_id", "stream_id", "correlation_id", "pid"])
     name_col = k["short_name"] if "short_name" in k and k["short_name"].notna().all() else k["name"]
     cfg = [c for c in _KERNEL_CFG if c in k.columns]
 
-    def fmt(*v):
+    def fmt(*v: object) -> str:
         d = dict(zip(cfg, v))
-        dims = lambda p: f"({d.get(p + '_x', '?')},{d.get(p + '_y', '?')},{d.get(p + '_z', '?')})"  # noqa: E731
+
+        def dims(p: str) -> str:
+            return f"({d.get(p + '_x', '?')},{d.get(p + '_y', '?')},{d.get(p + '_z', '?')})"
         return (f"grid {dims('grid')} block {dims('block')} regs {d.get('registers_per_thread', '?')} "
                 f"smem {d.get('static_smem_bytes', '?')}+{d.get('dynamic_smem_bytes', '?')} B")
 
@@ -233,7 +246,7 @@ def _kernels_part(k: pd.DataFrame, st: _Strings) -> dict:
                  link=_launch_link(k), color=st.name_colors(names))
 
 
-def _memcpy_part(m: pd.DataFrame, st: _Strings) -> dict:
+def _memcpy_part(m: pd.DataFrame, st: _Strings) -> Part:
     _need(m, "memcpy", ["start_ns", "end_ns", "bytes", "kind", "device_id", "stream_id"])
     src = m["src_kind"] if "src_kind" in m else pd.Series("", index=m.index)
     dst = m["dst_kind"] if "dst_kind" in m else pd.Series("", index=m.index)
@@ -252,7 +265,7 @@ def _memcpy_part(m: pd.DataFrame, st: _Strings) -> dict:
     return _part(m, _int(m["stream_id"]), cat, name, detail, ctx, _int(m["device_id"]), nbytes=m["bytes"])
 
 
-def _memset_part(s: pd.DataFrame, st: _Strings) -> dict:
+def _memset_part(s: pd.DataFrame, st: _Strings) -> Part:
     _need(s, "memset", ["start_ns", "end_ns", "device_id", "stream_id"])
     mk = s["mem_kind"] if "mem_kind" in s else pd.Series("", index=s.index)
     val = s["value"] if "value" in s else pd.Series("", index=s.index)
@@ -270,7 +283,7 @@ def _is_ours(nv: pd.DataFrame) -> np.ndarray:
     return tx.eq(nv["domain"], CAPTURE_DOMAIN)  # per distinct domain, not per row
 
 
-def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> dict:
+def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> Part:
     _need(nv, "nvtx", ["start_ns", "end_ns", "name", "pid", "tid"])
     ours = _is_ours(nv)
     frames = nv[ours]
@@ -299,7 +312,7 @@ def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> dict:
     return _part(nv, depth, st.cat("NVTX"), names, detail, _int(nv["pid"]), _int(nv["tid"]), color=color)
 
 
-def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
+def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> Part:
     sub, label = _THREAD_SOURCES[attr]
     _need(df, attr, ["start_ns", "end_ns", "name", "pid", "tid"])
     df = df[_int(df["tid"]) != 0]  # tid 0 is no thread (nsys writes it for a call it could not attribute)
@@ -308,7 +321,7 @@ def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> dict:
                  _int(df["pid"]), _int(df["tid"]), link=link)
 
 
-def _cell_range(report) -> tuple[int, int] | None:
+def _cell_range(report: NsysFrames) -> tuple[int, int] | None:
     """(start, end) of what the user profiled, when the report is ours: the reader's capture span decided by
     nsight-magic's cell range(s) or process marks (readers.capture_span)."""
     meta = report.meta
@@ -334,7 +347,7 @@ def prepare_timeline(report: NsysFrames) -> TimelineData:
     return _assemble(report, parts, st)
 
 
-def _python_runs(report) -> pd.DataFrame:
+def _python_runs(report: NsysFrames) -> pd.DataFrame:
     """The sampled Python code as runs of one summary per thread (analysis/python_code.py), when the profile has
     samples placed on its clock."""
     ps = report.python_samples
@@ -345,7 +358,7 @@ def _python_runs(report) -> pd.DataFrame:
     return segments(ps)
 
 
-def _python_part(runs: pd.DataFrame, st: _Strings) -> dict:
+def _python_part(runs: pd.DataFrame, st: _Strings) -> Part:
     """A Python row per sampled thread: each run named by its summary (cell line › function), its detail the
     innermost frames; one colour per summary."""
     names = _codes(runs["name"], st.names)
@@ -353,7 +366,7 @@ def _python_part(runs: pd.DataFrame, st: _Strings) -> dict:
                  _int(runs["pid"]), _int(runs["tid"]), color=st.name_colors(names))
 
 
-def _assemble(report, parts: list, st: _Strings) -> TimelineData:
+def _assemble(report: NsysFrames, parts: list[Part], st: _Strings) -> TimelineData:
     """Concatenate the sources, choose the time origin, lay out rows, sort by (row, start), index."""
     names, details, cats, cat_code = st.names, st.details, st.cats, st.cat
     meta = report.meta
@@ -412,7 +425,7 @@ NAME_CHARS = 1000     # of an event's name or detail kept for the page
 MEMORY_POINTS = 2000   # per series on the memory track: the most in use within each of these bins
 
 
-def memory_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.DataFrame:
+def memory_series(report: NsysFrames, origin_ns: int, points: int = MEMORY_POINTS) -> pd.DataFrame:
     """The memory track's lines: t_ms (from the origin), gb, series ('device 0 reserved', 'device 0 allocated',
     'device 0 (nsys)'), each at most `points` steps (a million allocations draw as the peaks of 2,000 bins:
     bounded output)."""
@@ -440,7 +453,7 @@ METRIC_LINES = (("sm_active", "SMs active"), ("sm_issue", "SM issue"), ("tensor_
                 ("dram_read", "DRAM read"), ("dram_write", "DRAM write"))
 
 
-def metrics_series(report, origin_ns: int, points: int = MEMORY_POINTS) -> pd.DataFrame:
+def metrics_series(report: NsysFrames, origin_ns: int, points: int = MEMORY_POINTS) -> pd.DataFrame:
     """The GPU metrics track's lines: t_ms, pct (of the metric's peak), series ('GPU 0 SM issue'), each the mean
     of at most `points` bins (nsys samples every 0.1 ms: a minute is 600,000 samples per metric)."""
     cols = {"t_ms": pd.Series([], dtype=float), "pct": pd.Series([], dtype=float),
@@ -484,7 +497,8 @@ def _peaks(t: np.ndarray, y: np.ndarray, points: int) -> tuple[np.ndarray, np.nd
     return t[starts], np.maximum.reduceat(y, starts)
 
 
-def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
+def _time_origin(meta: Meta, starts: np.ndarray, ends: np.ndarray,
+                 frame: tuple[int, int] | None = None) -> tuple[int, int, int]:
     """x = 0 and the axis end from the reader's capture span (readers.capture_span: the one definition) and the
     events drawn: x = 0 is the capture start, the axis covers every event.  Returns (origin, span, first) in ns,
     first = where the view opens relative to the origin (our own reports open on the cell, not on an OS call that
@@ -500,7 +514,7 @@ def _time_origin(meta, starts: np.ndarray, ends: np.ndarray, frame=None):
     return origin, max(end - origin, 1), first
 
 
-def thread_names(report) -> dict:
+def thread_names(report: NsysFrames) -> dict[tuple[int, int], str]:
     """(pid, tid) -> the thread's name: nsys's, else the Python name the samples recorded ("IOPub")."""
     ps = report.python_samples
     out = dict(ps.thread_names) if ps is not None else {}
@@ -516,7 +530,7 @@ def thread_names(report) -> dict:
     return out
 
 
-def _kernel_threads(report) -> set:
+def _kernel_threads(report: NsysFrames) -> set[tuple[int, int]]:
     """The threads of the machinery that runs the cell (analysis/python_code.thread_roles): one folded group."""
     ps = report.python_samples
     if ps is None or ps.empty:
@@ -526,7 +540,7 @@ def _kernel_threads(report) -> set:
     return {k for k, r in thread_roles(ps).items() if r == KERNEL}
 
 
-def _process_names(report) -> dict:
+def _process_names(report: NsysFrames) -> dict[int, str]:
     pr = _frame(report, "processes")
     if pr.empty or not {"pid", "name"} <= set(pr.columns):
         return {}
@@ -534,7 +548,7 @@ def _process_names(report) -> dict:
     return dict(zip(_int(pr["pid"]), pr["name"].astype(str).map(lambda n: n.rsplit("/", 1)[-1])))
 
 
-def _gpu_names(report) -> dict:
+def _gpu_names(report: NsysFrames) -> dict[int, str]:
     g = _frame(report, "gpus")
     if g.empty or not {"id", "name"} <= set(g.columns):
         return {}
@@ -545,7 +559,7 @@ def _gpu_names(report) -> dict:
 _GPU_BIT = 1 << 62
 
 
-def _layout_rows(ev: dict, report, cat_code):
+def _layout_rows(ev: Part, report: NsysFrames, cat_code: Callable[[str], int]) -> tuple[pd.DataFrame, np.ndarray]:
     """The rows as a tree: one leaf per (pid, tid, NVTX level or source) and per (GPU, context, stream), under
     headers for each process (and each thread when the process has several), each GPU (its utilization strip)
     and each context (when a GPU has several).  Returns the rows table (display order) and each event's row."""
@@ -574,7 +588,8 @@ def _layout_rows(ev: dict, report, cat_code):
     tnames, gnames, pnames = thread_names(report), _gpu_names(report), _process_names(report)
     kernel_threads = _kernel_threads(report)
     by_sub = {v[0]: k for k, v in _THREAD_SOURCES.items()}
-    leaves: list[tuple[tuple, dict, int]] = []  # (sort key, fields) per distinct key: loops over rows (hundreds), never events
+    # (sort key, fields) per distinct key: loops over rows (hundreds), never events
+    leaves: list[tuple[tuple[int, ...], dict[str, Any], int]] = []
     for code, k in enumerate(uniq.tolist()):
         i = first[code]
         if k & _GPU_BIT:
@@ -594,8 +609,8 @@ def _layout_rows(ev: dict, report, cat_code):
             leaves.append((order, dict(kind="nvtx" if sub < 256 else by_sub[sub], pid=pid, tid=tid, device_id=-1,
                                        sub=sub), code))
     leaves.sort(key=lambda x: x[0])
-    threads_of: dict = {}
-    contexts_of: dict = {}
+    threads_of: dict[int, set[int]] = {}
+    contexts_of: dict[tuple[int, int], set[int]] = {}
     for _, f, _ in leaves:
         if f["kind"] == "gpu":
             contexts_of.setdefault((f["pid"], f["device_id"]), set()).add(f["ctx"])
@@ -604,11 +619,12 @@ def _layout_rows(ev: dict, report, cat_code):
     recs, leaf_row = [], np.empty(len(uniq), np.int32)
     seen = set()
 
-    def add(key, level, ancestors, label, path, group, kind, pid=-1, tid=-1, dev=-1):
+    def add(key: str, level: int, ancestors: list[str], label: str, path: str, group: str, kind: str, pid: int = -1,
+            tid: int = -1, dev: int = -1) -> int:
         recs.append((key, level, "|".join(ancestors), label, path, group, kind, pid, tid, dev))
         return len(recs) - 1
 
-    def process_group(pid):
+    def process_group(pid: int) -> tuple[str, str]:
         pname = pnames.get(pid) or tnames.get((pid, pid))
         group = f"Process {pid}" + (f" {pname}" if pname else "")
         if pid in ranks:
@@ -691,7 +707,7 @@ ROW_BUDGET = 48  # rows a static page shows unfolded; above it the thread/contex
 KERNEL_GROUP = "kernel"  # the key's last part of a process's group of the kernel's own threads
 
 
-def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set:
+def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set[str]:
     """Groups folded when the page first shows: the kernel's own threads always, others only when the rows exceed
     `budget` (then threads and contexts fold, then every process and GPU but the first of each)."""
     kernel = set(rows.loc[rows["key"].astype(str).str.endswith(f"/{KERNEL_GROUP}"), "key"])
@@ -705,20 +721,20 @@ def default_folds(rows: pd.DataFrame, budget: int = ROW_BUDGET) -> set:
     return folded | (set(top["key"]) - keep)
 
 
-def fold_layout(rows: pd.DataFrame, folded=(), strip: bool = False) -> np.ndarray:
+def fold_layout(rows: pd.DataFrame, folded: Iterable[str] = (), strip: bool = False) -> np.ndarray:
     """The y of each row with the groups in `folded` closed: consecutive integers from 0 for the rows still shown
     (a folded group keeps its own header), NaN for the hidden ones.  strip=True: a hidden row takes the y of its
     outermost folded ancestor instead, so a folded group draws its children's activity as one strip on its header
     (as Nsight Systems does); row labels use the layout without it."""
-    folded = set(folded)
+    closed = set(folded)
     anc = [a.split("|") if a else [] for a in rows["ancestors"]]
-    hidden = np.array([bool(folded.intersection(a)) for a in anc], bool)
+    hidden = np.array([bool(closed.intersection(a)) for a in anc], bool)
     y = np.full(len(rows), np.nan)
     y[~hidden] = np.arange(int((~hidden).sum()), dtype=float)
     if strip and hidden.any():
         y_of = dict(zip(rows["key"], y))
         for i in np.flatnonzero(hidden):  # rows (a few hundred at most), not events
-            outer = next((a for a in anc[i] if a in folded), None)
+            outer = next((a for a in anc[i] if a in closed), None)
             y[i] = y_of.get(outer, np.nan)
     return y
 
@@ -740,7 +756,7 @@ def _build_index(data: TimelineData) -> None:
                    "util": _util_intervals(data)}
 
 
-def _merge_intervals(s: np.ndarray, e: np.ndarray):
+def _merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals, vectorised: a new block starts where a start passes every earlier end."""
     if len(s) == 0:
         return s, e
@@ -753,7 +769,7 @@ def _merge_intervals(s: np.ndarray, e: np.ndarray):
     return s[idx], block_end
 
 
-def _util_intervals(data: TimelineData) -> dict:
+def _util_intervals(data: TimelineData) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     ev, rows = data.events, data.rows
     out = {}
     for dev_row in rows[rows["kind"] == "util"].itertuples():
@@ -768,7 +784,7 @@ def _busy(t: np.ndarray, s: np.ndarray, e_sorted: np.ndarray, cs: np.ndarray, ce
     """F(t) = total busy time before t = sum(min(t, e) - s for s < t); prefix sums make it vectorised."""
     ns = np.searchsorted(s, t, side="left")
     ne = np.searchsorted(e_sorted, t, side="left")
-    return (ns * t - cs[ns]) - (ne * t - ce[ne])
+    return np.asarray((ns * t - cs[ns]) - (ne * t - ce[ne]))
 
 
 AGG_COLUMNS = ["left", "right", "row", "cat", "name", "color", "count", "busy"]
@@ -889,7 +905,8 @@ def embeddable_rows(data: TimelineData, limit: int) -> list[int]:
     return chosen
 
 
-def _bin_row(data, r, s, e_sorted, cs, ce, lo, edges) -> pd.DataFrame:
+def _bin_row(data: TimelineData, r: int, s: np.ndarray, e_sorted: np.ndarray, cs: np.ndarray, ce: np.ndarray,
+             lo: int, edges: np.ndarray) -> pd.DataFrame:
     f = _busy(edges, s, e_sorted, cs, ce)
     width = np.diff(edges).clip(min=1)
     busy = np.clip(np.diff(f) / width, 0, 1)

@@ -33,7 +33,8 @@ def family_of(name: str) -> str:
     return re.sub(r"\d+", "#", _TILE.sub("", base))
 
 
-def _variants(a, b, wanted, k_start, k_name, fam_codes, n_names):
+def _variants(a: np.ndarray, b: np.ndarray, wanted: np.ndarray, k_start: np.ndarray, k_name: np.ndarray,
+              fam_codes: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
     """Per step [a, b) (contiguous, sorted): the most variants of one family among its distinct matrix kernels, and
     how many distinct ones it ran; counted in arrays for the `wanted` steps only (a million steps: no loop)."""
     variants = np.zeros(len(a), np.int64)
@@ -116,10 +117,10 @@ def rule_autotune(ctx: Context) -> list[Finding] | Found:
     ev = evidence(df, pd.Series(["autotuning step"] * len(df)), {"syncs": df["syncs"], "variants": df["variants"],
                                                                  "matrix_kernels": df["kernels"]})
     per_sync = int(df["syncs"].median())
-    variants = int(df["variants"].median())
+    most = int(df["variants"].median())
     return Found([Finding(
         "autotune", ctx.severity(at_stake),
-        f"An autotuner runs inside the loop: {len(df)} steady steps each try up to {variants} variants of a matrix "
+        f"An autotuner runs inside the loop: {len(df)} steady steps each try up to {most} variants of a matrix "
         f"kernel, with {per_sync} synchronisations a step between the trials",
         "Each of these steps runs several versions of the same convolution or GEMM kernel and waits for each "
         "(synchronisations between them): an autotuner timing its candidates. It runs again whenever it meets a "

@@ -8,11 +8,14 @@ communication time that is not waiting.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from .common import Context, Finding, estimate_words, evidence, ranges_of
 from .. import text as tx
+from ...readers.contract import NsysFrames
 
 _CAUSE_WORDS = {
     "compute": "its GPU computes {mine:.0f}% of the steady state against {others:.0f}% on the others: it has more "
@@ -32,7 +35,7 @@ _CAUSE_WORDS = {
 }
 
 
-def _who(report, pid: int) -> str:
+def _who(report: NsysFrames, pid: int) -> str:
     ranks = report.ranks_by_pid
     return f"rank {ranks[pid][0]}" if pid in ranks else f"process {pid}"
 
@@ -55,7 +58,7 @@ def steady_waits(ctx: Context) -> pd.DataFrame:
     return w.assign(scale=scale)[keep]
 
 
-def straggler_of(ctx: Context) -> dict | None:
+def straggler_of(ctx: Context) -> dict[str, Any] | None:
     """The rank the others wait for, and what it costs the job (scaled ns): None without such waiting."""
     w = steady_waits(ctx)
     if w.empty:
@@ -92,7 +95,7 @@ def slower_gpu_words(who: str, slow: float, spread_pct: float, sev: str) -> tupl
 
 def _cause(ctx: Context, pid: int) -> str:
     """What the straggler does differently: the breakdown category where it exceeds the others most."""
-    shares: dict = {}
+    shares: dict[int, dict[str, float]] = {}
     for p in ctx.diag.pairs:
         t = shares.setdefault(p.pid, {})
         for c, v in p.totals.items():

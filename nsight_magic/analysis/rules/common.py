@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
 from ...inside.marks import CAPTURE_DOMAIN
 from ...readers.nsys_frames import FirstMatch, ckey
-from ..enclosing import Enclosing  # noqa: F401  (the rules' import point)
+from ..enclosing import Enclosing as Enclosing  # the rules' import point
 from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
+from ...readers.contract import NsysFrames
 
 if TYPE_CHECKING:  # types only: the rules read a report through the readers' contract, never import the reader
     from ...readers.contract import NsysTables
@@ -31,15 +32,16 @@ class Finding:
     time_at_stake_ns: int         # what the cell would save if this were fixed (critical path, whole loop)
     estimate: str                 # how time_at_stake_ns was estimated
     evidence: pd.DataFrame = field(repr=False)  # the events concerned: start_ns/end_ns on the report's clock, ...
-    ranges: tuple = ()            # ((start_ns, end_ns), ...) on the same clock: where to look on the timeline
-    related: tuple = ()           # rules whose findings are about the same time (merged into this one)
+    # ((start_ns, end_ns), ...) on the same clock: where to look on the timeline
+    ranges: tuple[tuple[int, int], ...] = ()
+    related: tuple[str, ...] = ()  # rules whose findings are about the same time (merged into this one)
     code: str = ""                # the user's code the host ran in the evidence's stretches (Python samples)
 
     @property
     def count(self) -> int:
         return len(self.evidence)
 
-    def __str__(self):
+    def __str__(self) -> str:
         return f"[{self.severity}] {self.title} ({self.time_at_stake_ns / 1e6:,.3f} ms at stake)"
 
 
@@ -58,16 +60,21 @@ def severity(at_stake_ns: float, span_ns: int, min_alarm_ns: float = MIN_ALARM_N
     return "high" if share >= HIGH_SHARE else "medium" if share >= MEDIUM_SHARE else "low"
 
 
+PidDevice = tuple[int, int]  # (pid, device): a process on one GPU
+
+
 @dataclass
 class Claims:
     """What one rule took for its cause, handed back with its findings (Found).  The runner adds it to the run's
     Context, which the later rules read: each nanosecond is counted once, by the first cause that names it."""
 
-    ns: dict = field(default_factory=dict)  # breakdown category -> ns
-    growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
-    small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
-    readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
-    autotune_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps autotune took
+    ns: dict[str, int] = field(default_factory=dict)  # breakdown category -> ns
+    # per (pid, device): {category: ns} of growing_steps' steps; the start_ns of the gaps small_copies,
+    # implicit_sync and autotune took
+    growth_idle: dict[PidDevice, dict[str, float]] = field(default_factory=dict)
+    small_copy_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
+    readback_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
+    autotune_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
 
     def take(self, category: str, ns: float) -> None:
         self.ns[category] = self.ns.get(category, 0) + int(ns)
@@ -77,7 +84,7 @@ class Found(NamedTuple):
     """A rule's answer when it claims time: its findings (none, where its cause fell under the threshold after it
     took its time) and its claims."""
 
-    findings: list
+    findings: list[Finding]
     claims: Claims
 
 
@@ -87,17 +94,18 @@ class Context:
     runner, analysis.findings, from each rule's Claims; a rule never writes it)."""
 
     report: NsysTables
-    th: dict
+    th: dict[str, Any]
     diag: Diagnosis
-    straggler: dict | None = None  # collective_wait's verdict: {"pid": the rank the others wait for, "ns": cost}
-    claimed: dict = field(default_factory=dict)  # category -> ns a named cause took of it (the generic rule keeps
-    #                                               the rest: each nanosecond is counted once)
-    growth_idle: dict = field(default_factory=dict)  # (pid, device) -> {category: ns} of growing_steps' steps
-    small_copy_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of small_copies' gaps
-    readback_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps implicit_sync took
-    autotune_gaps: dict = field(default_factory=dict)  # (pid, device) -> start_ns of the gaps autotune took
-    memo: dict = field(default_factory=dict)  # what several rules read, computed once (the memory summary)
-    fired: set = field(default_factory=set)  # the causes (not symptoms) that found time at stake so far
+    straggler: dict[str, Any] | None = None  # collective_wait's verdict: {"pid": the rank waited for, "ns": cost}
+    # category -> ns a named cause took of it (the generic rule keeps the rest: each nanosecond is counted once)
+    claimed: dict[str, int] = field(default_factory=dict)
+    # per (pid, device), as Claims
+    growth_idle: dict[PidDevice, dict[str, float]] = field(default_factory=dict)
+    small_copy_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
+    readback_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
+    autotune_gaps: dict[PidDevice, np.ndarray] = field(default_factory=dict)
+    memo: dict[str, Any] = field(default_factory=dict)  # what several rules read, computed once (the memory summary)
+    fired: set[str] = field(default_factory=set)  # the causes (not symptoms) that found time at stake so far
 
     @property
     def span(self) -> int:
@@ -193,7 +201,7 @@ def estimate_words(ctx: Context, what: str) -> str:
     return f"{what}; measured over {where}, scaled to the whole loop"
 
 
-def ranges_of(ev: pd.DataFrame, limit: int = 200) -> tuple:
+def ranges_of(ev: pd.DataFrame, limit: int = 200) -> tuple[tuple[int, int], ...]:
     """(start, end) of the evidence, merged where they touch, the longest `limit` of them."""
     if ev.empty:
         return ()
@@ -219,7 +227,8 @@ def size_words(n: float) -> str:
 def like(names: pd.Series, pattern: str) -> np.ndarray:
     """SQL LIKE as nsys's rules use it (case-insensitive), on a categorical or text column."""
     rx = "^" + re.escape(pattern).replace("%", ".*").replace("_", ".") + "$"
-    return tx.contains(names, rx, case=False, regex=True) & pd.notna(names).to_numpy()
+    found: np.ndarray = tx.contains(names, rx, case=False, regex=True) & pd.notna(names).to_numpy()
+    return found
 
 
 def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
@@ -232,7 +241,7 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
     idx = a["match"](ckey(ops["pid"].to_numpy(np.int64), ops["correlation_id"]))
     ok = idx >= 0
     take = np.maximum(idx, 0)
-    out: dict = {}  # framed once at the end
+    out: dict[str, Any] = {}  # framed once at the end
     name = a["name"]
     if not len(name):
         out["api_name"] = np.full(len(ops), None, object)
@@ -248,7 +257,7 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame) -> pd.DataFrame:
 
 
 @per_frame
-def _calls_by_correlation(api: pd.DataFrame) -> dict:
+def _calls_by_correlation(api: pd.DataFrame) -> dict[str, Any]:
     """The CUDA calls with a correlation id as arrays (name as a pandas Series) and their join on (pid, id)
     (readers.nsys_frames.FirstMatch): prepared once per frame, since every rule asks about the same report's
     calls."""
@@ -260,20 +269,20 @@ def _calls_by_correlation(api: pd.DataFrame) -> dict:
             "name": api["name"].take(rows).reset_index(drop=True)}
 
 
-def _nullable_int(col: pd.Series):
+def _nullable_int(col: pd.Series) -> Any:
     """A column as Int64 (NA kept), without a round trip through Python objects where it is numeric already."""
     if pd.api.types.is_integer_dtype(col.dtype) and not isinstance(col.dtype, pd.ArrowDtype):
         return pd.array(col.to_numpy(), dtype="Int64") if col.dtype.kind in "iu" else col.astype("Int64").array
     return pd.array(pd.to_numeric(col, errors="coerce"), dtype="Int64")
 
 
-def evidence(df: pd.DataFrame, name, extra: dict | None = None) -> pd.DataFrame:
+def evidence(df: pd.DataFrame, name: Any, extra: dict[str, Any] | None = None) -> pd.DataFrame:
     """Common evidence columns: start_ns, end_ns, duration_ns, name, pid, tid, device_id, stream_id (+ extra)."""
     n = len(df)
     start = df["start_ns"].to_numpy(np.int64)
     end = pd.to_numeric(df["end_ns"]).to_numpy(np.int64)
     # the columns framed once at the end (inserting them one at a time costs pandas' checks each time)
-    cols: dict = {"start_ns": start, "end_ns": end, "duration_ns": end - start}
+    cols: dict[str, Any] = {"start_ns": start, "end_ns": end, "duration_ns": end - start}
     if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
         # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
         # the names present: counts and groups by name list no empty ones)
@@ -309,7 +318,8 @@ def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
     return f" {len(top)} of them take {pct:.0f}% of that time{where}."
 
 
-def with_operator(report, extra: dict, pid, tid, t) -> dict:
+def with_operator(report: NsysFrames, extra: dict[str, Any], pid: np.ndarray, tid: np.ndarray,
+                  t: np.ndarray) -> dict[str, Any]:
     """`extra` plus an "op" column where the report has %%nsys --ops ranges: the PyTorch operator open on each
     call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
     from ..ops import op_ranges
@@ -327,7 +337,7 @@ def with_operator(report, extra: dict, pid, tid, t) -> dict:
 
 
 @per_frame  # keyed by the report: gpu_gaps and gpu_time_util both ask (neither changes the frame)
-def gpu_ops_with_overhead(report) -> pd.DataFrame:
+def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
     """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
     operations nsys analyze's GPU rules look at."""
     parts = []
@@ -369,15 +379,17 @@ def gpu_ops_with_overhead(report) -> pd.DataFrame:
     return ops.reset_index(drop=True)
 
 
-def _ids(col) -> np.ndarray:
+def _ids(col: pd.Series) -> np.ndarray:
     """A pid/tid column as int64, -2 where missing (never equal to a real id, nor to -1: "any thread")."""
-    return pd.array(col, dtype="Int64").to_numpy(np.int64, na_value=-2)
+    ids: np.ndarray = pd.array(col, dtype="Int64").to_numpy(np.int64, na_value=-2)
+    return ids
 
 
 CONTEXT_CHUNK = 2_000_000  # candidate (gap, row) pairs held at once
 
 
-def _covering(rows: tuple, gpid: np.ndarray, gtid: np.ndarray, gs: np.ndarray, ge: np.ndarray):
+def _covering(rows: tuple[np.ndarray, ...], gpid: np.ndarray, gtid: np.ndarray, gs: np.ndarray,
+              ge: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each gap [gs, ge): the row (of `rows`, sorted by start with their running maximum end) of its process,
     and of its thread where gtid >= 0, that covers most of the gap (the first on ties), -1 where none; and that
     cover in ns.  All gaps at once: their candidate rows are the slices from the first row whose running end passes
@@ -405,7 +417,7 @@ def _covering(rows: tuple, gpid: np.ndarray, gtid: np.ndarray, gs: np.ndarray, g
     return best, best_cover
 
 
-def cpu_context(report, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFrame:
+def cpu_context(report: NsysFrames, gaps: pd.DataFrame, launch_tid: np.ndarray) -> pd.DataFrame:
     """What the launching thread did during each gap: the NVTX range, CUDA API call and OS runtime call that cover
     most of it (with the share of the gap they cover)."""
     keys = ("cpu_nvtx", "cpu_cuda_api", "cpu_osrt")

@@ -8,6 +8,8 @@ cuda_memcpy_async does not already count.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -15,9 +17,10 @@ from .. import text as tx
 from ..bottleneck import INPUT_MIN_BYTES
 from .common import (Claims, Context, Enclosing, Finding, Found, api_of, estimate_words, evidence, like, ranges_of,
                      size_words, where_words, with_operator)
+from ...readers.contract import NsysFrames
 
 
-def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
+def _copies_flagged(report: NsysFrames, api_pattern: str, keep: Callable[[pd.DataFrame], np.ndarray]) -> pd.DataFrame:
     m = report.memcpy
     if m.empty:
         return m
@@ -29,13 +32,13 @@ def _copies_flagged(report, api_pattern: str, keep) -> pd.DataFrame:
     return sel[hit]
 
 
-def pageable_async_copies(report) -> pd.DataFrame:
+def pageable_async_copies(report: NsysFrames) -> pd.DataFrame:
     """The copies nsys's cuda_memcpy_async flags: cudaMemcpy*Async from or to pageable memory."""
     return _copies_flagged(report, "cudaMemcpy%Async%", lambda m: (tx.eq(m["src_kind"], "pageable"))
                            | (tx.eq(m["dst_kind"], "pageable")))
 
 
-def serialized_copies(report) -> pd.DataFrame:
+def serialized_copies(report: NsysFrames) -> pd.DataFrame:
     """Host<->device copies on a stream that also runs kernels, with a kernel of it before and one after."""
     m, k = report.memcpy, report.kernels
     if m.empty or k.empty:
@@ -57,7 +60,7 @@ def serialized_copies(report) -> pd.DataFrame:
     return pd.concat(rows) if rows else hd.iloc[0:0]
 
 
-def _copy_evidence(report, m: pd.DataFrame) -> pd.DataFrame:
+def _copy_evidence(report: NsysFrames, m: pd.DataFrame) -> pd.DataFrame:
     return evidence(m.assign(tid=m["api_tid"]), tx.prefixed("memcpy ", m["kind"]),
                     with_operator(report, {
                         "bytes": m["bytes"], "src_kind": tx.as_text(m["src_kind"]),
@@ -156,10 +159,10 @@ def rule_cuda_memcpy_sync(ctx: Context) -> list[Finding]:
     report, th = ctx.report, ctx.th
     small = th["cuda_memcpy_sync.min_htod_bytes"]
 
-    def keep(m):
+    def keep(m: pd.DataFrame) -> np.ndarray:
         htod_small = (m["bytes"] <= small) & (tx.eq(m["kind"], "HtoD"))
         same_dev = m["src_device_id"].notna() & (m["src_device_id"] == m["dst_device_id"])
-        return ~(htod_small | same_dev.fillna(False)).to_numpy(bool)
+        return np.asarray(~(htod_small | same_dev.fillna(False)).to_numpy(bool))
 
     m = _copies_flagged(report, "cudaMemcpy%", keep)
     if len(m):

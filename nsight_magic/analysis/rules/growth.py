@@ -10,11 +10,14 @@ growth (the allocator finding ever larger blocks, say) is claimed, so that its o
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..bottleneck import IDLE, by_correlation
 from ..kernel_classes import classify
+from ..bottleneck import Pair
 from .common import Claims, Context, Finding, Found, estimate_words, evidence, ranges_of
 
 MIN_STEPS = 8          # steady steps needed to tell growth from noise
@@ -47,7 +50,7 @@ def _growth(per_step: np.ndarray) -> float:
     return float(np.maximum(per_step - base, 0).sum())
 
 
-def _per_step(step: np.ndarray, keys, values, n: int) -> pd.DataFrame:
+def _per_step(step: np.ndarray, keys: np.ndarray | pd.Series, values: np.ndarray, n: int) -> pd.DataFrame:
     """A (step x key) table of summed values, every step a row (zeros where a key had none)."""
     df = pd.DataFrame({"step": step, "key": keys, "v": values})
     return df.pivot_table(index="step", columns="key", values="v", aggfunc="sum", fill_value=0,
@@ -60,7 +63,7 @@ def _grown(table: pd.DataFrame, total: float) -> list[tuple[str, float]]:
     return sorted([g for g in got if g[1] >= MIN_PART * total], key=lambda g: -g[1])[:TOP]
 
 
-def _one(ctx: Context, p) -> dict | None:
+def _one(ctx: Context, p: Pair) -> dict[str, Any] | None:
     """The growth of one (process, GPU) pair's steps, or None."""
     st = p.steps
     if st is None or st.steady_count < MIN_STEPS:

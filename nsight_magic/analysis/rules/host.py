@@ -15,6 +15,8 @@ from .. import intervals as I
 from .. import text as tx
 from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words,
                      with_operator)
+from ...readers.contract import NsysFrames
+from ..python_code import GilHolder
 
 
 def rule_cuda_api_sync(ctx: Context) -> list[Finding]:
@@ -210,7 +212,7 @@ GIL_ADVICE = ("Python code in another thread of the process (a metrics, logging 
               "of more hand-offs for both. ")
 
 
-def _gil_holder(report, ev: pd.DataFrame):
+def _gil_holder(report: NsysFrames, ev: pd.DataFrame) -> GilHolder | None:
     """The Python thread that held the GIL while the evidence's thread waited in GIL calls (Python samples)."""
     from ...readers.instrument_waits import GIL_CALLS
     from ..python_code import gil_holder
@@ -228,7 +230,7 @@ def _gil_holder(report, ev: pd.DataFrame):
 IMPORT_MIN_SHARE = 0.5  # of the sampled time inside the waits: Python importing modules
 
 
-def _imports(report, ev: pd.DataFrame) -> tuple[float, str] | None:
+def _imports(report: NsysFrames, ev: pd.DataFrame) -> tuple[float, str] | None:
     """(share, module) when Python samples show the waiting thread importing modules for most of the waits."""
     from ..python_code import importing
 
@@ -256,7 +258,7 @@ def _import_finding(ctx: Context, imports: tuple[float, str], at_stake: int, est
         at_stake, estimate, ev, ranges_of(ev))
 
 
-def _holder_words(holder) -> str:
+def _holder_words(holder: GilHolder) -> str:
     return (f": waiting for CPython's GIL, which thread '{holder.thread}' of the process held: the Python samples "
             f"saw it run {holder.ns / 1e6:,.1f} ms inside these waits"
             + (f", in {holder.code}" if holder.code else "") + ".")
@@ -286,7 +288,7 @@ def _spawn_words(spawned: list[int]) -> str:
             f"({len(spawned):,} started meanwhile; benchmarks/call_overhead.py --kinds spawn)" if spawned else "")
 
 
-def _spawned_words(report, spawned: list[int]) -> str:
+def _spawned_words(report: NsysFrames, spawned: list[int]) -> str:
     """' In these waits it started 19 processes (nvidia-smi) and waited for them.'"""
     if not spawned:
         return ""

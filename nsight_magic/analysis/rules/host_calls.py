@@ -23,6 +23,7 @@ from .kernels import gpu_side_saving
 from ..kernel_classes import with_classes
 from ...readers.nsys_frames import ckey
 from .. import text as tx
+from ...readers.contract import NsysFrames
 
 TINY_COPY_BYTES = 1024       # a device-to-host copy this small is a value the host wants to look at
 IMPLICIT_WINDOW_NS = 2_000_000  # ... when the thread synchronises within this long after it
@@ -30,7 +31,7 @@ SYNC_RX = re.compile(r"^cu(?:da)?(?:Device|Stream|Event|Ctx)Synchronize")
 DATA_DEPENDENT_RX = r"(?i)DeviceSelect|DeviceCompact|nonzero|indexing_backward|masked_(?:select|scatter)|RadixSort"
 
 
-def _calls_in_window(ctx: Context, rx) -> pd.DataFrame:
+def _calls_in_window(ctx: Context, rx: re.Pattern[str]) -> pd.DataFrame:
     """The CUDA calls matching `rx` made inside the steady windows (by the processes analysed)."""
     api = ctx.report.cuda_api
     if api.empty:
@@ -112,7 +113,7 @@ def rule_module_loading(ctx: Context) -> list[Finding]:
         ranges_of(ev))]
 
 
-def implicit_syncs(report) -> pd.DataFrame:
+def implicit_syncs(report: NsysFrames) -> pd.DataFrame:
     """The host reading data off the GPU and waiting for it: sync calls that follow a tiny device-to-host copy on
     the same thread within IMPLICIT_WINDOW_NS (`.item()`, `if tensor:`, `print(tensor)`, the size of `nonzero`
     and boolean-mask results), and the copy calls into pageable memory, which wait themselves (`.cpu()`,
@@ -169,7 +170,7 @@ _BACKWARD_CHECKS = (" Most of them read one byte on a thread other than the cell
                     "tests every gradient for NaN), or a backward hook calling `.item()`.")
 
 
-def _readback_copies(report, syncs: pd.DataFrame) -> pd.DataFrame:
+def _readback_copies(report: NsysFrames, syncs: pd.DataFrame) -> pd.DataFrame:
     """The device-to-host copies of these read-backs (their call starts where a read-back's copy call did), with
     the call's end as call_end_ns."""
     m = report.memcpy
@@ -230,7 +231,7 @@ def _reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
     return syncs.drop_duplicates(["pid", "tid", "copy_start_ns"])
 
 
-def _in_backward(report, reads: pd.DataFrame) -> bool:
+def _in_backward(report: NsysFrames, reads: pd.DataFrame) -> bool:
     """Most read-backs are of one byte (a flag) and made by threads other than the cells' own."""
     if reads.empty:
         return False

@@ -13,8 +13,9 @@ import pandas as pd
 from .. import intervals as I
 from .. import text as tx
 from ..bottleneck import HOST_CALLS, osrt_traced, quiet_gaps
-from ..python_code import code_words, gil_holder
+from ..python_code import GilHolder, code_words, gil_holder
 from .common import Claims, Context, Finding, Found, cpu_context, estimate_words, evidence, ranges_of, where_words
+from ...readers.contract import NsysFrames
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
 MAX_EVIDENCE = 1_000  # stretches in the evidence (a long CPU-bound trace has tens of thousands)
@@ -22,7 +23,7 @@ COMPILED_MIN_SHARE = 0.5  # of the stretches' idle time in stretches that load G
 HOLDER_MIN_SHARE = 0.3  # of the stretches' time another Python thread was sampled running Python: it may hold the GIL
 
 
-def _loading_code(report, ev: pd.DataFrame) -> np.ndarray:
+def _loading_code(report: NsysFrames, ev: pd.DataFrame) -> np.ndarray:
     """Per stretch: its thread loaded GPU code during it (module and library loads: code compiled or used for the
     first time)."""
     api = report.cuda_api
@@ -139,7 +140,7 @@ def rule_host_code(ctx: Context) -> list[Finding] | Found:
                                       "launching nothing"), ev, ranges_of(ev), code=code)], claims)
 
 
-def _busy_thread(report, ev: pd.DataFrame):
+def _busy_thread(report: NsysFrames, ev: pd.DataFrame) -> GilHolder | None:
     """Another Python thread of the program that the samples saw running Python (not waiting) through at least
     HOLDER_MIN_SHARE of the stretches: without the OS runtime's GIL calls, the likeliest reason the launching
     thread stalls while it runs."""

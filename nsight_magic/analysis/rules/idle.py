@@ -27,7 +27,7 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     if gaps.empty or ev.empty:
         return 0, ""
     fired = ctx.fired
-    by_pair: dict = {}
+    by_pair: dict[tuple[int, int], pd.DataFrame] = {}
     named: dict[str, int] = {}
     strag = ctx.straggler["pid"] if ctx.straggler else None
     # host_code counts the OS calls inside its stretches when its code held most of them (it claimed them)

@@ -14,11 +14,12 @@ from ..bottleneck import HOST
 from ..overhead import words as overhead_words
 from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
 from .. import text as tx
+from ...readers.contract import NsysFrames
 
 MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
 
 
-def _kernels_with_launch(report) -> pd.DataFrame:
+def _kernels_with_launch(report: NsysFrames) -> pd.DataFrame:
     k = report.kernels
     if k.empty:
         return k
@@ -27,7 +28,8 @@ def _kernels_with_launch(report) -> pd.DataFrame:
                     api_ns=(a["api_end_ns"] - a["api_start_ns"]).to_numpy())
 
 
-def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction=None, freed_ns: int = 0) -> int:
+def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction: np.ndarray | float | None = None,
+                    freed_ns: int = 0) -> int:
     """What making these kernels (a fraction of each) vanish saves on the critical path: per process and GPU, the
     GPU time saved in the steady window, at most the time the launching thread waited for the GPU there (below
     that the host sets the pace), scaled to the loop; the largest.  freed_ns: host time (whole loop) the same fix

@@ -84,7 +84,7 @@ def rule_out_of_memory(ctx: Context) -> list[Finding]:
     return out
 
 
-def _growth_words(d) -> str:
+def _growth_words(d: pd.Series) -> str:
     if not np.isfinite(d["growth_per_step"]) or d["growth_per_step"] <= 0:
         return ""
     return f" It grew {_gb(d['growth_per_step'])} a step over {int(d['steps'])} steps."
@@ -119,7 +119,7 @@ def rule_memory_growth(ctx: Context) -> list[Finding]:
     return out
 
 
-def _growth_cause(s: MemorySummary, d) -> tuple[str, str]:
+def _growth_cause(s: MemorySummary, d: pd.Series) -> tuple[str, str]:
     """What the steps keep (`d`: the device's row of s.devices): many blocks a step from inside a model's forward
     (activations: outputs kept with their autograd graph), or about one a step (a list or cache that keeps a
     tensor)."""

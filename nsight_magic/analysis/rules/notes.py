@@ -6,6 +6,7 @@ import pandas as pd
 
 from ...inside.marks import CAPTURE_DOMAIN
 from .common import Context, Finding, evidence, ranges_of
+from .. import intervals as I
 from .. import text as tx
 
 
@@ -89,7 +90,7 @@ def rule_gpu_metrics(ctx: Context) -> list[Finding]:
     if gm.empty:
         return []
     span = report.time_span
-    busy: dict = {}  # each device's busy intervals, computed once for the whole and every range
+    busy: dict[int, I.Intervals] = {}  # each device's busy intervals, computed once for the whole and every range
     whole = read_metrics(report, (span.start_ns, span.end_ns), busy)
     if not whole:
         return []
@@ -132,7 +133,6 @@ def rule_cuda_graphs(ctx: Context) -> list[Finding]:
     """CUDA graphs recorded as whole launches (nsys's --cuda-graph-trace=graph): their kernels are not in the report,
     so neither the kernel tables nor the kernel advice see where that GPU time goes.  With node tracing (our
     default) the kernels are listed, each with its graph launch's correlation id."""
-    from .. import intervals as I
 
     report = ctx.report
     g = report.graphs

@@ -8,6 +8,8 @@ the fix saves beyond the time the host paced the GPU anyway (kernels.gpu_side_sa
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -33,14 +35,22 @@ def _gpu_bound(ctx: Context) -> bool:
 
 
 def _matrix(ctx: Context) -> pd.DataFrame:
-    cache = ctx.__dict__.setdefault("_matrix", {})
+    cache = ctx.memo.setdefault("matrix", {})
     if "k" not in cache:
         k = ctx.report.kernels
         cache["k"] = with_classes(k) if len(k) else k
     return cache["k"]
 
 
-def _holding(ctx: Context, rule: str, select) -> tuple[pd.DataFrame, pd.DataFrame, float] | None:
+def _ratio(ctx: Context, fast: str, slow: str) -> float | None:
+    """The report's GPU's throughput in `fast` over `slow` (kernel_classes.THROUGHPUT); None where not known."""
+    t = throughput(ctx.report) or {}
+    a, b = t.get(fast), t.get(slow)
+    return a / b if a and b else None
+
+
+def _holding(ctx: Context, rule: str,
+             select: Callable[[pd.DataFrame], np.ndarray]) -> tuple[pd.DataFrame, pd.DataFrame, float] | None:
     """In a GPU-bound loop: (the classified kernels, those `select(kernels)` picks, all kernels' time) when the
     picked ones hold at least the rule's `min_gpu_pct` of kernel time; else None."""
     if not _gpu_bound(ctx):
@@ -68,8 +78,7 @@ def rule_fp32_gemm(ctx: Context) -> list[Finding]:
     if got is None:
         return []
     _, m, total = got
-    t = throughput(ctx.report)
-    ratio = t["tf32"] / t["fp32"] if t and t.get("tf32") else UNKNOWN_TF32_RATIO
+    ratio = _ratio(ctx, "tf32", "fp32") or UNKNOWN_TF32_RATIO
     at_stake = gpu_side_saving(ctx, m, np.full(len(m), 1 - 1 / ratio))
     share = m["duration_ns"].sum() * 100 / total
     ev = evidence(m, m["name"], {"precision": m["precision"], "cls": m["cls"]})
@@ -98,8 +107,7 @@ def rule_fp64_compute(ctx: Context) -> list[Finding]:
     if got is None:
         return []
     _, m, total = got
-    t = throughput(ctx.report)
-    ratio = t["tf32"] / t["fp64"] if t and t.get("tf32") and t.get("fp64") else UNKNOWN_FP64_RATIO
+    ratio = _ratio(ctx, "tf32", "fp64") or UNKNOWN_FP64_RATIO
     in_matrix = (m["cls"].isin(MATRIX)).to_numpy()
     flops = in_matrix & ~tx.contains(m["name"], _BYTES_BOUND, regex=True)  # the tensor cores' rate applies
     at_stake = gpu_side_saving(ctx, m, np.where(flops, 1 - 1 / ratio, FP64_BYTES_SAVING))
@@ -128,11 +136,11 @@ def rule_fp64_compute(ctx: Context) -> list[Finding]:
 def rule_gemm_alignment(ctx: Context) -> list[Finding]:
     """Tensor-core matrix kernels whose operands are aligned to fewer than 16 bytes (cuBLAS/CUTLASS name the
     alignment: `_align2` on bf16 is 4 bytes): a dimension that is not a multiple of 8 (fp16/bf16) or 4 (tf32)."""
-    def misaligned(k):
+    def misaligned(k: pd.DataFrame) -> np.ndarray:
         aligned_bytes = k["align_elems"].astype(float) * k["precision"].map(ELEM_BYTES).astype(float)
         # fp64 MMA kernels are aligned to one element by design: fp64_compute's fix applies to them instead
-        return ((k["tensor_cores"].fillna(False) == True).to_numpy() & (aligned_bytes < 16).to_numpy()  # noqa: E712
-                & (k["precision"] != "fp64").to_numpy())
+        return np.asarray((k["tensor_cores"].fillna(False) == True).to_numpy()  # noqa: E712
+                          & (aligned_bytes < 16).to_numpy() & (k["precision"] != "fp64").to_numpy())
 
     got = _holding(ctx, "gemm_alignment", misaligned)
     if got is None:
@@ -189,10 +197,11 @@ def score_matrix_work(k: pd.DataFrame) -> np.ndarray:
 
 def _score_work(ctx: Context, k: pd.DataFrame) -> np.ndarray:
     """score_matrix_work of the report's classified kernels (_matrix), once for both rules that ask."""
-    cache = ctx.__dict__.setdefault("_matrix", {})
+    cache = ctx.memo.setdefault("matrix", {})
     if "score" not in cache:
         cache["score"] = score_matrix_work(k)
-    return cache["score"]
+    score: np.ndarray = cache["score"]
+    return score
 
 
 def _attention_holds(ctx: Context) -> bool:

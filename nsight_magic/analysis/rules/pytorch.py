@@ -21,6 +21,7 @@ from ..kernel_classes import with_classes
 from .common import Claims, Context, Finding, Found, api_of, estimate_words, evidence, ranges_of, where_words
 from .kernels import gpu_side_saving
 from .. import text as tx
+from ...readers.contract import NsysFrames
 
 SMALL_CLASSES = ("elementwise", "indexing", "layout", "reduction")
 LOOP_MAX_PERIOD = 8       # a Python loop body launching up to this many kernels per iteration
@@ -29,7 +30,7 @@ FACTORY_OPS = re.compile(r"^aten::(?:full|ones|zeros|empty|rand|randn|randint|ar
 COPY_OPS = re.compile(r"^aten::(?:to|_to_copy|copy_|cuda)$")
 
 
-def _training_ranges(report, pattern: str) -> pd.DataFrame:
+def _training_ranges(report: NsysFrames, pattern: str) -> pd.DataFrame:
     nv = report.nvtx
     if nv.empty or "domain" not in nv:
         return nv.iloc[0:0]
@@ -51,12 +52,12 @@ def _gaps_in(ctx: Context, ranges: pd.DataFrame) -> pd.DataFrame:
     return g[keep]
 
 
-def _launched_in(report, ranges: pd.DataFrame) -> pd.DataFrame:
-    """Kernels whose launch call was made inside the ranges, on the range's thread."""
-    k = report.kernels
+def _launched_in(k: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame) -> pd.DataFrame:
+    """The GPU operations `k` (kernels, copies) whose launch call (in `api`) was made inside the ranges, on the
+    range's thread."""
     if k.empty or ranges.empty:
         return k.iloc[0:0]
-    a = api_of(k, report.cuda_api)
+    a = api_of(k, api)
     t = pd.to_numeric(a["api_start_ns"]).to_numpy()
     tid = pd.to_numeric(a["api_tid"]).to_numpy()
     keep = np.zeros(len(k), bool)
@@ -82,7 +83,7 @@ def rule_optimizer_single_tensor(ctx: Context) -> list[Finding] | Found:
         return []
     claims = Claims()
     claims.take("launch", at_stake)
-    k = _launched_in(ctx.report, steps)
+    k = _launched_in(ctx.report.kernels, ctx.report.cuda_api, steps)
     name = str(steps["name"].iloc[0]).split(" [")[0]
     ev = evidence(steps, steps["name"], {"kernels": np.bincount(
         np.searchsorted(np.sort(steps["start_ns"].to_numpy(np.int64)), k["start_ns"].to_numpy(np.int64), "right")
@@ -107,7 +108,7 @@ def rule_zero_grad_not_none(ctx: Context) -> list[Finding] | Found:
     zeros = _training_ranges(ctx.report, r"zero_grad \[set_to_none=False\]$")
     if zeros.empty:
         return []
-    k = _launched_in(ctx.report, zeros)
+    k = _launched_in(ctx.report.kernels, ctx.report.cuda_api, zeros)
     host = ctx.host_stake("launch", _gaps_in(ctx, zeros)) if len(zeros) else 0
     # memory traffic, in units of the zeroing kernels' (they write each gradient once): the backward then adds into
     # the gradients (reads them, reads the new ones, writes) where it would have kept the new ones as they are
@@ -152,7 +153,7 @@ def rule_extra_copy(ctx: Context) -> list[Finding] | Found:
     # the copies these .to() calls made: host-to-device, their API call inside the copy operator's range
     m = report.memcpy
     hd = m[(tx.eq(m["kind"], "HtoD"))] if len(m) else m
-    moved = _launched_in(_With(report, hd), copy.assign(end_ns=pd.to_numeric(copy["end_ns"]))) if len(hd) else hd
+    moved = _launched_in(hd, report.cuda_api, copy.assign(end_ns=pd.to_numeric(copy["end_ns"]))) if len(hd) else hd
     if moved.empty:
         return []
     host = ctx.host_stake("launch", _gaps_in(ctx, factory)) + ctx.host_stake("input", _gaps_in(ctx, factory))
@@ -177,13 +178,6 @@ def rule_extra_copy(ctx: Context) -> list[Finding] | Found:
         "build constant tensors once, outside the loop.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the host made these tensors and copied them, plus "
                                       "the copies' time the kernels did not hide"), ev, ranges_of(ev))], claims)
-
-
-class _With:
-    """A report whose kernels are another frame (to reuse _launched_in for copies)."""
-
-    def __init__(self, report, kernels):
-        self.kernels, self.cuda_api = kernels, report.cuda_api
 
 
 def _loop_runs(k: pd.DataFrame, min_len: int) -> list[tuple[int, int]]:
@@ -212,7 +206,7 @@ def rule_python_loop(ctx: Context) -> list[Finding] | Found:
     k = with_classes(k)[["pid", "correlation_id", "start_ns", "end_ns", "device_id", "name", "cls"]]
     opt = _training_ranges(report, r"\.step \[")
     if len(opt):
-        k = k[~k.index.isin(_launched_in(report, opt).index)]
+        k = k[~k.index.isin(_launched_in(report.kernels, report.cuda_api, opt).index)]
     a = api_of(k, report.cuda_api)
     t = pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(np.int64)
     known = a["api_tid"].notna().to_numpy()  # kernels without a launching thread are in no loop
@@ -294,8 +288,8 @@ def rule_conv_bias_bn(ctx: Context) -> list[Finding]:
     if k.empty or not _gpu_side(ctx):
         return []
     k = with_classes(k).sort_values("start_ns", kind="stable")
-    bias: list = []
-    grads: list = []
+    bias: list[int] = []
+    grads: list[int] = []
     for _, s in k.groupby(["pid", "device_id", "stream_id"]):
         names = s["name"].astype(str).to_numpy()
         cls = s["cls"].to_numpy()

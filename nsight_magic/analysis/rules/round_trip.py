@@ -33,7 +33,7 @@ def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str
     i = key[first].get_indexer(pd.MultiIndex.from_arrays([out["pid"], out["device_id"], g[at].to_numpy(np.int64)]))
     rows = np.flatnonzero(first)[np.maximum(i, 0)]
 
-    def pick(values) -> np.ndarray:
+    def pick(values: pd.Series) -> np.ndarray:
         return np.where(i >= 0, np.asarray(values, np.int64)[rows], -1)
 
     pageable = np.zeros(len(c), bool)
@@ -44,7 +44,7 @@ def _copies_at(m: pd.DataFrame, kind: str, column: str, g: pd.DataFrame, at: str
             "bytes": pick(c["bytes"].fillna(0)), "pageable": (i >= 0) & pageable[rows]}
 
 
-def _known(values: np.ndarray):
+def _known(values: np.ndarray) -> pd.arrays.IntegerArray:
     """-1 (no such copy) as NA."""
     return pd.arrays.IntegerArray(np.maximum(values, 0), values < 0)
 
