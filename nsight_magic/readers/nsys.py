@@ -32,8 +32,7 @@ from .capture_span import CaptureSpan, foreign_span, own_span
 from .nsys_sql import (TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro,
                        read_ints)
 from ..inside.marks import CAPTURE_DOMAIN
-from .nsys_labels import memcpy_operations, nvtx_range_labels
-from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
+from .nsys_tables import NsysSummaries
 
 REP_SUFFIXES = (".nsys-rep", ".qdrep")
 RAW_SUFFIX = ".qdstrm"  # nsys's raw recording, before its import into a .nsys-rep
@@ -172,11 +171,6 @@ _RANK_MARK = re.compile(r"(?:^|:)rank (\d+) of (\d+)$")  # tag: "nsight-magic:ra
 _RANK_RANGE = re.compile(r" rank (\d+)$")  # the cell range of rank R > 0: "<profile name> rank R"
 
 
-def _by_cols(by: str | None) -> tuple[str, ...]:
-    """The key column a summary split `by` starts with."""
-    return {None: (), "process": ("pid",), "rank": ("rank",), "device": ("device",)}.get(by, ())
-
-
 class NsysData:
     """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3).  What can be done
     with it (findings, the view) is the facade's: nsight_magic.report.NsysReport."""
@@ -210,8 +204,8 @@ class NsysData:
         for f in self._CORE:
             self._core_cache[f] = parts[f]
         if parts["nvtx"] is not None:
-            self.__dict__["_nvtx_arrays"] = parts["nvtx"]
-            self.__dict__["_nvtx_maxts"] = extra.get("nvtx_maxts")
+            self.__dict__["nvtx_arrays"] = parts["nvtx"]
+            self.__dict__["nvtx_maxts"] = extra.get("nvtx_maxts")
         if isinstance(extra.get("event_span"), list) and len(extra["event_span"]) == 2:
             self.__dict__["event_span"] = tuple(extra["event_span"])
         return True
@@ -243,10 +237,10 @@ class NsysData:
         its folder, or None when it could not be written."""
         from . import nsys_cache
 
-        parts = {f: self._core(f) for f in self._CORE}
-        nv = self._nvtx_arrays
+        parts = {f: self.core(f) for f in self._CORE}
+        nv = self.nvtx_arrays
         parts["nvtx"] = nv if len(nv["start"]) else None
-        return nsys_cache.save(self.sqlite_path, parts, {"nvtx_maxts": self._nvtx_maxts,
+        return nsys_cache.save(self.sqlite_path, parts, {"nvtx_maxts": self.nvtx_maxts,
                                                          "event_span": list(self.event_span)})
 
     def __repr__(self):
@@ -285,7 +279,7 @@ class NsysData:
             raise _read_error(self.sqlite_path, self._con, e) from None
 
     @functools.cached_property
-    def _strings(self) -> Strings:
+    def strings(self) -> Strings:
         if "strings" in self._core_cache:  # read in parallel with the core tables
             return self._core_cache["strings"].result()
         return self._query(Strings, self._con, self._tables)
@@ -298,8 +292,8 @@ class NsysData:
 
     def _read_frame(self, name: str, con) -> pd.DataFrame:
         # the core columns the summaries read (or are reading) are not read a second time
-        have = self._core(name) if name in self._CORE and name in self._core_cache else None
-        df = self._query(read_frame, con, self._tables, self._strings, S.ALL_SPECS[name], self.sqlite_path, have)
+        have = self.core(name) if name in self._CORE and name in self._core_cache else None
+        df = self._query(read_frame, con, self._tables, self.strings, S.ALL_SPECS[name], self.sqlite_path, have)
         return sort_by_start(df) if "start_ns" in df else df
 
     _PREFETCH = ("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt", "sync")
@@ -314,7 +308,7 @@ class NsysData:
             return
         if any(f in self._CORE and f not in self._core_cache for f in todo):
             self._prefetch_core()  # the core columns' reads start before any thread asks for them
-        self._strings  # noqa: B018 - read once, here, rather than by several threads at once
+        self.strings  # noqa: B018 - read once, here, rather than by several threads at once
         self._frame_jobs.update(self._in_threads([(f, lambda con, f=f: self._read_frame(f, con)) for f in todo],
                                                  min(len(todo), os.cpu_count() or 1)))
 
@@ -335,13 +329,13 @@ class NsysData:
             return self.__dict__[frame][cols]
         raw = list(dict.fromkeys((["start_ns", "end_ns"] if "duration_ns" in cols else [])
                                  + [c for c in cols if c != "duration_ns"]))
-        core = (self._core(frame) if frame in self._CORE else None) or {}
+        core = (self.core(frame) if frame in self._CORE else None) or {}
         rest = [c for c in raw if c not in core]
-        got = dict(zip(rest, self._narrow(spec, rest) or ())) if rest else {}
+        got = dict(zip(rest, self.narrow(spec, rest) or ())) if rest else {}
         if rest and not got:  # the table is absent
             return empty_frame(frame)[cols]
         got.update({c: core[c] for c in raw if c in core})
-        out = {c: convert(self._con, self._tables, self._strings, by_name[c], got[c]) for c in raw}
+        out = {c: convert(self._con, self._tables, self.strings, by_name[c], got[c]) for c in raw}
         if "duration_ns" in cols:
             out["duration_ns"] = out["end_ns"] - out["start_ns"]
         return pd.DataFrame({c: out[c] for c in cols})
@@ -466,7 +460,7 @@ class NsysData:
         df = self._frame("kernels")
         if len(df) == 0:
             return df
-        api = self._core("cuda_api")
+        api = self.core("cuda_api")
         if api is None:
             df["launch_tid"] = pd.array([pd.NA] * len(df), dtype="Int64")
             return df
@@ -535,23 +529,23 @@ class NsysData:
         return self._frame("cudnn")
 
     @functools.cached_property
-    def _nvtx_arrays(self):
+    def nvtx_arrays(self):
         if "nvtx" in self._core_cache:  # read (and built) in parallel with the core tables
             return self._core_cache.pop("nvtx").result()
         return self._read_nvtx(self._con)
 
     def _read_nvtx(self, con):
-        raw = self._query(read_frame, con, self._tables, self._strings, S.NVTX_RAW, self.sqlite_path)
-        if "_nvtx_maxts" not in self.__dict__:  # where ranges never closed end: the last NVTX start or end
+        raw = self._query(read_frame, con, self._tables, self.strings, S.NVTX_RAW, self.sqlite_path)
+        if "nvtx_maxts" not in self.__dict__:  # where ranges never closed end: the last NVTX start or end
             ends = raw["end_ns"].to_numpy(np.float64, na_value=np.nan)
-            self.__dict__["_nvtx_maxts"] = (None if len(raw) == 0 else
+            self.__dict__["nvtx_maxts"] = (None if len(raw) == 0 else
                                             int(max(raw["start_ns"].max(), np.nanmax(ends, initial=-np.inf))))
         if len(raw) == 0:  # no NVTX table, or an empty one
             return {k: np.empty(0, t) for k, t in (("start", np.int64), ("end", np.float64), ("tag", object),
                                                    ("style", object), ("is_range", bool), ("same_thread", bool),
                                                    ("thread", np.int64), ("has_domain", bool), ("pid", np.int64),
                                                    ("tid", np.int64), ("ours", bool))}
-        return build_nvtx(raw, self._strings)
+        return build_nvtx(raw, self.strings)
 
     @functools.cached_property
     def python_samples(self):
@@ -616,7 +610,7 @@ class NsysData:
     @functools.cached_property
     def cell_range(self) -> tuple[int, int] | None:
         """(start, end) of nsight-magic's own cell range (domain nsight-magic) when the report has a closed one."""
-        a = self._nvtx_arrays
+        a = self.nvtx_arrays
         if not len(a["start"]):
             return None
         idx = np.flatnonzero(a["ours"] & a["is_range"] & ~np.isnan(a["end"]))
@@ -628,7 +622,7 @@ class NsysData:
         same thread open at its start), color as an integer ARGB value 0xAARRGGBB (NA when not set), label
         ('domain:name' when the row has a domain, else name: the `name` nvtx_summary() gives the row's range).
         Marks have NA end_ns; ranges never closed have NA end_ns too."""
-        a = self._nvtx_arrays
+        a = self.nvtx_arrays
         return nvtx_frame(a) if len(a["start"]) else empty_frame("nvtx")
 
     @functools.cached_property
@@ -660,7 +654,7 @@ class NsysData:
         """pid -> (rank, world size) of %%nsys --nproc profiles: the "rank R of W" marks each rank leaves in
         nsight-magic's NVTX domain, else its cell range's name (rank R > 0 pushes "<profile> rank R", rank 0 the
         profile's own name: a rank killed early may have left no mark that was recorded)."""
-        a = self._nvtx_arrays
+        a = self.nvtx_arrays
         if not len(a["start"]):
             return {}
         ours = a["ours"]
@@ -695,25 +689,6 @@ class NsysData:
             out[pid] = out.get(pid, ()) + (dev,)
         return out
 
-    def _by(self, by: str | None, what: str, pids: np.ndarray, devices=None) -> dict:
-        """Group keys of a summary split `by` process, rank or device (summary columns named after the key)."""
-        if by is None:
-            return {}
-        if by == "process":
-            return {"pid": np.asarray(pids, np.int64)}
-        if by == "rank":
-            ranks = self.ranks_by_pid
-            if not ranks:
-                raise OptionError("this report has no ranks (they are known for %%nsys --nproc profiles); "
-                                  "use by='process'")
-            return {"rank": np.array([ranks.get(int(p), (-1, 0))[0] for p in pids], np.int64)}
-        if by == "device":
-            if devices is None:
-                raise OptionError(f"by='device' splits GPU work; the {what} summary is CPU-side: use by='process' "
-                                  f"or by='rank'")
-            return {"device": np.asarray(devices, np.int64)}
-        raise OptionError(f"by must be 'process', 'rank' or 'device', not {by!r}")
-
     @functools.cached_property
     def gpus(self) -> pd.DataFrame:
         """GPUs from TARGET_INFO_GPU (or TARGET_INFO_CUDA_GPU before 2021); when the report has neither, the
@@ -733,10 +708,27 @@ class NsysData:
         out["id"] = np.array(sorted(ids), np.int64)
         return out
 
-    # -- summaries -------------------------------------------------------------------------------------------
-    # Summaries read only the columns they need (integer ids, `end - start`) and decode names on the grouped
-    # result: several times faster than building the full frames, and the same definitions as nsys's scripts.
-    def _narrow(self, spec: S.TableSpec, cols: list[str]) -> list[np.ndarray] | None:
+    def decode(self, enum: str, ids: np.ndarray) -> np.ndarray:
+        """An ENUM's integer ids (nsys_schema.ENUMS) as our labels, an object array."""
+        from .nsys_sql import decode_enum
+
+        return np.asarray(self._query(decode_enum, self._con, self._tables, enum, ids), dtype=object)
+
+    def memcpy_labels(self) -> dict[str, str]:
+        """Our memcpy kind -> the label in the report's own ENUM_CUDA_MEMCPY_OPER (what nsys 2023.3+ prints)."""
+        table = S.ENUMS["memcpy_kind"][0]
+        if table not in self._tables or "label" not in columns_of(self._con, table):
+            return {}
+        rows = self._query(lambda: self._con.execute(
+            f'SELECT id, label FROM "{table}" WHERE typeof(id) = \'integer\'').fetchall())  # odd ids: decode_enum says
+        ids = np.array([r[0] for r in rows], np.int64)
+        kinds = self.decode("memcpy_kind", ids)
+        return {k: str(lab) for k, (_, lab) in zip(kinds, rows) if lab is not None}
+
+
+    # -- the core columns -------------------------------------------------------------------------------------
+    # what the summaries (readers.nsys_tables) read: integer ids and times of a few columns, not the frames
+    def narrow(self, spec: S.TableSpec, cols: list[str]) -> list[np.ndarray] | None:
         """Raw integer columns of a spec's table by our column names; None when the table is absent."""
         from .nsys_frames import read_raw
         from .nsys_sql import find_spec_table
@@ -757,12 +749,7 @@ class NsysData:
         "cuda_api": ["start_ns", "end_ns", "pid", "tid", "correlation_id", "name"],
     }
 
-    def _device_ids(self, spec: S.TableSpec, core: dict[str, np.ndarray]) -> np.ndarray:
-        """device_id of a core table's rows: its core column (a columnar cache written before it was one may lack
-        it: then a narrow read)."""
-        return core["device_id"] if "device_id" in core else self._narrow(spec, ["device_id"])[0]
-
-    def _core(self, frame: str) -> dict[str, np.ndarray] | None:
+    def core(self, frame: str) -> dict[str, np.ndarray] | None:
         """Raw integer columns (ids undecoded) of a table, by our column names; None when the table is absent.
 
         The first call reads every core table at once, each on its own read-only connection in a thread of its
@@ -787,9 +774,9 @@ class NsysData:
                 self._core_cache[f] = self._read_core(f, tables[f], self._con)
             return
         # in the order the summaries use them, so that each summary computes while later tables are still read
-        jobs = [("strings", lambda con: Strings(con, self._tables))] if "_strings" not in self.__dict__ else []
+        jobs = [("strings", lambda con: Strings(con, self._tables))] if "strings" not in self.__dict__ else []
         jobs += [(f, lambda con, f=f: self._read_core(f, tables[f], con)) for f in todo]
-        if "_nvtx_arrays" not in self.__dict__ and find_spec_table(self._tables, S.NVTX_RAW):
+        if "nvtx_arrays" not in self.__dict__ and find_spec_table(self._tables, S.NVTX_RAW):
             jobs.append(("nvtx", self._read_nvtx))
         self._core_cache.update(self._in_threads(jobs, min(len(todo) + 1, os.cpu_count() or 1)))
 
@@ -819,199 +806,37 @@ class NsysData:
         got = self._query(read_raw, con, table, S.ALL_SPECS[frame], self._CORE[frame], self.sqlite_path)
         return {c: got[c] for c in self._CORE[frame]}
 
-    def kernel_summary(self, base: bool = False, by_launch: bool = False, by: str | None = None) -> pd.DataFrame:
-        """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (nsys 2023+).
+    @functools.cached_property
+    def nvtx_maxts(self) -> int | None:
+        """Where nsys ends ranges never closed: the last NVTX start or end (of any NVTX row)."""
+        self.nvtx_arrays  # reading the NVTX rows sets it
+        return self.__dict__.get("nvtx_maxts")
 
-        base: group by short name (`:base`).  by_launch: also by grid and block, as nsys 2022.4's gpukernsum
-        and cuda_gpu_kern_gb_sum (adds `grid` and `block` columns, 'X Y Z').  by: 'process' | 'rank' | 'device'
-        splits every row (a first column pid / rank / device); the split rows add up to the unsplit ones."""
-        dims = ["grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"] if by_launch else []
-        k = self._core("kernels")
-        if k is None or len(k["start_ns"]) == 0:
-            return empty_stats(_by_cols(by) + ("name",) + (("grid", "block") if by_launch else ()))
-        keys = self._by(by, "kernel", k["pid"], self._device_ids(S.KERNELS, k) if by == "device" else None)
-        keys["name_id"] = self._narrow(S.KERNELS, ["short_name"])[0] if base else k["name"]
-        if by_launch:
-            keys.update(zip(dims, self._narrow(S.KERNELS, dims)))
-        s = grouped_stats(keys, k["end_ns"] - k["start_ns"])
-        nb = len(_by_cols(by))
-        s.insert(nb, "name", self._strings.lookup(s.pop("name_id")))
-        if by_launch:
-            s.insert(nb + 1, "grid", _xyz(s, "grid"))
-            s.insert(nb + 2, "block", _xyz(s, "block"))
-            s = s.drop(columns=dims)
-        return with_pct(s)
+    # -- summaries (readers.nsys_tables: each equal to an `nsys stats` report) ---------------------------------
+    @functools.cached_property
+    def summaries(self) -> NsysSummaries:
+        return NsysSummaries(self)
+
+    def kernel_summary(self, base: bool = False, by_launch: bool = False, by: str | None = None) -> pd.DataFrame:
+        """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (NsysSummaries.kernel)."""
+        return self.summaries.kernel(base, by_launch, by)
 
     def memcpy_summary(self, by: str | None = None) -> pd.DataFrame:
-        """Per memory operation, as gpumemtimesum + gpumemsizesum (cuda_gpu_mem_time_sum/_size_sum).
-
-        operation is the label of `nsys stats` of the report's version ('[CUDA memcpy HtoD]' up to 2023.2,
-        '[CUDA memcpy Host-to-Device]' since, '[CUDA memset]'; see readers.nsys_labels); kind is our stable short
-        one ('HtoD', 'memset'); pct is the share of total_ns.  by: as kernel_summary()."""
-        e = np.empty(0, np.int64)
-        c, m = self._core("memcpy"), self._core("memset")
-        mc = [c["kind"], c["bytes"], c["end_ns"] - c["start_ns"], c["pid"]] if c else [e, e, e, e]
-        ms = [m["bytes"], m["end_ns"] - m["start_ns"], m["pid"]] if m else [e, e, e]
-        if len(mc[0]) + len(ms[0]) == 0:
-            return empty_stats(_by_cols(by) + ("operation", "kind"), ("pct",) + tuple(
-                f"{s}_bytes" for s in ("total", "avg", "med", "min", "max", "std")))
-        kind_id = np.concatenate([mc[0], np.full(len(ms[0]), -1, np.int64)])  # -1: memset
-        size = np.concatenate([mc[1], ms[0]])
-        dur = np.concatenate([mc[2], ms[1]])
-        devices = None
-        if by == "device":
-            devices = np.concatenate([self._device_ids(S.MEMCPY, c) if c else e, self._device_ids(S.MEMSET, m) if m
-                                      else e])
-        keys = self._by(by, "memory", np.concatenate([mc[3], ms[2]]), devices)
-        keys["kind_id"] = kind_id
-        t = grouped_stats(keys, dur)
-        b = grouped_stats(keys, size, suffix="bytes").drop(columns="count")
-        s = t.merge(b, on=list(keys))
-        ids = s.pop("kind_id").to_numpy(np.int64)
-        from .nsys_sql import decode_enum
-
-        kind = np.asarray(self._query(decode_enum, self._con, self._tables, "memcpy_kind", ids), dtype=object)
-        kind[ids == -1] = "memset"
-        nb = len(_by_cols(by))
-        s.insert(nb, "operation", memcpy_operations(kind, self.meta.nsys_version, self._memcpy_enum_labels()))
-        s.insert(nb + 1, "kind", kind)
-        return with_pct(s)
-
-    def _memcpy_enum_labels(self) -> dict[str, str]:
-        """Our memcpy kind -> the label in the report's own ENUM_CUDA_MEMCPY_OPER (what nsys 2023.3+ prints)."""
-        table = S.ENUMS["memcpy_kind"][0]
-        if table not in self._tables or "label" not in columns_of(self._con, table):
-            return {}
-        from .nsys_sql import decode_enum
-
-        rows = self._query(lambda: self._con.execute(
-            f'SELECT id, label FROM "{table}" WHERE typeof(id) = \'integer\'').fetchall())  # odd ids: decode_enum says
-        ids = np.array([r[0] for r in rows], np.int64)
-        kinds = np.asarray(decode_enum(self._con, self._tables, "memcpy_kind", ids), dtype=object)
-        return {k: str(lab) for k, (_, lab) in zip(kinds, rows) if lab is not None}
+        """Per memory operation, as gpumemtimesum + gpumemsizesum (NsysSummaries.memcpy)."""
+        return self.summaries.memcpy(by)
 
     def cuda_api_summary(self, by: str | None = None) -> pd.DataFrame:
-        """Per API function, as cudaapisum/cuda_api_sum: the '_vNNNN' version suffix is dropped from names.
-        by: 'process' | 'rank' (API calls run on the CPU: no 'device')."""
-        a = self._core("cuda_api")
-        if a is None or len(a["start_ns"]) == 0:
-            return empty_stats(_by_cols(by) + ("name",))
-        keys = self._by(by, "CUDA API", a["pid"])
-        keys["name_id"] = a["name"]
-        s = grouped_stats(keys, a["end_ns"] - a["start_ns"])
-        names = pd.Series(self._strings.lookup(s.pop("name_id")), dtype=object).astype(str)
-        s.insert(len(_by_cols(by)), "name", names.str.replace(r"_v\d{4}$", "", regex=True).to_numpy(object))
-        return with_pct(s)
+        """Per CUDA API function, as cudaapisum/cuda_api_sum (NsysSummaries.cuda_api)."""
+        return self.summaries.cuda_api(by)
 
     def nvtx_summary(self, by: str | None = None) -> pd.DataFrame:
-        """Per NVTX range name and style, as nvtxsum/nvtx_sum, plus gpu_ns and gpu_ops.
-
-        range is the label of `nsys stats` of the report's version (':step' for the default domain since 2024.2,
-        'step' before; 'Domain:step' always; see readers.nsys_labels); name is our stable one ('Domain:step' or
-        'step', = the nvtx frame's label); style 'PushPop' or 'StartEnd'.
-        nsight-magic's own cell range (domain nsight-magic) is left out (it stays in the nvtx frame).
-        Ranges never closed last until the last NVTX timestamp.  gpu_ns sums, over the instances, the GPU
-        projection of each range (first to last GPU op launched inside it, as nvtxgpuproj); gpu_ops counts the
-        launching API calls.  by: 'process' | 'rank' (ranges are CPU-side: no 'device')."""
-        internal = self._nvtx_arrays
-        rng = internal["is_range"] & ~internal["ours"]  # our own cell range is no user range
-        if not rng.any():
-            return empty_stats(_by_cols(by) + ("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
-        dur = self._nvtx_durations
-        keys = self._by(by, "NVTX", internal["pid"][rng])
-        # the style by its kind's code (two values: no hash of a million shared strings)
-        keys.update(name=internal["tag"][rng], style=pd.Categorical.from_codes(
-            (internal["kind"][rng] != 0).astype(np.int8), categories=pd.Index(["PushPop", "StartEnd"], dtype=object)))
-        s, group = grouped_stats(keys, dur[rng], return_groups=True)
-        first = np.zeros(len(s), np.int64)
-        first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?
-        s.insert(len(_by_cols(by)), "range", nvtx_range_labels(s["name"].to_numpy(object), internal["has_domain"][first],
-                                               self.meta.nsys_version))
-        p = self._projection
-        row_group = np.full(len(rng), -1, np.int64)
-        row_group[rng] = group
-        g = row_group[p["row"].to_numpy()]
-        gpu_ns = np.zeros(len(s), np.int64)
-        gpu_ops = np.zeros(len(s), np.int64)
-        np.add.at(gpu_ns, g, p["proj_duration_ns"].to_numpy(np.int64))
-        np.add.at(gpu_ops, g, p["gpu_ops"].to_numpy(np.int64))
-        s["gpu_ns"], s["gpu_ops"] = gpu_ns, gpu_ops
-        return with_pct(s)
-
-    def _gpu_ops(self) -> dict:
-        """start/end/pid/correlation id of every kernel, memcpy and memset (for the NVTX projection): arrays."""
-        names = ["start_ns", "end_ns", "pid", "correlation_id"]
-        parts = [[c[n] for n in names] for c in map(self._core, ("kernels", "memcpy", "memset"))
-                 if c is not None and len(c["start_ns"])]
-        if not parts:
-            return {}
-        return {n: np.concatenate([p[i] for p in parts]) for i, n in enumerate(names)}
-
-    def _api_calls(self) -> dict:
-        c = self._core("cuda_api")
-        if c is None:
-            return {}
-        return {n: c[n] for n in ("start_ns", "end_ns", "pid", "tid", "correlation_id")}
+        """Per NVTX range name and style, as nvtxsum/nvtx_sum, plus gpu_ns and gpu_ops (NsysSummaries.nvtx)."""
+        return self.summaries.nvtx(by)
 
     def nvtx_gpu_projection(self) -> pd.DataFrame:
-        """One row per NVTX range that launched GPU work, as `nsys stats --report nvtxgpuproj`: range (nsys's label
-        of the report's version), name (stable), style,
-        start_ns, duration_ns (the range), proj_start_ns, proj_duration_ns (its GPU ops), gpu_ops, pid, tid,
-        depth."""
-        internal = self._nvtx_arrays
-        p = self._projection
-        rows = p["row"].to_numpy()
-        dur = self._nvtx_durations[rows]
-        out = pd.DataFrame({
-            "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows], self.meta.nsys_version),
-            "name": internal["tag"][rows], "style": internal["style"][rows],
-            "start_ns": internal["start"][rows], "duration_ns": dur,
-            "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
-            "gpu_ops": p["gpu_ops"].to_numpy(), "pid": internal["pid"][rows], "tid": internal["tid"][rows],
-            "depth": self.nvtx["depth"].to_numpy()[rows],
-        })
-        return out.sort_values(["proj_start_ns", "proj_duration_ns"], ascending=[True, False],
-                               kind="stable").reset_index(drop=True)
-
-    @functools.cached_property
-    def _projection(self) -> pd.DataFrame:
-        internal = self._nvtx_arrays
-        if not internal["is_range"].any():
-            ops = api = {}
-        else:
-            ops, api = self._gpu_ops(), self._api_calls()
-        return nvtx_projection(internal, ops, api, self._nvtx_maxts)
-
-    @functools.cached_property
-    def _nvtx_maxts(self) -> int | None:
-        """Where nsys ends ranges never closed: the last NVTX start or end (of any NVTX row)."""
-        self._nvtx_arrays  # reading the NVTX rows sets it
-        return self.__dict__.get("_nvtx_maxts")
-
-    @functools.cached_property
-    def _nvtx_durations(self) -> np.ndarray:
-        a = self._nvtx_arrays
-        maxts = self._nvtx_maxts or 0
-        return np.where(np.isnan(a["end"]), maxts, a["end"]).astype(np.int64) - a["start"]
+        """One row per NVTX range that launched GPU work, as nvtxgpuproj (NsysSummaries.nvtx_gpu_projection)."""
+        return self.summaries.nvtx_gpu_projection()
 
     def gpu_utilization(self, bins: int = 200) -> pd.DataFrame:
-        """Per GPU and time bin over the capture span: the fraction (0..1) of the bin in which at least one
-        kernel, memcpy or memset runs.  Columns: device_id, bin_start_ns, bin_end_ns, busy_fraction."""
-        edges = np.linspace(self.meta.start_ns, max(self.meta.end_ns, self.meta.start_ns + bins), bins + 1)
-        edges = np.round(edges).astype(np.int64)
-        frames = [f[["device_id", "start_ns", "end_ns"]] for f in (self.kernels, self.memcpy, self.memset) if len(f)]
-        cols = ["device_id", "bin_start_ns", "bin_end_ns", "busy_fraction"]
-        if not frames:
-            return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "busy_fraction" else "int64") for c in cols})
-        ops = pd.concat(frames, ignore_index=True)
-        out = []
-        for dev, g in ops.groupby("device_id", sort=True):  # per GPU, not per row
-            frac = busy_fraction(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64), edges)
-            out.append(pd.DataFrame({"device_id": np.full(bins, dev, np.int64), "bin_start_ns": edges[:-1],
-                                     "bin_end_ns": edges[1:], "busy_fraction": frac}))
-        return pd.concat(out, ignore_index=True)
-
-
-def _xyz(k: pd.DataFrame, prefix: str) -> np.ndarray:
-    a = k[[f"{prefix}_x", f"{prefix}_y", f"{prefix}_z"]].astype(np.int64).astype(str)
-    return (a.iloc[:, 0] + " " + a.iloc[:, 1] + " " + a.iloc[:, 2]).to_numpy(object)
+        """Per GPU and time bin, the busy fraction (NsysSummaries.gpu_utilization)."""
+        return self.summaries.gpu_utilization(bins)
