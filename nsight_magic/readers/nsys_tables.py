@@ -9,7 +9,8 @@ export (`NsysData.summaries`).
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
@@ -17,10 +18,31 @@ import pandas as pd
 from ..errors import OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_labels import memcpy_operations, nvtx_range_labels
+from .nsys_sql import Strings
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
 
-if TYPE_CHECKING:
-    from .nsys import NsysData
+
+class CoreColumns(Protocol):
+    """What the summaries read of an export (readers.nsys.NsysData)."""
+
+    path: Path
+    meta: Any                                     # readers.nsys.ReportMeta: nsys_version, start_ns, end_ns
+    strings: Strings                              # the export's string table
+    nvtx_arrays: dict[str, np.ndarray]            # the NVTX rows as arrays (nsys_frames.build_nvtx)
+    nvtx_maxts: int | None                        # where ranges never closed end
+    ranks_by_pid: dict[int, tuple[int, int]]
+    nvtx: pd.DataFrame
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+
+    def core(self, frame: str) -> dict[str, np.ndarray] | None: ...
+
+    def narrow(self, spec: S.TableSpec, cols: list[str]) -> list[np.ndarray] | None: ...
+
+    def decode(self, enum: str, ids: np.ndarray) -> np.ndarray: ...
+
+    def memcpy_labels(self) -> dict[str, str]: ...
 
 
 def _by_cols(by: str | None) -> tuple[str, ...]:
@@ -31,7 +53,7 @@ def _by_cols(by: str | None) -> tuple[str, ...]:
 class NsysSummaries:
     """The summaries of one export (see the module docstring); `data`: the export's reader."""
 
-    def __init__(self, data: NsysData) -> None:
+    def __init__(self, data: CoreColumns) -> None:
         self.data = data
 
     def kernel(self, base: bool = False, by_launch: bool = False, by: str | None = None) -> pd.DataFrame:
