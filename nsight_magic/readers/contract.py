@@ -123,7 +123,6 @@ class NsysTables(NsysFrames, Protocol):
     def nvtx_gpu_projection(self) -> pd.DataFrame: ...
 
 
-@runtime_checkable
 class NcuFrames(Protocol):
     """An Nsight Compute report as analysis and views read it (readers.ncu.NcuData): one row per profiled kernel,
     the rules' results per kernel, every metric per kernel."""

@@ -24,11 +24,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..readers.contract import Report, is_nsys
 from ..store import notebook_relative, write_page
 from .profile_view import VIEW_MIME, Bundle, ProfileView
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the status line is made on the cell's path: no pandas for it (readers.contract imports it)
+    from ..readers.contract import Report
     from .ncu import NcuView
     from .report_view import NsysView
 
@@ -41,6 +41,8 @@ STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading",
 def view_of(report: Report, folder: Path | None = None,
             thresholds: dict[str, Any] | None = None) -> NsysView | NcuView:
     """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
+    from ..readers.contract import is_nsys
+
     if is_nsys(report):
         from .report_view import NsysView
 
@@ -59,6 +61,8 @@ def profile_bundle(report: Report, folder: Path | None = None, *, render: bool =
     loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when).
     drawn: given the bundle of an nsys view's live part before its saved copy is made (the static timeline, about
     half of the drawing): the user sees the view sooner, and the bundle returned completes it."""
+    from ..readers.contract import is_nsys
+
     said = [str(x) for x in lines]
     if not render:
         if is_nsys(report):
