@@ -13,6 +13,7 @@ import functools
 import json
 import hashlib
 import warnings
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import re
@@ -815,7 +816,8 @@ class NsysData:
     # -- summaries (readers.nsys_tables: each equal to an `nsys stats` report) ---------------------------------
     @functools.cached_property
     def summaries(self) -> NsysSummaries:
-        return NsysSummaries(self)
+        # through a weak reference: a cycle would keep a dropped report's arrays until the next garbage collection
+        return NsysSummaries(weakref.proxy(self))
 
     def kernel_summary(self, base: bool = False, by_launch: bool = False, by: str | None = None) -> pd.DataFrame:
         """Per kernel name, as `nsys stats --report cuda_gpu_kern_sum` (NsysSummaries.kernel)."""
