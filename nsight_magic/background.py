@@ -157,6 +157,12 @@ class ProfileJob:
                                                  loader=self.loader, live=self.live,
                                                  drawn=drawn if self.on_drawn is not None else None)
                     self.phases["draw_s"] = time.monotonic() - t
+                    if self.tool == "nsys":  # its verdict and findings kept: %nsys_load draws it without them
+                        from .saved_analysis import save
+
+                        t = time.monotonic()
+                        save(self.report.data, self.thresholds)
+                        self.phases["keep_s"] = time.monotonic() - t
             completed = True
         except NsightMagicError as e:
             self.error = str(e)

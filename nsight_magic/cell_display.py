@@ -205,6 +205,7 @@ def print_manifest(manifest) -> None:
 
 def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
     """Open and display a report; failures become one line, never a traceback into the user's cell."""
+    from . import saved_analysis
     from .report import open_report
 
     big = large_report(path)
@@ -213,13 +214,18 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
              "its files stay as they are)")
     try:
         report = open_report(path)
-        cold = report.tool == "nsys" and not report.data.cached  # no columnar cache beside the export yet
+        nsys = report.tool == "nsys"
+        cold = nsys and not report.data.cached  # no columnar cache beside the export yet
         if cold:  # the read's largest transient, the NVTX events, freed before the view allocates (3.15M ranges:
             report.nvtx  # peak 2.0 -> 1.6 GB)
             give_back_freed_memory()
+        # a profile seen before: its verdict and findings as they were kept, not analysed again
+        known = nsys and not cold and saved_analysis.restore(report.data, thresholds)
         display_report(report, folder, render, thresholds)
         if cold:  # the first open of a report without the cache writes it: opening it again reads it alone
             report.data.write_cache()
+        if nsys and not known:
+            saved_analysis.save(report.data, thresholds)
         trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)

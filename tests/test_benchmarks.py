@@ -38,6 +38,7 @@ CASES = [
     ("diagnosis", ["--only", "host_code", "--without", "osrt"], "host_code/high", []),
     ("memory", ["--events", "20000", "--history", "2000", "--repeat", "1"], "drawn on the track", []),
     ("load_memory", ["--ranges", "20000", "--workdir", "{w}", "--reopen"], "reopened with its columnar cache", []),
+    ("reopen", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "kept / analysed", [needs_shared]),
     ("kernel_memory", ["--profiles", "1", "--ranges", "2000", "--workdir", "{w}"], "kernel RSS after load",
      [requires_nsys]),
     ("warm", ["--workload", "cpu", "--repeat", "1", "--setup-s", "0.2", "--trace", "nvtx"], "ratio:", [requires_nsys]),

@@ -16,7 +16,8 @@ LAYERS = (
     ("profilers", "readers"),                              # record and finish a run; read report files
     ("analysis",),
     ("views",),
-    ("report",),                                          # the facade: a reader's data with analysis and views on top
+    # the facade: a reader's data with analysis and views on top; its verdict and findings kept beside the report
+    ("report", "saved_analysis"),
     ("jobs",),
     # the Python API and its front ends ("" = __init__)
     ("run", "background", "frontend", "magics", "magic_args", "cell_output", "cell_display", "cell_run", "cli",

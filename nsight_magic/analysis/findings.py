@@ -25,7 +25,7 @@ import pandas as pd
 
 from ..readers.contract import NsysTables
 from .. import thresholds as T
-from .bottleneck import diagnose
+from .bottleneck import Bottleneck, diagnose
 from .frame_memo import report_memo
 from .rules import FAILURES, GPU_SIDE, NSYS_ANALYZE_NAMES, NSYS_RULES, SEVERITY_ORDER, Context, Finding
 from .rules.common import Found
@@ -84,6 +84,24 @@ def nsys_findings(report: NsysTables, thresholds: dict[str, Any] | None = None,
     if key not in memo:
         memo[key] = _all_findings(report, th)
     return [f for f in memo[key] if rules is None or f.rule in rules]
+
+
+def computed(report: NsysTables, thresholds: dict[str, Any] | None = None) -> tuple[Bottleneck | None,
+                                                                              list[Finding] | None]:
+    """The verdict and the full run's findings (these thresholds) already computed for this report, or None each:
+    what a store keeps so that the report opened again is not analysed again."""
+    memo = report_memo(report)
+    found = memo.get("findings", {}).get(tuple(sorted(T.resolve(thresholds).items())))
+    return memo.get("bottleneck"), (list(found) if found is not None else None)
+
+
+def remember(report: NsysTables, verdict: Bottleneck, findings: list[Finding],
+             thresholds: dict[str, Any] | None = None) -> None:
+    """Take a verdict and a full run's findings computed before (by this code, for this report and thresholds:
+    the caller's to know) as this report's, as if they had been computed now."""
+    memo = report_memo(report)
+    memo["bottleneck"] = verdict
+    memo.setdefault("findings", {})[tuple(sorted(T.resolve(thresholds).items()))] = list(findings)
 
 
 def _all_findings(report: NsysTables, th: dict[str, Any]) -> list[Finding]:

@@ -148,3 +148,59 @@ def load(sqlite_path: Path) -> tuple[dict[str, dict[str, np.ndarray] | None], di
         return parts, key.get("extra", {})
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
+
+
+# ---- results computed from a report, kept beside its columns ---------------------------------------------------
+RESULTS_DIR = "results"
+
+
+def _results_dir(sqlite_path: Path, key: dict) -> Path:
+    digest = hashlib.blake2b(json.dumps(key, sort_keys=True).encode(), digest_size=12).hexdigest()
+    return cache_dir(sqlite_path) / RESULTS_DIR / digest
+
+
+def save_results(sqlite_path: Path, key: dict, doc: dict, frames: dict[str, pd.DataFrame]) -> Path | None:
+    """Keep `doc` (JSON) and `frames` (Arrow IPC) computed from the export under `key` (what they depend on
+    besides the export: the code that computed them, its settings), inside a valid columnar cache only; written
+    whole (a temporary folder renamed into place) or not at all."""
+    try:
+        export_key = _key(sqlite_path)
+    except OSError:
+        return None
+    if _valid_key(cache_dir(sqlite_path), export_key) is None:  # no columns kept for this export: nothing either
+        return None
+    target = _results_dir(sqlite_path, key)
+    tmp = None
+    try:
+        target.parent.mkdir(exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        # compressed: a finding's evidence may be every kernel of a million (LZ4: 47 -> 12 MB, read back in ms)
+        options = ipc.IpcWriteOptions(compression="lz4")
+        for name, df in frames.items():
+            t = pa.Table.from_pandas(df, preserve_index=False)
+            with ipc.new_file(tmp / f"{name}.arrow", t.schema, options=options) as w:
+                w.write_table(t)
+        (tmp / KEY_FILE).write_text(json.dumps({**export_key, "results": key, "doc": doc}))
+        if target.exists():
+            shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+        return target
+    except (OSError, ValueError, TypeError, pa.ArrowException):  # a frame Arrow cannot hold: kept nowhere
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return None
+
+
+def load_results(sqlite_path: Path, key: dict) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+    """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one)."""
+    d = _results_dir(sqlite_path, key)
+    try:
+        if not (d / KEY_FILE).is_file():
+            return None
+        got = _valid_key(d, _key(sqlite_path))
+        if got is None or got.get("results") != json.loads(json.dumps(key)) or not isinstance(got.get("doc"), dict):
+            return None
+        frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")}
+        return got["doc"], frames
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
+        return None

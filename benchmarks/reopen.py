@@ -1,0 +1,91 @@
+"""The reopen of a profile already seen (issue 62's goal: a drawn view <= 0.2 s after `%nsys_load` at 1M kernels).
+
+    python benchmarks/reopen.py [--src a_cuda_nvtx.sqlite] [--kernels 1000000] [--repeat 3] [--workdir DIR]
+
+Builds a KERNELS-kernel export from an H100 one (benchmarks/bigtrace.py) and opens it once as a finished profile
+does: the columnar cache written, the view made, its verdict and findings kept (saved_analysis.py).  Then, in fresh
+processes, alternating: the reopen that takes the kept verdict and findings ("kept"), and one that analyses again
+("analysed"); each times the open, the restore, the view's parts (views.report_view.NsysView) and its static
+HTML.  Medians of `--repeat`; wall time on whatever machine runs it, other load included.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bigtrace import make_big_trace  # noqa: E402
+
+DEFAULT_SRC = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
+               / "a_cuda_nvtx.sqlite")
+
+CHILD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from nsight_magic import open_report, saved_analysis
+from nsight_magic.views.profile_view import ProfileView
+from nsight_magic.views.report_view import NsysView
+t1 = time.perf_counter()
+rep = open_report(sys.argv[1])
+t2 = time.perf_counter()
+if sys.argv[2] == "first":
+    rep.data.write_cache()
+kept = sys.argv[2] == "kept" and saved_analysis.restore(rep.data)
+t3 = time.perf_counter()
+view = NsysView(rep.data)
+t4 = time.perf_counter()
+ProfileView(view).bundle(live=False)
+t5 = time.perf_counter()
+if sys.argv[2] == "first":
+    assert saved_analysis.save(rep.data), "nothing kept"
+print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "restore_s": t3 - t2, "view_s": t4 - t3,
+                  "html_s": t5 - t4, "reopen_s": t5 - t1, "kept": kept, "kernels": len(rep.kernels)}))
+"""
+
+
+def child(path: Path, mode: str) -> dict:
+    p = subprocess.run([sys.executable, "-c", CHILD, str(path), mode], capture_output=True, text=True, timeout=900)
+    if p.returncode != 0:
+        raise SystemExit(f"{mode}: failed ({p.returncode}): {p.stderr[-800:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--src", type=Path, default=DEFAULT_SRC)
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--workdir", type=Path, default=None)
+    a = ap.parse_args()
+    if not a.src.is_file():
+        raise SystemExit(f"{a.src}: no such export (give --src)")
+    work = Path(a.workdir or tempfile.mkdtemp(prefix="nm-reopen-"))
+    work.mkdir(parents=True, exist_ok=True)
+    big = work / "report.sqlite"
+    make_big_trace(a.src, big, a.kernels)
+    first = child(big, "first")
+    print(f"first open ({first['kernels']:,} kernels; the columnar cache written, verdict and findings kept): "
+          f"{first['reopen_s']:.2f} s")
+    runs: dict[str, list[dict]] = {"kept": [], "analysed": []}
+    for _ in range(a.repeat):
+        for mode in runs:
+            runs[mode].append(child(big, mode))
+    if not all(r["kept"] for r in runs["kept"]):
+        raise SystemExit("the kept verdict and findings were not taken")
+    for mode, rs in runs.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ("open_s", "restore_s", "view_s", "html_s",
+                                                                  "reopen_s")}
+        print(f"{mode:9s} reopen {med['reopen_s']:.2f} s (open {med['open_s']:.2f}, restore {med['restore_s']:.2f}, "
+              f"view {med['view_s']:.2f}, html {med['html_s']:.2f}; medians of {len(rs)}, import not counted)")
+    ratio = (statistics.median(r["reopen_s"] for r in runs["kept"])
+             / statistics.median(r["reopen_s"] for r in runs["analysed"]))
+    print(f"kept / analysed: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""A report's verdict and findings kept beside its columnar cache (readers/nsys_cache.py), so that a profile
+opened again (`%nsys_load`) is drawn without being analysed again: at 1M kernels the analysis is most of a
+reopen's time.
+
+Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
+from anyone.  Keyed to the export's content (the columnar cache's key), to the thresholds, and to the code that
+computed them: a hash of this package's Python files, so that a changed rule never shows a stale finding.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from .analysis.bottleneck import Bottleneck
+from .analysis.findings import Finding, computed, remember
+from .readers import nsys_cache
+from .readers.contract import NsysTables
+
+FORMAT = 1
+_FINDING_TEXT = ("rule", "severity", "title", "explanation", "suggestion", "estimate", "code")
+
+
+@functools.lru_cache(maxsize=1)
+def code_hash() -> str:
+    """The package's own code, as the results depend on it (read once per process: 0.1 MB a module)."""
+    h = hashlib.blake2b(digest_size=16)
+    root = Path(__file__).resolve().parent
+    for p in sorted(root.rglob("*.py")):
+        h.update(p.relative_to(root).as_posix().encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _key(thresholds: dict[str, Any] | None) -> dict[str, Any]:
+    from .thresholds import resolve
+
+    return {"format": FORMAT, "code": code_hash(), "thresholds": sorted(resolve(thresholds).items())}
+
+
+def _sqlite(report: NsysTables) -> Path | None:
+    path = getattr(report, "sqlite_path", None)  # readers.nsys.NsysData (a facade hands its data's on)
+    return Path(path) if path is not None else None
+
+
+def save(report: NsysTables, thresholds: dict[str, Any] | None = None) -> bool:
+    """Keep what was computed for this report (the view asked for it) beside its columnar cache; False where
+    nothing was kept (not computed, no cache, a table Arrow cannot hold, a read-only folder).  Never raises: a
+    cache is no reason for a profile to fail."""
+    try:
+        return _save(report, thresholds)
+    except Exception:  # noqa: BLE001 - an odd finding or folder: the next open analyses again
+        return False
+
+
+def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
+    sqlite = _sqlite(report)
+    verdict, findings = computed(report, thresholds)
+    if sqlite is None or verdict is None or findings is None:
+        return False
+    frames = {"breakdown": verdict.breakdown}
+    if verdict.per_rank is not None:
+        frames["per_rank"] = verdict.per_rank
+    docs = []
+    for i, f in enumerate(findings):
+        frames[f"evidence{i}"] = f.evidence
+        docs.append({**{k: getattr(f, k) for k in _FINDING_TEXT}, "time_at_stake_ns": int(f.time_at_stake_ns),
+                     "ranges": [[int(a), int(b)] for a, b in f.ranges], "related": list(f.related)})
+    doc = {"verdict": {"kind": verdict.kind, "summary": verdict.summary, "window": [int(x) for x in verdict.window],
+                       "window_source": verdict.window_source, "steps": int(verdict.steps),
+                       "startup_ns": int(verdict.startup_ns)},
+           "findings": docs}
+    return nsys_cache.save_results(sqlite, _key(thresholds), doc, frames) is not None
+
+
+def restore(report: NsysTables, thresholds: dict[str, Any] | None = None) -> bool:
+    """Take the verdict and findings kept for this report, code and thresholds as computed (True), or leave the
+    report to be analysed (False: none kept, or a kept one that does not read back whole)."""
+    sqlite = _sqlite(report)
+    try:
+        got = nsys_cache.load_results(sqlite, _key(thresholds)) if sqlite is not None else None
+        if got is None:
+            return False
+        doc, frames = got
+        v = doc["verdict"]
+        verdict = Bottleneck(str(v["kind"]), str(v["summary"]), frames["breakdown"],
+                             (int(v["window"][0]), int(v["window"][1])), str(v["window_source"]), int(v["steps"]),
+                             int(v["startup_ns"]), frames.get("per_rank"))
+        findings = [Finding(**{k: str(d[k]) for k in _FINDING_TEXT}, time_at_stake_ns=int(d["time_at_stake_ns"]),
+                            evidence=frames[f"evidence{i}"],
+                            ranges=tuple((int(a), int(b)) for a, b in d["ranges"]),
+                            related=tuple(str(r) for r in d["related"]))
+                    for i, d in enumerate(doc["findings"])]
+    except Exception:  # noqa: BLE001 - a file edited by hand, an unreadable folder: analysed again instead
+        return False
+    remember(report, verdict, findings, thresholds)
+    return True
+
+
+def kept_fields() -> set[str]:
+    """The Finding fields kept (a test checks that every field is)."""
+    return set(_FINDING_TEXT) | {"time_at_stake_ns", "ranges", "related", "evidence"}

@@ -1,0 +1,123 @@
+"""A report's verdict and findings kept beside its columnar cache (saved_analysis.py): a profile opened again shows
+what its first view showed, without analysing it again; anything that does not match is analysed afresh."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from nsight_magic import saved_analysis
+from nsight_magic.analysis.findings import Finding
+from nsight_magic.analysis.frame_memo import report_memo
+from nsight_magic.readers import nsys_cache
+from nsight_magic.report import open_report
+from nsight_magic.views.report_view import nsys_text
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(params=["findings_bad.sqlite", "nsys_h100_a_cuda_nvtx.sqlite"])
+def seen(tmp_path, request):
+    """A report opened, its columnar cache written, its view's text made (the analysis ran) and its results kept:
+    (the export's path, that text).  A report planted with CPU-side causes, and one of an H100."""
+    src = tmp_path / "p" / request.param
+    src.parent.mkdir()
+    shutil.copy(DATA / request.param, src)
+    with open_report(src) as rep:
+        rep.data.write_cache()
+        text = nsys_text(rep.data)
+        assert saved_analysis.save(rep.data)
+    return src, text
+
+
+def _kept(f: Finding) -> dict:
+    return {k.name: getattr(f, k.name) for k in dataclasses.fields(Finding) if k.name != "evidence"}
+
+
+def test_every_field_of_a_finding_is_kept():
+    assert {f.name for f in dataclasses.fields(Finding)} == saved_analysis.kept_fields()
+
+
+def test_a_report_opened_again_shows_its_findings_without_analysing_it(seen):
+    src, text = seen
+    with open_report(src) as fresh, open_report(src) as again:
+        assert saved_analysis.restore(again.data)
+        assert nsys_text(again.data) == text  # the view's words, verdict and findings as the first time
+        assert "diagnosis" not in report_memo(again.data)  # nothing was analysed for it
+        want, got = fresh.findings(), again.findings()
+        assert want and [_kept(f) for f in got] == [_kept(f) for f in want]
+        for a, b in zip(want, got):
+            pd.testing.assert_frame_equal(a.evidence.reset_index(drop=True), b.evidence, check_dtype=False,
+                                          check_categorical=False)
+        vb, va = fresh.bottleneck(), again.bottleneck()
+        assert (va.kind, va.summary, va.window, va.steps) == (vb.kind, vb.summary, vb.window, vb.steps)
+        pd.testing.assert_frame_equal(vb.breakdown.reset_index(drop=True), va.breakdown, check_dtype=False)
+
+
+def test_other_thresholds_other_code_or_a_changed_export_are_analysed_again(seen, monkeypatch):
+    src, _ = seen
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0})  # kept for the defaults only
+    monkeypatch.setattr(saved_analysis, "code_hash", lambda: "another version of nsight-magic")
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data)
+    monkeypatch.undo()
+    with open(src, "ab") as f:  # the export changed (appended to): its columns and results no longer apply
+        f.write(b"\0" * 4096)
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data)
+
+
+@pytest.mark.parametrize("damage", ["key", "doc", "evidence", "gone"])
+def test_a_damaged_record_is_analysed_again_without_a_word(seen, damage):
+    src, text = seen
+    kept = next((nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR).iterdir())
+    key = kept / nsys_cache.KEY_FILE
+    if damage == "key":
+        key.write_text("{not json")
+    elif damage == "doc":  # a finding's time edited into text
+        k = json.loads(key.read_text())
+        k["doc"]["findings"][0]["time_at_stake_ns"] = "soon"
+        key.write_text(json.dumps(k))
+    elif damage == "evidence":
+        next(kept.glob("evidence*.arrow")).write_bytes(b"ARROW1 but not really")
+    else:
+        next(kept.glob("evidence*.arrow")).unlink()
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data)
+        assert nsys_text(rep.data) == text  # analysed again: the same view
+
+
+def test_nothing_is_kept_without_the_columnar_cache(tmp_path):
+    src = tmp_path / "findings_bad.sqlite"
+    shutil.copy(DATA / "findings_bad.sqlite", src)
+    with open_report(src) as rep:
+        assert not saved_analysis.save(rep.data)  # nothing computed yet
+        rep.findings(), rep.bottleneck()
+        assert not saved_analysis.save(rep.data)  # computed, but no columns kept beside the export
+    assert not nsys_cache.cache_dir(src).exists()
+
+
+@pytest.mark.timeout(300)
+def test_nsys_load_keeps_them_and_shows_the_same_profile_from_them_the_next_time(tmp_path):
+    """In real kernels: the first %nsys_load of a profile writes its columns and keeps its verdict and findings;
+    a later kernel's %nsys_load shows the same text from them (it keeps nothing anew: the kept folder stays the
+    one written first)."""
+    from conftest import cell_text, run_notebook
+
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    shutil.copy(DATA / "findings_bad.sqlite", folder / "report.sqlite")
+    load = ["%load_ext nsight_magic", f"%nsys_load {folder} --no-render"]
+    first = cell_text(run_notebook(load, tmp_path).cells[1])
+    assert "Advice" in first and "Traceback" not in first, first
+    kept = list((nsys_cache.cache_dir(folder / "report.sqlite") / nsys_cache.RESULTS_DIR).iterdir())
+    assert len(kept) == 1 and (kept[0] / nsys_cache.KEY_FILE).is_file(), kept
+    written = (kept[0] / nsys_cache.KEY_FILE).stat()
+    assert cell_text(run_notebook(load, tmp_path).cells[1]) == first
+    again = (kept[0] / nsys_cache.KEY_FILE).stat()
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # read, not written again
