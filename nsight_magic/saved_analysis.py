@@ -3,8 +3,9 @@ opened again (`%nsys_load`) is drawn without being analysed again: at 1M kernels
 reopen's time.
 
 Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
-from anyone.  Keyed to the export's content (the columnar cache's key), to the thresholds, and to the code that
-computed them: a hash of this package's Python files, so that a changed rule never shows a stale finding.
+from anyone.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
+reads (their names, sizes and times), to the thresholds, and to the code that computed them: a hash of this
+package's Python files, so that a changed rule never shows a stale finding.
 """
 from __future__ import annotations
 
@@ -33,10 +34,17 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
-def _key(thresholds: dict[str, Any] | None) -> dict[str, Any]:
+# the files beside the export that the analysis reads (Python samples, memory snapshots, the run's settings and
+# code files, the cell, --modules' annotations): written before the report, never after it
+SIDECARS = ("python_samples*.json", "memory_snapshot*.pickle", "run.json", "cell.py", "annotations.json")
+
+
+def _key(sqlite: Path, thresholds: dict[str, Any] | None) -> dict[str, Any]:
     from .thresholds import resolve
 
-    return {"format": FORMAT, "code": code_hash(), "thresholds": sorted(resolve(thresholds).items())}
+    beside = sorted({p for pattern in SIDECARS for p in sqlite.parent.glob(pattern) if p.is_file()})
+    return {"format": FORMAT, "code": code_hash(), "thresholds": sorted(resolve(thresholds).items()),
+            "beside": [[p.name, st.st_size, st.st_mtime_ns] for p in beside for st in [p.stat()]]}
 
 
 def _sqlite(report: NsysTables) -> Path | None:
@@ -71,7 +79,7 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
                        "window_source": verdict.window_source, "steps": int(verdict.steps),
                        "startup_ns": int(verdict.startup_ns)},
            "findings": docs}
-    return nsys_cache.save_results(sqlite, _key(thresholds), doc, frames) is not None
+    return nsys_cache.save_results(sqlite, _key(sqlite, thresholds), doc, frames) is not None
 
 
 def restore(report: NsysTables, thresholds: dict[str, Any] | None = None) -> bool:
@@ -79,7 +87,7 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None) -> boo
     report to be analysed (False: none kept, or a kept one that does not read back whole)."""
     sqlite = _sqlite(report)
     try:
-        got = nsys_cache.load_results(sqlite, _key(thresholds)) if sqlite is not None else None
+        got = nsys_cache.load_results(sqlite, _key(sqlite, thresholds)) if sqlite is not None else None
         if got is None:
             return False
         doc, frames = got

@@ -58,7 +58,7 @@ def test_a_report_opened_again_shows_its_findings_without_analysing_it(seen):
         pd.testing.assert_frame_equal(vb.breakdown.reset_index(drop=True), va.breakdown, check_dtype=False)
 
 
-def test_other_thresholds_other_code_or_a_changed_export_are_analysed_again(seen, monkeypatch):
+def test_other_thresholds_code_files_beside_or_export_are_analysed_again(seen, monkeypatch):
     src, _ = seen
     with open_report(src) as rep:
         assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0})  # kept for the defaults only
@@ -66,6 +66,12 @@ def test_other_thresholds_other_code_or_a_changed_export_are_analysed_again(seen
     with open_report(src) as rep:
         assert not saved_analysis.restore(rep.data)
     monkeypatch.undo()
+    (src.parent / "cell.py").write_text("x = 1\n")  # a file the analysis reads beside the export, changed
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data)
+    (src.parent / "cell.py").unlink()
+    with open_report(src) as rep:
+        assert saved_analysis.restore(rep.data)  # as it was: taken again
     with open(src, "ab") as f:  # the export changed (appended to): its columns and results no longer apply
         f.write(b"\0" * 4096)
     with open_report(src) as rep:

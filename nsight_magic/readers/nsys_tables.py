@@ -147,8 +147,9 @@ class NsysSummaries:
         s, group = grouped_stats(keys, dur[rng], return_groups=True)
         first = np.zeros(len(s), np.int64)
         first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?
-        s.insert(len(_by_cols(by)), "range", nvtx_range_labels(s["name"].to_numpy(object), internal["has_domain"][first],
-                                               self.data.meta.nsys_version))
+        version = self.data.meta.nsys_version
+        s.insert(len(_by_cols(by)), "range", nvtx_range_labels(s["name"].to_numpy(object),
+                                                               internal["has_domain"][first], version))
         p = self._projection
         row_group = np.full(len(rng), -1, np.int64)
         row_group[rng] = group
@@ -170,7 +171,8 @@ class NsysSummaries:
         rows = p["row"].to_numpy()
         dur = self._nvtx_durations[rows]
         out = pd.DataFrame({
-            "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows], self.data.meta.nsys_version),
+            "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows],
+                                       self.data.meta.nsys_version),
             "name": internal["tag"][rows], "style": internal["style"][rows],
             "start_ns": internal["start"][rows], "duration_ns": dur,
             "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
@@ -213,9 +215,9 @@ class NsysSummaries:
     def gpu_utilization(self, bins: int = 200) -> pd.DataFrame:
         """Per GPU and time bin over the capture span: the fraction (0..1) of the bin in which at least one
         kernel, memcpy or memset runs.  Columns: device_id, bin_start_ns, bin_end_ns, busy_fraction."""
-        edges = np.linspace(self.data.meta.start_ns, max(self.data.meta.end_ns, self.data.meta.start_ns + bins), bins + 1)
-        edges = np.round(edges).astype(np.int64)
-        frames = [f[["device_id", "start_ns", "end_ns"]] for f in (self.data.kernels, self.data.memcpy, self.data.memset) if len(f)]
+        meta, d = self.data.meta, self.data
+        edges = np.round(np.linspace(meta.start_ns, max(meta.end_ns, meta.start_ns + bins), bins + 1)).astype(np.int64)
+        frames = [f[["device_id", "start_ns", "end_ns"]] for f in (d.kernels, d.memcpy, d.memset) if len(f)]
         cols = ["device_id", "bin_start_ns", "bin_end_ns", "busy_fraction"]
         if not frames:
             return pd.DataFrame({c: pd.Series([], dtype="float64" if c == "busy_fraction" else "int64") for c in cols})
