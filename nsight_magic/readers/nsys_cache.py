@@ -106,22 +106,26 @@ def _write(key: dict, target: Path, parts: dict, extra: dict) -> Path | None:
     except OSError:
         return None
     try:
-        absent = []
-        for name, arrays in parts.items():
-            if arrays is None:
-                absent.append(name)
-                continue
-            t = _table(arrays)
-            with ipc.new_file(tmp / f"{name}.arrow", t.schema) as w:
-                w.write_table(t)
-        (tmp / KEY_FILE).write_text(json.dumps({**key, "absent": absent, "extra": extra}))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-        return target
+        absent = [name for name, arrays in parts.items() if arrays is None]
+        tables = {name: _table(arrays) for name, arrays in parts.items() if arrays is not None}
+        return _publish(tmp, target, tables, {**key, "absent": absent, "extra": extra})
     except (OSError, pa.ArrowException):
         shutil.rmtree(tmp, ignore_errors=True)
         return None
+
+
+def _publish(tmp: Path, target: Path, tables: dict[str, pa.Table], key: dict,
+             options: ipc.IpcWriteOptions | None = None) -> Path:
+    """Write `tables` (Arrow IPC files) and `key` (KEY_FILE) into the new folder `tmp`, then put it in `target`'s
+    place (a valid one there is replaced whole)."""
+    for name, t in tables.items():
+        with ipc.new_file(tmp / f"{name}.arrow", t.schema, options=options) as w:
+            w.write_table(t)
+    (tmp / KEY_FILE).write_text(json.dumps(key))
+    if target.exists():
+        shutil.rmtree(target, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
 
 
 def _valid_key(d: Path, want: dict) -> dict | None:
@@ -174,17 +178,10 @@ def save_results(sqlite_path: Path, key: dict, doc: dict, frames: dict[str, pd.D
     try:
         target.parent.mkdir(exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
+        tables = {name: pa.Table.from_pandas(df, preserve_index=False) for name, df in frames.items()}
         # compressed: a finding's evidence may be every kernel of a million (LZ4: 47 -> 12 MB, read back in ms)
-        options = ipc.IpcWriteOptions(compression="lz4")
-        for name, df in frames.items():
-            t = pa.Table.from_pandas(df, preserve_index=False)
-            with ipc.new_file(tmp / f"{name}.arrow", t.schema, options=options) as w:
-                w.write_table(t)
-        (tmp / KEY_FILE).write_text(json.dumps({**export_key, "results": key, "doc": doc}))
-        if target.exists():
-            shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
-        return target
+        return _publish(tmp, target, tables, {**export_key, "results": key, "doc": doc},
+                        ipc.IpcWriteOptions(compression="lz4"))
     except (OSError, ValueError, TypeError, pa.ArrowException):  # a frame Arrow cannot hold: kept nowhere
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
