@@ -20,9 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bigtrace import make_big_trace  # noqa: E402
-
-DEFAULT_SRC = (Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "nsys" / "h100-2025.3"
-               / "a_cuda_nvtx.sqlite")
+from read import DEFAULT_SRC  # noqa: E402 - the H100 export the trace benchmarks replicate
 
 CHILD = r"""
 import json, sys, time
