@@ -3,10 +3,11 @@
     python benchmarks/reopen.py [--src a_cuda_nvtx.sqlite] [--kernels 1000000] [--repeat 3] [--workdir DIR]
 
 Builds a KERNELS-kernel export from an H100 one (benchmarks/bigtrace.py) and opens it once as a finished profile
-does: the columnar cache written, the view made, its verdict and findings kept (saved_analysis.py).  Then, in fresh
-processes, alternating: the reopen that takes the kept verdict and findings ("kept"), and one that analyses again
-("analysed"); each times the open, the restore, the view's parts (views.report_view.NsysView) and its static
-HTML.  Medians of `--repeat`; wall time on whatever machine runs it, other load included.
+does: the columnar cache written, the view made, its verdict, findings and prepared timeline kept
+(saved_analysis.py).  Then, in fresh processes, alternating: the reopen that takes them ("kept"), and one that
+analyses and prepares again ("analysed"); each times the open, the restore, the view's parts
+(views.report_view.NsysView) and its static HTML.  Medians of `--repeat`; wall time on whatever machine runs it,
+other load included.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ rep = open_report(sys.argv[1])
 t2 = time.perf_counter()
 if sys.argv[2] == "first":
     rep.data.write_cache()
-kept = sys.argv[2] == "kept" and saved_analysis.restore(rep.data)
+kept = sys.argv[2] == "kept" and saved_analysis.restore(rep.data, timeline=True)
 t3 = time.perf_counter()
 view = NsysView(rep.data)
 t4 = time.perf_counter()

@@ -219,8 +219,8 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
         if cold:  # the read's largest transient, the NVTX events, freed before the view allocates (3.15M ranges:
             report.nvtx  # peak 2.0 -> 1.6 GB)
             give_back_freed_memory()
-        # a profile seen before: its verdict and findings as they were kept, not analysed again
-        known = nsys and not cold and saved_analysis.restore(report.data, thresholds)
+        # a profile seen before: its verdict, findings (and timeline, to draw) as they were kept, not made again
+        known = nsys and not cold and saved_analysis.restore(report.data, thresholds, timeline=render)
         display_report(report, folder, render, thresholds)
         if cold:  # the first open of a report without the cache writes it: opening it again reads it alone
             report.data.write_cache()

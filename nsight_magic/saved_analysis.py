@@ -1,6 +1,6 @@
-"""A report's verdict and findings kept beside its columnar cache (readers/nsys_cache.py), so that a profile
-opened again (`%nsys_load`) is drawn without being analysed again: at 1M kernels the analysis is most of a
-reopen's time.
+"""A report's verdict, findings and prepared timeline kept beside its columnar cache (readers/nsys_cache.py), so
+that a profile opened again (`%nsys_load`) is drawn without being analysed and prepared again: at 1M kernels they
+are most of a reopen's time.
 
 Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
 from anyone.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
@@ -14,10 +14,14 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from .analysis.bottleneck import Bottleneck
 from .analysis.findings import Finding, computed, remember
 from .readers import nsys_cache
 from .readers.contract import NsysTables
+from .views.timeline_prepare import TimelineData, keep_timeline, made_timeline
 
 FORMAT = 1
 _FINDING_TEXT = ("rule", "severity", "title", "explanation", "suggestion", "estimate", "code")
@@ -79,12 +83,25 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
                        "window_source": verdict.window_source, "steps": int(verdict.steps),
                        "startup_ns": int(verdict.startup_ns)},
            "findings": docs}
+    tl = made_timeline(report)
+    if tl is not None:  # the view's prepared timeline, while the view holds it
+        doc["timeline"] = {"names": tl.names, "details": tl.details, "categories": tl.categories,
+                           "colors": tl.colors, "palette": tl.palette, "span_ns": int(tl.span_ns),
+                           "origin_ns": int(tl.origin_ns), "first_ns": int(tl.first_ns), "last_ns": int(tl.last_ns),
+                           "frame_ns": [int(x) for x in tl.frame_ns] if tl.frame_ns is not None else None}
+        frames.update(tl_events=tl.events, tl_rows=tl.rows,
+                      tl_api_row=pd.DataFrame({"row": np.asarray(tl.api_row_of_row, np.int64)}))
+        for name, track in (("tl_memory", tl.memory), ("tl_metrics", tl.gpu_metrics)):
+            if track is not None:
+                frames[name] = track
     return nsys_cache.save_results(sqlite, _key(sqlite, thresholds), doc, frames) is not None
 
 
-def restore(report: NsysTables, thresholds: dict[str, Any] | None = None) -> bool:
-    """Take the verdict and findings kept for this report, code and thresholds as computed (True), or leave the
-    report to be analysed (False: none kept, or a kept one that does not read back whole)."""
+def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeline: bool = False) -> bool:
+    """Take the verdict and findings kept for this report, code and thresholds as computed, and with `timeline` the
+    view's prepared timeline (True: all of it), or leave the report to be analysed (False: none kept, or a kept one
+    that does not read back whole; a kept one without the timeline asked for still gives its verdict and
+    findings)."""
     sqlite = _sqlite(report)
     try:
         got = nsys_cache.load_results(sqlite, _key(sqlite, thresholds)) if sqlite is not None else None
@@ -103,6 +120,21 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None) -> boo
     except Exception:  # noqa: BLE001 - a file edited by hand, an unreadable folder: analysed again instead
         return False
     remember(report, verdict, findings, thresholds)
+    if not timeline:
+        return True
+    t: dict[str, Any] = doc.get("timeline") or {}
+    try:
+        data = TimelineData(events=frames["tl_events"], rows=frames["tl_rows"], names=list(t["names"]),
+                            details=list(t["details"]), categories=list(t["categories"]), colors=list(t["colors"]),
+                            span_ns=int(t["span_ns"]), api_row_of_row=frames["tl_api_row"]["row"].to_numpy(np.int64),
+                            origin_ns=int(t["origin_ns"]), first_ns=int(t["first_ns"]), palette=list(t["palette"]),
+                            frame_ns=(int(t["frame_ns"][0]), int(t["frame_ns"][1])) if t["frame_ns"] is not None
+                            else None,
+                            last_ns=int(t["last_ns"]), memory=frames.get("tl_memory"),
+                            gpu_metrics=frames.get("tl_metrics"))
+        keep_timeline(report, data)
+    except Exception:  # noqa: BLE001 - none kept (a view that was not drawn), or damaged: prepared again
+        return False
     return True
 
 

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -15,7 +16,8 @@ from nsight_magic.analysis.findings import Finding
 from nsight_magic.analysis.frame_memo import report_memo
 from nsight_magic.readers import nsys_cache
 from nsight_magic.report import open_report
-from nsight_magic.views.report_view import nsys_text
+from nsight_magic.views.report_view import NsysView, nsys_text
+from nsight_magic.views.timeline_prepare import TimelineData, prepare_timeline
 
 DATA = Path(__file__).parent / "data"
 
@@ -32,6 +34,20 @@ def seen(tmp_path, request):
         text = nsys_text(rep.data)
         assert saved_analysis.save(rep.data)
     return src, text
+
+
+@pytest.fixture
+def seen_drawn(tmp_path):
+    """As `seen`, the view drawn (its timeline prepared and held while the results are kept): (the export, that
+    timeline)."""
+    src = tmp_path / "p" / "nsys_h100_a_cuda_nvtx.sqlite"
+    src.parent.mkdir()
+    shutil.copy(DATA / src.name, src)
+    with open_report(src) as rep:
+        rep.data.write_cache()
+        view = NsysView(rep.data)
+        assert saved_analysis.save(rep.data)
+    return src, view.data
 
 
 def _kept(f: Finding) -> dict:
@@ -76,6 +92,31 @@ def test_other_thresholds_code_files_beside_or_export_are_analysed_again(seen, m
         f.write(b"\0" * 4096)
     with open_report(src) as rep:
         assert not saved_analysis.restore(rep.data)
+
+
+def test_the_views_timeline_is_kept_and_taken_as_it_was_prepared(seen_drawn):
+    src, made = seen_drawn
+    with open_report(src) as rep:
+        assert saved_analysis.restore(rep.data, timeline=True)
+        kept = prepare_timeline(rep.data)  # taken from the memo, not prepared
+        assert prepare_timeline(rep.data) is not kept  # taken once: a second view prepares its own
+    for f in dataclasses.fields(TimelineData):
+        a, b = getattr(made, f.name), getattr(kept, f.name)
+        if f.name == "_index":
+            assert set(a) == set(b)
+        elif isinstance(a, pd.DataFrame):
+            pd.testing.assert_frame_equal(a.reset_index(drop=True), b, check_dtype=False)
+        elif isinstance(a, np.ndarray):
+            np.testing.assert_array_equal(a, b)
+        else:
+            assert a == b, f.name
+
+
+def test_a_record_kept_without_the_timeline_gives_the_findings_and_asks_for_it(seen):
+    src, text = seen  # kept by a text view: no timeline was drawn
+    with open_report(src) as rep:
+        assert not saved_analysis.restore(rep.data, timeline=True)
+        assert "diagnosis" not in report_memo(rep.data) and nsys_text(rep.data) == text
 
 
 @pytest.mark.parametrize("damage", ["key", "doc", "evidence", "gone"])

@@ -14,6 +14,7 @@ timeline (x = 0 at its start).
 """
 from __future__ import annotations
 
+import weakref
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import text as tx
+from ..analysis.frame_memo import report_memo
 from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
@@ -329,7 +331,34 @@ def _cell_range(report: NsysFrames) -> tuple[int, int] | None:
 
 
 def prepare_timeline(report: NsysFrames) -> TimelineData:
-    """Collect every drawable event of a report into one coded, sorted table plus the row layout."""
+    """Collect every drawable event of a report into one coded, sorted table plus the row layout.  A timeline
+    prepared before and kept (saved_analysis.py puts it in the report's memo) is taken once instead."""
+    memo = report_memo(report)
+    kept = memo.pop(KEPT_TIMELINE, None)
+    if isinstance(kept, TimelineData):
+        return kept
+    data = _prepare(report)
+    memo[MADE_TIMELINE] = weakref.ref(data)  # for a store to keep while a view holds it; never kept alive by it
+    return data
+
+
+KEPT_TIMELINE, MADE_TIMELINE = "timeline", "timeline_made"  # report_memo's keys
+
+
+def made_timeline(report: NsysFrames) -> TimelineData | None:
+    """The timeline prepare_timeline made for this report, while something (a view) still holds it."""
+    ref = report_memo(report).get(MADE_TIMELINE)
+    made = ref() if ref is not None else None
+    return made if isinstance(made, TimelineData) else None
+
+
+def keep_timeline(report: NsysFrames, data: TimelineData) -> None:
+    """Let the report's next prepare_timeline take `data` (prepared before, for this report) instead."""
+    build_index(data)
+    report_memo(report)[KEPT_TIMELINE] = data
+
+
+def _prepare(report: NsysFrames) -> TimelineData:
     st = _Strings()
     parts = []
     for attr, make in (("kernels", _kernels_part), ("memcpy", _memcpy_part), ("memset", _memset_part),
@@ -417,7 +446,7 @@ def _assemble(report: NsysFrames, parts: list[Part], st: _Strings) -> TimelineDa
                         origin_ns=origin, first_ns=first, palette=list(st.colors), frame_ns=frame_rel,
                         last_ns=max(min(last, max(span, 1)), first + 1), memory=memory_series(report, origin),
                         gpu_metrics=metrics_series(report, origin))
-    _build_index(data)
+    build_index(data)
     return data
 
 
@@ -739,7 +768,7 @@ def fold_layout(rows: pd.DataFrame, folded: Iterable[str] = (), strip: bool = Fa
     return y
 
 
-def _build_index(data: TimelineData) -> None:
+def build_index(data: TimelineData) -> None:
     """Per-row offsets plus start/end prefix sums, so a window costs O(rows * log n + drawn events)."""
     ev = data.events
     rows = ev["row"].to_numpy()
