@@ -71,6 +71,11 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
     verdict, findings = computed(report, thresholds)
     if sqlite is None or verdict is None or findings is None:
         return False
+    tl = made_timeline(report)
+    key = _key(sqlite, thresholds)
+    kept = nsys_cache.kept_doc(sqlite, key)
+    if kept is not None and ("timeline" in kept or tl is None):  # kept already, with all this would add
+        return True
     frames = {"breakdown": verdict.breakdown}
     if verdict.per_rank is not None:
         frames["per_rank"] = verdict.per_rank
@@ -83,7 +88,6 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
                        "window_source": verdict.window_source, "steps": int(verdict.steps),
                        "startup_ns": int(verdict.startup_ns)},
            "findings": docs}
-    tl = made_timeline(report)
     if tl is not None:  # the view's prepared timeline, while the view holds it
         doc["timeline"] = {"names": tl.names, "details": tl.details, "categories": tl.categories,
                            "colors": tl.colors, "palette": tl.palette, "span_ns": int(tl.span_ns),
@@ -94,7 +98,7 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         for name, track in (("tl_memory", tl.memory), ("tl_metrics", tl.gpu_metrics)):
             if track is not None:
                 frames[name] = track
-    return nsys_cache.save_results(sqlite, _key(sqlite, thresholds), doc, frames) is not None
+    return nsys_cache.save_results(sqlite, key, doc, frames) is not None
 
 
 def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeline: bool = False) -> bool:

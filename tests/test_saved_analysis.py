@@ -22,13 +22,19 @@ from nsight_magic.views.timeline_prepare import TimelineData, prepare_timeline
 DATA = Path(__file__).parent / "data"
 
 
+def _copied(tmp_path: Path, name: str) -> Path:
+    """A copy of tests/data's export `name` in a folder of its own (its cache is written beside it)."""
+    src = tmp_path / "p" / name
+    src.parent.mkdir()
+    shutil.copy(DATA / name, src)
+    return src
+
+
 @pytest.fixture(params=["findings_bad.sqlite", "nsys_h100_a_cuda_nvtx.sqlite"])
 def seen(tmp_path, request):
     """A report opened, its columnar cache written, its view's text made (the analysis ran) and its results kept:
     (the export's path, that text).  A report planted with CPU-side causes, and one of an H100."""
-    src = tmp_path / "p" / request.param
-    src.parent.mkdir()
-    shutil.copy(DATA / request.param, src)
+    src = _copied(tmp_path, request.param)
     with open_report(src) as rep:
         rep.data.write_cache()
         text = nsys_text(rep.data)
@@ -40,9 +46,7 @@ def seen(tmp_path, request):
 def seen_drawn(tmp_path):
     """As `seen`, the view drawn (its timeline prepared and held while the results are kept): (the export, that
     timeline)."""
-    src = tmp_path / "p" / "nsys_h100_a_cuda_nvtx.sqlite"
-    src.parent.mkdir()
-    shutil.copy(DATA / src.name, src)
+    src = _copied(tmp_path, "nsys_h100_a_cuda_nvtx.sqlite")
     with open_report(src) as rep:
         rep.data.write_cache()
         view = NsysView(rep.data)
@@ -168,3 +172,15 @@ def test_nsys_load_keeps_them_and_shows_the_same_profile_from_them_the_next_time
     assert cell_text(run_notebook(load, tmp_path).cells[1]) == first
     again = (kept[0] / nsys_cache.KEY_FILE).stat()
     assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)  # read, not written again
+
+
+def test_what_is_kept_already_is_not_written_again(seen):
+    """A text view of a profile kept before (no timeline to add) keeps the folder as it is: no rewrite each open."""
+    src, _ = seen
+    key = next((nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR).iterdir()) / nsys_cache.KEY_FILE
+    before = key.stat()
+    with open_report(src) as rep:
+        nsys_text(rep.data)  # analysed again (not restored), then saved as a view would
+        assert saved_analysis.save(rep.data)
+    after = key.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

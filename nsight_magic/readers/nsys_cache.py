@@ -188,16 +188,28 @@ def save_results(sqlite_path: Path, key: dict, doc: dict, frames: dict[str, pd.D
         return None
 
 
-def load_results(sqlite_path: Path, key: dict) -> tuple[dict, dict[str, pd.DataFrame]] | None:
-    """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one)."""
+def kept_doc(sqlite_path: Path, key: dict) -> dict | None:
+    """The doc save_results kept for this export and `key` (its frames not read), else None."""
     d = _results_dir(sqlite_path, key)
     try:
         if not (d / KEY_FILE).is_file():
             return None
         got = _valid_key(d, _key(sqlite_path))
-        if got is None or got.get("results") != json.loads(json.dumps(key)) or not isinstance(got.get("doc"), dict):
-            return None
+    except (OSError, ValueError):
+        return None
+    if got is None or got.get("results") != json.loads(json.dumps(key)) or not isinstance(got.get("doc"), dict):
+        return None
+    return got["doc"]
+
+
+def load_results(sqlite_path: Path, key: dict) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+    """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one)."""
+    doc = kept_doc(sqlite_path, key)
+    if doc is None:
+        return None
+    try:
+        d = _results_dir(sqlite_path, key)
         frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")}
-        return got["doc"], frames
+        return doc, frames
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
