@@ -157,7 +157,7 @@ class ProfileJob:
                                                  loader=self.loader, live=self.live,
                                                  drawn=drawn if self.on_drawn is not None else None)
                     self.phases["draw_s"] = time.monotonic() - t
-                    if self.tool == "nsys":  # its verdict and findings kept: %nsys_load draws it without them
+                    if self.tool == "nsys":  # its verdict, findings and timeline kept: %nsys_load takes them
                         from .saved_analysis import save
 
                         t = time.monotonic()

@@ -182,10 +182,12 @@ def save_results(sqlite_path: Path, key: dict, doc: dict, frames: dict[str, pd.D
         # compressed: a finding's evidence may be every kernel of a million (LZ4: 47 -> 12 MB, read back in ms)
         return _publish(tmp, target, tables, {**export_key, "results": key, "doc": doc},
                         ipc.IpcWriteOptions(compression="lz4"))
-    except (OSError, ValueError, TypeError, pa.ArrowException):  # a frame Arrow cannot hold: kept nowhere
+    except BaseException as e:  # Ctrl-C too: no half-written folder left beside the export
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-        return None
+        if isinstance(e, (OSError, ValueError, TypeError, pa.ArrowException)):  # a frame Arrow cannot hold
+            return None
+        raise
 
 
 def kept_doc(sqlite_path: Path, key: dict) -> dict | None:
