@@ -24,6 +24,7 @@ from .readers.contract import NsysTables
 from .views.timeline_prepare import TimelineData, keep_timeline, made_timeline
 
 FORMAT = 1
+TIMELINE = "tl_"  # the prefix of the timeline's frames
 _FINDING_TEXT = ("rule", "severity", "title", "explanation", "suggestion", "estimate", "code")
 
 
@@ -38,15 +39,18 @@ def code_hash() -> str:
     return h.hexdigest()
 
 
-# the files beside the export that the analysis reads (Python samples, memory snapshots, the run's settings and
-# code files, the cell, --modules' annotations): written before the report, never after it
-SIDECARS = ("python_samples*.json", "memory_snapshot*.pickle", "run.json", "cell.py", "annotations.json")
+# the files beside the export that the analysis reads besides its Python samples and memory snapshots (the run's
+# settings and code files, the cell, --modules' annotations): written before the report, never after it
+SIDECARS = ("run.json", "cell.py", "annotations.json")
 
 
 def _key(sqlite: Path, thresholds: dict[str, Any] | None) -> dict[str, Any]:
+    from .readers.gpu_memory import snapshot_files
+    from .readers.python_samples import sample_files
     from .thresholds import resolve
 
-    beside = sorted({p for pattern in SIDECARS for p in sqlite.parent.glob(pattern) if p.is_file()})
+    d = sqlite.parent
+    beside = sorted({*sample_files(d), *snapshot_files(d), *(p for n in SIDECARS if (p := d / n).is_file())})
     return {"format": FORMAT, "code": code_hash(), "thresholds": sorted(resolve(thresholds).items()),
             "beside": [[p.name, st.st_size, st.st_mtime_ns] for p in beside for st in [p.stat()]]}
 
@@ -93,9 +97,9 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
                            "colors": tl.colors, "palette": tl.palette, "span_ns": int(tl.span_ns),
                            "origin_ns": int(tl.origin_ns), "first_ns": int(tl.first_ns), "last_ns": int(tl.last_ns),
                            "frame_ns": [int(x) for x in tl.frame_ns] if tl.frame_ns is not None else None}
-        frames.update(tl_events=tl.events, tl_rows=tl.rows,
-                      tl_api_row=pd.DataFrame({"row": np.asarray(tl.api_row_of_row, np.int64)}))
-        for name, track in (("tl_memory", tl.memory), ("tl_metrics", tl.gpu_metrics)):
+        frames.update({f"{TIMELINE}events": tl.events, f"{TIMELINE}rows": tl.rows,
+                       f"{TIMELINE}api_row": pd.DataFrame({"row": np.asarray(tl.api_row_of_row, np.int64)})})
+        for name, track in ((f"{TIMELINE}memory", tl.memory), (f"{TIMELINE}metrics", tl.gpu_metrics)):
             if track is not None:
                 frames[name] = track
     return nsys_cache.save_results(sqlite, key, doc, frames) is not None
@@ -108,7 +112,9 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
     findings)."""
     sqlite = _sqlite(report)
     try:
-        got = nsys_cache.load_results(sqlite, _key(sqlite, thresholds)) if sqlite is not None else None
+        # the timeline's frames (most of the bytes) only when a view will take them
+        got = (nsys_cache.load_results(sqlite, _key(sqlite, thresholds), skip=() if timeline else (TIMELINE,))
+               if sqlite is not None else None)
         if got is None:
             return False
         doc, frames = got
@@ -128,14 +134,15 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
         return True
     t: dict[str, Any] = doc.get("timeline") or {}
     try:
-        data = TimelineData(events=frames["tl_events"], rows=frames["tl_rows"], names=list(t["names"]),
-                            details=list(t["details"]), categories=list(t["categories"]), colors=list(t["colors"]),
-                            span_ns=int(t["span_ns"]), api_row_of_row=frames["tl_api_row"]["row"].to_numpy(np.int64),
+        api_row = frames[f"{TIMELINE}api_row"]["row"].to_numpy(np.int64)
+        data = TimelineData(events=frames[f"{TIMELINE}events"], rows=frames[f"{TIMELINE}rows"],
+                            names=list(t["names"]), details=list(t["details"]), categories=list(t["categories"]),
+                            colors=list(t["colors"]), span_ns=int(t["span_ns"]), api_row_of_row=api_row,
                             origin_ns=int(t["origin_ns"]), first_ns=int(t["first_ns"]), palette=list(t["palette"]),
                             frame_ns=(int(t["frame_ns"][0]), int(t["frame_ns"][1])) if t["frame_ns"] is not None
                             else None,
-                            last_ns=int(t["last_ns"]), memory=frames.get("tl_memory"),
-                            gpu_metrics=frames.get("tl_metrics"))
+                            last_ns=int(t["last_ns"]), memory=frames.get(f"{TIMELINE}memory"),
+                            gpu_metrics=frames.get(f"{TIMELINE}metrics"))
         keep_timeline(report, data)
     except Exception:  # noqa: BLE001 - none kept (a view that was not drawn), or damaged: prepared again
         return False

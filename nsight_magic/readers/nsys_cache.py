@@ -204,14 +204,17 @@ def kept_doc(sqlite_path: Path, key: dict) -> dict | None:
     return got["doc"]
 
 
-def load_results(sqlite_path: Path, key: dict) -> tuple[dict, dict[str, pd.DataFrame]] | None:
-    """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one)."""
+def load_results(sqlite_path: Path, key: dict,
+                 skip: tuple[str, ...] = ()) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+    """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one);
+    frames whose names start with one of `skip` are not read."""
     doc = kept_doc(sqlite_path, key)
     if doc is None:
         return None
     try:
         d = _results_dir(sqlite_path, key)
-        frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")}
+        frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")
+                  if not f.stem.startswith(skip)}
         return doc, frames
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
