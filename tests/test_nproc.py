@@ -151,6 +151,51 @@ def test_nproc_options_are_checked():
 
 
 @requires_nsys
+@pytest.mark.nsys
+def test_a_finished_ranks_report_that_comes_late_is_still_read(tmp_path):
+    """--per-rank-reports: a rank that finished its cell but whose report is not in the folder yet when the run ends
+    (seen once in a loaded full run: rank 1's raw stream was left beside rank 0's report) is waited for."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from nsight_magic.profilers.nsys import finish_nsys
+    from nsight_magic.store import ProfileFolder
+    from nsight_magic.tools import find_nsys
+
+    raw = tmp_path / "raw"
+    script = "import nvtx, time\nwith nvtx.annotate('work'):\n    time.sleep(0.05)\n"
+    subprocess.run([str(find_nsys()), "profile", "-t", "nvtx", "--sample=none", "--cpuctxsw=none", "-o", str(raw),
+                    sys.executable, "-c", script], check=True, capture_output=True, timeout=120)
+    made, = [p for p in tmp_path.iterdir() if p.suffix in (".qdstrm", ".nsys-rep")]  # Debian's nsys: .qdstrm
+    folder = ProfileFolder(tmp_path / "profile")
+    folder.path.mkdir()
+    for r in (0, 1):
+        (folder.path / f"progress{'' if r == 0 else f'.rank{r}'}.jsonl").write_text(
+            '{"phase": "running"}\n{"phase": "finished", "status": 0}\n')
+    (folder.path / f"report.rank0{made.suffix}").write_bytes(made.read_bytes())
+    late = threading.Timer(1.0, lambda: (folder.path / f"report.rank1{made.suffix}").write_bytes(made.read_bytes()))
+    late.start()
+    messages: list[str] = []
+    try:
+        rep, sqlite = finish_nsys(folder, find_nsys(), messages, ranks=2)
+    finally:
+        late.join()
+    assert not messages, messages
+    assert sqlite == folder.sqlite and (folder.path / "report.rank1.sqlite").is_file()
+    assert (open_report(sqlite).nvtx["name"] == "work").sum() == 2  # one range of each rank
+    # a rank that never finished its cell is not waited for
+    (folder.path / "progress.rank1.jsonl").write_text('{"phase": "running"}\n')
+    for p in folder.path.glob("report.rank1*"):
+        p.unlink()
+    t0 = time.monotonic()
+    finish_nsys(folder, find_nsys(), messages, ranks=2)
+    assert time.monotonic() - t0 < 3, "waited for a rank that never finished its cell"
+    assert any("rank 1 left no report" in m for m in messages), messages
+
+
+@requires_nsys
 @requires_torch
 @pytest.mark.nsys
 @pytest.mark.timeout(400)
@@ -174,7 +219,8 @@ def test_nproc_in_a_real_kernel(tmp_path):
     per_rank = cell_text(nb.cells[4])
     assert "own report 0" in per_rank and "[rank 1] own report 1" in per_rank, per_rank
     folder, = (tmp_path / "nsight-profiles").glob("ranks-*")
-    assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.sqlite"} <= {p.name for p in folder.iterdir()}
+    assert {"report.rank0.nsys-rep", "report.rank1.nsys-rep", "report.sqlite"} <= {p.name for p in folder.iterdir()}, \
+        per_rank
 
 
 # ---- a real 2-GPU training report (nsys 2026.2, NCCL send/recv between two processes) ---------------------------

@@ -30,7 +30,8 @@ from .agent_watch import SPIN_S, AgentSpin, may_spin
 from .extras import Extras, choose, split_for_session
 from .prepare import current_umask, load_returns, prepare_with_tool, tool_versions
 from .process import (ChildRun, OutputCallback, Recording, RunResult, StatusCallback, ChildOutcome,
-                      child_environment, describe_outcome, outcome_notes, rank_outcome)
+                      child_environment, describe_outcome, outcome_notes, rank_finished,
+                      rank_outcome)
 
 
 def nsys_argv(nsys: Path, opts: NsysOptions, trace: str, folder: ProfileFolder, child: list[str],
@@ -190,6 +191,8 @@ def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks:
 
     reps, exports = [], []
     for r in range(ranks):
+        if rank_finished(folder, r):
+            _await_rank_report(folder.path / f"report.rank{r}", cancel)
         rep, sqlite = _import_export(folder.path / f"report.rank{r}", nsys, messages, cancel)
         if rep is None and sqlite is None:
             messages.append(f"rank {r} left no report (report.rank{r}.*); the view shows the other ranks")
@@ -204,6 +207,20 @@ def _finish_ranks(folder: ProfileFolder, nsys: Path, messages: list[str], ranks:
         return reps[0] if reps else None, None
     write_report_cache(merged)
     return (reps[0] if reps else None), merged
+
+
+RANK_REPORT_WAIT_S = 5.0
+
+
+def _await_rank_report(base: Path, cancel=None, wait_s: float = RANK_REPORT_WAIT_S) -> None:
+    """Wait a little for the report (or raw stream) of a rank that finished but is not in the folder yet: once, in
+    a loaded full test run, rank 1's .qdstrm was in the folder afterwards, not imported, while rank 0's had been."""
+    names = [base.with_name(base.name + s) for s in (".nsys-rep", ".qdstrm")]
+    deadline = time.monotonic() + wait_s
+    while not any(p.exists() for p in names) and time.monotonic() < deadline:
+        if cancel is not None and cancel.is_set():
+            return
+        time.sleep(0.1)
 
 
 def write_report_cache(sqlite: Path) -> None:

@@ -619,6 +619,12 @@ def json_records(text: str) -> list[dict]:
     return out
 
 
+def rank_finished(folder: ProfileFolder, rank: int) -> bool:
+    """Whether this rank's process wrote its last progress record (its cell ran to its end)."""
+    return any(x.get("phase") == "finished"
+               for x in _progress_records(folder.path / f"progress{rank_suffix(rank)}.jsonl"))
+
+
 def _progress_records(path: Path) -> list[dict]:
     try:
         return json_records(path.read_text())
