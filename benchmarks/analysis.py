@@ -1,12 +1,14 @@
-"""What the advice costs next to reading: findings() + bottleneck() against a cold open (issue 28).
+"""What the advice costs next to reading: findings() + bottleneck() against a cold open (issues 28, 62).
 
     python benchmarks/analysis.py [--kernels 160000] [--src a_cuda_nvtx.sqlite] [--workdir DIR] [--repeat 3]
-                                  [--profile]
+                                  [--profile] [--nsys-stats]
 
 Builds a `--kernels`-kernel trace from an H100 export (benchmarks/bigtrace.py), then, in a fresh child process each
 time (no columnar cache beside the file): open_report + kernel_summary (the cold read), then bottleneck(), then
-findings() (which reuses the diagnosis).  Prints the medians and the ratio analysis / read (goal <= 1).  --profile
-prints the 25 functions with the most cumulative time of one analysis (cProfile).
+findings() (which reuses the diagnosis).  Prints the medians, the ratio analysis / read (goal <= 1) and the
+process's peak RSS after the read and after the analysis (10M kernels: goal <= 3 GB).  --nsys-stats also times
+`nsys stats --report gpukernsum` (2022.4's name of cuda_gpu_kern_sum) on the same file, alternated with the runs.
+--profile prints the 25 functions with the most cumulative time of one analysis (cProfile).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -35,6 +38,7 @@ t0, c0 = time.perf_counter(), cpu()
 rep = open_report(sys.argv[1])
 rep.kernel_summary()
 t1, c1 = time.perf_counter(), cpu()
+peak_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if sys.argv[3] == "profile":
     import cProfile, pstats
     pr = cProfile.Profile(); pr.enable()
@@ -45,7 +49,8 @@ t3, c3 = time.perf_counter(), cpu()
 if sys.argv[3] == "profile":
     pr.disable(); pstats.Stats(pr, stream=sys.stderr).sort_stats(os.environ.get("NM_SORT", "cumulative")).print_stats(int(os.environ.get("NM_TOP", "25")))
 print(json.dumps({"read_s": t1 - t0, "read_cpu_s": c1 - c0, "analysis_cpu_s": c3 - c1, "bottleneck_s": t2 - t1,
-                  "findings_s": t3 - t2, "kernels": len(rep.kernels), "verdict": b.kind, "findings": len(fs)}))
+                  "findings_s": t3 - t2, "kernels": len(rep.kernels), "verdict": b.kind, "findings": len(fs),
+                  "peak_read_mb": peak_read, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 
@@ -69,6 +74,7 @@ def main() -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--nsys-stats", action="store_true")
     a = ap.parse_args()
     root = a.workdir or Path(tempfile.gettempdir()) / "nsight-magic-analysis-bench"
     root.mkdir(parents=True, exist_ok=True)
@@ -76,9 +82,18 @@ def main() -> None:
     if not big.exists():
         make_big_trace(a.src, big, a.kernels)
     shutil.rmtree(big.with_suffix(".nsight-cache"), ignore_errors=True)  # a columnar cache: not a cold read
-    runs = [once(big, "time") for _ in range(a.repeat)]
+    nsys = shutil.which("nsys") if a.nsys_stats else None
+    runs, stats = [], []
+    for _ in range(a.repeat):  # alternated, so that the machine's load hits both alike
+        runs.append(once(big, "time"))
+        if nsys:
+            t = time.perf_counter()
+            subprocess.run([nsys, "stats", "--report", "gpukernsum", "--format", "csv", "--force-overwrite", "true",
+                            "--output", str(root / "gpukernsum"), str(big)], capture_output=True, check=True,
+                           timeout=3600)
+            stats.append(time.perf_counter() - t)
     med = {k: statistics.median(r[k] for r in runs) for k in ("read_s", "bottleneck_s", "findings_s", "read_cpu_s",
-                                                               "analysis_cpu_s")}
+                                                               "analysis_cpu_s", "peak_read_mb", "peak_mb")}
     analysis = med["bottleneck_s"] + med["findings_s"]
     print(f"{runs[0]['kernels']:,} kernels, verdict {runs[0]['verdict']}, {runs[0]['findings']} findings; "
           f"medians of {a.repeat} fresh processes:")
@@ -87,6 +102,12 @@ def main() -> None:
     print(f"  findings() after it                {med['findings_s']:.2f} s")
     print(f"  bottleneck() + findings()          {analysis:.2f} s (CPU {med['analysis_cpu_s']:.2f} s)")
     print(f"  analysis / read                    {analysis / med['read_s']:.2f} (goal <= 1)")
+    print(f"  peak RSS after the read            {med['peak_read_mb']:,.0f} MB")
+    print(f"  peak RSS after the analysis        {med['peak_mb']:,.0f} MB")
+    if stats:
+        st = statistics.median(stats)
+        print(f"  nsys stats --report gpukernsum     {st:.2f} s; cold read / nsys stats {med['read_s'] / st:.2f} "
+              "(goal <= 1)")
     if a.profile:
         once(big, "profile")
 

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nsight_magic"
 LAYERS = (
     ("errors", "version", "inside"),                      # shared by both sides of the process boundary
     # what the user asked for and set, the tools, profile folders
-    ("options", "settings", "thresholds", "tools", "store", "baselines"),
+    ("options", "settings", "thresholds", "tools", "store", "baselines", "heap"),
     ("profilers", "readers"),                              # record and finish a run; read report files
     ("analysis",),
     ("views",),
@@ -21,7 +21,7 @@ LAYERS = (
     ("jobs",),
     # the Python API and its front ends ("" = __init__)
     ("run", "background", "frontend", "magics", "magic_args", "cell_output", "cell_display", "cell_run", "cli",
-     "inplace_kernel", "heap", "idle", ""),
+     "inplace_kernel", "idle", ""),
 )
 
 

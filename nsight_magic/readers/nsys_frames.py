@@ -51,9 +51,9 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
 
     uniq = list(uses)
     arrays = dict(zip(uniq, read_ints(con, table, [expr(r) for r in uniq], spec.where, path))) if uniq else {}
-    if delta_end:
+    if delta_end:  # end = start + (end - start), in place (no two more columns at a time)
         d = arrays["end"]
-        arrays["end"] = np.where(d == NULL, NULL, arrays["start"] + d)
+        np.add(d, arrays["start"], out=d, where=d != NULL)
     stamps = [r for r in ("start", "end") if r in arrays]
     if any(((a != NULL) & ((a > TS_LIMIT) | (a < -TS_LIMIT))).any() for a in map(arrays.get, stamps)):
         check_range(con, table, stamps, spec.where, path)

@@ -12,6 +12,7 @@ import sqlite3
 import time
 import warnings
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -257,9 +258,12 @@ PARALLEL_MIN_ROWS = 200_000  # below this a connection's set-up costs more than 
 PARALLEL_MAX = 8
 
 
-def _adbc_parts(con, path: Path, table: str, sel: str, where: str | None) -> list | None:
-    """`SELECT sel FROM table [WHERE where]` in rowid order through ADBC, as Arrow tables, one per rowid range read
-    on its own connection (None: ADBC is not installed, or could not read the values)."""
+def _adbc_ranges(con, path: Path, table: str, sel: str, where: str | None,
+                 each: Callable[[Any, int], Any]) -> list | None:
+    """`SELECT sel FROM table [WHERE where]` in rowid order through ADBC, in rowid ranges each read on a connection
+    of its own: `each(cursor, first)` takes a range's executed cursor and the range's first rowid (its rows have
+    rowids from there on, fewer where `where` skips some).  Returns what it gave per range (None: ADBC is not
+    installed, or could not read the values)."""
     try:
         import adbc_driver_sqlite.dbapi as adbc
     except ImportError:
@@ -268,41 +272,69 @@ def _adbc_parts(con, path: Path, table: str, sel: str, where: str | None) -> lis
 
     uri = Path(path).resolve().as_uri() + "?mode=ro"
     cond = f" AND ({where})" if where else ""
-
-    def part(lo: int | None, hi: int | None):
-        rows = f" WHERE rowid >= {lo} AND rowid < {hi}{cond}" if lo is not None else (f" WHERE {where}" if where
-                                                                                      else "")
-        with adbc.connect(uri) as ac, ac.cursor() as cur:
-            cur.execute(f'SELECT {sel} FROM "{table}"{rows} ORDER BY rowid')
-            return cur.fetch_arrow_table()
-
     lo, hi = rowid_ends(con, table)
     if lo is None:
         return []
+
+    def part(a: int, b: int, whole: bool):
+        rows = (f" WHERE {where}" if where else "") if whole else f" WHERE rowid >= {a} AND rowid < {b}{cond}"
+        with adbc.connect(uri) as ac, ac.cursor() as cur:
+            cur.execute(f'SELECT {sel} FROM "{table}"{rows} ORDER BY rowid')
+            return each(cur, a)
+
     try:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         k = max(1, min(cores, PARALLEL_MAX, (hi - lo + 1) // PARALLEL_MIN_ROWS))
         edges = np.linspace(lo, hi + 1, k + 1).astype(np.int64).tolist()
         if k == 1:
-            return [part(None, None)]
+            return [part(lo, hi + 1, True)]
         with ThreadPoolExecutor(k, thread_name_prefix="nsight-magic-read") as ex:
-            return list(ex.map(part, edges[:-1], edges[1:]))
+            return list(ex.map(part, edges[:-1], edges[1:], [False] * k))
     except Exception:  # a value ADBC cannot read as the type it took from the first rows: the caller's other path
         return None
 
 
+def _adbc_parts(con, path: Path, table: str, sel: str, where: str | None) -> list | None:
+    """The same as Arrow tables, one per rowid range."""
+    return _adbc_ranges(con, path, table, sel, where, lambda cur, first: cur.fetch_arrow_table())
+
+
+class _NotInts(Exception):
+    """A column ADBC typed other than int64, or with nulls: read the other way."""
+
+
 def _read_ints_adbc(con, path: Path, table: str, exprs: list[str], where: str | None) -> list[np.ndarray] | None:
+    """The columns streamed batch by batch into arrays made once, each range into its own slot (a range holds at
+    most as many rows as rowids): no Arrow copy of the whole table is held beside the arrays (at 10M kernels that
+    doubled the read's peak memory)."""
     sel = ", ".join(f"ifnull({e}, {NULL}) AS c{i}" for i, e in enumerate(exprs))
-    parts = _adbc_parts(con, path, table, sel, where)
-    if parts is None:
+    lo, hi = rowid_ends(con, table)
+    if lo is None:
+        return [np.empty(0, np.int64) for _ in exprs]
+    out = [np.empty(hi - lo + 1, np.int64) for _ in exprs]
+
+    def fill(cur, first: int) -> tuple[int, int]:
+        at = n = first - lo
+        for batch in cur.fetch_record_batch():
+            m = batch.num_rows
+            for i, col in enumerate(batch.columns):
+                if str(col.type) != "int64" or col.null_count:
+                    raise _NotInts(table)
+                out[i][n:n + m] = col.to_numpy()
+            n += m
+        return at, n - at
+
+    slots = _adbc_ranges(con, path, table, sel, where, fill)
+    if slots is None:
         return None
-    out = []
-    for i in range(len(exprs)):
-        cols = [p.column(i) for p in parts if p.num_rows]
-        if any(str(c.type) != "int64" or c.null_count for c in cols):
-            return None
-        out.append(np.concatenate([c.to_numpy() for c in cols]) if cols else np.empty(0, np.int64))
-    return out
+    rows = 0
+    for at, n in slots:  # close the ranges up (rows a filter skipped leave room at a range's end)
+        if at != rows:
+            for a in out:
+                a[rows:rows + n] = a[at:at + n]
+        rows += n
+    # a view where nearly all rows were read; a copy that frees the rest where a filter skipped many
+    return [a[:rows] if rows >= 0.9 * len(a) else a[:rows].copy() for a in out]
 
 
 def read_text_codes(con, path: Path | None, table: str, expr: str, where: str | None = None

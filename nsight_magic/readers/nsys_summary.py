@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .nsys_frames import ckey, first_match, gkey
+from .nsys_frames import ckey, first_match
 from .nsys_sql import NULL
 
 STAT_COLS = ("count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns")
@@ -68,40 +68,63 @@ def empty_stats(keys: tuple[str, ...], extra: tuple[str, ...] = ("pct",)) -> pd.
     return pd.DataFrame(cols)
 
 
+NO_CALL = np.iinfo(np.int64).min  # an op without a correlation id: a key no API call has (ckey's are above it)
+
+
+def op_keys(pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """ckey(pid, corr) of GPU operations (raw int64 columns), NO_CALL where the correlation id is NULL."""
+    key = ckey(pid, corr)
+    key[np.asarray(corr) == NULL] = NO_CALL
+    return key
+
+
 def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> pd.DataFrame:
     """GPU projection of NVTX ranges, as nsys's nvtxgpuproj: a GPU operation (kernel/memcpy/memset) belongs to a
     range when the runtime API call that launched it lies within the range, on the range's thread; the
     projection spans the first op start to the last op end.  Only ranges that start and end on one thread.
 
-    internal: build_nvtx's arrays; ops: numpy arrays start_ns, end_ns, pid, correlation_id; api: the same plus
-    tid (correlation ids: int64, NULL where none).  Plain arrays, no DataFrames: with millions of calls, building
-    and filtering frames cost as much as the projection.  Returns one row per range with at least one op: row
+    internal: build_nvtx's arrays; ops: numpy arrays start_ns, end_ns and key (op_keys: the launching call's
+    process and correlation id in one integer); api: start_ns, end_ns, pid, tid, correlation_id (int64, NULL where
+    none).  Plain arrays, no DataFrames: with millions of calls, building and filtering frames cost as much as the
+    projection.  Returns one row per range with at least one op: row
     (index into them), proj_start_ns, proj_duration_ns, gpu_ops (number of launching API calls).
     """
     cols = ["row", "proj_start_ns", "proj_duration_ns", "gpu_ops"]
     sel = internal["is_range"] & internal["same_thread"] & ~internal.get("ours", False)
     if not sel.any() or not len(ops.get("start_ns", ())) or not len(api.get("start_ns", ())):
         return pd.DataFrame({c: pd.Series([], dtype="int64") for c in cols})
-    ai = first_match(ckey(api["pid"], api["correlation_id"]), ckey(ops["pid"], ops["correlation_id"]))
-    ok = (ai >= 0) & (np.asarray(ops["correlation_id"]) != NULL)
-    ai = ai[ok]
-    o_start = np.asarray(ops["start_ns"], np.int64)[ok]
-    o_end = np.asarray(ops["end_ns"], np.int64)[ok]
-    a_thread = gkey(np.asarray(api["pid"])[ai], np.asarray(api["tid"])[ai])
+    # Millions of ops: few op-long arrays live at once (each is 90 MB at 11M ops), each dropped once used; what a
+    # step needs is gathered from the inputs in sorted order, not gathered unsorted and then sorted as a second copy
+    ai = first_match(ckey(api["pid"], api["correlation_id"]), ops["key"])
+    op_pos = np.flatnonzero(ai >= 0)
+    if not len(op_pos):  # no op launched by a call of the API table
+        return pd.DataFrame({c: pd.Series([], dtype="int64") for c in cols})
+    ai = ai[op_pos]
     a_start = np.asarray(api["start_ns"], np.int64)[ai]
-    a_end = np.asarray(api["end_ns"], np.int64)[ai]
-    # by (thread, API start): one composite int64 key and a stable sort when it fits, else lexsort
-    t_rank = pd.factorize(a_thread, sort=True)[0].astype(np.int64)  # a hash: threads are few, calls millions
-    lo_s = int(a_start.min()) if len(a_start) else 0
-    width = int(a_start.max()) - lo_s + 1 if len(a_start) else 1
-    if len(a_start) and width * (int(t_rank.max()) + 1) < 2**62:
-        order = np.argsort(t_rank * width + (a_start - lo_s), kind="stable")
+    # ops by (thread, API start): one composite int64 key and a stable sort when it fits, else lexsort
+    thread = np.asarray(api["pid"], np.int64)[ai]  # gkey(pid, tid), made in place
+    thread <<= 24
+    thread |= np.asarray(api["tid"], np.int64)[ai]
+    t_rank, threads = pd.factorize(thread, sort=True)  # a hash: threads are few, calls millions
+    del thread
+    t_rank = np.asarray(t_rank, np.int64)  # (threads' ranks sort as the threads do)
+    lo_s, hi_s = int(a_start.min()), int(a_start.max())
+    if (hi_s - lo_s + 1) * (int(t_rank.max()) + 1) < 2**62:
+        key = t_rank * (hi_s - lo_s + 1)
+        key += a_start
+        key -= lo_s
+        order = np.argsort(key, kind="stable")
+        del key
     else:
-        order = np.lexsort((ai, a_start, a_thread))
-    o_start, o_end, a_thread, a_start, a_end, ai = (x[order] for x in (o_start, o_end, a_thread, a_start, a_end, ai))
-    new_call = np.r_[True, ai[1:] != ai[:-1]]
-    call_no = np.cumsum(new_call)  # distinct API calls so far (1-based)
-    call_first = np.maximum.accumulate(np.where(new_call, np.arange(len(ai)), 0))
+        order = np.lexsort((ai, a_start, t_rank))
+    ai = ai[order]  # one at a time: a tuple of them would hold every array twice
+    a_start = a_start[order]
+    t_rank = t_rank[order]
+    op_pos = op_pos[order]
+    del order
+    bounds = np.flatnonzero(np.r_[True, t_rank[1:] != t_rank[:-1], True])  # each thread's ops
+    b_threads = threads[t_rank[bounds[:-1]]]
+    del t_rank
 
     rows = np.flatnonzero(sel)
     r_start = internal["start"][rows]
@@ -111,26 +134,33 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     # per thread: ops sorted by API start; a range holds the ops in [lo, hi)
     lo = np.zeros(len(rows), np.int64)
     hi = np.zeros(len(rows), np.int64)
-    bounds = np.flatnonzero(np.r_[True, a_thread[1:] != a_thread[:-1], True])
-    for b0, b1 in zip(bounds[:-1], bounds[1:]):  # one iteration per thread, not per row
-        m = r_thread == a_thread[b0]
+    for b0, b1, thread in zip(bounds[:-1], bounds[1:], b_threads):  # one iteration per thread, not per row
+        m = r_thread == thread
         if m.any():
             lo[m] = b0 + np.searchsorted(a_start[b0:b1], r_start[m], "left")
             hi[m] = b0 + np.searchsorted(a_start[b0:b1], r_end[m], "right")
+    del a_start
+    new_call = np.r_[True, ai[1:] != ai[:-1]]
+    call_no = np.cumsum(new_call)  # distinct API calls so far (1-based)
+    call_start = np.flatnonzero(new_call)  # where each call's ops begin
+    del new_call
     # an API call that starts inside the range but ends after it is not contained: drop its ops
     last = np.maximum(hi - 1, 0)
-    crosses = (hi > lo) & (a_end[last] > r_end)
-    hi = np.where(crosses, call_first[last], hi)
+    crosses = (hi > lo) & (np.asarray(api["end_ns"], np.int64)[ai[last]] > r_end)
+    del ai
+    hi = np.where(crosses, call_start[call_no[last] - 1], hi)
     has = hi > lo
     lo, hi, rows = lo[has], hi[has], rows[has]
-    n = len(o_start)
-    pad_s = np.r_[o_start, 0]
-    pad_e = np.r_[o_end, 0]
+    # each range's first op start and last op end: the ops' times in sorted order, padded for reduceat's last bound
+    n = len(op_pos)
     idx = np.empty(2 * len(lo), np.int64)
     idx[0::2], idx[1::2] = lo, hi
     idx = np.minimum(idx, n)
-    pmin = np.minimum.reduceat(pad_s, idx)[0::2] if len(idx) else np.empty(0, np.int64)
-    pmax = np.maximum.reduceat(pad_e, idx)[0::2] if len(idx) else np.empty(0, np.int64)
+    padded = np.zeros(n + 1, np.int64)
+    padded[:n] = np.asarray(ops["start_ns"], np.int64)[op_pos]
+    pmin = np.minimum.reduceat(padded, idx)[0::2] if len(idx) else np.empty(0, np.int64)
+    padded[:n] = np.asarray(ops["end_ns"], np.int64)[op_pos]
+    pmax = np.maximum.reduceat(padded, idx)[0::2] if len(idx) else np.empty(0, np.int64)
     calls = call_no[hi - 1] - call_no[lo] + 1
     return pd.DataFrame({"row": rows, "proj_start_ns": pmin, "proj_duration_ns": pmax - pmin, "gpu_ops": calls})
 

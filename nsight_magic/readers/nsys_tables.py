@@ -19,7 +19,7 @@ from ..errors import OptionError, ReportError
 from . import nsys_schema as S
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_sql import Strings
-from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, with_pct
+from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, op_keys, with_pct
 
 
 class CoreColumns(Protocol):
@@ -198,13 +198,14 @@ class NsysSummaries:
         return np.where(np.isnan(a["end"]), maxts, a["end"]).astype(np.int64) - a["start"]
 
     def _gpu_ops(self) -> dict:
-        """start/end/pid/correlation id of every kernel, memcpy and memset (for the NVTX projection): arrays."""
-        names = ["start_ns", "end_ns", "pid", "correlation_id"]
-        parts = [[c[n] for n in names] for c in map(self.data.core, ("kernels", "memcpy", "memset"))
-                 if c is not None and len(c["start_ns"])]
+        """start, end and launching call's key (op_keys) of every kernel, memcpy and memset (for the NVTX
+        projection): arrays.  The key stands for pid and correlation id: one op-long array less at 10M ops."""
+        parts = [c for c in map(self.data.core, ("kernels", "memcpy", "memset")) if c is not None and len(c["start_ns"])]
         if not parts:
             return {}
-        return {n: np.concatenate([p[i] for p in parts]) for i, n in enumerate(names)}
+        return {"start_ns": np.concatenate([c["start_ns"] for c in parts]),
+                "end_ns": np.concatenate([c["end_ns"] for c in parts]),
+                "key": np.concatenate([op_keys(c["pid"], c["correlation_id"]) for c in parts])}
 
     def _api_calls(self) -> dict:
         c = self.data.core("cuda_api")
