@@ -562,8 +562,9 @@ class Diagnosis:
     capture: tuple[int, int]
     ops: pd.DataFrame
     _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
-    # gaps(category), each built once
-    _gaps_of: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
+    # gaps(category): the rows of each, found once (positions, not frames: "launch" holds nearly every gap, and a
+    # kept copy of 13M gaps was 1.7 GB at 10M kernels)
+    _gaps_of: dict[str, npt.NDArray[np.intp]] = field(default_factory=dict, repr=False, compare=False)
 
     def scaled(self, category: str, pid: int | None = None) -> int:
         """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
@@ -585,8 +586,8 @@ class Diagnosis:
         if not category:
             return g.copy(deep=False)  # a caller's new columns stay its own
         if category not in self._gaps_of:  # the rules ask for the same categories again
-            self._gaps_of[category] = g[g[category] > 0]
-        return self._gaps_of[category].copy(deep=False)
+            self._gaps_of[category] = np.flatnonzero((g[category] > 0).to_numpy(dtype=bool, na_value=False))
+        return g.take(self._gaps_of[category])
 
     def exposed(self, starts: npt.ArrayLike, ends: npt.ArrayLike, pids: npt.ArrayLike, devices: npt.ArrayLike) -> int:
         """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not
