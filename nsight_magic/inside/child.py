@@ -295,17 +295,9 @@ def stop_leftovers(progress=None, before: set[int] | None = None) -> list[str]:
 
 def _processes() -> dict[int, int]:
     """pid -> parent pid of every live (not zombie) process this PID namespace shows."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if len(fields) > 1 and fields[0] != "Z":
-            out[int(d.name)] = int(fields[1])
-    return out
+    from . import procs
+
+    return procs.parents()
 
 
 def _below(procs: dict[int, int], root: int) -> list[int]:
@@ -322,28 +314,25 @@ def _below(procs: dict[int, int], root: int) -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        return state != "Z"
-    except (OSError, IndexError):
-        return False
+    from . import procs
+
+    return procs.alive(pid)
 
 
 def _command(pid: int) -> str:
     """A process's command line; a process caught between fork and exec shows none for a moment: asked again,
     then its name."""
+    from . import procs
+
     for _ in range(10):
-        try:
-            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except OSError:
+        if not procs.alive(pid):
             return "?"
+        cmd = " ".join(procs.cmdline(pid)).strip()
         if cmd:
             return cmd[:80]
         time.sleep(0.02)
-    try:
-        return f"[{Path(f'/proc/{pid}/comm').read_text().strip()}]"
-    except OSError:
-        return "?"
+    got = procs.name(pid)
+    return f"[{got}]" if got else "?"
 
 
 def new_namespace(cfg: dict) -> dict:

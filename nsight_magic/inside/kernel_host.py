@@ -30,6 +30,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import procs
 from .tool_files import TOOL_FILE_ENV, remove_tool_files
 
 INPLACE_ENV = "NSIGHT_MAGIC_INPLACE"
@@ -41,49 +42,20 @@ WRITE_GRACE_S = 4.0    # then the profiler again, before the namespace goes
 KERNEL_MODULE = "ipykernel_launcher"
 
 
-def _cmdline_bytes(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def _cmdline(pid: int) -> list[str]:
-    raw = _cmdline_bytes(pid)
-    return raw.decode(errors="replace").split("\0") if raw else []
-
-
-def _state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def _pids() -> list[int]:
-    return [int(d) for d in os.listdir("/proc") if d.isdigit()]
-
-
 def find_kernel() -> int | None:
     """The kernel's process: `python -m ipykernel_launcher ...` (the profiler's own command line names the same
     module further on, never as its first argument)."""
-    for pid in _pids():
-        argv = _cmdline(pid)
-        if argv[1:3] == ["-m", KERNEL_MODULE] and _state(pid) not in ("Z", "X", ""):
+    for pid in procs.pids():
+        argv = procs.cmdline(pid)
+        if argv[1:3] == ["-m", KERNEL_MODULE] and procs.alive(pid):
             return pid
     return None
 
 
 def _tool_files_of(pid: int) -> list[str]:
     """The settings files nsys wrote for the kernel (/tmp/injection_config_*), named in its environment."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-    except OSError:
-        return []
-    return sorted({env[k.encode()].decode(errors="replace") for k in TOOL_FILE_ENV if env.get(k.encode())})
+    env = procs.environ(pid) or {}
+    return sorted({env[k] for k in TOOL_FILE_ENV if env.get(k)})
 
 
 def _note_tool_files(cfg: dict, files: list[str]) -> Path | None:
@@ -108,20 +80,16 @@ def sweep_left_files(folder) -> None:
         return
     if not records:
         return
-    running = b"\0".join(_cmdline_bytes(p) for p in _pids())
+    running = "\0".join("\0".join(procs.cmdline(p)) for p in procs.pids())
     for record in records:
         try:
             got = json.loads(record.read_text())
             session = str(got["session"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if session.encode() not in running:
+        if session not in running:
             remove_tool_files(got.get("files") or ())
             record.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
-    return _state(pid) not in ("Z", "X", "")
 
 
 def _reap() -> None:
@@ -139,8 +107,8 @@ def _signal_all_but(keep: set[int], sig: int) -> list[int]:
     """`sig` to every process of the namespace but ours and `keep`; the pids signalled."""
     me = os.getpid()
     hit = []
-    for pid in _pids():
-        if pid != me and pid not in keep and _alive(pid):
+    for pid in procs.pids():
+        if pid != me and pid not in keep and procs.alive(pid):
             try:
                 os.kill(pid, sig)
                 hit.append(pid)
@@ -154,8 +122,8 @@ def _profiler_processes(launch: subprocess.Popen) -> set[int]:
     launcher and tee; ncu's): not stopped with what the kernel left."""
     tool = os.path.basename(launch.args[0]) if launch.args else ""
     out = {launch.pid}
-    for pid in _pids():
-        argv = _cmdline(pid)
+    for pid in procs.pids():
+        argv = procs.cmdline(pid)
         exe = os.path.basename(argv[0]) if argv and argv[0] else ""
         if exe.startswith(("nsys", tool)) and tool:
             out.add(pid)
@@ -164,7 +132,7 @@ def _profiler_processes(launch: subprocess.Popen) -> set[int]:
 
 def _named(pid: int) -> str:
     """A process as a line names it: a copy of the kernel (a fork) by what it is, others by their command."""
-    argv = [a for a in _cmdline(pid) if a]
+    argv = [a for a in procs.cmdline(pid) if a]
     if argv[1:3] == ["-m", KERNEL_MODULE]:
         return f"{pid}: a fork of the kernel's process"
     # the program by its name (a venv's path would crowd out the arguments that tell one process from another)
@@ -239,7 +207,7 @@ def run(cfg: dict, env: dict) -> int:
                 _say(f"{os.path.basename(argv[0])} exited {rc} before it started the kernel (attempt {attempt} of "
                      f"{ATTEMPTS}); starting it again")
                 _signal_all_but(set(), signal.SIGKILL)  # what the failed start left (an agent)
-                _wait(lambda: len(_pids()) <= 1, 2.0)
+                _wait(lambda: len(procs.pids()) <= 1, 2.0)
                 time.sleep(0.2 * attempt)
                 continue
             _say(f"{os.path.basename(argv[0])} exited {rc} before it started the kernel, {ATTEMPTS} times; see "
@@ -260,17 +228,17 @@ def run(cfg: dict, env: dict) -> int:
 
 def _watch(kernel: int | None, launch: subprocess.Popen, term: _Term, cfg: dict) -> int:
     """From the kernel's start to its end and its profiler's; the exit status to pass on."""
-    while not term.asked and kernel is not None and _alive(kernel):
+    while not term.asked and kernel is not None and procs.alive(kernel):
         _reap()
         time.sleep(POLL_S)
-    if term.asked and kernel is not None and _alive(kernel):
+    if term.asked and kernel is not None and procs.alive(kernel):
         os.kill(kernel, signal.SIGTERM)
-        _wait(lambda: not _alive(kernel), 3.0)
+        _wait(lambda: not procs.alive(kernel), 3.0)
     # the kernel has ended: its profiler writes what it recorded and exits, unless processes the kernel left keep
     # it waiting for them (nsys: "Waiting for termination of re-parented processes")
     if not _wait(lambda: launch.poll() is not None, LAUNCH_GRACE_S):
         keep = _profiler_processes(launch)
-        named = [_named(p) for p in _pids() if p != os.getpid() and p not in keep and _alive(p)]
+        named = [_named(p) for p in procs.pids() if p != os.getpid() and p not in keep and procs.alive(p)]
         left = _signal_all_but(keep, signal.SIGTERM)
         if left:
             said = (f"the kernel ended while {len(left)} process{'es' if len(left) > 1 else ''} it had started "
@@ -278,7 +246,7 @@ def _watch(kernel: int | None, launch: subprocess.Popen, term: _Term, cfg: dict)
                     "when the kernel ended")
             _say(said)
             _leave_note(cfg.get("connection_file"), said)
-            if not _wait(lambda: not any(_alive(p) for p in left), LEFT_GRACE_S):
+            if not _wait(lambda: not any(procs.alive(p) for p in left), LEFT_GRACE_S):
                 _signal_all_but(keep, signal.SIGKILL)
         _wait(lambda: launch.poll() is not None, WRITE_GRACE_S)
     code = launch.poll()
@@ -301,7 +269,7 @@ def main() -> int:
         return run(cfg, env)
     except Exception as e:  # noqa: BLE001 - a fault of ours must not end the user's kernel: keep it company
         _say(f"stopped watching the kernel ({type(e).__name__}: {e}); it runs on until it ends")
-        while len(_pids()) > 1:
+        while len(procs.pids()) > 1:
             _reap()
             time.sleep(POLL_S)
         return 1

@@ -13,6 +13,8 @@ import stat
 import time
 from pathlib import Path
 
+from . import procs
+
 # nsys hands its injection in the profiled process its settings in files under /tmp named in the environment; it
 # removes them when it ends normally, not when it is stopped or killed: the notebook side removes them after the run
 TOOL_FILE_ENV = ("QUADD_INJECTION_CONFIG", "QUADD_OS_RUNTIME_CONFIG")
@@ -76,28 +78,20 @@ SWEEP_MIN_AGE_S = 60.0  # nsys writes the file before it starts the process that
 def sees_every_process() -> bool:
     """Whether /proc shows the whole machine (the kernel's own thread, kthreadd, is pid 2 only there): inside a pid
     namespace (the in-place kernel's, an isolated run's, a container's) a file's owner may be out of sight."""
-    try:
-        return Path("/proc/2/comm").read_text().strip() == "kthreadd"
-    except OSError:
-        return False
+    return procs.name(2) == "kthreadd"
 
 
 def tool_files_of(pids=None, carrying: str | None = None) -> list[str]:
     """The settings files that these processes (every one in sight when None; only those whose environment holds
     `carrying`, "NAME=value", when given) were started with: learnt from the living, before they are stopped, since
     one killed as it starts has not written them down yet."""
-    keys = tuple(k.encode() + b"=" for k in TOOL_FILE_ENV)
-    if pids is None:
-        pids = [e.name for e in os.scandir("/proc") if e.name.isdigit()]
+    key, _, value = (carrying or "").partition("=")
     named: set[str] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
+    for pid in procs.pids() if pids is None else pids:
+        env = procs.environ(int(pid))
+        if env is None or (carrying is not None and env.get(key) != value):
             continue
-        if carrying is None or os.fsencode(carrying) in env:
-            named.update(os.fsdecode(v.split(b"=", 1)[1]) for v in env if v.startswith(keys))
+        named.update(env[k] for k in TOOL_FILE_ENV if env.get(k))
     return sorted(named)
 
 

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from ..errors import NsightMagicError
+from ..inside import procs
 from ..inside.child import annotate_cell, cell_end_text
 from ..inside.marks import CAPTURE_DOMAIN
 from ..inside.kernel_host import INPLACE_ENV
@@ -113,24 +114,10 @@ class InPlaceSession:
         still answers 0 and records nothing; the kernel lives on (its namespace's first process stays while the
         kernel runs: inside/kernel_host.py) and says so instead of recording."""
         if not self.pid:  # in the kernel's PID namespace (inside/kernel_host.py): few processes to look at
-            mark = f"--session-new={self.name}".encode()
-            try:
-                names = [d for d in os.listdir("/proc") if d.isdigit()]
-            except OSError:
-                return True  # no /proc to ask: assume it runs
-            for d in names:
-                try:
-                    if mark in Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0"):
-                        return True
-                except OSError:
-                    continue
-            return False
-        try:  # a zombie's cmdline is empty; another process that took the pid does not name our session
-            return self.name.encode() in Path(f"/proc/{int(self.pid)}/cmdline").read_bytes()
-        except FileNotFoundError:
-            return False
-        except (OSError, ValueError):
-            return True  # no /proc to ask: assume it runs
+            mark = f"--session-new={self.name}"
+            return any(mark in procs.cmdline(p) for p in procs.pids())
+        # a zombie shows no command line; another process that took the pid does not name our session
+        return any(self.name in a for a in procs.cmdline(int(self.pid)))
 
     def _gone(self, folder: ProfileFolder) -> SessionGone:
         return SessionGone(f"this kernel's nsys session {self.name} has ended (its nsys launch process exited), so "

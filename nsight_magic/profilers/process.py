@@ -19,8 +19,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
-import psutil
 
+from ..inside import procs
 from ..inside.child import rank_suffix
 from ..inside.tool_files import remove_tool_files, sweep_tool_files, tool_files_named_in
 from ..inside.marks import EXIT_CELL_ERROR
@@ -188,24 +188,14 @@ class Tail:
 
 def run_processes(env_name: str, run_id: str) -> list[int]:
     """Live processes (not this one) carrying this run's (or session's) id in their environment."""
-    me, out = os.getpid(), []
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(env_name) == run_id:
-                out.append(proc.pid)
-        except (psutil.Error, OSError):  # gone, a zombie, or another user's
-            continue
-    return out
+    me = os.getpid()
+    # (one gone meanwhile, a zombie, or another user's has no environment to read)
+    return [p for p in procs.pids() if p != me and (procs.environ(p) or {}).get(env_name) == run_id]
 
 
 def process_argv(pid: int) -> list[bytes]:
     """A process's command line ([b""] when it is gone or a zombie)."""
-    try:
-        return [os.fsencode(a) for a in psutil.Process(pid).cmdline()] or [b""]
-    except (psutil.Error, OSError):
-        return [b""]
+    return [os.fsencode(a) for a in procs.cmdline(pid)] or [b""]
 
 
 def kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
@@ -218,12 +208,13 @@ def kill_strays(run_id: str, env_name: str = RUN_ID_ENV) -> None:
 
 
 def _ns_pid(pid: int) -> str | None:
-    """A process's pid in its own PID namespace (the last NSpid), None when gone or a zombie."""
+    """A process's pid in its own PID namespace (the last NSpid), None when gone or a zombie.  psutil has no
+    NSpid: it is read from the process's status file."""
+    if not procs.alive(pid):
+        return None
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
-        return None
-    if "\nState:\tZ" in status:
         return None
     return next((ln.split()[-1] for ln in status.splitlines() if ln.startswith("NSpid:")), str(pid))
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .. import tools
 from ..errors import NsightMagicError
-from ..inside import commands
+from ..inside import commands, procs
 from ..inside.child import write_setup
 from ..inside.marks import SESSION_ID_ENV, USER_TMPDIR_ENV
 from ..inside.tool_files import remove_tool_files, session_tool_files, sweep_tool_files, tool_files_of
@@ -536,14 +536,7 @@ class NsysSession:
     def describe(self) -> dict:
         """state, pid, age, cells run and memory of the worker (for %nsys_session)."""
         pids = _worker_pids(self.id)
-        rss = None
-        for pid in pids:
-            try:
-                for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                    if line.startswith("VmRSS:"):
-                        rss = int(line.split()[1]) * 1024
-            except OSError:
-                pass
+        rss = next((r for r in map(procs.rss_bytes, reversed(pids)) if r is not None), None)
         with self._lock:
             self.host_answers.read()
         # the host names a launch made again after nsys failed at start-up anew (inside.session_host)

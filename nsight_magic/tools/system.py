@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..inside import procs
 from ..inside.isolate import NO_KERNEL_SYMBOLS
 from ..settings import ENV, setting
 from .injection import tool_environment
@@ -129,7 +130,7 @@ def _setpriv_prefix() -> tuple[str, ...]:
 def process_identity(pid: int | None = None) -> dict:
     """A process as it can be recognised later: its pid and start time (a pid alone can be reused)."""
     pid = os.getpid() if pid is None else pid
-    return {"pid": pid, "start": _start_time(pid)}
+    return {"pid": pid, "start": procs.started(pid)}
 
 
 def jupyter_kernel_id() -> str | None:
@@ -150,32 +151,11 @@ def identity_alive(ident: dict | None) -> bool:
     if not ident or ident.get("start") is None:
         return False
     try:
-        return _start_time(int(ident["pid"])) == ident["start"]
+        return procs.started(int(ident["pid"])) == ident["start"]
     except (TypeError, ValueError, KeyError):
         return False
 
 
-def process_stat(pid: int) -> list[str]:
-    """The fields of /proc/PID/stat after the command's name (state, parent pid, ...; proc(5)'s third on), or []
-    when the process is gone; the name is cut at its last ')', since it may hold spaces and parentheses."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return []
-
-
 def parent_pid(pid: int) -> int | None:
     """The parent of a running process; None when it is gone."""
-    import psutil
-
-    try:
-        return psutil.Process(pid).ppid()
-    except (psutil.Error, OSError):
-        return None
-
-
-def _start_time(pid: int) -> str | None:
-    fields = process_stat(pid)
-    return fields[19] if len(fields) > 19 else None
-
+    return procs.parent(pid)
