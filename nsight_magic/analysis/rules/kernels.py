@@ -91,10 +91,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
                f"{ev['launch_ns'].median() / 1e3:.1f} us): the GPU waits for the CPU. Most frequent: "
                + "; ".join(f"{c} x {nm[:60]}" for nm, c in top.items()) + ".")
     else:
-        gaps = ctx.diag.gaps("launch")
-        if len(gaps) > MAX_EVIDENCE:
-            gaps = gaps.nlargest(MAX_EVIDENCE, "launch", keep="first")
-        gaps = gaps.sort_values("start_ns")
+        gaps = ctx.diag.gaps("launch", largest=MAX_EVIDENCE).sort_values("start_ns")
         ev = evidence(gaps, "GPU waits for a launch", {"wait_ns": gaps["launch"]})
         title = f"The GPU waits for the next launch {share:.0f}% of the steady state{explained}"
         why = ("Between its kernels the GPU had nothing to do while the thread that launches them was running: "
