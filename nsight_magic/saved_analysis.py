@@ -1,6 +1,6 @@
-"""A report's verdict, findings and prepared timeline kept beside its columnar cache (readers/nsys_cache.py), so
-that a profile opened again (`%nsys_load`) is drawn without being analysed and prepared again: at 1M kernels they
-are most of a reopen's time.
+"""A report's verdict, findings, prepared timeline and the view's tables kept beside its columnar cache
+(readers/nsys_cache.py), so that a profile opened again (`%nsys_load`) is drawn without being analysed, prepared or
+summarised again: at 1M kernels they are most of a reopen's time.
 
 Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
 from anyone.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
@@ -16,15 +16,21 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from .analysis.bottleneck import Bottleneck
 from .analysis.findings import Finding, computed, remember
 from .readers import nsys_cache
 from .readers.contract import NsysTables
+from .views.report_view import ReportTables, keep_tables, made_tables
+from .views.tables import Spans
 from .views.timeline_prepare import TimelineData, keep_timeline, made_timeline
 
 FORMAT = 1
 TIMELINE = "tl_"  # the prefix of the timeline's frames
+TABLES = f"{TIMELINE}tb_"  # ... and of the view's tables, read with them
+_TABLE_FRAMES = ("kernels", "memory", "cuda_api", "nvtx")
+_TABLE_SPANS = ("kernel_zoom", "nvtx_zoom")
 _FINDING_TEXT = ("rule", "severity", "title", "explanation", "suggestion", "estimate", "code")
 
 
@@ -102,7 +108,42 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         for name, track in ((f"{TIMELINE}memory", tl.memory), (f"{TIMELINE}metrics", tl.gpu_metrics)):
             if track is not None:
                 frames[name] = track
+        tables = _table_frames(made_tables(report), tl.origin_ns)
+        if tables:  # the view's tables, made from the same origin: a reopen then reads no summary
+            doc["tables"] = {"origin_ns": int(tl.origin_ns)}
+            frames.update(tables)
     return nsys_cache.save_results(sqlite, key, doc, frames) is not None
+
+
+def _table_frames(tables: ReportTables | None, origin_ns: int) -> dict[str, pd.DataFrame]:
+    """The view's tables as frames to keep (their zoom spans as rows name, start, end); none where they were not
+    made from this origin or a table is one Arrow cannot hold (the rest is kept all the same)."""
+    if tables is None or tables.origin_ns != origin_ns:
+        return {}
+    out = {f"{TABLES}{name}": getattr(tables, name) for name in _TABLE_FRAMES}
+    for name in _TABLE_SPANS:
+        spans: Spans = getattr(tables, name)
+        out[f"{TABLES}{name}"] = pd.DataFrame({
+            "name": pd.Series([k for k, v in spans.items() for _ in v], dtype=object),
+            "start": pd.Series([a for v in spans.values() for a, _ in v], dtype=np.float64),
+            "end": pd.Series([b for v in spans.values() for _, b in v], dtype=np.float64)})
+    try:
+        for df in out.values():
+            pa.Table.from_pandas(df, preserve_index=False)
+    except (ValueError, TypeError, pa.ArrowException):
+        return {}
+    return out
+
+
+def _kept_tables(frames: dict[str, pd.DataFrame], origin_ns: int) -> ReportTables:
+    spans: dict[str, Spans] = {}
+    for name in _TABLE_SPANS:
+        f = frames[f"{TABLES}{name}"]
+        got: Spans = {}
+        for k, a, b in zip(f["name"].astype(str), f["start"].to_numpy(np.float64), f["end"].to_numpy(np.float64)):
+            got.setdefault(k, []).append((float(a), float(b)))
+        spans[name] = got
+    return ReportTables(**{name: frames[f"{TABLES}{name}"] for name in _TABLE_FRAMES}, **spans, origin_ns=origin_ns)
 
 
 def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeline: bool = False) -> bool:
@@ -146,6 +187,11 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
         keep_timeline(report, data)
     except Exception:  # noqa: BLE001 - none kept (a view that was not drawn), or damaged: prepared again
         return False
+    try:
+        if "tables" in doc:
+            keep_tables(report, _kept_tables(frames, int(doc["tables"]["origin_ns"])))
+    except Exception:  # noqa: BLE001 - damaged: the summaries are read again
+        pass
     return True
 
 

@@ -16,7 +16,7 @@ from nsight_magic.analysis.findings import Finding
 from nsight_magic.analysis.frame_memo import report_memo
 from nsight_magic.readers import nsys_cache
 from nsight_magic.report import open_report
-from nsight_magic.views.report_view import NsysView, nsys_text
+from nsight_magic.views.report_view import NsysView, nsys_text, prepare_tables
 from nsight_magic.views.timeline_prepare import TimelineData, prepare_timeline
 
 DATA = Path(__file__).parent / "data"
@@ -51,7 +51,7 @@ def seen_drawn(tmp_path):
         rep.data.write_cache()
         view = NsysView(rep.data)
         assert saved_analysis.save(rep.data)
-    return src, view.data
+    return src, view.data, view.tables
 
 
 def _kept(f: Finding) -> dict:
@@ -99,7 +99,7 @@ def test_other_thresholds_code_files_beside_or_export_are_analysed_again(seen, m
 
 
 def test_the_views_timeline_is_kept_and_taken_as_it_was_prepared(seen_drawn):
-    src, made = seen_drawn
+    src, made, _ = seen_drawn
     with open_report(src) as rep:
         assert saved_analysis.restore(rep.data, timeline=True)
         kept = prepare_timeline(rep.data)  # taken from the memo, not prepared
@@ -114,6 +114,20 @@ def test_the_views_timeline_is_kept_and_taken_as_it_was_prepared(seen_drawn):
             np.testing.assert_array_equal(a, b)
         else:
             assert a == b, f.name
+
+
+def test_the_views_tables_are_kept_and_a_reopen_reads_no_summary(seen_drawn, monkeypatch):
+    src, timeline, made = seen_drawn
+    assert made.origin_ns == timeline.origin_ns and len(made.kernels) and made.kernel_zoom
+    with open_report(src) as rep:
+        assert saved_analysis.restore(rep.data, timeline=True)
+        assert prepare_tables(rep.data, timeline.origin_ns + 1).origin_ns == timeline.origin_ns + 1  # made anew
+        for name in ("kernel_summary", "memcpy_summary", "cuda_api_summary", "nvtx_summary"):
+            monkeypatch.setattr(rep.data, name, lambda *a, name=name, **k: pytest.fail(f"{name} was read"))
+        kept = prepare_tables(rep.data, timeline.origin_ns)  # the kept ones, from their origin
+    for name in ("kernels", "memory", "cuda_api", "nvtx"):
+        pd.testing.assert_frame_equal(getattr(made, name), getattr(kept, name))
+    assert kept.kernel_zoom == made.kernel_zoom and kept.nvtx_zoom == made.nvtx_zoom
 
 
 def test_a_record_kept_without_the_timeline_gives_the_findings_and_asks_for_it(seen):

@@ -9,6 +9,7 @@ the static timeline's place while its kernel lives (views/output.py).
 from __future__ import annotations
 
 import uuid
+import weakref
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -20,6 +21,7 @@ import pandas as pd
 from ..analysis import text as tx
 from ..analysis.bottleneck import Bottleneck
 from ..analysis.findings import Finding
+from ..analysis.frame_memo import report_memo
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
 from .assets import SETUP, head, noscript
@@ -289,6 +291,22 @@ class ReportTables:
     nvtx: pd.DataFrame
     kernel_zoom: Spans
     nvtx_zoom: Spans
+    origin_ns: int = 0  # what the zoom spans are measured from (the timeline's x = 0)
+
+
+KEPT_TABLES, MADE_TABLES = "tables", "tables_made"  # report_memo's keys
+
+
+def made_tables(report: NsysTables) -> ReportTables | None:
+    """The tables prepare_tables made for this report, while something (a view) still holds them."""
+    ref = report_memo(report).get(MADE_TABLES)
+    made = ref() if ref is not None else None
+    return made if isinstance(made, ReportTables) else None
+
+
+def keep_tables(report: NsysTables, tables: ReportTables) -> None:
+    """Let the report's next prepare_tables from the same origin take `tables` (made before, for this report)."""
+    report_memo(report)[KEPT_TABLES] = tables
 
 
 def _summary(report: NsysTables, method: str) -> pd.DataFrame:
@@ -320,17 +338,26 @@ def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> Spans
 def prepare_tables(report: NsysTables, origin_ns: int = 0) -> ReportTables:
     """The reader's summaries as they are (same numbers), plus a derived GB/s column for copies.
 
-    origin_ns: the timeline's x = 0 (TimelineData.origin_ns), so that name clicks zoom to the right place."""
+    origin_ns: the timeline's x = 0 (TimelineData.origin_ns), so that name clicks zoom to the right place.  Tables
+    made before from the same origin and kept (saved_analysis.py puts them in the report's memo) are taken once
+    instead: a profile seen before reads none of its summaries."""
     start = int(origin_ns)
+    memo = report_memo(report)
+    kept = memo.get(KEPT_TABLES)
+    if isinstance(kept, ReportTables) and kept.origin_ns == start:
+        del memo[KEPT_TABLES]
+        return kept
     mem = _summary(report, "memcpy_summary")
     if {"total_bytes", "total_ns"} <= set(mem.columns):
         mem = mem.assign(avg_gbps=mem["total_bytes"] / mem["total_ns"].where(mem["total_ns"] > 0))
-    return ReportTables(
+    made = ReportTables(
         kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
         nvtx=_one_label(_summary(report, "nvtx_summary")),
         # three columns, not the kernels' frame (a million kernels: 0.03 s against 1.5 s where it was not read yet)
         kernel_zoom=_instance_spans(report.columns("kernels", ["name", "start_ns", "end_ns"]), start),
-        nvtx_zoom=_nvtx_spans(report.nvtx, start))
+        nvtx_zoom=_nvtx_spans(report.nvtx, start), origin_ns=start)
+    memo[MADE_TABLES] = weakref.ref(made)  # for a store to keep while a view holds them; never kept alive by it
+    return made
 
 
 def _one_label(nvtx: pd.DataFrame) -> pd.DataFrame:
