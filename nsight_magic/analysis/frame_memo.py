@@ -30,6 +30,19 @@ def report_memo(report: object) -> dict[str, Any]:
     return memo
 
 
+def note_made(report: object, key: str, made: object) -> None:
+    """Note what was made for this report (a view's timeline, its tables) for a store to keep while something
+    holds it: a weak reference, which never keeps it alive."""
+    report_memo(report)[key] = weakref.ref(made)
+
+
+def made_for(report: object, key: str, kind: type[R]) -> R | None:
+    """What note_made noted under `key`, while it is still held (else None)."""
+    ref = report_memo(report).get(key)
+    made = ref() if ref is not None else None
+    return made if isinstance(made, kind) else None
+
+
 def per_frame(fn: Callable[[K], R], keep: int = 4) -> Callable[[K], R]:
     """`fn(frame)` memoised for the last `keep` frames (or reports) still alive."""
     memo: list[tuple[weakref.ref[Any], R]] = []  # [(weak reference to a frame, fn's result)], newest last

@@ -8,7 +8,9 @@ when first asked: the profiled process's start does not wait for it.
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=1)
@@ -18,6 +20,15 @@ def _psutil() -> Any:
     return psutil
 
 
+def _ask(pid: int, question: Callable[[Any], T], gone: T) -> T:
+    """question(psutil.Process(pid)), or `gone` when the process is gone, a zombie, or not ours to read."""
+    ps = _psutil()
+    try:
+        return question(ps.Process(pid))
+    except (ps.Error, OSError):
+        return gone
+
+
 def pids() -> list[int]:
     """Every process this PID namespace shows."""
     return list(_psutil().pids())
@@ -25,38 +36,23 @@ def pids() -> list[int]:
 
 def cmdline(pid: int) -> list[str]:
     """A process's command line; [] when it is gone, a zombie, or not ours to read."""
-    ps = _psutil()
-    try:
-        return list(ps.Process(pid).cmdline())
-    except (ps.Error, OSError):
-        return []
+    return _ask(pid, lambda p: list(p.cmdline()), [])
 
 
 def parent(pid: int) -> int | None:
     """A running process's parent pid; None when it is gone."""
-    ps = _psutil()
-    try:
-        return int(ps.Process(pid).ppid())
-    except (ps.Error, OSError):
-        return None
+    return _ask(pid, lambda p: int(p.ppid()), None)
 
 
 def started(pid: int) -> str | None:
     """When the process started (a pid is reused, a pid and its start are not), as text to keep; None when gone."""
-    ps = _psutil()
-    try:
-        return f"{ps.Process(pid).create_time():.3f}"
-    except (ps.Error, OSError):
-        return None
+    return _ask(pid, lambda p: f"{p.create_time():.3f}", None)
 
 
 def alive(pid: int) -> bool:
     """Whether the process runs (it exists and is no zombie)."""
     ps = _psutil()
-    try:
-        return ps.Process(pid).status() not in (ps.STATUS_ZOMBIE, ps.STATUS_DEAD)
-    except (ps.Error, OSError):
-        return False
+    return _ask(pid, lambda p: p.status() not in (ps.STATUS_ZOMBIE, ps.STATUS_DEAD), False)
 
 
 def parents() -> dict[int, int]:
@@ -71,26 +67,14 @@ def parents() -> dict[int, int]:
 
 def environ(pid: int) -> dict[str, str] | None:
     """A process's environment as it was started; None when it is gone or not ours to read."""
-    ps = _psutil()
-    try:
-        return dict(ps.Process(pid).environ())
-    except (ps.Error, OSError):
-        return None
+    return _ask(pid, lambda p: dict(p.environ()), None)
 
 
 def name(pid: int) -> str | None:
     """A process's name (its executable's, as the kernel keeps it); None when it is gone."""
-    ps = _psutil()
-    try:
-        return str(ps.Process(pid).name())
-    except (ps.Error, OSError):
-        return None
+    return _ask(pid, lambda p: str(p.name()), None)
 
 
 def rss_bytes(pid: int) -> int | None:
     """A process's resident memory; None when it is gone or not ours to read."""
-    ps = _psutil()
-    try:
-        return int(ps.Process(pid).memory_info().rss)
-    except (ps.Error, OSError):
-        return None
+    return _ask(pid, lambda p: int(p.memory_info().rss), None)

@@ -9,7 +9,6 @@ the static timeline's place while its kernel lives (views/output.py).
 from __future__ import annotations
 
 import uuid
-import weakref
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -21,7 +20,7 @@ import pandas as pd
 from ..analysis import text as tx
 from ..analysis.bottleneck import Bottleneck
 from ..analysis.findings import Finding
-from ..analysis.frame_memo import report_memo
+from ..analysis.frame_memo import made_for, note_made, report_memo
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
 from .assets import SETUP, head, noscript
@@ -299,9 +298,7 @@ KEPT_TABLES, MADE_TABLES = "tables", "tables_made"  # report_memo's keys
 
 def made_tables(report: NsysTables) -> ReportTables | None:
     """The tables prepare_tables made for this report, while something (a view) still holds them."""
-    ref = report_memo(report).get(MADE_TABLES)
-    made = ref() if ref is not None else None
-    return made if isinstance(made, ReportTables) else None
+    return made_for(report, MADE_TABLES, ReportTables)
 
 
 def keep_tables(report: NsysTables, tables: ReportTables) -> None:
@@ -356,7 +353,7 @@ def prepare_tables(report: NsysTables, origin_ns: int = 0) -> ReportTables:
         # three columns, not the kernels' frame (a million kernels: 0.03 s against 1.5 s where it was not read yet)
         kernel_zoom=_instance_spans(report.columns("kernels", ["name", "start_ns", "end_ns"]), start),
         nvtx_zoom=_nvtx_spans(report.nvtx, start), origin_ns=start)
-    memo[MADE_TABLES] = weakref.ref(made)  # for a store to keep while a view holds them; never kept alive by it
+    note_made(report, MADE_TABLES, made)
     return made
 
 

@@ -14,7 +14,6 @@ timeline (x = 0 at its start).
 """
 from __future__ import annotations
 
-import weakref
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import text as tx
-from ..analysis.frame_memo import report_memo
+from ..analysis.frame_memo import made_for, note_made, report_memo
 from ..inside.marks import CAPTURE_DOMAIN
 from ..errors import ReportError
 from ..readers.capture_span import OWN_SOURCES
@@ -338,7 +337,7 @@ def prepare_timeline(report: NsysFrames) -> TimelineData:
     if isinstance(kept, TimelineData):
         return kept
     data = _prepare(report)
-    memo[MADE_TIMELINE] = weakref.ref(data)  # for a store to keep while a view holds it; never kept alive by it
+    note_made(report, MADE_TIMELINE, data)
     return data
 
 
@@ -347,9 +346,7 @@ KEPT_TIMELINE, MADE_TIMELINE = "timeline", "timeline_made"  # report_memo's keys
 
 def made_timeline(report: NsysFrames) -> TimelineData | None:
     """The timeline prepare_timeline made for this report, while something (a view) still holds it."""
-    ref = report_memo(report).get(MADE_TIMELINE)
-    made = ref() if ref is not None else None
-    return made if isinstance(made, TimelineData) else None
+    return made_for(report, MADE_TIMELINE, TimelineData)
 
 
 def keep_timeline(report: NsysFrames, data: TimelineData) -> None:
