@@ -397,13 +397,20 @@ def _assemble(report: NsysFrames, parts: list[Part], st: _Strings) -> TimelineDa
     names, details, cats, cat_code = st.names, st.details, st.cats, st.cat
     meta = report.meta
     empty = _part(pd.DataFrame({"start_ns": [], "end_ns": []}), 0, 0, 0, 0, 0, 0)
-    ev = {c: np.concatenate([p[c] for p in parts] or [empty[c]]) for c in empty}
+    # millions of events: each column is joined, then its sources' copies go (the parts are ours), and later each
+    # is sorted as it is taken out, so that at most one extra copy of a column lives at a time
+    ev = {}
+    for c in empty:
+        ev[c] = np.concatenate([p[c] for p in parts] or [empty[c]])
+        for p in parts:
+            del p[c]
+    parts.clear()
     gpu_cats = [v for c, v in cats.items() if c in (KERNEL_CAT, "memset") or c.startswith("memcpy")]
     ev["gpu"] = np.isin(ev["cat"], gpu_cats)
     frame = _cell_range(report)
     origin, span, first = _time_origin(meta, ev["start_ns"], ev["end_ns"], frame)
-    ev["start_ns"] = ev["start_ns"] - origin
-    ev["end_ns"] = ev["end_ns"] - origin
+    ev["start_ns"] -= origin
+    ev["end_ns"] -= origin
     rows, row = _layout_rows(ev, report, cat_code)
     # category colours for events without one of their own; the category list keeps the legend's order
     cat_list = list(cats)
@@ -413,15 +420,23 @@ def _assemble(report: NsysFrames, parts: list[Part], st: _Strings) -> TimelineDa
     cat_color_code = np.array([st.color(c) for c in cat_colors] or [0], np.int32)
     color = np.where(ev["color"] >= 0, ev["color"], cat_color_code[np.clip(ev["cat"], 0, len(cat_color_code) - 1)])
     order = np.lexsort((ev["start_ns"], row))
-    link_key = ev["link_key"][order]
+    link_key = ev.pop("link_key")[order]
     codes, _ = pd.factorize(link_key)
-    start_ns = ev["start_ns"][order]
-    ev = pd.DataFrame({
-        "start_ns": start_ns, "end_ns": np.maximum(ev["end_ns"][order], start_ns), "row": row[order],
-        "cat": ev["cat"][order], "name": ev["name"][order], "detail": ev["detail"][order],
-        "color": color[order].astype(np.int32),
-        "bytes": ev["bytes"][order], "link": np.where(link_key >= 0, codes, -1).astype(np.int32)},
-        copy=False)  # no block consolidation: millions of rows
+    link = np.where(link_key >= 0, codes, -1).astype(np.int32)
+    del link_key, codes
+    start_ns = ev.pop("start_ns")[order]
+    end_ns = ev.pop("end_ns")[order]
+    np.maximum(end_ns, start_ns, out=end_ns)
+    cols = {"start_ns": start_ns, "end_ns": end_ns, "row": row[order]}
+    del row
+    for c in ("cat", "name", "detail"):
+        cols[c] = ev.pop(c)[order]
+    cols["color"] = color[order].astype(np.int32)
+    del color
+    cols["bytes"] = ev.pop("bytes")[order]
+    cols["link"] = link
+    del order
+    ev = pd.DataFrame(cols, copy=False)  # no block consolidation: millions of rows
     api_row = np.full(len(rows), -1, np.int64)
     thr = rows[rows["kind"].isin(["nvtx", "cuda_api"])]
     api = thr[thr["kind"] == "cuda_api"].set_index(["pid", "tid"])["row"]
