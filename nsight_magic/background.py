@@ -44,9 +44,22 @@ KEEP_OPEN = 2
 FINISH_MODULES = ("readers.nsys", "report", "views.report_view", "views.timeline", "views.picture")
 
 
+_IMPORTING: list[threading.Thread] = []  # import_finish_stage's thread
+
+
+def imports_settled(timeout: float = 60.0) -> None:
+    """Wait for import_finish_stage's imports to end before this thread imports the same modules: two threads
+    importing one package at once can each see a module of it half made ("cannot import name ... from partially
+    initialized module": seen once in a full test run, a %nsys_load right after %load_ext)."""
+    for t in list(_IMPORTING):
+        if t is not threading.current_thread():
+            t.join(timeout)
+
+
 def import_finish_stage() -> threading.Thread:
     """Import, in a background thread, what the finish stage reads and draws with (the SQLite reader, pandas,
-    Bokeh, PIL: about 1 s of a 2-core machine), so that a kernel's first profile is drawn as soon as later ones."""
+    Bokeh, PIL: about 1 s of a 2-core machine), so that a kernel's first profile is drawn as soon as later ones.
+    Whatever else imports them first waits for it (imports_settled)."""
     def run():
         import importlib
 
@@ -57,6 +70,7 @@ def import_finish_stage() -> threading.Thread:
                 pass
 
     t = threading.Thread(target=run, daemon=True, name="nsight-magic imports")
+    _IMPORTING.append(t)
     t.start()
     return t
 
@@ -64,10 +78,13 @@ def import_finish_stage() -> threading.Thread:
 def prefetch(folder: Path) -> threading.Thread:
     """While nsys writes the recording (seconds of `nsys stop` in which the finish stage only waits), parse what
     the profiled process left beside it: torch's memory snapshots, which the report's read then takes."""
-    from .readers.gpu_memory import prefetch_snapshots
+    def run() -> None:
+        imports_settled()
+        from .readers.gpu_memory import prefetch_snapshots
 
-    t = threading.Thread(target=prefetch_snapshots, args=(folder,), daemon=True,
-                         name=f"nsight-magic prefetch {Path(folder).name}")
+        prefetch_snapshots(folder)
+
+    t = threading.Thread(target=run, daemon=True, name=f"nsight-magic prefetch {Path(folder).name}")
     t.start()
     return t
 
@@ -132,6 +149,7 @@ class ProfileJob:
             self.result = self.recording.finish(self._status, self.cancel)
             if not self.cancel.is_set() and (self.result.sqlite or self.result.report_file):
                 self._status("reading the report")
+                imports_settled()
                 from .report import open_report
 
                 if ahead is not None:  # its result is taken by this read (not parsed twice, not left behind)

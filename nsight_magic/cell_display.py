@@ -119,6 +119,9 @@ def session_command(args, frontend, in_place, pass_env) -> None:
 
 def diff_command(args, frontend, user_ns: dict) -> None:
     """%nsys_diff: the comparison (in `_nsys_diff`) and, with --fail-above, the gate's lines (in `_nsys_gate`)."""
+    from .background import imports_settled
+
+    imports_settled()
     from .analysis.gate import check_args, gate
     from .views.diff import display_diff
 
@@ -280,6 +283,8 @@ def open_again(args) -> None:
     """%nsys_load: a saved profile, a report, a job's reports, or a folder of profiles (listed, one shown)."""
     path = Path(args.path).expanduser()
     from . import background
+
+    background.imports_settled()
     from .frontend import is_job
     from .store import is_profile_folder, list_profiles, pick_profile
 
