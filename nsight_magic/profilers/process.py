@@ -19,7 +19,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Callable
 
-
 from ..inside import procs
 from ..inside.child import rank_suffix
 from ..inside.tool_files import remove_tool_files, sweep_tool_files, tool_files_named_in

@@ -175,8 +175,11 @@ def sort_by_start(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def gkey(pid, tid) -> np.ndarray:
-    """One integer per thread (pid, tid), like globalTid without the high bits."""
-    return (np.asarray(pid, np.int64) << 24) | np.asarray(tid, np.int64)
+    """One integer per thread (pid, tid), like globalTid without the high bits (one array made: millions of
+    rows)."""
+    key = np.left_shift(np.asarray(pid, np.int64), 24)
+    key |= np.asarray(tid, np.int64)
+    return key
 
 
 def ckey(pid, corr) -> np.ndarray:

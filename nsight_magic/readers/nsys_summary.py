@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .nsys_frames import ckey, first_match
+from .nsys_frames import ckey, first_match, gkey
 from .nsys_sql import NULL
 
 STAT_COLS = ("count", "total_ns", "avg_ns", "med_ns", "min_ns", "max_ns", "std_ns")
@@ -86,8 +86,8 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     internal: build_nvtx's arrays; ops: numpy arrays start_ns, end_ns and key (op_keys: the launching call's
     process and correlation id in one integer); api: start_ns, end_ns, pid, tid, correlation_id (int64, NULL where
     none).  Plain arrays, no DataFrames: with millions of calls, building and filtering frames cost as much as the
-    projection.  Returns one row per range with at least one op: row
-    (index into them), proj_start_ns, proj_duration_ns, gpu_ops (number of launching API calls).
+    projection.  Returns one row per range with at least one op: row (index into them), proj_start_ns,
+    proj_duration_ns, gpu_ops (number of launching API calls).
     """
     cols = ["row", "proj_start_ns", "proj_duration_ns", "gpu_ops"]
     sel = internal["is_range"] & internal["same_thread"] & ~internal.get("ours", False)
@@ -102,12 +102,9 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     ai = ai[op_pos]
     a_start = np.asarray(api["start_ns"], np.int64)[ai]
     # ops by (thread, API start): one composite int64 key and a stable sort when it fits, else lexsort
-    thread = np.asarray(api["pid"], np.int64)[ai]  # gkey(pid, tid), made in place
-    thread <<= 24
-    thread |= np.asarray(api["tid"], np.int64)[ai]
-    t_rank, threads = pd.factorize(thread, sort=True)  # a hash: threads are few, calls millions
-    del thread
-    t_rank = np.asarray(t_rank, np.int64)  # (threads' ranks sort as the threads do)
+    # a hash: threads are few, calls millions (the threads' ranks sort as the threads do)
+    t_rank, threads = pd.factorize(gkey(np.asarray(api["pid"])[ai], np.asarray(api["tid"])[ai]), sort=True)
+    t_rank = np.asarray(t_rank, np.int64)
     lo_s, hi_s = int(a_start.min()), int(a_start.max())
     if (hi_s - lo_s + 1) * (int(t_rank.max()) + 1) < 2**62:
         key = t_rank * (hi_s - lo_s + 1)

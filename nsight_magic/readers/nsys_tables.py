@@ -200,7 +200,8 @@ class NsysSummaries:
     def _gpu_ops(self) -> dict:
         """start, end and launching call's key (op_keys) of every kernel, memcpy and memset (for the NVTX
         projection): arrays.  The key stands for pid and correlation id: one op-long array less at 10M ops."""
-        parts = [c for c in map(self.data.core, ("kernels", "memcpy", "memset")) if c is not None and len(c["start_ns"])]
+        parts = [c for c in map(self.data.core, ("kernels", "memcpy", "memset"))
+                 if c is not None and len(c["start_ns"])]
         if not parts:
             return {}
         return {"start_ns": np.concatenate([c["start_ns"] for c in parts]),
