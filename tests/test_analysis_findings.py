@@ -439,3 +439,16 @@ def test_the_rules_run_once_per_report_and_thresholds():
         assert rep.findings() == full and rep.findings() is not full   # a list of the caller's own
         stricter = rep.findings(thresholds={"gpu_gaps.gap_ms": 1000})
         assert not any(a is f for a in stricter for f in full)
+
+
+def test_a_findings_longest_evidence_is_a_stable_sorts_head_without_the_sort():
+    rng = np.random.default_rng(7)
+    for n, top in ((0, 5), (3, 5), (5_000, 8), (100_000, 200)):
+        for durations in (rng.integers(0, 4, n), rng.integers(0, 10**9, n)):  # many ties, and few
+            ev = pd.DataFrame({"duration_ns": durations, "start_ns": np.arange(n)})
+            f = Finding("r", "low", "t", "", "", 0, "", ev)
+            want = ev.sort_values("duration_ns", ascending=False, kind="stable").head(top)
+            pd.testing.assert_frame_equal(f.longest(top), want)
+    nan = Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"duration_ns": [1.0, np.nan, 3.0]}))
+    assert nan.longest(2)["duration_ns"].tolist() == [3.0, 1.0]  # floats and NA: sorted, NA last
+    assert Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"x": [1, 2, 3]})).longest(2)["x"].tolist() == [1, 2]

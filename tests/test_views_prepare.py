@@ -160,6 +160,27 @@ def test_zooming_in_returns_the_exact_events_of_the_window():
     assert kernels["left"].min() == 10_000 + 5_000 * 1000
 
 
+def test_a_row_whose_ranges_overlap_keeps_its_ends_sorted_for_the_busy_bins():
+    # ranges on one row that overlap end out of their start order: the index sorts that row's ends (only the
+    # rows that need it), which the busy bins count on
+    inner = [(12_000 + 100 * i, 12_050 + 100 * i, "inner", 0) for i in range(150)]
+    nvtx = _nvtx([(10_000, 30_000, "outer", 0), *inner, (31_000, 32_000, "next", 0)])
+    data = prepare_timeline(_report(n_kernels=20, nvtx=nvtx))
+    ix, ends = data._index, data.events["end_ns"].to_numpy()
+    nrow = int(data.events.loc[data.events["start_ns"] == 12_000, "row"].iloc[0])
+    lo, hi = ix["ptr"][nrow], ix["ptr"][nrow + 1]
+    assert hi - lo == 152 and not (np.diff(ends[lo:hi]) >= 0).all()  # this row's ends go back
+    for r in range(len(data.rows)):
+        lo, hi = ix["ptr"][r], ix["ptr"][r + 1]
+        np.testing.assert_array_equal(ix["ends_sorted"][lo:hi], np.sort(ends[lo:hi]))
+    g = view_glyphs(data, 10_000, 34_000, width_px=8, budget=100)  # too few glyphs for the ranges: binned
+    bins = g.agg[g.agg["row"] == nrow]
+    s, e = nvtx["start_ns"].to_numpy(), nvtx["end_ns"].to_numpy()
+    for a, b, busy in zip(bins["left"], bins["right"], bins["busy"]):  # each range's time in the bin, capped at 1
+        assert busy == pytest.approx(min(1.0, np.clip(np.minimum(e, b) - np.maximum(s, a), 0, None).sum() / (b - a)))
+    assert len(bins) == 8 and bins["busy"].min() < 1  # 31-32 us is one range in a bin of 3 us
+
+
 def test_utilization_is_the_union_of_overlapping_work_per_gpu():
     rep = _report(n_kernels=2, kernel_gap=0, kernel_len=1000, streams=(7, 13))  # two kernels at the same time
     data = prepare_timeline(rep)

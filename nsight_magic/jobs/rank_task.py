@@ -156,10 +156,7 @@ def _light(f):
     """A finding with at most MAX_EVIDENCE rows of evidence (the longest): what travels to the notebook."""
     import dataclasses
 
-    ev = f.evidence
-    if len(ev) > MAX_EVIDENCE:
-        ev = ev.sort_values("duration_ns", ascending=False, kind="stable").head(MAX_EVIDENCE) \
-            if "duration_ns" in ev else ev.head(MAX_EVIDENCE)
+    ev = f.longest(MAX_EVIDENCE) if len(f.evidence) > MAX_EVIDENCE else f.evidence
     return dataclasses.replace(f, evidence=ev.reset_index(drop=True), ranges=tuple(f.ranges[:MAX_EVIDENCE]))
 
 

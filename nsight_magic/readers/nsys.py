@@ -174,6 +174,18 @@ _RANK_MARK = re.compile(r"(?:^|:)rank (\d+) of (\d+)$")  # tag: "nsight-magic:ra
 _RANK_RANGE = re.compile(r" rank (\d+)$")  # the cell range of rank R > 0: "<profile name> rank R"
 
 
+def _distinct_pairs(pid: pd.Series, device: pd.Series) -> pd.DataFrame:
+    """The distinct (pid, device_id) pairs of a frame's rows: a hash of one int64 key per row when both fit (pids
+    below 2**47, devices below 2**16; 10 ms for a million rows), else of the pairs (22 ms; np.unique(axis=0) sorts
+    rows as records: 0.15 s for 160k)."""
+    p, d = pid.to_numpy(), device.to_numpy()
+    if p.dtype.kind == "i" and d.dtype.kind == "i" and len(p) and p.min() >= 0 and d.min() >= 0 \
+            and p.max() < 2 ** 47 and d.max() < 2 ** 16:
+        key = pd.unique((p.astype(np.int64) << 16) | d.astype(np.int64))
+        return pd.DataFrame({"pid": key >> 16, "device_id": key & 0xFFFF})
+    return pd.DataFrame({"pid": pid, "device_id": device}).drop_duplicates()
+
+
 class NsysData:
     """An Nsight Systems export, read lazily into DataFrames (see module docstring and issue 3).  What can be done
     with it (findings, the view) is the facade's: nsight_magic.report.NsysReport."""
@@ -682,8 +694,7 @@ class NsysData:
         for frame in ("kernels", "memcpy", "memset"):
             got = self.columns(frame, ["pid", "device_id"])  # the frame's own columns once it is read
             if len(got):
-                # a hash of the pairs: np.unique(axis=0) sorts rows as records, 0.15 s for 160k kernels
-                pairs.append(got.drop_duplicates())
+                pairs.append(_distinct_pairs(got["pid"], got["device_id"]))
         if not pairs:
             return {}
         both = pd.concat(pairs).drop_duplicates().sort_values(["pid", "device_id"])

@@ -64,12 +64,12 @@ def focus_ms(bands: list[tuple[float, float]], share: float = 0.8) -> tuple[floa
     return min(a for a, _ in chosen), max(b for _, b in chosen)
 
 
-def _evidence_table(ev: pd.DataFrame, uid: str, origin_ns: int) -> str:
+def _evidence_table(f: Finding, uid: str, origin_ns: int) -> str:
+    ev = f.evidence
     cols = [c for c in EVIDENCE_COLUMNS if c in ev.columns and ev[c].notna().any()]
     if not cols:
         return ""
-    shown = ev.sort_values("duration_ns", ascending=False, kind="stable") if "duration_ns" in ev else ev
-    shown = shown[cols].head(MAX_EVIDENCE_ROWS).reset_index(drop=True)
+    shown = f.longest(MAX_EVIDENCE_ROWS)[cols].reset_index(drop=True)
     if "start_ns" in shown:  # where it is on the timeline's axis (the report's own clock stays in the evidence)
         shown.insert(cols.index("start_ns"), "at_ms", (shown.pop("start_ns") - origin_ns) / 1e6)
     return table_html(shown, table_id=f"nm-ev-{uid}", formats={"at_ms": "float"},
@@ -134,7 +134,7 @@ def advice_html(findings: Sequence[Finding], *, origin_ns: int, plot_name: str, 
             f'<span class="nm-title">{escape(f.title)}</span> — {escape(_fmt_ms(f.time_at_stake_ns))} at stake'
             f'{where}<p>{_code(f.explanation)}</p><p><b>Change:</b> {_code(f.suggestion)}</p>'
             f'<p class="nm-where">estimate: {escape(f.estimate)}; rule {escape(f.rule)}</p>'
-            f"{_evidence_table(f.evidence, f'{uid}-{i}', origin_ns)}</div>")
+            f"{_evidence_table(f, f'{uid}-{i}', origin_ns)}</div>")
     more = (f"<p>{len(findings) - MAX_FINDINGS} more in report.findings()</p>" if len(findings) > MAX_FINDINGS
             else "")
     return (verdict_html(verdict)

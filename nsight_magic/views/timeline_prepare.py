@@ -788,21 +788,36 @@ def build_index(data: TimelineData) -> None:
     ptr = np.searchsorted(rows, np.arange(nrows + 1), side="left")
     starts = ev["start_ns"].to_numpy(np.int64)
     ends = ev["end_ns"].to_numpy(np.int64)
-    order = np.lexsort((ends, rows))
-    ends_sorted = ends[order]
+    ends_sorted = _ends_by_row(ends, rows, ptr)
     # Prefix sums per row (restarted at each row by subtracting the row's base later).
     cs = np.concatenate([[0], np.cumsum(starts, dtype=np.int64)])
     ce = np.concatenate([[0], np.cumsum(ends_sorted, dtype=np.int64)])
     data._index = {"ptr": ptr, "starts": starts, "ends": ends, "ends_sorted": ends_sorted, "cs": cs, "ce": ce,
-                   "util": _util_intervals(data)}
+                   "util": _util_intervals(data, ptr)}
+
+
+def _ends_by_row(ends: np.ndarray, rows: np.ndarray, ptr: np.ndarray) -> np.ndarray:
+    """The events' ends sorted within each row (the events come by row, then start).  Most rows' ends already are
+    (a stream's kernels, a thread's calls, one after the other): only the rows whose ends go back (nested ranges,
+    overlapping copies) are sorted, not millions of events (a reopen builds this index)."""
+    back = np.flatnonzero((ends[1:] < ends[:-1]) & (rows[1:] == rows[:-1]))  # an end before the one before it
+    if not len(back):
+        return ends
+    out = ends.copy()
+    for r in np.unique(rows[back]).tolist():
+        lo, hi = int(ptr[r]), int(ptr[r + 1])
+        if hi - lo > 1:
+            out[lo:hi] = np.sort(ends[lo:hi], kind="stable")
+    return out
 
 
 def _merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Union of intervals, vectorised: a new block starts where a start passes every earlier end."""
     if len(s) == 0:
         return s, e
-    o = np.argsort(s, kind="stable")
-    s, e = s[o], e[o]
+    if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
     run_end = np.maximum.accumulate(e)
     new = np.concatenate([[True], s[1:] > run_end[:-1]])
     idx = np.flatnonzero(new)
@@ -810,13 +825,19 @@ def _merge_intervals(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return s[idx], block_end
 
 
-def _util_intervals(data: TimelineData) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+def _util_intervals(data: TimelineData,
+                    ptr: np.ndarray) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per GPU utilisation row: the union of its streams' events, with prefix sums (a stream row's events are
+    ptr's slice of the events)."""
     ev, rows = data.events, data.rows
+    starts, ends = ev["start_ns"].to_numpy(np.int64), ev["end_ns"].to_numpy(np.int64)
     out = {}
     for dev_row in rows[rows["kind"] == "util"].itertuples():
         stream_rows = rows[(rows["kind"] == "gpu") & (rows["device_id"] == dev_row.device_id)]["row"].to_numpy()
-        sel = np.isin(ev["row"].to_numpy(), stream_rows)
-        s, e = _merge_intervals(ev["start_ns"].to_numpy()[sel], ev["end_ns"].to_numpy()[sel])
+        cuts = [(int(ptr[r]), int(ptr[r + 1])) for r in np.sort(stream_rows).tolist()]
+        s = np.concatenate([starts[a:b] for a, b in cuts]) if cuts else starts[:0]
+        e = np.concatenate([ends[a:b] for a, b in cuts]) if cuts else ends[:0]
+        s, e = _merge_intervals(s, e)
         out[int(dev_row.row)] = (s, e, np.concatenate([[0], np.cumsum(s)]), np.concatenate([[0], np.cumsum(e)]))
     return out
 
