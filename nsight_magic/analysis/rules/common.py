@@ -171,11 +171,11 @@ class Context:
         g = self.diag.gaps() if gaps is None else gaps
         if g.empty:
             return 0
-        g = g[g["in_window"]]
+        w = g["in_window"].to_numpy(bool)  # columns, not a copy of the frame's rows
         per_call = cuda_call_ns(self.report)
-        val = g[category].to_numpy(float)
-        net = np.maximum(val - g["calls"].to_numpy(float) * per_call, 0) * g["scale"].to_numpy(float)
-        by = pd.Series(net).groupby([g["pid"].to_numpy(), g["device_id"].to_numpy()]).sum()
+        val = g[category].to_numpy(float)[w]
+        net = np.maximum(val - g["calls"].to_numpy(float)[w] * per_call, 0) * g["scale"].to_numpy(float)[w]
+        by = pd.Series(net).groupby([g["pid"].to_numpy()[w], g["device_id"].to_numpy()[w]]).sum()
         s = self.straggler
         vals = [v if s is None or pid != s["pid"] else max(0.0, v - s["ns"]) for (pid, _), v in by.items()]
         return int(max(vals, default=0))

@@ -212,7 +212,7 @@ def _queued_readback_gaps(ctx: Context, copies: pd.DataFrame) -> pd.DataFrame:
     gap began: the GPU idled with the copy queued (a switch from the kernels to the copy engine, a few
     microseconds), a cost of the read-back rather than of the host's launches.  A round trip's gaps stay its own.
     copies: the read-backs' copies (_readback_copies)."""
-    g = ctx.diag.gaps("launch")
+    g = ctx.diag.gaps()  # chosen on its columns, then the few taken (not a copy of a million launch gaps)
     if g.empty or copies.empty:
         return g.iloc[0:0]
     starts, ends = copies["start_ns"].to_numpy(np.int64), copies["call_end_ns"].to_numpy(np.int64)
@@ -221,6 +221,7 @@ def _queued_readback_gaps(ctx: Context, copies: pd.DataFrame) -> pd.DataFrame:
     ge, gs = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
     j = np.minimum(np.searchsorted(starts, ge), len(starts) - 1)  # the copy that starts as the gap ends
     hit = (starts[j] == ge) & (ends[j] <= gs) & g["in_window"].to_numpy(bool)
+    hit &= (g["launch"] > 0).to_numpy(dtype=bool, na_value=False)
     if "round_trip" in g:
         hit &= ~g["round_trip"].to_numpy(bool)
     return g[hit]

@@ -42,11 +42,12 @@ def _loading_code(report: NsysFrames, ev: pd.DataFrame) -> np.ndarray:
 def host_stretches(ctx: Context) -> pd.DataFrame:
     """The diagnosis's launch gaps (steady windows) at least host_code.min_gap_ms long in which the launching
     thread made at most host_code.max_calls CUDA calls per host_code.min_gap_ms (bottleneck.quiet_gaps)."""
-    g = ctx.diag.gaps("launch")
+    g = ctx.diag.gaps()  # chosen on its columns, then taken once (a million launch gaps are not copied twice)
     if g.empty:
-        return g
-    g = g[g["in_window"].to_numpy(bool)]
-    return g[quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])]
+        return ctx.diag.gaps("launch")
+    keep = (g["launch"] > 0).to_numpy(dtype=bool, na_value=False) & g["in_window"].to_numpy(bool)
+    keep &= quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
+    return g[keep]
 
 
 def rule_host_code(ctx: Context) -> list[Finding] | Found:

@@ -32,8 +32,17 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     strag = ctx.straggler["pid"] if ctx.straggler else None
     # host_code counts the OS calls inside its stretches when its code held most of them (it claimed them)
     os_in_quiet = "host_code" if ctx.claimed.get("host wait", 0) > 0 else "host_wait"
-    for (pid, dev), g in gaps[gaps["in_window"]].groupby(["pid", "device_id"]):
+    # the gaps are framed per pair only where they meet the evidence's stretches (the others weigh nothing): a
+    # million launch gaps are not copied for a few thousand long ones
+    in_w = gaps["in_window"].to_numpy(bool)
+    gpid, gdev = gaps["pid"].to_numpy(np.int64), gaps["device_id"].to_numpy(np.int64)
+    gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
+    for pid, dev in sorted({(p.pid, p.device) for p in ctx.diag.pairs}):  # where the gaps come from
+        rows = np.flatnonzero(in_w & (gpid == pid) & (gdev == dev))
+        if not len(rows):
+            continue
         if pid == strag:  # the straggler's idle time is its straggling: collective_wait counts it
+            g = gaps.take(rows)
             named["collective_wait"] = named.get("collective_wait", 0) + int((g[list(EXPLAINED_BY)].sum(axis=1)
                                                                               * g["scale"]).sum())
             continue
@@ -41,8 +50,10 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         if e.empty:
             continue
         span = I.union(e["start_ns"], e["end_ns"])
-        inside = I.overlap(span, g["start_ns"], g["end_ns"]).astype(float)
-        frac = inside / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
+        inside = I.overlap(span, gs[rows], ge[rows])
+        meet = inside > 0
+        g = gaps.take(rows[meet])
+        frac = inside[meet].astype(float) / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)
