@@ -452,3 +452,16 @@ def test_a_findings_longest_evidence_is_a_stable_sorts_head_without_the_sort():
     nan = Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"duration_ns": [1.0, np.nan, 3.0]}))
     assert nan.longest(2)["duration_ns"].tolist() == [3.0, 1.0]  # floats and NA: sorted, NA last
     assert Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"x": [1, 2, 3]})).longest(2)["x"].tolist() == [1, 2]
+
+
+def test_the_largest_values_come_in_a_stable_sorts_order_without_sorting_them_all():
+    from nsight_magic.analysis.top import largest
+
+    rng = np.random.default_rng(11)
+    for n in (0, 1, 9, 20_000):
+        for hi in (2, 10**12):  # ties everywhere, and hardly any
+            for dtype in (np.int64, np.uint16, np.float64):
+                v = rng.integers(0, min(hi, 60_000) if dtype == np.uint16 else hi, n).astype(dtype)
+                for k in (0, 1, 10, n + 3):
+                    want = np.argsort(-v.astype(np.float64), kind="stable")[:k]
+                    np.testing.assert_array_equal(largest(v, k), want)

@@ -40,6 +40,7 @@ import pandas as pd
 from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
+from . import top
 from .frame_memo import per_frame, report_memo
 from ..readers.contract import NsysFrames
 from ..readers.nsys_frames import FirstMatch
@@ -591,8 +592,7 @@ class Diagnosis:
             self._gaps_of[category] = np.flatnonzero((g[category] > 0).to_numpy(dtype=bool, na_value=False))
         rows = self._gaps_of[category]
         if largest is not None and len(rows) > largest:
-            values = g[category].to_numpy()[rows]
-            rows = rows[np.argsort(-values, kind="stable")[:largest]]
+            rows = rows[top.largest(g[category].to_numpy()[rows], largest)]
         return g.take(rows)
 
     def exposed(self, starts: npt.ArrayLike, ends: npt.ArrayLike, pids: npt.ArrayLike, devices: npt.ArrayLike) -> int:

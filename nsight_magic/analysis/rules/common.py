@@ -15,6 +15,7 @@ from ..enclosing import Enclosing as Enclosing  # the rules' import point
 from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
+from ..top import largest
 from ...readers.contract import NsysFrames
 
 if TYPE_CHECKING:  # types only: the rules read a report through the readers' contract, never import the reader
@@ -50,10 +51,7 @@ class Finding:
         d = ev["duration_ns"]
         if len(ev) <= n or d.dtype.kind != "i":  # a few rows, or floats and NA (sorted last): the sort itself
             return ev.sort_values("duration_ns", ascending=False, kind="stable").head(n)
-        v = d.to_numpy()
-        nth = np.partition(v, len(v) - n)[len(v) - n]  # the n-th longest: the rows as long or longer may be shown
-        rows = np.flatnonzero(v >= nth)
-        return ev.iloc[rows[np.argsort(-v[rows], kind="stable")][:n]]
+        return ev.iloc[largest(d.to_numpy(), n)]
 
     def __str__(self) -> str:
         return f"[{self.severity}] {self.title} ({self.time_at_stake_ns / 1e6:,.3f} ms at stake)"
