@@ -122,11 +122,6 @@ OP_CATS = ["compute", "communication", "copy"]
 NEXT_KINDS = np.array([*OP_CATS, "htod batch", ""], dtype=object)  # what ends a gap: an op's cat, a batch's copy, none
 
 
-def _cats(codes: npt.ArrayLike, n: int) -> pd.Categorical:
-    """compute / communication / copy as a categorical (the gaps look up what ends them by the 100,000)."""
-    return pd.Categorical.from_codes(np.broadcast_to(np.asarray(codes, np.int8), (n,)), categories=OP_CATS)
-
-
 def _op_columns(report: NsysFrames, frame: str, cols: list[str]) -> pd.DataFrame:
     """A few columns of an operations frame: read from the summaries' columns (report.columns) rather than the
     whole frame, which the diagnosis reads in a thread meanwhile (prefetch; columns() takes the frame's own once it
@@ -135,46 +130,51 @@ def _op_columns(report: NsysFrames, frame: str, cols: list[str]) -> pd.DataFrame
 
 
 def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
-    """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch."""
-    parts = []
+    """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch;
+    sorted by start, the empty ones left out.  Each column is gathered into its place once, from the frames' own
+    columns: a concatenated frame and its sorted copy held 1.7 GB at once at 13M operations."""
+    parts = []  # (frame, cat code per row, htod_batch, bytes)
     k = _op_columns(report, "kernels", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "name"])
     if len(k):
-        nccl = tx.contains(k["name"], _NCCL)
-        parts.append(pd.DataFrame({"start_ns": k["start_ns"].to_numpy(np.int64),
-                                   "end_ns": k["end_ns"].to_numpy(np.int64), "pid": k["pid"].to_numpy(np.int64),
-                                   "device_id": k["device_id"].to_numpy(np.int64),
-                                   "correlation_id": pd.array(k["correlation_id"], dtype="Int64"),
-                                   "cat": _cats(np.where(nccl, 1, 0), len(k)), "htod_batch": False, "bytes": 0}))
+        parts.append((k, np.where(tx.contains(k["name"], _NCCL), 1, 0), False, 0))
     g = report.graphs
     if len(g):  # a CUDA graph's launch: its kernels, as one interval
-        parts.append(pd.DataFrame({"start_ns": g["start_ns"].to_numpy(np.int64),
-                                   "end_ns": g["end_ns"].to_numpy(np.int64), "pid": g["pid"].to_numpy(np.int64),
-                                   "device_id": g["device_id"].to_numpy(np.int64),
-                                   "correlation_id": pd.array(g["correlation_id"], dtype="Int64"),
-                                   "cat": _cats(0, len(g)), "htod_batch": False, "bytes": 0}))
+        parts.append((g, 0, False, 0))
     for f in (_op_columns(report, "memcpy", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "kind",
                                              "bytes"]),
               _op_columns(report, "memset", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "bytes"])):
         if len(f):
-            batch = np.zeros(len(f), bool)
-            if "kind" in f:
-                batch = ((tx.eq(f["kind"], "HtoD")) & (f["bytes"] >= INPUT_MIN_BYTES)).to_numpy()
-            parts.append(pd.DataFrame({"start_ns": f["start_ns"].to_numpy(np.int64),
-                                       "end_ns": f["end_ns"].to_numpy(np.int64), "pid": f["pid"].to_numpy(np.int64),
-                                       "device_id": f["device_id"].to_numpy(np.int64),
-                                       "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
-                                       "cat": _cats(2, len(f)), "htod_batch": batch,
-                                       "bytes": f["bytes"].fillna(0).to_numpy(np.int64) if "bytes" in f else 0}))
+            batch = ((tx.eq(f["kind"], "HtoD")) & (f["bytes"] >= INPUT_MIN_BYTES)).to_numpy() if "kind" in f else False
+            parts.append((f, 2, batch, f["bytes"].fillna(0).to_numpy(np.int64) if "bytes" in f else 0))
     if not parts:
         return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "correlation_id", "cat",
                                      "htod_batch", "bytes"])
-    ops = pd.concat(parts, ignore_index=True)
-    start, end = ops["start_ns"].to_numpy(), ops["end_ns"].to_numpy()
+
+    def joined(each: Any, dtype: Any) -> np.ndarray:
+        """each(frame, code, batch, bytes) of every part, as one array in the frames' order."""
+        return np.concatenate([np.broadcast_to(np.asarray(each(*part), dtype), (len(part[0]),)) for part in parts])
+
+    start = joined(lambda f, *_: f["start_ns"].to_numpy(np.int64), np.int64)
+    end = joined(lambda f, *_: f["end_ns"].to_numpy(np.int64), np.int64)
     keep = np.flatnonzero(end > start)
     order = keep[np.argsort(start[keep], kind="stable")]
-    if len(order) == len(ops) and (order[1:] > order[:-1]).all():  # one sorted frame, nothing empty: as it is
-        return ops
-    return ops.take(order).reset_index(drop=True)
+    if len(order) == len(start) and (order[1:] > order[:-1]).all():  # nothing empty, already sorted: no gather
+        order = slice(None)
+    out: dict[str, Any] = {"start_ns": start[order]}
+    del start
+    out["end_ns"] = end[order]
+    del end
+    out["pid"] = joined(lambda f, *_: f["pid"].to_numpy(np.int64), np.int64)[order]
+    out["device_id"] = joined(lambda f, *_: f["device_id"].to_numpy(np.int64), np.int64)[order]
+    corr = [pd.array(f["correlation_id"], dtype="Int64") for f, *_ in parts]
+    out["correlation_id"] = pd.arrays.IntegerArray(
+        np.concatenate([c.to_numpy(np.int64, na_value=0) for c in corr])[order],
+        np.concatenate([np.asarray(c.isna(), bool) for c in corr])[order])
+    del corr
+    out["cat"] = pd.Categorical.from_codes(joined(lambda f, c, *_: c, np.int8)[order], categories=OP_CATS)
+    out["htod_batch"] = joined(lambda f, c, batch, _: batch, bool)[order]
+    out["bytes"] = joined(lambda f, c, b, nbytes: nbytes, np.int64)[order]
+    return pd.DataFrame(out, copy=False)
 
 
 def blocking_readbacks(memcpy: pd.DataFrame) -> np.ndarray:

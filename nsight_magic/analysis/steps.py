@@ -88,14 +88,18 @@ def cell_threads(report: NsysFrames) -> dict[int, int]:
 
 
 def _busiest_first(frame: pd.DataFrame) -> list[tuple[int, int]]:
-    """The (pid, tid) pairs of a frame's rows, the most frequent first (ties by pid, tid): one hash count over an
-    integer key, not a groupby of a million rows."""
+    """The (pid, tid) pairs of a frame's rows, the most frequent first (ties by pid, tid): one count over an
+    integer key, not a groupby of a million rows; and over runs of rows of one thread (a thread's calls come
+    together), not over every row (13M calls hashed took 2 s)."""
     known = frame["pid"].notna().to_numpy() & frame["tid"].notna().to_numpy()
     if not known.any():
         return []
     pid, tid = frame["pid"].to_numpy()[known].astype(np.int64), frame["tid"].to_numpy()[known].astype(np.int64)
-    counts = pd.Series((pid << 32) | (tid & 0xFFFFFFFF)).value_counts(sort=False)
-    keys, n = counts.index.to_numpy(np.int64), counts.to_numpy()
+    key = (pid << 32) | (tid & 0xFFFFFFFF)
+    first = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])  # where a run of one thread's rows begins
+    at, keys = pd.factorize(key[first], sort=False)
+    n = np.bincount(at, weights=np.diff(np.r_[first, len(key)]), minlength=len(keys)).astype(np.int64)
+    keys = np.asarray(keys, np.int64)
     order = np.lexsort((keys, -n))
     return [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in keys[order]]
 
