@@ -351,22 +351,27 @@ def with_operator(report: NsysFrames, extra: dict[str, Any], pid: np.ndarray, ti
 @per_frame  # keyed by the report: gpu_gaps and gpu_time_util both ask (neither changes the frame)
 def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
     """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
-    operations nsys analyze's GPU rules look at."""
-    parts = []
-    for attr in ("kernels", "memcpy", "memset"):
-        f = getattr(report, attr)  # one of the contract's frames
-        if len(f):
-            parts.append(pd.DataFrame({
-                "start_ns": f["start_ns"].to_numpy(np.int64), "end_ns": pd.to_numeric(f["end_ns"]).to_numpy(np.int64),
-                "pid": f["pid"].to_numpy(np.int64), "device_id": f["device_id"].to_numpy(np.int64),
-                "context_id": pd.array(f["context_id"], dtype="Int64"),
-                "correlation_id": pd.array(f["correlation_id"], dtype="Int64"),
-                "stream_id": pd.array(f["stream_id"], dtype="Int64"), "what": attr}))
-    if not parts:
-        return pd.DataFrame(columns=["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id",
-                                     "stream_id", "what"])
-    ops = pd.concat(parts, ignore_index=True)
-    ops = ops[ops["start_ns"] > 0]
+    operations nsys analyze's GPU rules look at (start_ns, end_ns, pid, device_id, context_id, correlation_id).
+    Kept as long as the report: the columns those rules read, each gathered once (13M operations)."""
+    cols = ["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id"]
+    frames = [f for f in (report.kernels, report.memcpy, report.memset) if len(f)]  # the contract's frames
+    if not frames:
+        return pd.DataFrame(columns=cols)
+    keep = [f["start_ns"].to_numpy(np.int64) > 0 for f in frames]
+
+    def joined(get: Any) -> np.ndarray:
+        return np.concatenate([np.asarray(get(f))[k] for f, k in zip(frames, keep)])
+
+    def nullable(col: str) -> pd.arrays.IntegerArray:
+        return pd.arrays.IntegerArray(joined(lambda f: pd.array(f[col], dtype="Int64").to_numpy(np.int64, na_value=0)),
+                                      joined(lambda f: pd.array(f[col], dtype="Int64").isna()))
+
+    ops = pd.DataFrame({"start_ns": joined(lambda f: f["start_ns"].to_numpy(np.int64)),
+                        "end_ns": joined(lambda f: pd.to_numeric(f["end_ns"]).to_numpy(np.int64)),
+                        "pid": joined(lambda f: f["pid"].to_numpy(np.int64)),
+                        "device_id": joined(lambda f: f["device_id"].to_numpy(np.int64)),
+                        "context_id": nullable("context_id"), "correlation_id": nullable("correlation_id")},
+                       copy=False)
     ov = report.overhead
     if len(ov) and len(ops):
         names = ov["name"].astype(str)
@@ -385,10 +390,10 @@ def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
                 extra.append(pd.DataFrame({"start_ns": o["start_ns"].to_numpy(np.int64),
                                            "end_ns": o["end_ns"].to_numpy(np.int64), "pid": p, "device_id": d,
                                            "context_id": known.iloc[0] if len(known) else pd.NA,
-                                           "correlation_id": pd.NA, "stream_id": pd.NA, "what": "overhead"}))
+                                           "correlation_id": pd.NA}))
         if extra:
             ops = pd.concat([ops, *extra], ignore_index=True)
-    return ops.reset_index(drop=True)
+    return ops
 
 
 def _ids(col: pd.Series) -> np.ndarray:
