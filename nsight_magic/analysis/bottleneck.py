@@ -133,7 +133,7 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     """Kernels, copies and memsets with what the breakdown needs: cat (compute/communication/copy), htod_batch;
     sorted by start, the empty ones left out.  Each column is gathered into its place once, from the frames' own
     columns: a concatenated frame and its sorted copy held 1.7 GB at once at 13M operations."""
-    parts = []  # (frame, cat code per row, htod_batch, bytes)
+    parts: list[tuple[pd.DataFrame, Any, Any, Any]] = []  # (frame, cat code per row, htod_batch, bytes)
     k = _op_columns(report, "kernels", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "name"])
     if len(k):
         parts.append((k, np.where(tx.contains(k["name"], _NCCL), 1, 0), False, 0))
@@ -157,9 +157,10 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     start = joined(lambda f, *_: f["start_ns"].to_numpy(np.int64), np.int64)
     end = joined(lambda f, *_: f["end_ns"].to_numpy(np.int64), np.int64)
     keep = np.flatnonzero(end > start)
-    order = keep[np.argsort(start[keep], kind="stable")]
-    if len(order) == len(start) and (order[1:] > order[:-1]).all():  # nothing empty, already sorted: no gather
-        order = slice(None)
+    sort = keep[np.argsort(start[keep], kind="stable")]
+    # nothing empty, already sorted: no gather
+    order: np.ndarray | slice = slice(None) if len(sort) == len(start) and (sort[1:] > sort[:-1]).all() else sort
+    del keep, sort
     out: dict[str, Any] = {"start_ns": start[order]}
     del start
     out["end_ns"] = end[order]
