@@ -198,3 +198,35 @@ def test_what_is_kept_already_is_not_written_again(seen):
         assert saved_analysis.save(rep.data)
     after = key.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_result_sets_of_other_thresholds_beyond_the_few_used_last_are_removed(seen):
+    import os
+    import time
+
+    src, _ = seen
+    results = nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR
+    (defaults,) = list(results.iterdir())
+    old_tmp, young_tmp = results / f"{defaults.name}.dead", results / f"{defaults.name}.writing"
+    old_tmp.mkdir(), young_tmp.mkdir()
+    hour_ago = time.time() - nsys_cache.STALE_TMP_S - 60
+    os.utime(old_tmp, (hour_ago, hour_ago))
+    for i in range(nsys_cache.RESULTS_KEPT + 1):  # other thresholds, each kept in a set of its own
+        time.sleep(0.02)  # apart on a file system's coarse clock
+        th = {"alarm.min_ms": 1.0 + i}
+        with open_report(src) as rep:
+            rep.findings(th)
+            rep.bottleneck()
+            assert saved_analysis.save(rep.data, th)
+        if i == 1:
+            time.sleep(0.02)
+            with open_report(src) as rep:  # the defaults' set read again: used after the first two others
+                assert saved_analysis.restore(rep.data)
+    sets = [d.name for d in results.iterdir() if "." not in d.name]
+    assert len(sets) == nsys_cache.RESULTS_KEPT and defaults.name in sets
+    assert not old_tmp.exists() and young_tmp.exists()  # a dead writer's folder goes, a live one's stays
+    with open_report(src) as rep:
+        assert saved_analysis.restore(rep.data)
+        assert saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0 + nsys_cache.RESULTS_KEPT})
+        assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0})  # written after the defaults, used less
+        assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 2.0})

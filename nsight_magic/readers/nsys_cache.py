@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -156,6 +157,8 @@ def load(sqlite_path: Path) -> tuple[dict[str, dict[str, np.ndarray] | None], di
 
 # ---- results computed from a report, kept beside its columns ---------------------------------------------------
 RESULTS_DIR = "results"
+RESULTS_KEPT = 4  # result sets kept beside one export (other code versions, thresholds): the latest used
+STALE_TMP_S = 3600  # a folder being written for longer than this was left by a process that died
 
 
 def _results_dir(sqlite_path: Path, key: dict) -> Path:
@@ -180,14 +183,45 @@ def save_results(sqlite_path: Path, key: dict, doc: dict, frames: dict[str, pd.D
         tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
         tables = {name: pa.Table.from_pandas(df, preserve_index=False) for name, df in frames.items()}
         # compressed: a finding's evidence may be every kernel of a million (LZ4: 47 -> 12 MB, read back in ms)
-        return _publish(tmp, target, tables, {**export_key, "results": key, "doc": doc},
-                        ipc.IpcWriteOptions(compression="lz4"))
+        got = _publish(tmp, target, tables, {**export_key, "results": key, "doc": doc},
+                       ipc.IpcWriteOptions(compression="lz4"))
+        _prune_results(target.parent, got)
+        return got
     except BaseException as e:  # Ctrl-C too: no half-written folder left beside the export
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, (OSError, ValueError, TypeError, pa.ArrowException)):  # a frame Arrow cannot hold
             return None
         raise
+
+
+def _prune_results(folder: Path, written: Path) -> None:
+    """Leave the RESULTS_KEPT result sets used last in `folder` (`written` among them): each new version of
+    nsight-magic, other thresholds or a new sidecar file make a set of their own, and a 1M-kernel one holds 50 MB.
+    Also removes temporary folders that a process which died while writing left."""
+    def used(d: Path) -> int:
+        try:
+            return d.stat().st_mtime_ns
+        except OSError:  # removed meanwhile by another process
+            return 0
+
+    try:
+        found = list(folder.iterdir())
+    except OSError:
+        return
+    sets = sorted((d for d in found if "." not in d.name and d != written), key=used, reverse=True)
+    old = sets[RESULTS_KEPT - 1:]
+    old += [d for d in found if "." in d.name and 0 < used(d) < time.time_ns() - STALE_TMP_S * 10**9]
+    for d in old:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _mark_used(d: Path) -> None:
+    """A result set read is as recent as one written (_prune_results keeps the ones used last)."""
+    try:
+        os.utime(d)
+    except OSError:  # a folder this user may read but not change
+        pass
 
 
 def kept_doc(sqlite_path: Path, key: dict) -> dict | None:
@@ -215,6 +249,7 @@ def load_results(sqlite_path: Path, key: dict,
         d = _results_dir(sqlite_path, key)
         frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")
                   if not f.stem.startswith(skip)}
+        _mark_used(d)
         return doc, frames
     except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):
         return None
