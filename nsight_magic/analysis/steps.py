@@ -65,11 +65,16 @@ def user_ranges(report: NsysFrames) -> pd.DataFrame:
     nv = report.nvtx
     if nv.empty:
         return nv
+    return nv[_user_rows(nv)]
+
+
+def _user_rows(nv: pd.DataFrame) -> np.ndarray:
+    """user_ranges' rows of the NVTX frame, as a bool per row."""
     # tests per distinct domain and name (categoricals), not per row
-    keep = ~tx.eq(nv["kind"], "mark") & nv["end_ns"].notna().to_numpy() \
+    keep: np.ndarray = ~tx.eq(nv["kind"], "mark") & nv["end_ns"].notna().to_numpy() \
         & ~tx.isin(nv["domain"], (CAPTURE_DOMAIN,) + ANNOTATION_DOMAINS + LIBRARY_DOMAINS) \
         & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True)
-    return nv[keep]
+    return keep
 
 
 def cell_threads(report: NsysFrames) -> dict[int, int]:
@@ -118,20 +123,32 @@ def stem(labels: pd.Series) -> pd.Series:
 
 def find_steps(report: NsysFrames) -> dict[int, Steps]:
     """pid -> Steps, for every process whose cell thread has a repeated outermost user range."""
-    rng = user_ranges(report)
-    if rng.empty:
+    nv = report.nvtx
+    if nv.empty:
         return {}
+    keep = _user_rows(nv)
+    if not keep.any():
+        return {}
+    # the columns the steps need, and rows copied only where some are left out (3M ranges of one thread: none)
+    rng = _rows(nv[["pid", "tid", "label", "depth", "start_ns", "end_ns"]], keep)
     threads = cell_threads(report)
     out = {}
-    for pid, g in rng.groupby("pid", sort=True):
+    pids = rng["pid"].to_numpy(np.int64)
+    for pid in np.unique(pids).tolist():
+        g = _rows(rng, pids == pid)
         tid = threads.get(int(pid))
         if tid is not None:
-            g = g[g["tid"] == tid]
+            g = _rows(g, (g["tid"] == tid).to_numpy(bool))
         found = _steps_of(g)
         if found is not None:
             name, starts, ends = found
             out[int(pid)] = Steps(int(pid), int(g["tid"].iloc[0]) if tid is None else tid, name, starts, ends)
     return out
+
+
+def _rows(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """frame[keep], the frame itself where every row is kept (no copy of millions of rows)."""
+    return frame if keep.all() else frame[keep]
 
 
 def _steps_of(g: pd.DataFrame) -> tuple[str, np.ndarray, np.ndarray] | None:
@@ -144,8 +161,8 @@ def _steps_of(g: pd.DataFrame) -> tuple[str, np.ndarray, np.ndarray] | None:
         repeated = counts[counts >= 2].index
     if not len(repeated):
         return None
-    cand = g[st.isin(repeated).to_numpy()]
-    cst = st[st.isin(repeated)]
+    is_rep = st.isin(repeated).to_numpy()
+    cand, cst = _rows(g, is_rep), _rows(st, is_rep)
     depth = cand.groupby(cst)["depth"].min()
     outer = depth[depth == depth.min()].index
     best, best_key = None, None

@@ -14,6 +14,7 @@ atomic (a temporary folder renamed into place); a cache that cannot be written o
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -21,6 +22,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -56,10 +58,18 @@ def _table(arrays: dict[str, np.ndarray]) -> pa.Table:
         if isinstance(a, np.ndarray) and a.dtype != object:
             cols[name] = pa.array(a)
         elif isinstance(a, np.ndarray):  # text (None or NaN for missing): each distinct text stored once
-            cols[name] = pa.array(a, type=pa.large_string(), from_pandas=True).dictionary_encode()
+            cols[name] = _dictionary(a)
         else:  # nullable integers
             cols[name] = pa.array(a, from_pandas=True)
     return pa.table(cols)
+
+
+def _dictionary(text: np.ndarray) -> pa.DictionaryArray:
+    """An object array of texts (None or NaN: missing) dictionary-encoded from its distinct values: the rows' texts
+    are never copied into one string array first (3M NVTX names: 100 MB for each text column)."""
+    codes, uniques = pd.factorize(text)
+    return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
+                                          pa.array(np.asarray(uniques, dtype=object), type=pa.large_string()))
 
 
 def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
@@ -108,20 +118,24 @@ def _write(key: dict, target: Path, parts: dict, extra: dict) -> Path | None:
         return None
     try:
         absent = [name for name, arrays in parts.items() if arrays is None]
-        tables = {name: _table(arrays) for name, arrays in parts.items() if arrays is not None}
+        # each table made as it is written, then dropped: never all of them at once
+        tables: dict[str, pa.Table | Callable[[], pa.Table]] = {
+            name: functools.partial(_table, arrays) for name, arrays in parts.items() if arrays is not None}
         return _publish(tmp, target, tables, {**key, "absent": absent, "extra": extra})
     except (OSError, pa.ArrowException):
         shutil.rmtree(tmp, ignore_errors=True)
         return None
 
 
-def _publish(tmp: Path, target: Path, tables: dict[str, pa.Table], key: dict,
+def _publish(tmp: Path, target: Path, tables: dict[str, pa.Table | Callable[[], pa.Table]], key: dict,
              options: ipc.IpcWriteOptions | None = None) -> Path:
-    """Write `tables` (Arrow IPC files) and `key` (KEY_FILE) into the new folder `tmp`, then put it in `target`'s
-    place (a valid one there is replaced whole)."""
-    for name, t in tables.items():
+    """Write `tables` (Arrow IPC files; a function that makes one is called as it is written) and `key`
+    (KEY_FILE) into the new folder `tmp`, then put it in `target`'s place (a valid one there is replaced whole)."""
+    for name, made in tables.items():
+        t = made() if callable(made) else made
         with ipc.new_file(tmp / f"{name}.arrow", t.schema, options=options) as w:
             w.write_table(t)
+        del t
     (tmp / KEY_FILE).write_text(json.dumps(key))
     if target.exists():
         shutil.rmtree(target, ignore_errors=True)

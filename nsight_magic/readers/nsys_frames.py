@@ -318,7 +318,7 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
         "color": a["color"],
         "category": a["category"],
         "label": to_categorical(a["tag"]),
-    })
+    }, copy=False)  # the arrays' own columns, shared (3M ranges: not 220 MB more)
 
 
 def _depth(thread: np.ndarray, start: np.ndarray, end: np.ndarray, is_range: np.ndarray) -> np.ndarray:
