@@ -143,7 +143,7 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
                 continue
             vals = read_texts(con, table, f'"{raw}"', spec.where) if raw else np.full(n, None, dtype=object)
             data[c.name] = pd.array(vals, dtype="string") if c.dtype == "string" else to_categorical(vals)
-    df = pd.DataFrame({c.name: data[c.name] for c in spec.cols})
+    df = pd.DataFrame({c.name: data[c.name] for c in spec.cols}, copy=False)  # each column its own: not copied into blocks
     if spec.frame in ACTIVITY_SPECS:
         df.insert(2, "duration_ns", df["end_ns"] - df["start_ns"])
     return df
