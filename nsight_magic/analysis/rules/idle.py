@@ -38,11 +38,12 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
     gpid, gdev = gaps["pid"].to_numpy(np.int64), gaps["device_id"].to_numpy(np.int64)
     gs, ge = gaps["start_ns"].to_numpy(np.int64), gaps["end_ns"].to_numpy(np.int64)
     for pid, dev in sorted({(p.pid, p.device) for p in ctx.diag.pairs}):  # where the gaps come from
-        rows = np.flatnonzero(in_w & (gpid == pid) & (gdev == dev))
-        if not len(rows):
+        mine = in_w & (gpid == pid) & (gdev == dev)
+        every = bool(mine.all())  # one process on one GPU, the steady window all of it: no copy of the columns
+        if not every and not mine.any():
             continue
         if pid == strag:  # the straggler's idle time is its straggling: collective_wait counts it
-            g = gaps.take(rows)
+            g = gaps if every else gaps[mine]
             named["collective_wait"] = named.get("collective_wait", 0) + int((g[list(EXPLAINED_BY)].sum(axis=1)
                                                                               * g["scale"]).sum())
             continue
@@ -50,9 +51,9 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         if e.empty:
             continue
         span = I.union(e["start_ns"], e["end_ns"])
-        inside = I.overlap(span, gs[rows], ge[rows])
+        inside = I.overlap(span, gs, ge) if every else I.overlap(span, gs[mine], ge[mine])
         meet = inside > 0
-        g = gaps.take(rows[meet])
+        g = gaps.take(np.flatnonzero(meet) if every else np.flatnonzero(mine)[meet])
         frac = inside[meet].astype(float) / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
