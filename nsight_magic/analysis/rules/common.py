@@ -363,8 +363,9 @@ def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
         return np.concatenate([np.asarray(get(f))[k] for f, k in zip(frames, keep)])
 
     def nullable(col: str) -> pd.arrays.IntegerArray:
-        return pd.arrays.IntegerArray(joined(lambda f: pd.array(f[col], dtype="Int64").to_numpy(np.int64, na_value=0)),
-                                      joined(lambda f: pd.array(f[col], dtype="Int64").isna()))
+        each = {id(f): pd.array(f[col], dtype="Int64") for f in frames}  # made once per frame, for both parts
+        return pd.arrays.IntegerArray(joined(lambda f: each[id(f)].to_numpy(np.int64, na_value=0)),
+                                      joined(lambda f: each[id(f)].isna()))
 
     ops = pd.DataFrame({"start_ns": joined(lambda f: f["start_ns"].to_numpy(np.int64)),
                         "end_ns": joined(lambda f: pd.to_numeric(f["end_ns"]).to_numpy(np.int64)),

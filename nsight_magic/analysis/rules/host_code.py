@@ -44,7 +44,7 @@ def host_stretches(ctx: Context) -> pd.DataFrame:
     thread made at most host_code.max_calls CUDA calls per host_code.min_gap_ms (bottleneck.quiet_gaps)."""
     g = ctx.diag.gaps()  # chosen on its columns, then taken once (a million launch gaps are not copied twice)
     if g.empty:
-        return ctx.diag.gaps("launch")
+        return g
     keep = (g["launch"] > 0).to_numpy(dtype=bool, na_value=False) & g["in_window"].to_numpy(bool)
     keep &= quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
     return g[keep]
