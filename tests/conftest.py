@@ -339,12 +339,14 @@ def run_bounded(argv, timeout=120, *, fail=True, **kw) -> subprocess.CompletedPr
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def nsys_failing_once(folder: Path, verb: str, times: int = 1, how: str = "endpoint") -> tuple[Path, Path]:
+def nsys_failing_once(folder: Path, verb: str, times: int = 1, how: str = "endpoint",
+                      after_s: float = 0.0) -> tuple[Path, Path]:
     """A front for the real nsys that fails its first `nsys VERB` (its first `times`) as nsys 2022.4 sometimes
     does at start-up (nothing started) and passes every other call (`--help` too: we read the
     verb's switches from it) to the real one: (the front, a file that exists once it failed, holding an "x"
     per failure).  `how`: "endpoint" (its message, exit 1) or "agent" ("Connection to the Agent lost." twice, exit
-    0: seen in CI on a loaded machine).  Set $NSIGHT_MAGIC_NSYS to the front."""
+    0: seen in CI on a loaded machine).  `after_s`: it fails that long after it was started (meanwhile another
+    rank's nsys starts its process).  Set $NSIGHT_MAGIC_NSYS to the front."""
     from nsight_magic.tools import find_qdstrm_importer
 
     failure = {"endpoint": ('"std::exception::what: RuntimeException\\n'
@@ -360,9 +362,17 @@ def nsys_failing_once(folder: Path, verb: str, times: int = 1, how: str = "endpo
     front = root / "target-linux-x64" / "nsys"
     front.write_text(f"""#!{sys.executable}
 import os, sys
-failed = open({str(marker)!r}).read().count("x") if os.path.exists({str(marker)!r}) else 0
-if sys.argv[1:2] == [{verb!r}] and "--help" not in sys.argv and failed < {times}:
+def claim():  # one failure each, also when ranks start their nsys at the same moment
+    for n in range({times}):
+        try:
+            os.close(os.open({str(marker)!r} + f".claim{{n}}", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            return True
+        except FileExistsError:
+            pass
+    return False
+if sys.argv[1:2] == [{verb!r}] and "--help" not in sys.argv and claim():
     open({str(marker)!r}, "a").write("x")
+    import time; time.sleep({after_s!r})
     print({failure[0]})
     sys.exit({failure[1]})
 os.execv({real!r}, [{real!r}, *sys.argv[1:]])

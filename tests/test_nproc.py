@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from nsight_magic.report import as_report
-from conftest import cell_text, fixture_path, requires_nsys, run_notebook
+from conftest import cell_text, fixture_path, nsys_failing_once, requires_nsys, run_notebook
 from nsight_magic import open_report
 from nsight_magic.analysis.ranks import collective_waits, nccl_collective, nccl_kernels, ranks_table
 from nsight_magic.errors import OptionError
@@ -106,6 +106,27 @@ def test_a_rank_that_raises_is_named_and_nothing_hangs(tmp_path):
 @requires_torch
 @pytest.mark.nsys
 @pytest.mark.timeout(300)
+@requires_torch
+@requires_nsys
+def test_a_ranks_profiler_failing_at_start_up_while_another_rank_starts_is_started_again(tmp_path, monkeypatch):
+    """Seen in a full run: with --per-rank-reports, rank 1's nsys 2022.4 failed at start-up ("sem_open") while
+    rank 0 was past its imports, and torchrun ended both: no rank ran the cell, so the run starts again."""
+    front, failed = nsys_failing_once(tmp_path, "profile", after_s=4.0)  # one rank's nsys, once, 4 s in
+    monkeypatch.setenv("NSIGHT_MAGIC_NSYS", str(front))
+    r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="nvtx", nproc=2,
+                                       per_rank_reports=True, return_vars=("got",), return_all=True),
+                 namespace={"offset": 40})
+    assert failed.read_text() == "x"
+    assert r.ok, r.messages
+    assert r.returned == {"got": [(0, 40), (1, 41)]}
+    assert any("before the cell started" in m for m in r.messages), r.messages
+    path = r.folder.path
+    assert "Local Endpoint is not available" in (path / "tool-output-attempt1.txt").read_text()
+    first = [p.read_text() for p in path.glob("progress*-attempt1.jsonl")]  # the other rank had started then
+    assert any('"importing"' in t for t in first) and not any('"running"' in t for t in first), first
+    assert {"report.rank0.sqlite", "report.rank1.sqlite"} <= {p.name for p in path.iterdir()}
+
+
 def test_per_rank_reports_are_merged_on_one_clock(tmp_path):
     r = run_nsys(DDP_CELL, NsysOptions(name="ddp", directory=str(tmp_path), trace="nvtx", nproc=2,
                                        per_rank_reports=True, return_vars=("got",), return_all=True),

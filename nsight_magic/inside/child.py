@@ -109,6 +109,9 @@ def rank_of(cfg: dict) -> tuple[int | None, int]:
     return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", str(cfg["nproc"])))
 
 
+RANKS_DIR = ".ranks"  # the ranks' barrier and state files, in the profile folder
+
+
 def rank_suffix(rank: int | None) -> str:
     """'' for rank 0 and single-process runs, '.rankR' otherwise: the per-rank file names (stdout.rank1.txt)."""
     return "" if not rank else f".rank{rank}"
@@ -118,7 +121,7 @@ def _barrier(folder: Path, name: str, rank: int, world: int, timeout_s: float = 
     """Wait until every rank got here, or one rank failed (an `error` file): files in FOLDER/.ranks.  When it is
     stopped (a --timeout or Ctrl-C reaches every rank) or gives up, it says which ranks it was waiting for instead
     of a traceback from here."""
-    d = folder / ".ranks"
+    d = folder / RANKS_DIR
     d.mkdir(exist_ok=True)
     (d / f"{name}.{rank}").touch()
     end = time.monotonic() + timeout_s
@@ -441,7 +444,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         name = cfg["range_name"]
         if rank and not cfg.get("per_rank_reports"):
             name = f"{name} rank {rank}"
-            _wait_for(folder / ".ranks" / "recording", 10.0)  # what a rank marks before that is not recorded
+            _wait_for(folder / RANKS_DIR / "recording", 10.0)  # what a rank marks before that is not recorded
         nvtx.push_range(name, domain=CAPTURE_DOMAIN)
         pushed_ns = time.monotonic_ns()
         rng = True
@@ -455,7 +458,7 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
         if rank is not None:
             nvtx.mark(f"rank {rank} of {world}", domain=CAPTURE_DOMAIN)
             if rank == 0:
-                (folder / ".ranks" / "recording").touch()
+                (folder / RANKS_DIR / "recording").touch()
     progress("running")
     try:
         if ops is not None:
@@ -475,10 +478,10 @@ def run_cell(folder: Path, cfg: dict, ns: dict, progress) -> int:
                               0 if script else int(cfg.get("cell_first_line", 1)) - 1)
         status = EXIT_CELL_ERROR
         if rank is not None:  # the other ranks must not wait for this one at the end barrier
-            (folder / ".ranks").mkdir(exist_ok=True)
+            (folder / RANKS_DIR).mkdir(exist_ok=True)
             if isinstance(e, KeyboardInterrupt):
-                (folder / ".ranks" / f"stopped.{rank}").touch()
-            (folder / ".ranks" / f"error.{rank}").touch()
+                (folder / RANKS_DIR / f"stopped.{rank}").touch()
+            (folder / RANKS_DIR / f"error.{rank}").touch()
     finally:
         for h in extras:  # no Python sample of what follows: our bookkeeping, partly after the range is closed
             if hasattr(h, "pause"):

@@ -20,6 +20,7 @@ from typing import Callable
 
 from .. import tools
 from ..inside.tool_files import remove_tool_files, tool_files_named_in
+from ..inside.child import RANKS_DIR
 from ..inside.marks import CAPTURE_DOMAIN, USER_TMPDIR_ENV
 from ..errors import Interrupted, NsightMagicError, OptionError, ReportError, ToolNotFound
 from ..options import (NSYS_OWNED_FLAGS, NsysOptions, nsys_default_args, trace_for_machine,
@@ -562,6 +563,10 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
         run.finish(stop_grace_s=stop_grace_s)  # ends the helpers it left
         kept = folder.path / f"tool-output-attempt{attempt}.txt"
         os.replace(folder.tool_log, kept)
+        for tail in [*run.progress, *(t for _, t, _ in run.tails)]:  # what a rank wrote meanwhile: kept too
+            if tail.path.exists():
+                os.replace(tail.path, tail.path.with_name(f"{tail.path.stem}-attempt{attempt}{tail.path.suffix}"))
+        shutil.rmtree(folder.path / RANKS_DIR, ignore_errors=True)  # a rank's arrival at a barrier is not the next's
         messages.append(f"nsys exited with status {run.proc.returncode} before the cell started (its output: "
                         f"{kept.name}); it was started again")
         try:
@@ -574,10 +579,16 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
 
 def _failed_before_any_rank_started(run: ChildRun) -> bool:
     """The profiler exited by itself (with status 0 too: nsys 2022.4 once lost its agent so) and no rank wrote a
-    progress record: nothing of the user's ran.  Not when the profile folder is gone: the cell can delete it (its
-    records with it) before they were read."""
+    progress record: nothing of the user's ran.  With several ranks (--nproc), also when it failed and no rank
+    got past its start (its imports, its set-up): one rank's nsys failed at start-up ("sem_open") while another
+    was setting up, and torchrun ended them all; the set-up runs again, as at any cold start, the cell never ran.
+    Not when the profile folder is gone: the cell can delete it (its records with it) before they were read."""
     rc = run.proc.returncode
-    if run.outcome is not None or rc is None or rc < 0 or run.phases or not run.folder.path.is_dir():
+    if run.outcome is not None or rc is None or rc < 0 or not run.folder.path.is_dir():
+        return False
+    if run.ranks > 1 and rc != 0 and all(phases <= {"importing"} for phases in run.rank_phases):
+        return True
+    if run.phases:
         return False
     return all(tail.path.stat().st_size == 0 if tail.path.exists() else True for tail in run.progress)
 

@@ -378,6 +378,7 @@ class ChildRun:
                       for r in range(ranks) for stream in ("stdout", "stderr")]
         self.progress = [Tail(folder.path / f"progress{rank_suffix(r)}.jsonl") for r in range(ranks)]
         self.phases: list[str] = []                # rank 0's
+        self.rank_phases: list[set[str]] = [set() for _ in range(ranks)]  # what each rank recorded
         self.cell_over = [False] * ranks           # each rank finished its cell
         self.finished = [False] * ranks            # ... and wrote what the notebook needs
         self.extras: dict = {}
@@ -404,6 +405,7 @@ class ChildRun:
                     self.finished[r] = True
                 if phase == "leftovers":
                     self.extras.setdefault("leftovers", []).extend(rec.get("processes", []))
+                self.rank_phases[r].add(str(phase))
                 if phase == "threads":
                     names = [str(x)[:80] for x in rec.get("names") or [] if isinstance(x, str)]
                     self.extras.setdefault("threads", []).extend(names)
