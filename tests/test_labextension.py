@@ -194,7 +194,9 @@ def test_toolbar_button_profiles_the_cell_and_the_sidebar_opens_it(tmp_path):
             # the saved timeline shows: a drawn Bokeh plot, outside the hidden live box
             page.wait_for_function(SAVED_TIMELINE_SHOWN, arg=first.locator(".nm-live-slot").element_handle(),
                                    timeout=30_000)
-            assert inserted.locator(".nm-output.nm-is-live").count() == 1  # the newest keeps its live one
+            # the newest keeps its live one (its widget view is drawn asynchronously: output.ts syncLive)
+            inserted.locator(".nm-output.nm-is-live").first.wait_for(timeout=30_000)
+            assert inserted.locator(".nm-output.nm-is-live").count() == 1
             first.scroll_into_view_if_needed()
             page.screenshot(path=str(ARTIFACTS / "labextension_older_view_saved_timeline.png"))
             b.close()
