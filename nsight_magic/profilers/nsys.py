@@ -564,8 +564,10 @@ def _record_cold(prep, nsys: Path, opts: NsysOptions, trace: str, env: dict, mes
         kept = folder.path / f"tool-output-attempt{attempt}.txt"
         os.replace(folder.tool_log, kept)
         for tail in [*run.progress, *(t for _, t, _ in run.tails)]:  # what a rank wrote meanwhile: kept too
-            if tail.path.exists():
+            if tail.path.exists() and tail.path.stat().st_size:
                 os.replace(tail.path, tail.path.with_name(f"{tail.path.stem}-attempt{attempt}{tail.path.suffix}"))
+            else:  # nothing written: no empty file left beside the next attempt's
+                tail.path.unlink(missing_ok=True)
         shutil.rmtree(folder.path / RANKS_DIR, ignore_errors=True)  # a rank's arrival at a barrier is not the next's
         messages.append(f"nsys exited with status {run.proc.returncode} before the cell started (its output: "
                         f"{kept.name}); it was started again")
