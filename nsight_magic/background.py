@@ -155,7 +155,11 @@ class ProfileJob:
                 if ahead is not None:  # its result is taken by this read (not parsed twice, not left behind)
                     ahead.join()
                 t = time.monotonic()
-                self.report = open_report(self.folder)
+                report = open_report(self.folder)
+                from .memory_room import check_room
+
+                check_room(report, f"%nsys_load {self.folder}")  # before any table is read: the kernel lives on
+                self.report = report
                 self.phases["read_s"] = time.monotonic() - t
                 if not self.cancel.is_set():
                     self._status("drawing the view" if self.render else "summarising")

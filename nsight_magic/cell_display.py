@@ -206,9 +206,12 @@ def print_manifest(manifest) -> None:
         print(f"nsight-magic: {manifest_line(manifest)}")
 
 
-def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:
-    """Open and display a report; failures become one line, never a traceback into the user's cell."""
+def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict | None = None,
+                force: bool = False) -> None:
+    """Open and display a report; failures become one line, never a traceback into the user's cell.  A report
+    that needs more memory than the kernel has room for is not read unless `force` (memory_room.py)."""
     from . import saved_analysis
+    from .memory_room import check_room
     from .report import open_report
 
     big = large_report(path)
@@ -217,6 +220,8 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
              "its files stay as they are)")
     try:
         report = open_report(path)
+        if not force:
+            check_room(report, f"%nsys_load {folder or path}")
         nsys = report.tool == "nsys"
         cold = nsys and not report.data.cached  # no columnar cache beside the export yet
         if cold:  # the read's largest transient, the NVTX events, freed before the view allocates (3.15M ranges:
@@ -315,4 +320,4 @@ def open_again(args) -> None:
         path = Path(chosen["folder"])
     elif args.pick is not None:
         raise UsageError(f"--pick chooses among the profiles of a folder; {path} is not such a folder")
-    show_report(path, path if path.is_dir() else None, not args.no_render)
+    show_report(path, path if path.is_dir() else None, not args.no_render, force=args.force)

@@ -146,6 +146,8 @@ class NsightMagics(Magics, NsightSettings):
     @argument("--scheduler", default=None, metavar="ADDRESS",
               help="a job's reports: analyse them on this running Dask scheduler (default: a local cluster)")
     @argument("--no-render", action="store_true", help="print a text summary instead of the interactive view")
+    @argument("--force", action="store_true", help="load a report even when it needs more memory than this kernel "
+                                                   "has room for (memory_limit_gb, else what is available)")
     @line_magic
     def nsys_load(self, line):
         """Show a saved profile or any Nsight report again; on a folder of profiles, list them and show one."""

@@ -27,6 +27,7 @@ ENV = {
     "isolate": ("NSIGHT_MAGIC_ISOLATE", lambda v: v != "0", True),
     "orphan_guard": ("NSIGHT_MAGIC_ORPHAN_GUARD", lambda v: v != "0", True),
     "query_limit_s": ("NSIGHT_MAGIC_QUERY_LIMIT_S", float, QUERY_LIMIT_S),
+    "memory_limit_gb": ("NSIGHT_MAGIC_MEMORY_LIMIT_GB", float, None),
 }  # secret_patterns' variable is read from the environment a profiled process is made from (tools/environment.py)
 
 
@@ -54,6 +55,11 @@ class NsightSettings(Configurable):
     query_limit_s = Float(None, allow_none=True, help="seconds one query of a report may run before it is stopped "
                                                       "(unset: NSIGHT_MAGIC_QUERY_LIMIT_S, else 600)"
                           ).tag(config=True)
+    memory_limit_gb = Float(None, allow_none=True,
+                            help="GB of memory a report may take in this kernel: a larger one is not loaded unless "
+                                 "forced (%nsys_load --force), so that the kernel never runs out (unset: "
+                                 "NSIGHT_MAGIC_MEMORY_LIMIT_GB, else the memory this machine has available)"
+                            ).tag(config=True)
     secret_patterns = List(Unicode(), default_value=None, allow_none=True,
                            help="more name fragments that mark a variable as a secret, never passed to a profiled "
                                 "process (unset: NSIGHT_MAGIC_SECRET_PATTERNS, comma-separated)").tag(config=True)
@@ -81,6 +87,14 @@ class NsightSettings(Configurable):
         if v is not None and not (math.isfinite(v) and v > 0):
             raise TraitError(f"{type(self).__name__}.query_limit_s is a number of seconds above 0 (None: "
                              "NSIGHT_MAGIC_QUERY_LIMIT_S)")
+        return v
+
+    @validate("memory_limit_gb")
+    def _valid_memory_limit(self, proposal):
+        v = proposal["value"]
+        if v is not None and not (math.isfinite(v) and v > 0):
+            raise TraitError(f"{type(self).__name__}.memory_limit_gb is a number of GB above 0 (None: "
+                             "NSIGHT_MAGIC_MEMORY_LIMIT_GB, else the memory available)")
         return v
 
     def value(self, name: str):

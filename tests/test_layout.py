@@ -21,7 +21,7 @@ LAYERS = (
     ("jobs",),
     # the Python API and its front ends ("" = __init__)
     ("run", "background", "frontend", "magics", "magic_args", "cell_output", "cell_display", "cell_run", "cli",
-     "inplace_kernel", "idle", ""),
+     "inplace_kernel", "idle", "memory_room", ""),
 )
 
 
