@@ -25,53 +25,41 @@ def emitted(nv: pd.DataFrame) -> np.ndarray:
                       & nv["domain"].isna().to_numpy())
 
 
-def ends_or_never(end_ns: pd.Series) -> np.ndarray:
-    """A frame's end_ns as int64, a range never closed (NA) ending at the end of time."""
-    never = np.iinfo(np.int64).max
-    if pd.api.types.is_integer_dtype(end_ns.dtype):
-        return np.asarray(end_ns.to_numpy(np.int64, na_value=never))
-    return np.asarray(pd.to_numeric(end_ns, errors="coerce").fillna(never).to_numpy(np.int64))
-
-
 class Enclosing:
     """The innermost user NVTX range (our own cell range and --ops operator ranges excluded) open on a thread at a
     time, for many events; only=(domain, ...): the innermost range of those domains instead."""
 
     def __init__(self, report: NsysFrames, exclude_domains: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
         nv = report.nvtx
+        nv = nv[(~tx.eq(nv["kind"], "mark"))] if len(nv) else nv
+        if len(nv) and only:
+            nv = nv[tx.isin(nv["domain"], only)]
+        elif len(nv):  # PyTorch's emit_nvtx ranges are operators too, not the user's
+            nv = nv[~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains))
+                    & ~emitted(nv)]
         # (pid, tid) -> its ranges' starts, ends, parents (intervals.nest) and labels, by start
         self.threads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        if not len(nv):
-            return
-        keep = ~tx.eq(nv["kind"], "mark")
-        if only:
-            keep &= tx.isin(nv["domain"], only)
-        else:  # PyTorch's emit_nvtx ranges are operators too, not the user's
-            keep &= ~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)) & ~emitted(nv)
-        rows = np.flatnonzero(keep)
-        # the four columns it needs, taken once: the frame is not copied (3M ranges: 12 columns, twice)
-        self._index(nv["start_ns"].to_numpy(np.int64)[rows], ends_or_never(nv["end_ns"])[rows],
-                    nv["pid"].to_numpy(np.int64)[rows], nv["tid"].to_numpy(np.int64)[rows],
-                    # a range's label ("Domain:name"); the name alone where one domain was asked for
-                    tx.text_array(nv["name" if only else "label"].take(rows)))
+        if len(nv):
+            end = pd.to_numeric(nv["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max)
+            # a range's label ("Domain:name"); the name alone where one domain was asked for
+            self._index(nv.assign(end_ns=end.astype(np.int64)), tx.text_array(nv["name" if only else "label"]))
 
     @classmethod
     def from_ranges(cls, ranges: pd.DataFrame, labels: npt.ArrayLike) -> Enclosing:
         """The innermost of the given ranges (start_ns, end_ns, pid, tid) open at a time, named by `labels`."""
         me = cls.__new__(cls)
         me.threads = {}
-        me._index(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64),
-                  ranges["pid"].to_numpy(np.int64), ranges["tid"].to_numpy(np.int64), np.asarray(labels, dtype=object))
+        me._index(ranges, np.asarray(labels, dtype=object))
         return me
 
-    def _index(self, s_all: np.ndarray, e_all: np.ndarray, pid: np.ndarray, tid: np.ndarray,
-               labels: np.ndarray) -> None:
-        for (p, t), idx in pd.DataFrame({"pid": pid, "tid": tid}, copy=False).groupby(
-                ["pid", "tid"], sort=False).indices.items():  # threads: a few
+    def _index(self, ranges: pd.DataFrame, labels: np.ndarray) -> None:
+        s_all = ranges["start_ns"].to_numpy(np.int64)
+        e_all = ranges["end_ns"].to_numpy(np.int64)
+        for (pid, tid), idx in ranges.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
             o = idx[np.lexsort((-(e_all[idx] - s_all[idx]), s_all[idx]))]  # by start, the longest first
             s, e = s_all[o], e_all[o]
             _, parent = I.nest(s, e)
-            self.threads[(int(p), int(t))] = (s, e, parent, labels[o])
+            self.threads[(int(pid), int(tid))] = (s, e, parent, labels[o])
 
     @classmethod
     def of(cls, report: NsysFrames, only: tuple[str, ...] = ()) -> Enclosing:

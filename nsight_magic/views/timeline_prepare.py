@@ -173,9 +173,8 @@ def _part(df: pd.DataFrame, sub_or_stream: Codes, cat_codes: Codes, name_codes: 
         "key_a": bcast(key_a, np.int64), "key_b": bcast(key_b, np.int64), "sub": bcast(sub_or_stream, np.int64),
         "cat": bcast(cat_codes, np.int32), "name": bcast(name_codes, np.int32), "detail": bcast(detail_codes, np.int32),
         "color": bcast(-1 if color is None else color, np.int32),  # -1: the category's colour (set in _assemble)
-        "bytes": bcast(0, np.float64) if nbytes is None else
-        pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
-        "link_key": bcast(-1, np.int64) if link is None else np.asarray(link, np.int64),
+        "bytes": np.zeros(n) if nbytes is None else pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
+        "link_key": np.full(n, -1, dtype=np.int64) if link is None else np.asarray(link, np.int64),
         "pid": _int(df["pid"]) if "pid" in df else bcast(-1, np.int64),  # GPU work: the launching process
     }
 
@@ -289,39 +288,29 @@ def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> Part:
     _need(nv, "nvtx", ["start_ns", "end_ns", "name", "pid", "tid"])
     ours = _is_ours(nv)
     frames = nv[ours]
-    # the user's rows, column by column as drawn: the frame is not copied (3M ranges: 12 columns, twice)
-    rows = np.flatnonzero(~ours)
-
-    def col(name: str) -> pd.Series:
-        return nv[name].take(rows)
-
-    start_all = _int(nv["start_ns"])
-    end_all = pd.to_numeric(nv["end_ns"], errors="coerce")
+    nv = nv[~ours]
     # marks have no end: draw them at their start (one pixel wide)
-    end = np.where(end_all.isna().to_numpy(), start_all, end_all.to_numpy(np.int64, na_value=0))[rows]
-    del end_all
-    start, pid, tid = start_all[rows], _int(nv["pid"])[rows], _int(nv["tid"])[rows]
-    del start_all
-    depth = np.clip(_int(col("depth")) if "depth" in nv else np.zeros(len(rows), np.int64), 0, 255)
+    nv = nv.assign(end_ns=pd.to_numeric(nv["end_ns"], errors="coerce").fillna(pd.to_numeric(nv["start_ns"])))
+    depth = np.clip(_int(nv["depth"]) if "depth" in nv else np.zeros(len(nv), np.int64), 0, 255)
     for f in frames.itertuples():  # the user's ranges inside our cell range: their level counts from 0
-        f_end = pd.to_numeric(pd.Series([f.end_ns]), errors="coerce").fillna(np.iinfo(np.int64).max).iloc[0]
-        inside = (pid == f.pid) & (tid == f.tid) & (start >= f.start_ns) & (start <= f_end)
+        end = pd.to_numeric(pd.Series([f.end_ns]), errors="coerce").fillna(np.iinfo(np.int64).max).iloc[0]
+        inside = ((_int(nv["pid"]) == f.pid) & (_int(nv["tid"]) == f.tid) & (_int(nv["start_ns"]) >= f.start_ns)
+                  & (_int(nv["start_ns"]) <= end))
         depth = np.where(inside & (depth > 0), depth - 1, depth)
-    dom = col("domain") if "domain" in nv else pd.Series("", index=range(len(rows)))
+    dom = nv["domain"] if "domain" in nv else pd.Series("", index=nv.index)
     detail = _detail_codes(pd.DataFrame({"d": dom}), ["d"],
                            lambda d: f"domain {d}" if d not in ("", "?", "<NA>") else "default domain", st.details)
-    names = _codes(col("name"), st.names)
+    names = _codes(nv["name"], st.names)
     color = st.name_colors(names)
-    if "color" in nv and len(rows):  # the colour the code chose (ARGB), where it chose one
-        argb = pd.to_numeric(col("color"), errors="coerce").to_numpy(float)
+    if "color" in nv and len(nv):  # the colour the code chose (ARGB), where it chose one
+        argb = pd.to_numeric(nv["color"], errors="coerce").to_numpy(float)
         has = ~np.isnan(argb)
         if has.any():
             rgb = argb[has].astype(np.int64) & 0xFFFFFF
             uniq, inv = np.unique(rgb, return_inverse=True)
             codes = np.array([st.color(f"#{int(c):06x}") for c in uniq.tolist()], np.int32)
             color[has] = codes[inv.ravel()]
-    drawn = pd.DataFrame({"start_ns": start, "end_ns": end, "pid": pid}, copy=False)
-    return _part(drawn, depth, st.cat("NVTX"), names, detail, pid, tid, color=color)
+    return _part(nv, depth, st.cat("NVTX"), names, detail, _int(nv["pid"]), _int(nv["tid"]), color=color)
 
 
 def _thread_part(df: pd.DataFrame, attr: str, st: _Strings) -> Part:

@@ -11,7 +11,7 @@ import pandas as pd
 
 from ...inside.marks import CAPTURE_DOMAIN
 from ...readers.nsys_frames import FirstMatch, ckey
-from ..enclosing import Enclosing as Enclosing, ends_or_never  # the rules' import point
+from ..enclosing import Enclosing as Enclosing  # the rules' import point
 from ..frame_memo import per_frame, report_memo
 from .. import intervals as I
 from .. import text as tx
@@ -450,15 +450,15 @@ def cpu_context(report: NsysFrames, gaps: pd.DataFrame, launch_tid: np.ndarray) 
     for key, df in sources.items():
         if df is None or df.empty or not len(gaps):
             continue
-        start, end = df["start_ns"].to_numpy(np.int64), ends_or_never(df["end_ns"])
-        if key == "cpu_nvtx":  # the ranges, less our own cell range (it says nothing): their rows, not a copy
-            kept = np.flatnonzero(~tx.eq(df["kind"], "mark") & ~tx.eq(df["domain"], CAPTURE_DOMAIN))
-            o = kept[np.argsort(start[kept], kind="stable")]  # rows of df, by start
-        else:
-            o = np.argsort(start, kind="stable")
-        start, end = start[o], end[o]
-        labels[key] = (df["label"] if key == "cpu_nvtx" else df["name"]).take(o)
-        rows = (_ids(df["pid"])[o], _ids(df["tid"])[o], start, end, np.maximum.accumulate(end))
+        d = df
+        if key == "cpu_nvtx":
+            d = d[~tx.eq(d["kind"], "mark")]
+            d = d[~tx.eq(d["domain"], CAPTURE_DOMAIN)]  # our own cell range says nothing
+        end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
+        start = d["start_ns"].to_numpy(np.int64)
+        o = np.argsort(start, kind="stable")
+        labels[key] = (d["label"] if key == "cpu_nvtx" else d["name"]).iloc[o]
+        rows = (_ids(d["pid"])[o], _ids(d["tid"])[o], start[o], end[o], np.maximum.accumulate(end[o]))
         picked[key], cover = _covering(rows, gpid, gtid, gs, ge)
         hit = np.flatnonzero(picked[key] >= 0)
         shares[key + "_pct"][hit] = [round(100.0 * c / max(b - a, 1), 1)

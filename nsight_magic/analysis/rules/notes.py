@@ -7,7 +7,6 @@ import pandas as pd
 from ...inside.marks import CAPTURE_DOMAIN
 from .common import Context, Finding, evidence, ranges_of
 from .. import intervals as I
-from ..enclosing import ends_or_never
 from .. import text as tx
 
 
@@ -19,22 +18,20 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     k = report.kernels
     if nv.empty or k.empty or "launch_tid" not in k:
         return []
-    # the closed push/pop ranges, less our own cell range: their rows, not a copy of the frame
-    rows = np.flatnonzero(tx.eq(nv["kind"], "push_pop") & nv["end_ns"].notna().to_numpy()
-                          & ~tx.eq(nv["domain"], CAPTURE_DOMAIN))
-    rstart, rend = nv["start_ns"].to_numpy(np.int64)[rows], ends_or_never(nv["end_ns"])[rows]
+    r = nv[(tx.eq(nv["kind"], "push_pop")) & nv["end_ns"].notna()]
+    r = r[~tx.eq(r["domain"], CAPTURE_DOMAIN)]
     ks = k["start_ns"].to_numpy(np.int64)
     order = np.argsort(ks, kind="stable")
     ks = ks[order]
     kpid = k["pid"].to_numpy()[order]
     ktid = pd.array(k["launch_tid"], dtype="Int64").to_numpy(dtype=float, na_value=np.nan)[order]
-    lo = np.searchsorted(ks, rstart)
-    hi = np.searchsorted(ks, rend)
-    rpid, rtid = nv["pid"].to_numpy()[rows], nv["tid"].to_numpy(dtype=float)[rows]
+    lo = np.searchsorted(ks, r["start_ns"].to_numpy(np.int64))
+    hi = np.searchsorted(ks, r["end_ns"].to_numpy(np.int64))
+    rpid, rtid = r["pid"].to_numpy(), r["tid"].to_numpy(dtype=float)
     # kernels inside each range: of its process (with a known launching thread), and of those its own thread's;
     # counted with prefix sums per process and per (process, thread), never range by range
-    ran = np.zeros(len(rows), np.int64)
-    own = np.zeros(len(rows), np.int64)
+    ran = np.zeros(len(r), np.int64)
+    own = np.zeros(len(r), np.int64)
     for pid in np.unique(rpid):
         sel = rpid == pid
         mine = (kpid == pid) & ~np.isnan(ktid)
@@ -58,10 +55,10 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
         val = np.r_[val, np.inf]
         bounds = np.column_stack([lo[hit[g]], hi[hit[g]]]).ravel()
         launching[g] = np.minimum.reduceat(val, bounds)[::2].astype(np.int64)
-    df = pd.DataFrame({"start_ns": rstart[hit], "end_ns": rend[hit],
+    df = pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64)[hit],
+                       "end_ns": r["end_ns"].to_numpy(np.int64)[hit],
                        "pid": rpid[hit], "tid": rtid[hit].astype(np.int64),
-                       "name": np.asarray(nv["label"].take(rows[hit]).astype(object).to_numpy(), dtype=object
-                                          ).astype(str),
+                       "name": np.asarray(r["label"].astype(object).to_numpy()[hit], dtype=object).astype(str),
                        "kernels_by_other_threads": other[hit].astype(np.int64), "launching_tid": launching})
     ev = evidence(df, df["name"], {"kernels_by_other_threads": df["kernels_by_other_threads"],
                                     "launching_tid": df["launching_tid"]})
