@@ -332,10 +332,12 @@ def test_evidence_keeps_kernel_names_as_codes_and_lists_only_those_present():
     assert ev.astype(str).equals(text.astype(str))
 
 
+@pytest.mark.parametrize("chunk", [50, 7, 1])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, monkeypatch):
-    """cpu_context's lookup, all gaps at once (in chunks of candidate pairs), against a plain scan: nested and
-    overlapping rows, open ranges, rows of other processes and threads, gaps with no known thread, ties."""
+def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, chunk, monkeypatch):
+    """cpu_context's lookup, all gaps at once (in chunks of candidate pairs, a gap's own split across chunks),
+    against a plain scan: nested and overlapping rows, open ranges, rows of other processes and threads, gaps with
+    no known thread, ties."""
     from nsight_magic.analysis.rules import common
 
     rng = np.random.default_rng(seed)
@@ -349,7 +351,7 @@ def test_what_covers_each_gap_equals_a_scan_of_every_row(seed, monkeypatch):
     ge = gs + rng.integers(1, 2_000, g)
     gpid, gtid = rng.integers(1, 3, g), rng.choice([-1, 10, 11, 12], g)
     rows = (pid, tid, s, e, np.maximum.accumulate(e))
-    monkeypatch.setattr(common, "CONTEXT_CHUNK", 50)
+    monkeypatch.setattr(common, "CONTEXT_CHUNK", chunk)
     best, cover = common._covering(rows, gpid, gtid, gs, ge)
     for i in range(g):
         m = (pid == gpid[i]) & (e > gs[i]) & (s < ge[i]) & ((gtid[i] < 0) | (tid == gtid[i]))

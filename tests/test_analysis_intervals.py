@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from nsight_magic.analysis import intervals as iv
 
@@ -14,3 +15,37 @@ def test_contains_is_membership_in_the_union_half_open():
                                                 False]
     assert iv.contains(iv.EMPTY, at).tolist() == [False] * len(at)
     assert iv.total(ranges) == 5 + 20 + 10
+
+
+def _nested(rng, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n push/pop ranges of one thread (ties and empty ranges included), sorted by start, the longest first."""
+    t, stack, starts, ends = 0, [], [], []
+    while len(starts) < n or stack:
+        if len(starts) < n and (not stack or rng.random() < 0.55):
+            stack.append(len(starts))
+            starts.append(t)
+            ends.append(None)
+        else:
+            ends[stack.pop()] = t
+        t += int(rng.integers(0, 3))  # 0: several events at one time
+    s, e = np.array(starts, np.int64), np.array(ends, np.int64)
+    o = np.lexsort((s - e, s))
+    return s[o], e[o]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nesting_equals_a_scan_of_the_ranges_before(seed):
+    """nest(): a range's depth is the non-empty ranges before it still open at its start, its parent the innermost
+    of them; an empty range's parent is the innermost non-empty range open at its start."""
+    rng = np.random.default_rng(seed)
+    s, e = _nested(rng, 300)
+    depth, parent = iv.nest(s, e)
+    full = e > s
+    for i in range(len(s)):
+        if full[i]:
+            open_ = np.flatnonzero(full[:i] & (e[:i] > s[i]))
+        else:
+            open_ = np.flatnonzero(full & (s <= s[i]) & (e > s[i]))
+        want = int(open_.max()) if len(open_) else -1
+        assert parent[i] == want, i
+        assert depth[i] == (len(open_) if full[i] else (depth[want] + 1 if want >= 0 else 0)), i

@@ -139,9 +139,12 @@ def nest(starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[np.ndarray, np.nda
     parent = np.full(n, -1, np.int64)
     full = np.flatnonzero(e > s)
     if len(full):
-        fs, fe = s[full], e[full]
-        # ranges before i still open at its start: i minus those that ended by then (nested: they began before it)
-        d = np.maximum(np.arange(len(full)) - np.searchsorted(np.sort(fe), fs, "right"), 0)
+        fs, fe = (s, e) if len(full) == n else (s[full], e[full])  # no copies where no range is empty
+        # ranges before i still open at its start: i minus those that ended by then (nested: they began before it);
+        # in place: millions of ranges make each temporary tens of MB
+        d = np.searchsorted(np.sort(fe), fs, "right")
+        np.subtract(np.arange(len(full)), d, out=d)
+        np.maximum(d, 0, out=d)
         p = np.full(len(full), -1, np.int64)
         for level in range(1, int(d.max()) + 1):  # once per nesting level
             outer = np.flatnonzero(d == level - 1)

@@ -403,7 +403,7 @@ def _ids(col: pd.Series) -> np.ndarray:
     return ids
 
 
-CONTEXT_CHUNK = 2_000_000  # candidate (gap, row) pairs held at once
+CONTEXT_CHUNK = 500_000  # candidate (gap, row) pairs held at once (each pair: several int64 arrays)
 
 
 def _covering(rows: tuple[np.ndarray, ...], gpid: np.ndarray, gtid: np.ndarray, gs: np.ndarray,
@@ -417,21 +417,24 @@ def _covering(rows: tuple[np.ndarray, ...], gpid: np.ndarray, gtid: np.ndarray, 
     n = np.maximum(hi - lo, 0)
     best, best_cover = np.full(len(gs), -1, np.int64), np.zeros(len(gs), np.int64)
     bounds = np.r_[0, np.cumsum(n)]
-    a = 0
-    while a < len(gs):  # in chunks of gaps, so that the pairs in memory stay bounded
-        b = max(a + 1, int(np.searchsorted(bounds, bounds[a] + CONTEXT_CHUNK, "right")) - 1)
-        b = min(b, len(gs))
-        cn = n[a:b]
-        gap = np.repeat(np.arange(a, b), cn)
-        idx = np.arange(len(gap)) - np.repeat(np.cumsum(cn) - cn, cn) + np.repeat(lo[a:b], cn)
+    # the (gap, row) pairs, numbered gap by gap and row by row, in chunks: one gap over millions of rows (a stretch
+    # across the whole capture) is split too, so that the pairs in memory stay bounded
+    for k0 in range(0, int(bounds[-1]), CONTEXT_CHUNK):
+        k = np.arange(k0, min(k0 + CONTEXT_CHUNK, int(bounds[-1])))
+        gap = np.searchsorted(bounds, k, "right") - 1
+        idx = lo[gap] + (k - bounds[gap])
+        del k
         ok = (pid[idx] == gpid[gap]) & (e[idx] > gs[gap]) & ((gtid[gap] < 0) | (tid[idx] == gtid[gap]))
         gap, idx = gap[ok], idx[ok]
+        if not len(gap):
+            continue
         cover = np.minimum(e[idx], ge[gap]) - np.maximum(s[idx], gs[gap])
-        if len(gap):
-            order = np.lexsort((idx, -cover, gap))  # per gap: the largest cover, then the first row
-            first = order[np.r_[True, gap[order][1:] != gap[order][:-1]]]
-            best[gap[first]], best_cover[gap[first]] = idx[first], cover[first]
-        a = b
+        order = np.lexsort((idx, -cover, gap))  # per gap: the largest cover, then the first row
+        first = order[np.r_[True, gap[order][1:] != gap[order][:-1]]]
+        g, c = gap[first], cover[first]
+        # a later chunk holds later rows: it wins a gap only with a larger cover (a row's cover is never 0)
+        win = c > best_cover[g]
+        best[g[win]], best_cover[g[win]] = idx[first][win], c[win]
     return best, best_cover
 
 
