@@ -557,9 +557,9 @@ class NsysData:
                                             int(max(raw["start_ns"].max(), np.nanmax(ends, initial=-np.inf))))
         if len(raw) == 0:  # no NVTX table, or an empty one
             return {k: np.empty(0, t) for k, t in (("start", np.int64), ("end", np.float64), ("tag", object),
-                                                   ("style", object), ("is_range", bool), ("same_thread", bool),
-                                                   ("thread", np.int64), ("has_domain", bool), ("pid", np.int64),
-                                                   ("tid", np.int64), ("ours", bool))}
+                                                   ("kind", np.int8), ("is_range", bool), ("same_thread", bool),
+                                                   ("has_domain", bool), ("pid", np.int64), ("tid", np.int64),
+                                                   ("ours", bool))}
         return build_nvtx(raw, self.strings)
 
     @functools.cached_property

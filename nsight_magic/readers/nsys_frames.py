@@ -233,6 +233,11 @@ def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
 _STYLES = np.array(["PushPop", "StartEnd"], dtype=object)
 
 
+def nvtx_styles(kind: np.ndarray) -> np.ndarray:
+    """nsys's style of NVTX rows from build_nvtx's kind codes: two shared strings, not one per row."""
+    return _STYLES[(np.asarray(kind) != 0).astype(np.intp)]
+
+
 def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     """Raw NVTX rows -> plain arrays, sorted by start: what the summaries need, and what nvtx_frame() turns into the
     public frame (only when someone asks for it: the summaries need neither depths nor categoricals).
@@ -260,7 +265,9 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     domain = dnames[at]
     domain[ev["domain_id"].isna().to_numpy()] = None
     etype = ev["event_type"].to_numpy()
-    kind = np.where(np.isin(etype, NVTX_PUSH_POP), 0, np.where(np.isin(etype, NVTX_START_END), 1, 2))
+    kind = np.full(len(etype), 2, np.int8)  # push_pop 0, start_end 1, mark 2: one byte a row, held for the report
+    kind[np.isin(etype, NVTX_START_END)] = 1
+    kind[np.isin(etype, NVTX_PUSH_POP)] = 0
     is_range = kind != 2
     end = ev["end_ns"].to_numpy(np.float64, na_value=np.nan)
     end[~is_range] = np.nan
@@ -274,9 +281,8 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     arrays = {
         "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": name, "domain": domain, "kind": kind,
         "pid": pid, "tid": tid, "color": ev["color"].array, "category": ev["category"].array,
-        "tag": tag, "style": _STYLES[(kind != 0).astype(np.intp)],  # two shared strings, not one per row
-        "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "thread": gkey(pid, tid),
-        "has_domain": has_dom,
+        # a row's thread (gkey) and style ("PushPop"/"StartEnd") are made where they are asked for, not held
+        "tag": tag, "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
         "ours": (dnames == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
     }
@@ -314,7 +320,7 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
                                                                            dtype=object)),
         "pid": a["pid"],
         "tid": a["tid"],
-        "depth": _depth(a["thread"], start, np.where(np.isnan(end), np.inf, end), a["is_range"]),
+        "depth": _depth(gkey(a["pid"], a["tid"]), start, np.where(np.isnan(end), np.inf, end), a["is_range"]),
         "color": a["color"],
         "category": a["category"],
         "label": to_categorical(a["tag"]),

@@ -127,7 +127,7 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     r_start = internal["start"][rows]
     r_end = internal["end"][rows]
     r_end = np.where(np.isnan(r_end), maxts if maxts is not None else np.inf, r_end)
-    r_thread = internal["thread"][rows]
+    r_thread = gkey(internal["pid"][rows], internal["tid"][rows])
     # per thread: ops sorted by API start; a range holds the ops in [lo, hi)
     lo = np.zeros(len(rows), np.int64)
     hi = np.zeros(len(rows), np.int64)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..errors import OptionError, ReportError
 from . import nsys_schema as S
+from .nsys_frames import nvtx_styles
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_sql import Strings
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, op_keys, with_pct
@@ -173,7 +174,7 @@ class NsysSummaries:
         out = pd.DataFrame({
             "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows],
                                        self.data.meta.nsys_version),
-            "name": internal["tag"][rows], "style": internal["style"][rows],
+            "name": internal["tag"][rows], "style": nvtx_styles(internal["kind"][rows]),
             "start_ns": internal["start"][rows], "duration_ns": dur,
             "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
             "gpu_ops": p["gpu_ops"].to_numpy(), "pid": internal["pid"][rows], "tid": internal["tid"][rows],
