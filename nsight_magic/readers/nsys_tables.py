@@ -140,12 +140,12 @@ class NsysSummaries:
         rng = internal["is_range"] & ~internal["ours"]  # our own cell range is no user range
         if not rng.any():
             return empty_stats(_by_cols(by) + ("range", "name", "style"), ("pct", "gpu_ns", "gpu_ops"))
-        dur = self._nvtx_durations
+        dur = self._nvtx_durations(rng)
         keys = self._keys(by, "NVTX", internal["pid"][rng])
         # the style by its kind's code (two values: no hash of a million shared strings)
         keys.update(name=internal["tag"][rng], style=pd.Categorical.from_codes(
             (internal["kind"][rng] != 0).astype(np.int8), categories=pd.Index(["PushPop", "StartEnd"], dtype=object)))
-        s, group = grouped_stats(keys, dur[rng], return_groups=True)
+        s, group = grouped_stats(keys, dur, return_groups=True)
         first = np.zeros(len(s), np.int64)
         first[group[::-1]] = np.flatnonzero(rng)[::-1]  # a row of each group: is its name in a domain?
         version = self.data.meta.nsys_version
@@ -170,7 +170,7 @@ class NsysSummaries:
         internal = self.data.nvtx_arrays
         p = self._projection
         rows = p["row"].to_numpy()
-        dur = self._nvtx_durations[rows]
+        dur = self._nvtx_durations(rows)
         out = pd.DataFrame({
             "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows],
                                        self.data.meta.nsys_version),
@@ -192,11 +192,13 @@ class NsysSummaries:
             ops, api = self._gpu_ops(), self._api_calls()
         return nvtx_projection(internal, ops, api, self.data.nvtx_maxts)
 
-    @functools.cached_property
-    def _nvtx_durations(self) -> np.ndarray:
+    def _nvtx_durations(self, rows) -> np.ndarray:
+        """The durations of NVTX rows (a mask or positions), those never closed lasting until the last NVTX
+        timestamp; made per call, not held (a row each: 24 MB at 3M ranges)."""
         a = self.data.nvtx_arrays
         maxts = self.data.nvtx_maxts or 0
-        return np.where(np.isnan(a["end"]), maxts, a["end"]).astype(np.int64) - a["start"]
+        end = a["end"][rows]
+        return np.where(np.isnan(end), maxts, end).astype(np.int64) - a["start"][rows]
 
     def _gpu_ops(self) -> dict:
         """start, end and launching call's key (op_keys) of every kernel, memcpy and memset (for the NVTX
