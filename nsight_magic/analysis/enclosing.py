@@ -31,12 +31,14 @@ class Enclosing:
 
     def __init__(self, report: NsysFrames, exclude_domains: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
         nv = report.nvtx
-        nv = nv[(~tx.eq(nv["kind"], "mark"))] if len(nv) else nv
-        if len(nv) and only:
-            nv = nv[tx.isin(nv["domain"], only)]
-        elif len(nv):  # PyTorch's emit_nvtx ranges are operators too, not the user's
-            nv = nv[~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains))
-                    & ~emitted(nv)]
+        if len(nv):
+            keep = ~tx.eq(nv["kind"], "mark")
+            if only:
+                keep &= tx.isin(nv["domain"], only)
+            else:  # PyTorch's emit_nvtx ranges are operators too, not the user's
+                keep &= ~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)) & ~emitted(nv)
+            # the five columns used, then the rows: the frame's other columns are not copied (3M ranges)
+            nv = nv[["start_ns", "end_ns", "pid", "tid", "name" if only else "label"]][keep]
         # (pid, tid) -> its ranges' starts, ends, parents (intervals.nest) and labels, by start
         self.threads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         if len(nv):
