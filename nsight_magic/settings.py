@@ -31,6 +31,10 @@ ENV = {
 }  # secret_patterns' variable is read from the environment a profiled process is made from (tools/environment.py)
 
 
+# settings that are a positive number: (its unit, what an unset one means besides its variable)
+POSITIVE = {"query_limit_s": ("seconds", ""), "memory_limit_gb": ("GB", ", else the memory available")}
+
+
 class NsightSettings(Configurable):
     """What a user of nsight-magic may set for every profile (`%config NsightMagics` lists them with their help)."""
 
@@ -81,20 +85,13 @@ class NsightSettings(Configurable):
             raise TraitError(f"{type(self).__name__}.live_views is a count of views: 0 or more")
         return proposal["value"]
 
-    @validate("query_limit_s")
-    def _valid_query_limit(self, proposal):
-        v = proposal["value"]
+    @validate("query_limit_s", "memory_limit_gb")
+    def _valid_positive(self, proposal):
+        v, name = proposal["value"], proposal["trait"].name
         if v is not None and not (math.isfinite(v) and v > 0):
-            raise TraitError(f"{type(self).__name__}.query_limit_s is a number of seconds above 0 (None: "
-                             "NSIGHT_MAGIC_QUERY_LIMIT_S)")
-        return v
-
-    @validate("memory_limit_gb")
-    def _valid_memory_limit(self, proposal):
-        v = proposal["value"]
-        if v is not None and not (math.isfinite(v) and v > 0):
-            raise TraitError(f"{type(self).__name__}.memory_limit_gb is a number of GB above 0 (None: "
-                             "NSIGHT_MAGIC_MEMORY_LIMIT_GB, else the memory available)")
+            unit, otherwise = POSITIVE[name]
+            raise TraitError(f"{type(self).__name__}.{name} is a number of {unit} above 0 (None: {ENV[name][0]}"
+                             f"{otherwise})")
         return v
 
     def value(self, name: str):
