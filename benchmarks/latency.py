@@ -15,7 +15,8 @@ the same cell under %%nsys (the first one, then --warm more), each after a pause
 --today runs the same notebook a second time the way nsight-magic worked before the profile loaded in the
 background: every %%nsys with --wait and no worker prepared ahead (NSIGHT_MAGIC_PREWARM=0).
 
-Workloads: cpu, a 0.5 s Python cell in NVTX ranges with a 3 s setup (Debian's nsys on any machine); torch, a
+Workloads: cpu, a 0.5 s Python cell in NVTX ranges with a 3 s setup (Debian's nsys on any machine); torch-cpu, the
+torch cell on the CPU, 2 layers, a batch of 8 x 32 tokens (any machine); torch, a
 transformer training cell of 16 steps on the GPU (needs CUDA and an nsys that traces it: the lent H100).
 """
 from __future__ import annotations
@@ -81,6 +82,15 @@ print(f"own run {time.perf_counter() - _t0:.4f} s")
 print(f"first step {_steps[0] * 1e3:.1f} ms, the others {sorted(_steps[1:])[7] * 1e3:.1f} ms (median)")
 """,
     },
+}
+
+
+# the same training cell on the CPU, smaller (the issue's "CPU-bound PyTorch loop"): Debian's nsys on any machine
+WORKLOADS["torch-cpu"] = {
+    "setup": WORKLOADS["torch"]["setup"].replace('.cuda()', '').replace(', device="cuda"', '')
+    .replace("num_layers=6", "num_layers=2").replace("(32, 128, 512)", "(8, 32, 512)").replace("(32, 128)", "(8, 32)")
+    .replace("torch.cuda.synchronize()", ""),
+    "cell": WORKLOADS["torch"]["cell"].replace("    torch.cuda.synchronize()\n", ""),
 }
 
 
