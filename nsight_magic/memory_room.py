@@ -3,13 +3,12 @@ with everything the user had in it.
 
 Reading, analysing and drawing a report holds memory in proportion to its events (the rows of its activity and
 NVTX tables): `%nsys_load` of 10M kernels with their 13M API calls and 4.6M other events (28.7M rows) peaked at
-13.2 GB, 3.15M NVTX ranges at 1.33 GB (benchmarks/view.py, benchmarks/load_memory.py; about 460 and 420 bytes an
+13.2 GB, 3.15M NVTX ranges at 1.15 GB (benchmarks/view.py, benchmarks/load_memory.py; about 460 and 365 bytes an
 event).  `check_room` refuses, in one line that says what to do, a report whose estimate exceeds the memory this
 machine has available (within its cgroup's limit), or the memory_limit_gb setting; `--force` loads it anyway.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from .errors import ReportError
@@ -35,8 +34,9 @@ def available_bytes() -> int | None:
                     break
     except (OSError, ValueError, IndexError):
         pass
+    v1 = "/sys/fs/cgroup/memory/memory."
     for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),  # cgroup v2, then v1
-                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+                         (v1 + "limit_in_bytes", v1 + "usage_in_bytes")):
         try:
             text = Path(limit).read_text().strip()
             if text != "max" and int(text) < 1 << 60:  # v1 writes a huge number for "no limit"
