@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 CACHE_VERSION = 5  # 4: text columns dictionary-encoded; 5: NVTX kind as int8, no style or thread column
+CATEGORICAL = {"nvtx": frozenset({"name", "domain", "tag"})}  # text a part holds as codes (readers.nsys_frames)
 KEY_FILE = "key.json"
 HASHED_BYTES = 1 << 20  # at each end of the export
 
@@ -55,7 +56,11 @@ def _key(sqlite_path: Path) -> dict:
 def _table(arrays: dict[str, np.ndarray]) -> pa.Table:
     cols = {}
     for name, a in arrays.items():
-        if isinstance(a, np.ndarray) and a.dtype != object:
+        if isinstance(a, pd.Categorical):  # text held as codes (the NVTX names): its own codes and categories
+            cols[name] = pa.DictionaryArray.from_arrays(
+                pa.array(np.asarray(a.codes, np.int32), mask=np.asarray(a.codes) < 0),
+                pa.array(np.asarray(a.categories, dtype=object), type=pa.large_string()))
+        elif isinstance(a, np.ndarray) and a.dtype != object:
             cols[name] = pa.array(a)
         elif isinstance(a, np.ndarray):  # text (None or NaN for missing): each distinct text stored once
             cols[name] = _dictionary(a)
@@ -72,12 +77,16 @@ def _dictionary(text: np.ndarray) -> pa.DictionaryArray:
                                           pa.array(np.asarray(uniques, dtype=object), type=pa.large_string()))
 
 
-def _arrays(table: pa.Table) -> dict[str, np.ndarray]:
+def _arrays(table: pa.Table, categorical: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
     out = {}
     for name in table.column_names:
         col = table.column(name)
         if pa.types.is_dictionary(col.type):  # rows refer to one Python string per distinct text
             d = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+            if name in categorical:  # held as codes, as the reader holds them
+                codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+                out[name] = pd.Categorical.from_codes(codes, categories=pd.Index(d.dictionary.to_pylist(), dtype=object))
+                continue
             texts = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
             out[name] = texts[d.indices.fill_null(len(texts) - 1).to_numpy(zero_copy_only=False)]
         elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
@@ -163,7 +172,8 @@ def load(sqlite_path: Path) -> tuple[dict[str, dict[str, np.ndarray] | None], di
             return None
         parts: dict = {name: None for name in key.get("absent", [])}
         for f in d.glob("*.arrow"):  # memory-mapped: the arrays keep the mapping alive
-            parts[f.stem] = _arrays(ipc.open_file(pa.memory_map(str(f))).read_all())
+            parts[f.stem] = _arrays(ipc.open_file(pa.memory_map(str(f))).read_all(),
+                                    CATEGORICAL.get(f.stem, frozenset()))
         return parts, key.get("extra", {})
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None

@@ -233,6 +233,21 @@ def launch_tids(kernels: pd.DataFrame, api_pid, api_tid, api_corr) -> pd.array:
 _STYLES = np.array(["PushPop", "StartEnd"], dtype=object)
 
 
+def nvtx_texts(values) -> np.ndarray:
+    """build_nvtx's text (a Categorical, or an object array) as an object array, None where missing."""
+    if not isinstance(values, pd.Categorical):
+        return np.asarray(values, dtype=object)
+    codes = np.asarray(values.codes)
+    out = np.asarray(values.categories, dtype=object).take(np.maximum(codes, 0)) if len(values.categories) else \
+        np.full(len(codes), None, dtype=object)
+    out[codes < 0] = None
+    return out
+
+
+def _categorical_text(values) -> pd.Categorical:
+    return values if isinstance(values, pd.Categorical) else to_categorical(values)
+
+
 def nvtx_styles(kind: np.ndarray) -> np.ndarray:
     """nsys's style of NVTX rows from build_nvtx's kind codes: two shared strings, not one per row."""
     return _STYLES[(np.asarray(kind) != 0).astype(np.intp)]
@@ -279,10 +294,12 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         tag[has_dom] = labels[codes]
     pid, tid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
     arrays = {
-        "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": name, "domain": domain, "kind": kind,
+        # the texts as codes (the frame takes them as they are): a pointer a row each would be 24 MB at 3M rows
+        "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": to_categorical(name),
+        "domain": to_categorical(domain), "kind": kind,
         "pid": pid, "tid": tid, "color": ev["color"].array, "category": ev["category"].array,
         # a row's thread (gkey) and style ("PushPop"/"StartEnd") are made where they are asked for, not held
-        "tag": tag, "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "has_domain": has_dom,
+        "tag": to_categorical(tag), "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
         "ours": (dnames == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
     }
@@ -314,8 +331,8 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
         "start_ns": start,
         "end_ns": end_ns,
         "duration_ns": end_ns - start,
-        "name": to_categorical(a["name"]),
-        "domain": to_categorical(a["domain"]),
+        "name": _categorical_text(a["name"]),
+        "domain": _categorical_text(a["domain"]),
         "kind": pd.Categorical.from_codes(a["kind"], categories=pd.Index(["push_pop", "start_end", "mark"],
                                                                            dtype=object)),
         "pid": a["pid"],
@@ -323,7 +340,7 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
         "depth": _depth(gkey(a["pid"], a["tid"]), start, np.where(np.isnan(end), np.inf, end), a["is_range"]),
         "color": a["color"],
         "category": a["category"],
-        "label": to_categorical(a["tag"]),
+        "label": _categorical_text(a["tag"]),
     }, copy=False)  # the arrays' own columns, shared (3M ranges: not 220 MB more)
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import OptionError, ReportError
 from . import nsys_schema as S
-from .nsys_frames import nvtx_styles
+from .nsys_frames import nvtx_styles, nvtx_texts
 from .nsys_labels import memcpy_operations, nvtx_range_labels
 from .nsys_sql import Strings
 from .nsys_summary import busy_fraction, empty_stats, grouped_stats, nvtx_projection, op_keys, with_pct
@@ -143,7 +143,7 @@ class NsysSummaries:
         dur = self._nvtx_durations(rng)
         keys = self._keys(by, "NVTX", internal["pid"][rng])
         # the style by its kind's code (two values: no hash of a million shared strings)
-        keys.update(name=internal["tag"][rng], style=pd.Categorical.from_codes(
+        keys.update(name=nvtx_texts(internal["tag"][rng]), style=pd.Categorical.from_codes(
             (internal["kind"][rng] != 0).astype(np.int8), categories=pd.Index(["PushPop", "StartEnd"], dtype=object)))
         s, group = grouped_stats(keys, dur, return_groups=True)
         first = np.zeros(len(s), np.int64)
@@ -171,10 +171,10 @@ class NsysSummaries:
         p = self._projection
         rows = p["row"].to_numpy()
         dur = self._nvtx_durations(rows)
+        tags = nvtx_texts(internal["tag"][rows])
         out = pd.DataFrame({
-            "range": nvtx_range_labels(internal["tag"][rows], internal["has_domain"][rows],
-                                       self.data.meta.nsys_version),
-            "name": internal["tag"][rows], "style": nvtx_styles(internal["kind"][rows]),
+            "range": nvtx_range_labels(tags, internal["has_domain"][rows], self.data.meta.nsys_version),
+            "name": tags, "style": nvtx_styles(internal["kind"][rows]),
             "start_ns": internal["start"][rows], "duration_ns": dur,
             "proj_start_ns": p["proj_start_ns"].to_numpy(), "proj_duration_ns": p["proj_duration_ns"].to_numpy(),
             "gpu_ops": p["gpu_ops"].to_numpy(), "pid": internal["pid"][rows], "tid": internal["tid"][rows],
