@@ -790,3 +790,24 @@ def test_the_nvtx_arrays_held_for_a_reports_life_stay_under_70_bytes_a_row():
     assert a["kind"].dtype == np.int8 and "thread" not in a and "style" not in a
     assert all(isinstance(a[k], pd.Categorical) for k in ("name", "domain", "tag"))
     assert sum(v.nbytes for v in a.values()) / n < 70, {k: v.nbytes for k, v in a.items()}
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_texts_made_from_codes_equal_the_categorical_of_the_texts(seed):
+    """build_nvtx makes its name, domain and label columns from codes (_by_text, _either_codes): the same categories
+    in the same order (first seen), and the same missing rows, as to_categorical of the rows' texts."""
+    from nsight_magic.readers.nsys_frames import _by_text, _either_codes
+    from nsight_magic.readers.nsys_sql import to_categorical
+
+    rng = np.random.default_rng(seed)
+    texts = np.array(["a", "b", None, "a", np.nan, "c:d", "e"], dtype=object)  # repeats and both missing kinds
+    codes = rng.integers(-1, len(texts), 500)
+    want = to_categorical(np.array([texts[c] if c >= 0 else None for c in codes], dtype=object))
+    got = _by_text(codes, texts)
+    assert list(got.categories) == list(want.categories) and (np.asarray(got.codes) == np.asarray(want.codes)).all()
+    first = pd.Series(pd.Categorical(rng.choice(["x", "y", None], 300)))
+    second = pd.Series(pd.Categorical(rng.choice(["y", "z", None], 300)))
+    rows = np.array([f if isinstance(f, str) else s for f, s in zip(first, second)], dtype=object)
+    got = _by_text(*_either_codes(first, second))
+    want = to_categorical(rows)
+    assert list(got.categories) == list(want.categories) and (np.asarray(got.codes) == np.asarray(want.codes)).all()

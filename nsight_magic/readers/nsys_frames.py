@@ -269,7 +269,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         keep = keep[np.argsort(starts, kind="stable")]
     ev = raw if len(keep) == len(raw) and (keep[1:] > keep[:-1]).all() else raw.take(keep).reset_index(drop=True)
     del starts
-    name = _either(ev["text_id"], ev["text"])
+    name = _by_text(*_either_codes(ev["text_id"], ev["text"]))
     # domain names: first create event per (domainId, pid), like nsys's report scripts
     dname = dom["text"].astype(object).where(dom["text"].notna(), dom["text_id"].astype(object))
     dkey = pd.Series(dname.to_numpy(object), index=ckey(dom["pid"], dom["domain_id"]))
@@ -277,8 +277,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     # looked up once per distinct (pid, domainId) of the events, not per row
     at, keys = pd.factorize(ckey(ev["pid"], ev["domain_id"]))
     dnames = dkey.reindex(keys).to_numpy(object)
-    domain = dnames[at]
-    domain[ev["domain_id"].isna().to_numpy()] = None
+    domain = _by_text(np.where(ev["domain_id"].isna().to_numpy(), -1, at), dnames)
     etype = ev["event_type"].to_numpy()
     kind = np.full(len(etype), 2, np.int8)  # push_pop 0, start_end 1, mark 2: one byte a row, held for the report
     kind[np.isin(etype, NVTX_START_END)] = 1
@@ -286,37 +285,55 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     is_range = kind != 2
     end = ev["end_ns"].to_numpy(np.float64, na_value=np.nan)
     end[~is_range] = np.nan
-    tag = name.copy()
-    has_dom = ~pd.isna(domain)
-    if has_dom.any():  # "domain:name", built once per distinct pair
-        codes, pairs = pd.MultiIndex.from_arrays([domain[has_dom], name[has_dom]]).factorize()
-        labels = np.array([f"{d}:{'' if pd.isna(n) else n}" for d, n in pairs], dtype=object)
-        tag[has_dom] = labels[codes]
+    has_dom = np.asarray(domain.codes) >= 0
+    tag = name
+    if has_dom.any():  # "domain:name", built once per distinct pair of codes
+        n_codes, d_codes = np.asarray(name.codes, np.int64), np.asarray(domain.codes, np.int64)
+        pair, first = pd.factorize(d_codes[has_dom] * (len(name.categories) + 1) + n_codes[has_dom] + 1)
+        dcat, ncat = np.asarray(domain.categories, dtype=object), np.asarray(name.categories, dtype=object)
+        labels = [f"{dcat[k // (len(ncat) + 1)]}:{'' if k % (len(ncat) + 1) == 0 else ncat[k % (len(ncat) + 1) - 1]}"
+                  for k in np.asarray(first).tolist()]
+        t_codes = n_codes.copy()
+        t_codes[has_dom] = len(ncat) + np.asarray(pair)
+        tag = _by_text(t_codes, np.concatenate([ncat, np.asarray(labels, dtype=object)]))
+        del n_codes, d_codes, t_codes, pair
     pid, tid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
     arrays = {
         # the texts as codes (the frame takes them as they are): a pointer a row each would be 24 MB at 3M rows
-        "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": to_categorical(name),
-        "domain": to_categorical(domain), "kind": kind,
+        "start": ev["start_ns"].to_numpy(np.int64), "end": end, "name": name, "domain": domain, "kind": kind,
         "pid": pid, "tid": tid, "color": ev["color"].array, "category": ev["category"].array,
         # a row's thread (gkey) and style ("PushPop"/"StartEnd") are made where they are asked for, not held
-        "tag": to_categorical(tag), "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "has_domain": has_dom,
+        "tag": tag, "is_range": is_range, "same_thread": ev["end_global_tid"].isna().to_numpy(), "has_domain": has_dom,
         # nsight-magic's own cell range: kept in the frame, left out of the summaries (it is ours, not the user's)
         "ours": (dnames == CAPTURE_DOMAIN)[at] & ev["domain_id"].notna().to_numpy(),
     }
     return arrays
 
 
-def _either(first: pd.Series, second: pd.Series) -> np.ndarray:
-    """Row-wise `first` where it is set, else `second`: two categoricals as one object array, each row a reference
-    to one of their categories (no string made per row)."""
+def _either_codes(first: pd.Series, second: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Row-wise `first` where it is set, else `second` (two categoricals), as codes: each row's code into the texts
+    of `first`'s categories then `second`'s (-1: neither set), and those texts."""
     a, b = pd.Categorical(first), pd.Categorical(second)
-    out = np.asarray(b.categories, dtype=object).take(b.codes) if len(b.categories) else \
-        np.full(len(b), None, dtype=object)
-    out[b.codes < 0] = None
-    if len(a.categories):
-        set_ = a.codes >= 0
-        out[set_] = np.asarray(a.categories, dtype=object).take(a.codes[set_])
-    return out
+    ac, bc = np.asarray(a.codes, np.int64), np.asarray(b.codes, np.int64)
+    codes = np.where(ac >= 0, ac, np.where(bc >= 0, len(a.categories) + bc, -1))
+    return codes, np.concatenate([np.asarray(a.categories, dtype=object), np.asarray(b.categories, dtype=object)])
+
+
+def _by_text(codes: np.ndarray, texts: np.ndarray) -> pd.Categorical:
+    """Rows given as codes into `texts` (which may repeat a text; None or NaN: missing), as to_categorical makes
+    them from the rows' texts: one category per distinct text, in the order the rows first show them.  Only integer
+    arrays a row long are made (3M NVTX rows: no object array, no hash of a million strings)."""
+    text_id, distinct = pd.factorize(np.asarray(texts, dtype=object), use_na_sentinel=True)
+    text_id = np.asarray(text_id, np.int64)
+    row = np.where(codes >= 0, text_id[np.maximum(codes, 0)], -1) if len(text_id) else np.full(len(codes), -1)
+    seen_at, seen = pd.factorize(row)  # the texts in the order of the rows
+    seen = np.asarray(seen, np.int64)
+    new = np.full(len(seen), -1, np.int64)
+    present = seen >= 0
+    new[present] = np.arange(int(present.sum()))
+    out = new[np.asarray(seen_at)] if len(seen) else np.full(len(codes), -1, np.int64)
+    cats = pd.Index(np.asarray(distinct, dtype=object)[seen[present]], dtype=object)
+    return pd.Categorical.from_codes(out, categories=cats)
 
 
 def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
