@@ -255,7 +255,8 @@ def nvtx_styles(kind: np.ndarray) -> np.ndarray:
 
 def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     """Raw NVTX rows -> plain arrays, sorted by start: what the summaries need, and what nvtx_frame() turns into the
-    public frame (only when someone asks for it: the summaries need neither depths nor categoricals).
+    public frame (only when someone asks for it: the summaries need neither depths nor categoricals).  `raw` is
+    taken apart: its columns are let go as they are taken.
 
     name: registered string (textId) else text.  domain: text of the domain-create event (same domainId and
     process).  tag: nsys's grouping key, 'domain:name' when the row has a domain, else name.
@@ -267,8 +268,11 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     starts = raw["start_ns"].to_numpy(np.int64)[keep]
     if len(starts) > 1 and not bool((starts[1:] >= starts[:-1]).all()):
         keep = keep[np.argsort(starts, kind="stable")]
-    ev = raw if len(keep) == len(raw) and (keep[1:] > keep[:-1]).all() else raw.take(keep).reset_index(drop=True)
-    del starts
+    del starts, et
+    if len(keep) == len(raw) and (keep[1:] > keep[:-1]).all():
+        ev = raw
+    else:  # column by column, each of the raw rows let go once taken: one extra column at a time, not a frame
+        ev = pd.DataFrame({c: raw.pop(c).array.take(keep) for c in list(raw.columns)}, copy=False)
     name = _by_text(*_either_codes(ev["text_id"], ev["text"]))
     # domain names: first create event per (domainId, pid), like nsys's report scripts
     dname = dom["text"].astype(object).where(dom["text"].notna(), dom["text_id"].astype(object))
