@@ -58,8 +58,13 @@ class Enclosing:
         s_all = ranges["start_ns"].to_numpy(np.int64)
         e_all = ranges["end_ns"].to_numpy(np.int64)
         for (pid, tid), idx in ranges.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
-            o = idx[np.lexsort((-(e_all[idx] - s_all[idx]), s_all[idx]))]  # by start, the longest first
-            s, e = s_all[o], e_all[o]
+            s = s_all[idx]
+            if len(s) > 1 and not bool((s[1:] > s[:-1]).all()):  # ties or disorder: by start, the longest first
+                o = idx[np.lexsort((-(e_all[idx] - s), s))]
+                s = s_all[o]
+            else:  # the frame comes by start: one thread's rows, distinct starts, are in order already
+                o = idx
+            e = e_all[o]
             _, parent = I.nest(s, e)
             self.threads[(int(pid), int(tid))] = (s, e, parent, labels[o])
 

@@ -135,30 +135,33 @@ def nest(starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[np.ndarray, np.nda
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)
     n = len(s)
+    full = np.flatnonzero(e > s)
+    if not len(full):
+        return np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    every = len(full) == n  # no empty range: the full ranges' depths and parents are the answer, no copies
+    fs, fe = (s, e) if every else (s[full], e[full])
+    # ranges before i still open at its start: i minus those that ended by then (nested: they began before it);
+    # in place: millions of ranges make each temporary tens of MB
+    d = np.searchsorted(np.sort(fe), fs, "right")
+    np.subtract(np.arange(len(full)), d, out=d)
+    np.maximum(d, 0, out=d)
+    p = np.full(len(full), -1, np.int64)
+    for level in range(1, int(d.max()) + 1):  # once per nesting level
+        outer = np.flatnonzero(d == level - 1)
+        inner = np.flatnonzero(d == level)
+        if len(outer) and len(inner):
+            k = np.searchsorted(outer, inner) - 1
+            p[inner] = np.where(k >= 0, outer[np.maximum(k, 0)], -1)
+    if every:
+        return d, p
     depth = np.zeros(n, np.int64)
     parent = np.full(n, -1, np.int64)
-    full = np.flatnonzero(e > s)
-    if len(full):
-        fs, fe = (s, e) if len(full) == n else (s[full], e[full])  # no copies where no range is empty
-        # ranges before i still open at its start: i minus those that ended by then (nested: they began before it);
-        # in place: millions of ranges make each temporary tens of MB
-        d = np.searchsorted(np.sort(fe), fs, "right")
-        np.subtract(np.arange(len(full)), d, out=d)
-        np.maximum(d, 0, out=d)
-        p = np.full(len(full), -1, np.int64)
-        for level in range(1, int(d.max()) + 1):  # once per nesting level
-            outer = np.flatnonzero(d == level - 1)
-            inner = np.flatnonzero(d == level)
-            if len(outer) and len(inner):
-                k = np.searchsorted(outer, inner) - 1
-                p[inner] = np.where(k >= 0, outer[np.maximum(k, 0)], -1)
-        depth[full] = d
-        parent[full] = np.where(p >= 0, full[np.maximum(p, 0)], -1)
-        empty = np.flatnonzero(e <= s)
-        if len(empty):
-            inside = innermost(fs, fe, p, s[empty])
-            parent[empty] = np.where(inside >= 0, full[np.maximum(inside, 0)], -1)
-            depth[empty] = np.where(inside >= 0, d[np.maximum(inside, 0)] + 1, 0)
+    depth[full] = d
+    parent[full] = np.where(p >= 0, full[np.maximum(p, 0)], -1)
+    empty = np.flatnonzero(e <= s)
+    inside = innermost(fs, fe, p, s[empty])
+    parent[empty] = np.where(inside >= 0, full[np.maximum(inside, 0)], -1)
+    depth[empty] = np.where(inside >= 0, d[np.maximum(inside, 0)] + 1, 0)
     return depth, parent
 
 
