@@ -399,6 +399,9 @@ def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
 
 def _ids(col: pd.Series) -> np.ndarray:
     """A pid/tid column as int64, -2 where missing (never equal to a real id, nor to -1: "any thread")."""
+    if isinstance(col, pd.Series) and col.dtype == np.int64:  # nothing missing: the column itself, not a copy
+        same: np.ndarray = col.to_numpy()
+        return same
     ids: np.ndarray = pd.array(col, dtype="Int64").to_numpy(np.int64, na_value=-2)
     return ids
 
@@ -459,9 +462,14 @@ def cpu_context(report: NsysFrames, gaps: pd.DataFrame, launch_tid: np.ndarray) 
             d = d[~tx.eq(d["domain"], CAPTURE_DOMAIN)]  # our own cell range says nothing
         end = pd.to_numeric(d["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max).to_numpy(np.int64)
         start = d["start_ns"].to_numpy(np.int64)
-        o = np.argsort(start, kind="stable")
-        labels[key] = (d["label"] if key == "cpu_nvtx" else d["name"]).iloc[o]
-        rows = (_ids(d["pid"])[o], _ids(d["tid"])[o], start[o], end[o], np.maximum.accumulate(end[o]))
+        label = d["label"] if key == "cpu_nvtx" else d["name"]
+        if len(start) > 1 and not bool((start[1:] >= start[:-1]).all()):
+            o = np.argsort(start, kind="stable")
+            labels[key] = label.iloc[o]
+            rows = (_ids(d["pid"])[o], _ids(d["tid"])[o], start[o], end[o], np.maximum.accumulate(end[o]))
+        else:  # by start already (the frames come so): the columns as they are, no gathered copies
+            labels[key] = label
+            rows = (_ids(d["pid"]), _ids(d["tid"]), start, end, np.maximum.accumulate(end))
         picked[key], cover = _covering(rows, gpid, gtid, gs, ge)
         hit = np.flatnonzero(picked[key] >= 0)
         shares[key + "_pct"][hit] = [round(100.0 * c / max(b - a, 1), 1)

@@ -18,8 +18,9 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     k = report.kernels
     if nv.empty or k.empty or "launch_tid" not in k:
         return []
-    r = nv[(tx.eq(nv["kind"], "push_pop")) & nv["end_ns"].notna()]
-    r = r[~tx.eq(r["domain"], CAPTURE_DOMAIN)]
+    # the closed push/pop ranges, less our own cell range: the five columns used, then the rows
+    keep = tx.eq(nv["kind"], "push_pop") & nv["end_ns"].notna().to_numpy() & ~tx.eq(nv["domain"], CAPTURE_DOMAIN)
+    r = nv[["start_ns", "end_ns", "pid", "tid", "label"]][keep]
     ks = k["start_ns"].to_numpy(np.int64)
     order = np.argsort(ks, kind="stable")
     ks = ks[order]
@@ -27,6 +28,10 @@ def rule_nvtx_other_thread(ctx: Context) -> list[Finding]:
     ktid = pd.array(k["launch_tid"], dtype="Int64").to_numpy(dtype=float, na_value=np.nan)[order]
     lo = np.searchsorted(ks, r["start_ns"].to_numpy(np.int64))
     hi = np.searchsorted(ks, r["end_ns"].to_numpy(np.int64))
+    held = np.flatnonzero(hi > lo)  # only a range that some kernel starts inside can be one: of millions, a few
+    if len(held) < len(r):
+        r, lo, hi = r.iloc[held], lo[held], hi[held]
+    del held
     rpid, rtid = r["pid"].to_numpy(), r["tid"].to_numpy(dtype=float)
     # kernels inside each range: of its process (with a known launching thread), and of those its own thread's;
     # counted with prefix sums per process and per (process, thread), never range by range
