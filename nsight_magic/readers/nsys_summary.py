@@ -127,6 +127,14 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     r_start = internal["start"][rows]
     r_end = internal["end"][rows]
     r_end = np.where(np.isnan(r_end), maxts if maxts is not None else np.inf, r_end)
+    # a range holds ops only where some launching call starts inside it, on any thread: of millions of ranges that
+    # is often a few, and the per-thread search below runs on those alone
+    every_start = np.sort(a_start)
+    held = np.flatnonzero(np.searchsorted(every_start, r_end, "right") > np.searchsorted(every_start, r_start, "left"))
+    del every_start
+    if len(held) < len(rows):
+        rows, r_start, r_end = rows[held], r_start[held], r_end[held]
+    del held
     r_thread = gkey(internal["pid"][rows], internal["tid"][rows])
     # per thread: ops sorted by API start; a range holds the ops in [lo, hi)
     lo = np.zeros(len(rows), np.int64)
