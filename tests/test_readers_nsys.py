@@ -811,3 +811,18 @@ def test_texts_made_from_codes_equal_the_categorical_of_the_texts(seed):
     got = _by_text(*_either_codes(first, second))
     want = to_categorical(rows)
     assert list(got.categories) == list(want.categories) and (np.asarray(got.codes) == np.asarray(want.codes)).all()
+
+
+def test_grouped_statistics_of_categorical_names_equal_those_of_their_texts():
+    """The NVTX summary groups the reader's names as codes: the same groups, in the same order, with the same
+    names (a missing name stays one group) as grouping their texts."""
+    from nsight_magic.readers.nsys_frames import nvtx_texts
+    from nsight_magic.readers.nsys_summary import grouped_stats
+
+    rng = np.random.default_rng(3)
+    names = pd.Categorical(rng.choice(["step", "fwd", None, "bwd"], 2000))
+    durations = rng.integers(1, 10_000, 2000)
+    a, ga = grouped_stats({"name": names}, durations, return_groups=True)
+    b, gb = grouped_stats({"name": nvtx_texts(names)}, durations, return_groups=True)
+    pd.testing.assert_frame_equal(a, b)
+    assert (ga == gb).all()

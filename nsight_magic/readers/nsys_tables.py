@@ -143,7 +143,7 @@ class NsysSummaries:
         dur = self._nvtx_durations(rng)
         keys = self._keys(by, "NVTX", internal["pid"][rng])
         # the style by its kind's code (two values: no hash of a million shared strings)
-        keys.update(name=nvtx_texts(internal["tag"][rng]), style=pd.Categorical.from_codes(
+        keys.update(name=internal["tag"][rng], style=pd.Categorical.from_codes(
             (internal["kind"][rng] != 0).astype(np.int8), categories=pd.Index(["PushPop", "StartEnd"], dtype=object)))
         s, group = grouped_stats(keys, dur, return_groups=True)
         first = np.zeros(len(s), np.int64)
