@@ -173,8 +173,10 @@ def _part(df: pd.DataFrame, sub_or_stream: Codes, cat_codes: Codes, name_codes: 
         "key_a": bcast(key_a, np.int64), "key_b": bcast(key_b, np.int64), "sub": bcast(sub_or_stream, np.int64),
         "cat": bcast(cat_codes, np.int32), "name": bcast(name_codes, np.int32), "detail": bcast(detail_codes, np.int32),
         "color": bcast(-1 if color is None else color, np.int32),  # -1: the category's colour (set in _assemble)
-        "bytes": np.zeros(n) if nbytes is None else pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
-        "link_key": np.full(n, -1, dtype=np.int64) if link is None else np.asarray(link, np.int64),
+        # none: one value for every event (a view, joined later), not an array a source long
+        "bytes": bcast(0, np.float64) if nbytes is None else
+        pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
+        "link_key": bcast(-1, np.int64) if link is None else np.asarray(link, np.int64),
         "pid": _int(df["pid"]) if "pid" in df else bcast(-1, np.int64),  # GPU work: the launching process
     }
 
@@ -288,7 +290,8 @@ def _nvtx_part(nv: pd.DataFrame, st: _Strings) -> Part:
     _need(nv, "nvtx", ["start_ns", "end_ns", "name", "pid", "tid"])
     ours = _is_ours(nv)
     frames = nv[ours]
-    nv = nv[~ours]
+    # the columns drawn, then the rows: not every column of millions of ranges copied
+    nv = nv[[c for c in ("start_ns", "end_ns", "name", "pid", "tid", "depth", "domain", "color") if c in nv]][~ours]
     # marks have no end: draw them at their start (one pixel wide)
     nv = nv.assign(end_ns=pd.to_numeric(nv["end_ns"], errors="coerce").fillna(pd.to_numeric(nv["start_ns"])))
     depth = np.clip(_int(nv["depth"]) if "depth" in nv else np.zeros(len(nv), np.int64), 0, 255)
