@@ -275,8 +275,8 @@ def main() -> None:
     plain = statistics.median(r["blocked_s"] for r in result["now"] if r["cell"].startswith("plain"))
     profiled = [r for r in result["now"] if r["cell"].startswith(("first", "warm"))]
     worst = max(r["blocked_s"] for r in profiled)
-    print(f"plain cell {plain:.3f} s (median); profiled cells blocked at most {worst:.3f} s (plain + {worst - plain:.3f} s); "
-          f"drawn after {statistics.median(r['drawn_s'] or float('nan') for r in profiled):.3f} s (median), "
+    print(f"plain cell {plain:.3f} s (median); profiled cells blocked at most {worst:.3f} s "
+          f"(plain + {worst - plain:.3f} s); drawn after {statistics.median(r['drawn_s'] or float('nan') for r in profiled):.3f} s (median), "
           f"{statistics.median((r['drawn_s'] or float('nan')) - r['blocked_s'] for r in profiled):.3f} s after the "
           f"cell returned (median; goal <= 4 s on the GPU); whole (its saved copy made) "
           f"{statistics.median((r.get('whole_s') or float('nan')) - r['blocked_s'] for r in profiled):.3f} s after it")

@@ -85,7 +85,8 @@ def _arrays(table: pa.Table, categorical: frozenset[str] = frozenset()) -> dict[
             d = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
             if name in categorical:  # held as codes, as the reader holds them
                 codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-                out[name] = pd.Categorical.from_codes(codes, categories=pd.Index(d.dictionary.to_pylist(), dtype=object))
+                cats = pd.Index(d.dictionary.to_pylist(), dtype=object)
+                out[name] = pd.Categorical.from_codes(codes, categories=cats)
                 continue
             texts = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
             out[name] = texts[d.indices.fill_null(len(texts) - 1).to_numpy(zero_copy_only=False)]

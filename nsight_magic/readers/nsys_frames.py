@@ -244,10 +244,6 @@ def nvtx_texts(values) -> np.ndarray:
     return out
 
 
-def _categorical_text(values) -> pd.Categorical:
-    return values if isinstance(values, pd.Categorical) else to_categorical(values)
-
-
 def nvtx_styles(kind: np.ndarray) -> np.ndarray:
     """nsys's style of NVTX rows from build_nvtx's kind codes: two shared strings, not one per row."""
     return _STYLES[(np.asarray(kind) != 0).astype(np.intp)]
@@ -293,10 +289,10 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     tag = name
     if has_dom.any():  # "domain:name", built once per distinct pair of codes
         n_codes, d_codes = np.asarray(name.codes, np.int64), np.asarray(domain.codes, np.int64)
-        pair, first = pd.factorize(d_codes[has_dom] * (len(name.categories) + 1) + n_codes[has_dom] + 1)
+        width = len(name.categories) + 1  # a pair's key: domain code * width + name code + 1 (0: no name)
+        pair, first = pd.factorize(d_codes[has_dom] * width + n_codes[has_dom] + 1)
         dcat, ncat = np.asarray(domain.categories, dtype=object), np.asarray(name.categories, dtype=object)
-        labels = [f"{dcat[k // (len(ncat) + 1)]}:{'' if k % (len(ncat) + 1) == 0 else ncat[k % (len(ncat) + 1) - 1]}"
-                  for k in np.asarray(first).tolist()]
+        labels = [f"{dcat[k // width]}:{ncat[k % width - 1] if k % width else ''}" for k in np.asarray(first).tolist()]
         t_codes = n_codes.copy()
         t_codes[has_dom] = len(ncat) + np.asarray(pair)
         tag = _by_text(t_codes, np.concatenate([ncat, np.asarray(labels, dtype=object)]))
@@ -352,8 +348,8 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
         "start_ns": start,
         "end_ns": end_ns,
         "duration_ns": end_ns - start,
-        "name": _categorical_text(a["name"]),
-        "domain": _categorical_text(a["domain"]),
+        "name": a["name"],  # build_nvtx's categoricals, shared
+        "domain": a["domain"],
         "kind": pd.Categorical.from_codes(a["kind"], categories=pd.Index(["push_pop", "start_end", "mark"],
                                                                            dtype=object)),
         "pid": a["pid"],
@@ -361,7 +357,7 @@ def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
         "depth": _depth(gkey(a["pid"], a["tid"]), start, np.where(np.isnan(end), np.inf, end), a["is_range"]),
         "color": a["color"],
         "category": a["category"],
-        "label": _categorical_text(a["tag"]),
+        "label": a["tag"],
     }, copy=False)  # the arrays' own columns, shared (3M ranges: not 220 MB more)
 
 
