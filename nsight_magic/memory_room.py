@@ -3,7 +3,7 @@ with everything the user had in it.
 
 Reading, analysing and drawing a report holds memory in proportion to its events (the rows of its activity and
 NVTX tables): `%nsys_load` of 10M kernels with their 13M API calls and 4.6M other events (28.7M rows) peaked at
-13.2 GB, 3.15M NVTX ranges at 1.12 GB (benchmarks/view.py, benchmarks/load_memory.py; about 460 and 355 bytes an
+13.2 GB, 3.15M NVTX ranges at 1.04 GB (benchmarks/view.py, benchmarks/load_memory.py; about 460 and 330 bytes an
 event).  `check_room` refuses, in one line that says what to do, a report whose estimate exceeds the memory this
 machine has available (within its cgroup's limit), or the memory_limit_gb setting; `--force` loads it anyway.
 """
