@@ -3,11 +3,13 @@
     python benchmarks/reopen.py [--src a_cuda_nvtx.sqlite] [--kernels 1000000] [--repeat 3] [--workdir DIR]
 
 Builds a KERNELS-kernel export from an H100 one (benchmarks/bigtrace.py) and opens it once as a finished profile
-does: the columnar cache written, the view made, its verdict, findings and prepared timeline kept
-(saved_analysis.py).  Then, in fresh processes, alternating: the reopen that takes them ("kept"), and one that
-analyses and prepares again ("analysed"); each times the open, the restore, the view's parts
-(views.report_view.NsysView) and its static HTML.  Medians of `--repeat`; wall time on whatever machine runs it,
-other load included.
+does: the columnar cache written, the view made, its verdict, findings, prepared timeline and static page kept
+(saved_analysis.py).  Then, in fresh processes, alternating:
+- "kept", as `%nsys_load` does: the view drawn from its kept page (open, kept_page, kept_bundle: "drawn"), then the
+  whole view made around it (the kept verdict, findings and timeline restored, views.report_view.NsysView, its
+  static HTML, and its live widget where jupyter_bokeh is installed: "whole");
+- "analysed": the view analysed, prepared and drawn again (open, NsysView, static HTML: "drawn" and "whole").
+Medians of `--repeat`; wall time on whatever machine runs it, other load included; imports not counted.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from nsight_magic import open_report, saved_analysis
+from nsight_magic.views.output import kept_bundle
 from nsight_magic.views.profile_view import ProfileView
 from nsight_magic.views.report_view import NsysView
 t1 = time.perf_counter()
@@ -34,16 +37,27 @@ rep = open_report(sys.argv[1])
 t2 = time.perf_counter()
 if sys.argv[2] == "first":
     rep.data.write_cache()
-kept = sys.argv[2] == "kept" and saved_analysis.restore(rep.data, timeline=True)
+page = saved_analysis.kept_page(rep.data) if sys.argv[2] == "kept" else None
+drawn = page is not None and kept_bundle(rep, page) is not None
 t3 = time.perf_counter()
-view = NsysView(rep.data)
+kept = page is not None and saved_analysis.restore(rep.data, timeline=True)
 t4 = time.perf_counter()
-ProfileView(view).bundle(live=False)
+view = NsysView(rep.data, page=page)
 t5 = time.perf_counter()
+shown = ProfileView(view)
+shown.bundle(live=False)
+t6 = time.perf_counter()
+try:
+    import jupyter_bokeh  # noqa: F401 - the live part, as a watched kernel makes it
+    live = shown.live is not None
+except ImportError:
+    live = False
+t7 = time.perf_counter()
 if sys.argv[2] == "first":
-    assert saved_analysis.save(rep.data), "nothing kept"
-print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "restore_s": t3 - t2, "view_s": t4 - t3,
-                  "html_s": t5 - t4, "reopen_s": t5 - t1, "kept": kept, "kernels": len(rep.kernels)}))
+    assert saved_analysis.save(rep.data) and saved_analysis.kept_page(rep.data) is not None, "nothing kept"
+print(json.dumps({"import_s": t1 - t0, "open_s": t2 - t1, "page_s": t3 - t2, "restore_s": t4 - t3,
+                  "view_s": t5 - t4, "html_s": t6 - t5, "live_s": t7 - t6, "drawn_s": (t3 if drawn else t6) - t1,
+                  "whole_s": t7 - t1, "kept": kept and drawn, "live": live, "kernels": len(rep.kernels)}))
 """
 
 
@@ -68,23 +82,24 @@ def main() -> None:
     big = work / "report.sqlite"
     make_big_trace(a.src, big, a.kernels)
     first = child(big, "first")
-    print(f"first open ({first['kernels']:,} kernels; the columnar cache written, verdict and findings kept): "
-          f"{first['reopen_s']:.2f} s")
+    print(f"first open ({first['kernels']:,} kernels; the columnar cache written, verdict, findings and page "
+          f"kept): {first['whole_s']:.2f} s")
     runs: dict[str, list[dict]] = {"kept": [], "analysed": []}
     for _ in range(a.repeat):
         for mode in runs:
             runs[mode].append(child(big, mode))
     if not all(r["kept"] for r in runs["kept"]):
-        raise SystemExit("the kept verdict and findings were not taken")
+        raise SystemExit("the kept page, verdict and findings were not taken")
     for mode, rs in runs.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in ("open_s", "restore_s", "view_s", "html_s",
-                                                                  "reopen_s")}
-        print(f"{mode:9s} reopen {med['reopen_s']:.2f} s (open {med['open_s']:.2f}, restore {med['restore_s']:.2f}, "
-              f"view {med['view_s']:.2f}, html {med['html_s']:.2f}; medians of {len(rs)}, import not counted)")
-    ratio = (statistics.median(r["reopen_s"] for r in runs["kept"])
-             / statistics.median(r["reopen_s"] for r in runs["analysed"]))
-    print(f"kept / analysed: {ratio:.2f}")
-
+        med = {k: statistics.median(r[k] for r in rs) for k in ("open_s", "page_s", "restore_s", "view_s", "html_s",
+                                                                  "live_s", "drawn_s", "whole_s")}
+        print(f"{mode:9s} drawn {med['drawn_s']:.2f} s, whole {med['whole_s']:.2f} s (open {med['open_s']:.2f}, "
+              f"page {med['page_s']:.2f}, restore {med['restore_s']:.2f}, view {med['view_s']:.2f}, "
+              f"html {med['html_s']:.2f}, live {med['live_s']:.2f}{'' if rs[0]['live'] else ' (no jupyter_bokeh)'}"
+              f"; medians of {len(rs)})")
+    for k in ("drawn_s", "whole_s"):
+        ratio = (statistics.median(r[k] for r in runs["kept"]) / statistics.median(r[k] for r in runs["analysed"]))
+        print(f"kept / analysed, {k[:-2]}: {ratio:.2f}")
 
 if __name__ == "__main__":
     main()

@@ -227,13 +227,16 @@ def show_report(path: Path, folder: Path | None, render: bool, thresholds: dict 
         if cold:  # the read's largest transient, the NVTX events, freed before the view allocates (3.15M ranges:
             report.nvtx  # peak 2.0 -> 1.6 GB)
             give_back_freed_memory()
-        # a profile seen before: its verdict, findings (and timeline, to draw) as they were kept, not made again
-        known = nsys and not cold and saved_analysis.restore(report.data, thresholds, timeline=render)
-        display_report(report, folder, render, thresholds)
-        if cold:  # the first open of a report without the cache writes it: opening it again reads it alone
-            report.data.write_cache()
-        if nsys and not known:
-            saved_analysis.save(report.data, thresholds)
+        # a profile drawn before: its page shown as it was kept, at once (its live part made after)
+        page = saved_analysis.kept_page(report.data, thresholds) if nsys and not cold and render else None
+        if page is None or not display_kept(report, folder, page, thresholds):
+            # a profile seen before: its verdict, findings (and timeline, to draw) as they were kept, not made again
+            known = nsys and not cold and saved_analysis.restore(report.data, thresholds, timeline=render)
+            display_report(report, folder, render, thresholds)
+            if cold:  # the first open of a report without the cache writes it: opening it again reads it alone
+                report.data.write_cache()
+            if nsys and (not known or render):  # (kept before a page was, or for another folder: the page added)
+                saved_analysis.save(report.data, thresholds)
         trim_after_cell()  # a large report's reading and drawing leave the heap grown (heap.py)
     except NsightMagicError as e:
         print(f"nsight-magic: {e}", file=sys.stderr)
@@ -265,6 +268,30 @@ def large_report(path: Path) -> tuple[Path, int] | None:
     except OSError:
         return None
     return sized if sized is not None and sized[1] >= LARGE_REPORT_BYTES else None
+
+
+def display_kept(report, folder: Path | None, page, thresholds: dict | None = None) -> bool:
+    """Show an nsys report's view from its kept static page (saved_analysis.kept_page) at once; then, where a
+    person watches, its live part (the kept verdict, findings and timeline restored) in its place.  False where
+    the page was made for another folder: nothing shown."""
+    from IPython import get_ipython
+    from IPython.display import display
+
+    from . import saved_analysis
+    from .views.bokehjs import bokehjs_html, needs_bokehjs
+    from .views.output import kept_bundle, profile_bundle
+
+    first = kept_bundle(report, page, folder)
+    if first is None:
+        return False
+    loader = needs_bokehjs()  # the view sent twice carries BokehJS both times, as the first one of a notebook
+    if loader:
+        first["text/html"] = bokehjs_html() + first["text/html"]
+    handle = display(first, raw=True, display_id=True)
+    if watched(get_ipython()):  # its timeline's zoom fetches exact events from this kernel
+        saved_analysis.restore(report.data, thresholds, timeline=True)
+        handle.update(profile_bundle(report, folder, thresholds=thresholds, loader=loader, page=page), raw=True)
+    return True
 
 
 def display_report(report, folder: Path | None, render: bool, thresholds: dict | None = None) -> None:

@@ -22,11 +22,13 @@ from .analysis.bottleneck import Bottleneck
 from .analysis.findings import Finding, computed, remember
 from .readers import nsys_cache
 from .readers.contract import NsysTables
-from .views.report_view import ReportTables, keep_tables, made_tables
+from .views.kept_page import Page
+from .views.report_view import ReportTables, keep_tables, made_page, made_tables
 from .views.tables import Spans
 from .views.timeline_prepare import TimelineData, keep_timeline, made_timeline
 
 FORMAT = 1
+PAGE = "page"  # the frame of the view's static page
 TIMELINE = "tl_"  # the prefix of the timeline's frames
 TABLES = f"{TIMELINE}tb_"  # ... and of the view's tables, read with them
 _TABLE_FRAMES = ("kernels", "memory", "cuda_api", "nvtx")
@@ -82,10 +84,16 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
     if sqlite is None or verdict is None or findings is None:
         return False
     tl = made_timeline(report)
+    page = made_page(report)
+    if page is not None and not page.renewable():
+        page = None
     key = _key(sqlite, thresholds)
     kept = nsys_cache.kept_doc(sqlite, key)
-    if kept is not None and ("timeline" in kept or tl is None):  # kept already, with all this would add
-        return True
+    if kept is not None and ("timeline" in kept or tl is None) and (page is None or _page_doc(page) == {
+            k: v for k, v in kept.get("page", {}).items() if k in _PAGE_FOR}):
+        return True  # kept already, with all this would add (a page for this folder, path, width and Bokeh)
+    if kept is not None and "timeline" in kept and tl is None and page is not None:
+        return _with_page(sqlite, key, page)  # only the page is new (a folder moved): the rest as it was kept
     frames = {"breakdown": verdict.breakdown}
     if verdict.per_rank is not None:
         frames["per_rank"] = verdict.per_rank
@@ -94,10 +102,11 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         frames[f"evidence{i}"] = f.evidence
         docs.append({**{k: getattr(f, k) for k in _FINDING_TEXT}, "time_at_stake_ns": int(f.time_at_stake_ns),
                      "ranges": [[int(a), int(b)] for a, b in f.ranges], "related": list(f.related)})
-    doc = {"verdict": {"kind": verdict.kind, "summary": verdict.summary, "window": [int(x) for x in verdict.window],
-                       "window_source": verdict.window_source, "steps": int(verdict.steps),
-                       "startup_ns": int(verdict.startup_ns)},
-           "findings": docs}
+    doc: dict[str, Any] = {
+        "verdict": {"kind": verdict.kind, "summary": verdict.summary, "window": [int(x) for x in verdict.window],
+                    "window_source": verdict.window_source, "steps": int(verdict.steps),
+                    "startup_ns": int(verdict.startup_ns)},
+        "findings": docs}
     if tl is not None:  # the view's prepared timeline, while the view holds it
         doc["timeline"] = {"names": tl.names, "details": tl.details, "categories": tl.categories,
                            "colors": tl.colors, "palette": tl.palette, "span_ns": int(tl.span_ns),
@@ -112,7 +121,31 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         if tables:  # the view's tables, made from the same origin: a reopen then reads no summary
             doc["tables"] = {"origin_ns": int(tl.origin_ns)}
             frames.update(tables)
+    if page is not None:  # the view's static page: a reopen shows it before anything else is made
+        doc["page"] = _page_entry(page)
+        frames[PAGE] = pd.DataFrame({"html": [page.html]})
     return nsys_cache.save_results(sqlite, key, doc, frames) is not None
+
+
+def _with_page(sqlite: Path, key: dict[str, Any], page: Page) -> bool:
+    got = nsys_cache.load_results(sqlite, key, skip=(PAGE,))
+    if got is None:
+        return False
+    doc, frames = got
+    doc = {**doc, "page": _page_entry(page)}
+    return nsys_cache.save_results(sqlite, key, doc, {**frames, PAGE: pd.DataFrame({"html": [page.html]})}) is not None
+
+
+_PAGE_FOR = ("width", "folder", "path", "bokeh")  # what a kept page was made for
+
+
+def _page_doc(page: Page) -> dict[str, Any]:
+    return {k: getattr(page, k) for k in _PAGE_FOR}
+
+
+def _page_entry(page: Page) -> dict[str, Any]:
+    """The doc's entry of a kept page (its HTML is a frame of its own)."""
+    return {"text": page.text, "uid": page.uid, "ids": list(page.ids), **_page_doc(page)}
 
 
 def _table_frames(tables: ReportTables | None, origin_ns: int) -> dict[str, pd.DataFrame]:
@@ -154,7 +187,8 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
     sqlite = _sqlite(report)
     try:
         # the timeline's frames (most of the bytes) only when a view will take them
-        got = (nsys_cache.load_results(sqlite, _key(sqlite, thresholds), skip=() if timeline else (TIMELINE,))
+        got = (nsys_cache.load_results(sqlite, _key(sqlite, thresholds),
+                                       skip=(PAGE,) if timeline else (PAGE, TIMELINE))  # the page: kept_page
                if sqlite is not None else None)
         if got is None:
             return False
@@ -193,6 +227,25 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
     except Exception:  # noqa: BLE001 - damaged: the summaries are read again
         pass
     return True
+
+
+def kept_page(report: NsysTables, thresholds: dict[str, Any] | None = None) -> Page | None:
+    """The static page a view of this report made, kept with its results (its ids to be made anew: Page.renewed;
+    the folder and width it was made for: views.report_view.kept_static), else None; nothing else of the results
+    is read (a reopen shows it first)."""
+    import bokeh
+
+    sqlite = _sqlite(report)
+    try:
+        got = nsys_cache.load_results(sqlite, _key(sqlite, thresholds), only=(PAGE,)) if sqlite is not None else None
+        if got is None or "page" not in got[0]:
+            return None
+        d, html = got[0]["page"], got[1][PAGE]["html"].iloc[0]
+        page = Page(str(html), str(d["text"]), str(d["uid"]), tuple(str(i) for i in d["ids"]), int(d["width"]),
+                    None if d["folder"] is None else str(d["folder"]), str(d["path"]), str(d["bokeh"]))
+    except Exception:  # noqa: BLE001 - a file edited by hand, an unreadable folder: drawn again instead
+        return None
+    return page if (page.path, page.bokeh) == (str(report.path), str(bokeh.__version__)) else None
 
 
 def kept_fields() -> set[str]:

@@ -375,3 +375,33 @@ def test_a_load_and_a_diff_wait_for_the_extensions_background_imports(monkeypatc
             pass
         assert done.is_set(), "went on while the background imports ran"
     capsys.readouterr()
+
+
+def test_a_profile_loaded_again_shows_its_kept_page_then_its_live_timeline_in_place(lab, tmp_path):
+    """Issue 62: a profile drawn before is shown at once from its kept page (saved_analysis.kept_page), then, in
+    the same output, the whole view with its live timeline; the live timeline answers to the plot name the page
+    it came with uses (the tables' clicks reach it), and each copy's ids are its own."""
+    import re
+    import shutil
+
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    shutil.copy(Path(__file__).parent / "data" / "nsys_h100_a_cuda_nvtx.sqlite", folder / "report.sqlite")
+    first_load = lab.execute(f"%nsys_load {folder}")
+    made = [m["content"] for m in lab.of(first_load["msg_id"], ("display_data",))]
+    assert len(made) == 1 and VIEW_MIME in made[0]["data"], lab.text(first_load["msg_id"])
+    reply = lab.execute(f"%nsys_load {folder}")
+    shown = lab.of(reply["msg_id"], ("display_data", "update_display_data"))
+    assert [m["header"]["msg_type"] for m in shown] == ["display_data", "update_display_data"], lab.text(
+        reply["msg_id"])
+    page, whole = (m["content"] for m in shown)
+    assert page["transient"]["display_id"] == whole["transient"]["display_id"]
+    assert VIEW_MIME not in page["data"] and VIEW_MIME in whole["data"]
+    assert page["data"]["text/plain"] == whole["data"]["text/plain"] == made[0]["data"]["text/plain"]
+    uid = [re.search(r'class="nm-report" id="nm-([0-9a-f-]{36})"', c["data"]["text/html"]).group(1)
+           for c in (made[0], page, whole)]
+    assert len(set(uid)) == 3
+    plot = f"nsight-timeline-{uid[2]}"
+    assert f'id="nm-{uid[2]}-kernels"' in whole["data"]["text/html"] and plot in whole["data"]["text/html"]
+    widgets = [m for m in lab.of(reply["msg_id"], ("comm_open",)) if plot in json.dumps(m["content"])]
+    assert widgets, "the live timeline does not answer to its page's plot name"

@@ -230,3 +230,125 @@ def test_result_sets_of_other_thresholds_beyond_the_few_used_last_are_removed(se
         assert saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0 + nsys_cache.RESULTS_KEPT})
         assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 1.0})  # written after the defaults, used less
         assert not saved_analysis.restore(rep.data, {"alarm.min_ms": 2.0})
+
+
+
+REQUEST = "a3c1f2d4-5b6e-4f70-8a9b-0c1d2e3f4a5b"  # a UUID in the user's own text: an NVTX range named after a request
+
+
+@pytest.fixture
+def seen_page(tmp_path):
+    """As `seen_drawn`, its static page made (as a cell's view makes it) and kept, with an NVTX range named after a
+    request's UUID: (the export, the view)."""
+    import sqlite3
+
+    src = _copied(tmp_path, "nsys_h100_a_cuda_nvtx.sqlite")
+    with sqlite3.connect(src) as c:
+        assert c.execute("UPDATE NVTX_EVENTS SET text = ? WHERE text = '0'", (f"request {REQUEST}",)).rowcount
+    with open_report(src) as rep:
+        rep.data.write_cache()
+        view = NsysView(rep.data, src.parent)
+        view.static_fragment(include_bokehjs=False)
+        assert saved_analysis.save(rep.data)
+    return src, view
+
+
+def _without_files(html: str) -> str:
+    """A view's page without its Files listing (the folder's files when it was shown)."""
+    import re
+
+    return re.sub(r'<p>[^<]*</p><input class="nm-filter" data-table="nm-[0-9a-f-]+-files".*?</table></div>', "",
+                  html, count=1, flags=re.S)
+
+
+def test_a_reopen_shows_the_kept_page_with_ids_of_its_own(seen_page):
+    """A profile drawn before is shown from its kept page: the same page, every id of its own made anew each time
+    (two copies in one notebook never share a Bokeh model, an element or a plot name), the user's UUID as it was,
+    the Files listing made when shown; a whole view made around the page takes its new ids."""
+    from nsight_magic.views.kept_page import UUID
+    from nsight_magic.views.output import kept_bundle, profile_bundle
+
+    src, view = seen_page
+    made = view.static_fragment(include_bokehjs=False)
+    shown = []
+    with open_report(src) as rep:
+        page = saved_analysis.kept_page(rep.data)
+        assert page is not None and page.text == view.text()
+        for _ in range(2):
+            b = kept_bundle(rep, page, src.parent)
+            assert b is not None and b["text/plain"] == view.text()
+            shown.append(b["text/html"])
+        assert saved_analysis.restore(rep.data, timeline=True)
+        shown.append(profile_bundle(rep, src.parent, live=False, page=page)["text/html"])
+        assert kept_bundle(rep, page, src.parent / "elsewhere") is None  # made for another folder: drawn again
+    own = [set(UUID.findall(h)) - {REQUEST} for h in [made, *shown]]
+    assert all(len(ids) > 50 for ids in own), [len(i) for i in own]
+    for i, a in enumerate(own):
+        for b in own[i + 1:]:
+            assert not a & b
+    same = [UUID.sub("ID", _without_files(h).replace(REQUEST, "REQUEST")) for h in [made, *shown]]
+    assert "nm-ID-files" not in same[0] and same[1:] == same[:1] * 3
+    for h in [made, *shown]:
+        assert h.count(REQUEST) == made.count(REQUEST) > 0 and "nm-files" not in h
+    # the whole view's plot, tables and Files listing under the one new uid its page took
+    uid = UUID.search(shown[2], shown[2].index('class="nm-report" id="nm-')).group()
+    assert f'"nsight-timeline-{uid}"' in shown[2] and f'id="nm-{uid}-files"' in shown[2]
+    assert f'id="nm-{uid}-kernels"' in shown[2]
+
+
+@pytest.mark.parametrize("damage", ["page", "ids", "path"])
+def test_a_damaged_or_moved_page_is_drawn_again(seen_page, damage):
+    src, _ = seen_page
+    kept = next((nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR).iterdir())
+    key = kept / nsys_cache.KEY_FILE
+    if damage == "page":
+        (kept / f"{saved_analysis.PAGE}.arrow").write_bytes(b"ARROW1 but not really")
+    else:
+        k = json.loads(key.read_text())
+        k["doc"]["page"]["ids" if damage == "ids" else "path"] = None if damage == "ids" else "/elsewhere.sqlite"
+        key.write_text(json.dumps(k))
+    with open_report(src) as rep:
+        assert saved_analysis.kept_page(rep.data) is None
+        assert saved_analysis.restore(rep.data)  # the rest of what was kept stays good
+
+
+def test_a_page_whose_ids_cannot_all_be_made_anew_is_not_kept(seen_page):
+    """An id the page holds where it cannot be told from the text around it (here glued to the end of a text that
+    reads as most of a UUID: that UUID is found and the id is not) would stay shared between two copies: such a
+    page is not kept, and the view is drawn each time."""
+    from nsight_magic.views.report_view import keep_page, made_page
+
+    src, view = seen_page
+    page = made_page(view.report)
+    assert page is not None and page.renewable()
+    glued = dataclasses.replace(page, html=page.html + f"<p>aaaaaaaa-bbbb-cccc-dddd-eeee{page.uid}</p>")
+    assert not glued.renewable()
+    shutil.rmtree(nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR)
+    keep_page(view.report, glued)
+    assert saved_analysis.save(view.report)  # the verdict and findings kept, not the page
+    with open_report(src) as rep:
+        assert saved_analysis.kept_page(rep.data) is None and saved_analysis.restore(rep.data)
+
+
+def test_a_page_made_for_another_folder_is_replaced_by_the_next_view(seen_page):
+    """A profile folder moved (its kept page names the old folder and path): the next view draws the page again
+    and keeps it for where the profile is now, once; the view after that is shown from it."""
+    src, _ = seen_page
+    moved = src.parent.parent / "moved"
+    src.parent.rename(moved)
+    src = moved / src.name
+    with open_report(src) as rep:
+        page = saved_analysis.kept_page(rep.data)
+        assert page is None  # kept for the old path
+        NsysView(rep.data, moved).static_fragment(include_bokehjs=False)
+        assert saved_analysis.save(rep.data)
+    key = next((nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR).iterdir()) / nsys_cache.KEY_FILE
+    before = key.stat()
+    with open_report(src) as rep:
+        page = saved_analysis.kept_page(rep.data)
+        assert page is not None and page.folder == str(moved)
+        assert saved_analysis.restore(rep.data, timeline=True)
+        NsysView(rep.data, moved, page=page).static_fragment(include_bokehjs=False)
+        assert saved_analysis.save(rep.data)  # kept already: not written again
+    after = key.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)

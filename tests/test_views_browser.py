@@ -8,6 +8,7 @@ Screenshots go to test-artifacts/.  Skipped when Chromium is absent
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -376,4 +377,51 @@ def test_clicking_a_finding_zooms_the_timeline_to_its_evidence(browser, tmp_path
     assert pg.page.is_visible(".nm-pane >> nth=0")  # back on the Timeline tab
     pg.screenshot("advice_click_zoomed.png")
     assert pg.errors == [] and pg.dialogs == []
+    pg.page.close()
+
+
+def test_a_profile_loaded_again_in_one_notebook_draws_each_copy_from_its_kept_page(browser, tmp_path):
+    """Issue 62: a profile drawn before is shown from its kept page (saved_analysis.kept_page), its ids made anew.
+    Three %nsys_load of one profile in one notebook (the first draws and keeps it), nbconvert'd: three timelines
+    drawn, no console error, and a kernel name clicked in the last copy zooms that copy's timeline only."""
+    import re
+
+    from nbconvert import HTMLExporter
+
+    from conftest import run_notebook
+    from nsight_magic.readers import nsys_cache
+
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    shutil.copy(REPO / "tests" / "data" / "nsys_h100_a_cuda_nvtx.sqlite", folder / "report.sqlite")
+    nb = run_notebook(["%load_ext nsight_magic", *[f"%nsys_load {folder}"] * 3], tmp_path)
+    assert list((nsys_cache.cache_dir(folder / "report.sqlite") / nsys_cache.RESULTS_DIR).glob("*/page.arrow"))
+    outs = [c.outputs for c in nb.cells[1:]]
+    assert [[o.output_type for o in cell] for cell in outs] == [["display_data"]] * 3, outs
+    texts = [cell[0].data["text/plain"] for cell in outs]
+    assert texts[1] == texts[2] == texts[0]
+    uids = [re.search(r'class="nm-report" id="nm-([0-9a-f-]{36})"', cell[0].data["text/html"]).group(1)
+            for cell in outs]
+    assert len(set(uids)) == 3
+    nbformat = pytest.importorskip("nbformat")
+    nb_path = tmp_path / "again.ipynb"
+    nbformat.write(nb, nb_path)
+    body, _ = HTMLExporter(template_name="lab").from_filename(str(nb_path))
+    html = tmp_path / "again.html"
+    html.write_text(body, encoding="utf-8")
+    pg = Page(browser, html.as_uri())
+    pg.page.wait_for_function(js("() => $VIEWS.filter(v => v.frame).length == 3"), timeout=30_000)
+    ranges = js("() => $VIEWS.filter(v => v.frame).map(v => [v.model.name, v.model.x_range.start, "
+                "v.model.x_range.end])")
+    before = pg.page.evaluate(ranges)
+    assert sorted(r[0] for r in before) == sorted(f"nsight-timeline-{u}" for u in uids)
+    last = pg.page.locator(f"#nm-{uids[2]}")
+    last.locator(".nm-tabbtn[data-tab='1']").click()
+    last.locator("table.nm-table td.nm-zoom").first.click(position={"x": 5, "y": 5})
+    after = in_page(pg.page, ranges, "(now, before) => JSON.stringify(now) != JSON.stringify(before)", before)
+    moved = [a[0] for a, b in zip(after, before) if a != b]
+    assert moved == [f"nsight-timeline-{uids[2]}"], (before, after)
+    pg.screenshot("kept_page_three_copies.png")
+    ours = [e for e in pg.errors if not e.startswith("Failed to load resource")]
+    assert ours == [] and pg.dialogs == []
     pg.page.close()

@@ -263,16 +263,17 @@ def kept_doc(sqlite_path: Path, key: dict) -> dict | None:
     return got["doc"]
 
 
-def load_results(sqlite_path: Path, key: dict,
-                 skip: tuple[str, ...] = ()) -> tuple[dict, dict[str, pd.DataFrame]] | None:
+def load_results(sqlite_path: Path, key: dict, skip: tuple[str, ...] = (),
+                 only: tuple[str, ...] | None = None) -> tuple[dict, dict[str, pd.DataFrame]] | None:
     """(doc, frames) that save_results kept for this export and `key`, else None (never a stale or damaged one);
-    frames whose names start with one of `skip` are not read."""
+    frames whose names start with one of `skip` are not read, nor, given `only`, any not named there."""
     doc = kept_doc(sqlite_path, key)
     if doc is None:
         return None
     try:
         d = _results_dir(sqlite_path, key)
-        frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in d.glob("*.arrow")
+        files = [d / f"{name}.arrow" for name in only] if only is not None else d.glob("*.arrow")
+        frames = {f.stem: ipc.open_file(pa.memory_map(str(f))).read_all().to_pandas() for f in files
                   if not f.stem.startswith(skip)}
         _mark_used(d)
         return doc, frames

@@ -58,14 +58,24 @@ def embed(models: dict[str, Any]) -> tuple[dict[str, str], str]:
     hold), once BokehJS is loaded (bokehjs_html()); then it hides the pictures that stood for them
     (views/picture.py).  The script must follow the view's root element: it finds that root from its own position
     (document.currentScript), never by a page-wide id."""
+    divs, script, _ = embed_with_ids(models)
+    return divs, script
+
+
+def embed_with_ids(models: dict[str, Any]) -> tuple[dict[str, str], str, set[str]]:
+    """embed() and every id it wrote (the document's, its models', its elements'): a page kept to be shown again
+    makes them anew (views/kept_page.py)."""
     from bokeh.core.json_encoder import serialize_json
     from bokeh.embed.util import OutputDocumentFor, standalone_docs_json_and_render_items
 
     if not models:
-        return {}, ""
+        return {}, "", set()
     keys, values = list(models), list(models.values())
-    with OutputDocumentFor(values):
+    # the document's own models (its config) made here: UUIDs too, never one shared by every first view of a
+    # kernel (BokehJS 3.9 indexes them with the plots: two pages' "p1006" made Bokeh.index list one key twice)
+    with unique_ids(), OutputDocumentFor(values):
         docs_json, [item] = standalone_docs_json_and_render_items(values)
+    ids = {str(d) for d in docs_json} | {str(r.elementid) for r in item.roots} | _model_ids(docs_json)
     divs = {k: f'<div class="nm-bokeh" id="{root.elementid}" data-root-id="{root.id}"></div>'
             for k, root in zip(keys, item.roots)}
     # JSON as a JS string literal: no </script> inside can end the script early
@@ -75,7 +85,22 @@ def embed(models: dict[str, Any]) -> tuple[dict[str, str], str]:
     # the items (ids only) first, then the documents: the user's text in the documents is never searched
     script = asset("embed.js").strip().replace("__ITEMS__", literal([item.to_json()]), 1)
     script = "<script>" + script.replace("__DOCS__", literal(docs_json), 1) + "</script>"
-    return divs, script
+    return divs, script, ids
+
+
+def _model_ids(obj: object) -> set[str]:
+    """The ids of the models in a serialized document (objects with a "type" and an "id")."""
+    out: set[str] = set()
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            if o.get("type") == "object" and isinstance(o.get("id"), str):
+                out.add(o["id"])
+            stack.extend(o.values())
+        elif isinstance(o, (list, tuple)):
+            stack.extend(o)
+    return out
 
 
 # Where BokehJS went inline in this kernel: the cell id of the view that carried it (None: not yet sent).

@@ -29,24 +29,27 @@ from .profile_view import VIEW_MIME, Bundle, ProfileView
 
 if TYPE_CHECKING:  # the status line is made on the cell's path: no pandas for it (readers.contract imports it)
     from ..readers.contract import Report
+    from .kept_page import Page
     from .ncu import NcuView
     from .report_view import NsysView
 
-__all__ = ["READY_KEY", "STATUS_MIME", "VIEW_MIME", "view_of", "profile_bundle", "status_bundle", "bundle_bytes"]
+__all__ = ["READY_KEY", "STATUS_MIME", "VIEW_MIME", "view_of", "profile_bundle", "kept_bundle", "status_bundle",
+           "bundle_bytes"]
 
 READY_KEY = "application/vnd.nsight-magic+json"  # display metadata: {"state": "ready" | "failed", "folder": ...}
 STATUS_MIME = "application/vnd.nsight-magic.status+json"  # {"state": "loading", "folder", "tool", "kernel_id"}
 
 
-def view_of(report: Report, folder: Path | None = None,
-            thresholds: dict[str, Any] | None = None) -> NsysView | NcuView:
-    """The view of an NsysReport (views.report_view.NsysView) or an NcuReport (views.ncu.NcuView)."""
+def view_of(report: Report, folder: Path | None = None, thresholds: dict[str, Any] | None = None,
+            page: Page | None = None) -> NsysView | NcuView:
+    """The view of an NsysReport (views.report_view.NsysView, from its kept `page` if given) or an NcuReport
+    (views.ncu.NcuView)."""
     from ..readers.contract import is_nsys
 
     if is_nsys(report):
         from .report_view import NsysView
 
-        return NsysView(report, folder, thresholds=thresholds)
+        return NsysView(report, folder, thresholds=thresholds, page=page)
     from .ncu import NcuView
 
     return NcuView(report, folder)
@@ -54,13 +57,15 @@ def view_of(report: Report, folder: Path | None = None,
 
 def profile_bundle(report: Report, folder: Path | None = None, *, render: bool = True,
                    thresholds: dict[str, Any] | None = None, lines: Iterable[object] = (), loader: bool = False,
-                   live: bool = True, drawn: Callable[[Bundle], None] | None = None) -> Bundle:
+                   live: bool = True, drawn: Callable[[Bundle], None] | None = None,
+                   page: Page | None = None) -> Bundle:
     """The bundle that shows `report` (NsysReport or NcuReport) under `lines`: with render, the static view, its
     live part (unless not `live`: a headless run, where no frontend could show it) and text (and view.html beside
     an nsys report in a profile folder); without render, the text summary.
     loader: BokehJS inline before the view (views.bokehjs.needs_bokehjs() says when).
     drawn: given the bundle of an nsys view's live part before its saved copy is made (the static timeline, about
-    half of the drawing): the user sees the view sooner, and the bundle returned completes it."""
+    half of the drawing): the user sees the view sooner, and the bundle returned completes it.
+    page: the nsys view's static page as kept before (saved_analysis.kept_page), not drawn again."""
     from ..readers.contract import is_nsys
 
     said = [str(x) for x in lines]
@@ -72,18 +77,32 @@ def profile_bundle(report: Report, folder: Path | None = None, *, render: bool =
         from .ncu import ncu_text
 
         return {"text/plain": "\n".join([*said, ncu_text(report)])}
-    view = view_of(report, folder, thresholds)
+    view = view_of(report, folder, thresholds, page)
     shown = ProfileView(view, said)
     if drawn is not None and live and report.tool == "nsys" and shown.live is not None:
         drawn(shown.bundle(live=True, loader=loader, quick=True))
     if report.tool == "nsys" and folder is not None:
-        page = Path(folder) / "view.html"
         try:
-            write_page(page, view.html_page())
+            write_page(Path(folder) / "view.html", view.html_page())
         except OSError as e:  # a read-only or full folder: the view still shows, saying once what is missing
             shown.lines.append(f"view.html could not be saved in {folder} ({e.strerror or e}); the view is "
                                "shown here only")
     return shown.bundle(live=live, loader=loader)
+
+
+def kept_bundle(report: Report, page: Page, folder: Path | None = None, *, loader: bool = False) -> Bundle | None:
+    """The bundle of an nsys report's view from its kept static page (saved_analysis.kept_page), its live part
+    not made yet: what a reopen shows first (0.1 s at 1M kernels); None where the page was made for another
+    folder.  profile_bundle(page=page) then makes the whole view around the same page."""
+    from ..readers.contract import is_nsys
+    from .bokehjs import bokehjs_html
+    from .report_view import kept_static
+
+    got = kept_static(report, page, folder) if is_nsys(report) else None
+    if got is None:
+        return None
+    text, html = got
+    return {"text/plain": text, "text/html": (bokehjs_html() if loader else "") + html}
 
 
 def status_bundle(text: str, *, tool: str, folder: str | Path, state: str = "loading") -> Bundle:

@@ -8,7 +8,6 @@ the static timeline's place while its kernel lives (views/output.py).
 """
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -24,7 +23,8 @@ from ..analysis.frame_memo import made_for, note_made, report_memo
 from ..errors import ReportError
 from .advice import advice_html, advice_text, verdict_text
 from .assets import SETUP, head, noscript
-from .bokehjs import bokehjs_html, embed, unique_ids
+from .bokehjs import bokehjs_html, embed_with_ids, unique_ids
+from .kept_page import FILES_SLOT, Page, new_id
 from .lines import lines_html, modules_html
 from .picture import picture_html
 from ..store import cell_facts, folder_files
@@ -296,6 +296,51 @@ class ReportTables:
 KEPT_TABLES, MADE_TABLES = "tables", "tables_made"  # report_memo's keys
 
 
+def files_html(folder: Path | None, files: pd.DataFrame, uid: str) -> str:
+    """The Files tab of a view (`uid`) of a report in `folder` (store.folder_files)."""
+    if folder is None:
+        return "<p>This report is not in a profile folder.</p>"
+    if "view.html" not in set(files["file"]):  # the page this view is saved as, written with it
+        files = pd.concat([files, pd.DataFrame({"file": ["view.html"], "bytes": [None]})], ignore_index=True)
+    return f"<p>{escape(str(folder))}</p>" + table_html(files, table_id=f"nm-{uid}-files")
+
+
+def kept_static(report: NsysTables, page: Page, folder: Path | None = None,
+                width: int = 1100) -> tuple[str, str] | None:
+    """(text, static fragment) of a view of `report` from its kept page (saved_analysis.kept_page): its ids made
+    anew, its Files listing made now; None where the page was made for another folder or width."""
+    folder = _report_folder(report, folder)
+    if page.width != width or page.folder != _folder_text(folder):
+        return None
+    uid, html = page.renewed()
+    return page.text, html.replace(FILES_SLOT, files_html(folder, folder_files(folder), uid), 1)
+
+
+MADE_PAGE = "page_made"  # report_memo's key: the static page a view of the report made last
+
+
+def keep_page(report: NsysTables, page: Page) -> None:
+    """Hold the page a view made for this report until its results are kept with it (saved_analysis.save): held,
+    not weakly referenced, as the view is gone by then (0.7 MB at 1M kernels)."""
+    report_memo(report)[MADE_PAGE] = page
+
+
+def made_page(report: NsysTables) -> Page | None:
+    """The static page the report's last view made (keep_page), if any."""
+    page = report_memo(report).get(MADE_PAGE)
+    return page if isinstance(page, Page) else None
+
+
+def _folder_text(folder: Path | None) -> str | None:
+    return str(folder) if folder is not None else None
+
+
+def _bokeh_version() -> str:
+    import bokeh
+
+    return str(bokeh.__version__)
+
+
 def made_tables(report: NsysTables) -> ReportTables | None:
     """The tables prepare_tables made for this report, while something (a view) still holds them."""
     return made_for(report, MADE_TABLES, ReportTables)
@@ -384,7 +429,9 @@ class NsysView:
     """Prepared data for one report; renders the static page parts and the live widget."""
 
     def __init__(self, report: NsysTables, folder: Path | None = None, *, width: int = 1100,
-                 thresholds: dict[str, Any] | None = None) -> None:
+                 thresholds: dict[str, Any] | None = None, page: Page | None = None) -> None:
+        """page: this view's static page as kept before (saved_analysis.kept_page), shown with its ids made anew
+        instead of being drawn again."""
         if isinstance(report, (str, Path)):  # the views read no file: nsight_magic.open_report(path).show()
             raise TypeError("NsysView shows an opened report: open_report(path) reads it")
         self.report = report
@@ -401,11 +448,15 @@ class NsysView:
         self.ranks = _ranks(report)
         self.files = folder_files(self.folder)
         self.width = width
-        self.uid = uuid.uuid4().hex[:8]
+        self.uid = new_id()  # a UUID: a page kept makes it anew wherever it occurs (views/kept_page.py)
+        self._static: dict[bool, str] = {}  # FILES_SLOT where the Files listing goes
+        if page is not None and page.width == width and page.folder == _folder_text(self.folder):
+            self.uid, self._static[True] = page.renewed()
         # the static timeline and the live one share it: the tables' and findings' clicks reach whichever shows
         self.plot_name = f"nsight-timeline-{self.uid}"
-        self._static: dict[bool, str] = {}
         self._other_panes: list[str] | None = None
+        self._text: str | None = None
+        self._files_pane: str | None = None
 
     # ---- static -------------------------------------------------------------------------------------
     def static_fragment(self, *, include_bokehjs: bool, timeline: bool = True) -> str:
@@ -413,7 +464,10 @@ class NsysView:
         timeline, no saved timeline: the page the live view is drawn in first (views/output.py), a second sooner."""
         if timeline not in self._static:  # built once: the cell output and view.html share it
             self._static[timeline] = self._build_static(timeline)
-        return (bokehjs_html() if include_bokehjs else "") + self._static[timeline]
+        if self._files_pane is None:
+            self._files_pane = self._files_html()
+        return (bokehjs_html() if include_bokehjs else "") + self._static[timeline].replace(FILES_SLOT,
+                                                                                             self._files_pane, 1)
 
     def _build_static(self, with_timeline: bool = True) -> str:
         legend = legend_html(self.data.categories, self.data.colors)
@@ -422,7 +476,7 @@ class NsysView:
             with unique_ids():
                 tv = build_timeline(self.data, width=self.width, budget=STATIC_BUDGET, embed=STATIC_EXACT,
                                     name=self.plot_name)
-            divs, script = embed({"timeline": tv.layout})
+            divs, script, ids = embed_with_ids({"timeline": tv.layout})
             timeline = f'{legend}<div class="nm-live-slot">{picture_html(tv, self.width)}{divs["timeline"]}</div>'
         else:
             script = ""
@@ -430,9 +484,14 @@ class NsysView:
             load = f" (if its kernel stopped first: %nsys_load {self.folder})" if self.folder is not None else ""
             timeline = (f'{legend}<div class="nm-live-slot"><p class="nm-drawing">'
                         f'{escape("Drawing the timeline..." + load)}</p></div>')
-        return (f"{head()}"
+        html = (f"{head()}"
                 f'<div class="nm-report" id="nm-{self.uid}">{noscript()}'
                 f"{static_tabs_html(self.tabs, [timeline, *self._panes()])}</div>{SETUP}{script}")
+        if with_timeline:  # kept with the report's results: a reopen shows it at once (saved_analysis.py)
+            keep_page(self.report, Page(html, self.text(), self.uid, tuple(sorted({self.uid, *ids})), self.width,
+                                        _folder_text(self.folder),
+                                        str(self.report.path), _bokeh_version()))
+        return html
 
     def _panes(self) -> list[str]:
         """The tabs after the timeline (tables, advice, files): the same in the first page and the whole one."""
@@ -448,7 +507,7 @@ class NsysView:
             modules_html(self.modules) + self._table("nvtx", t.nvtx, t.nvtx_zoom, plot_name),
             advice_html(self.findings, origin_ns=self.data.origin_ns, plot_name=plot_name, uid=self.uid,
                         verdict=self.verdict),
-            self._files_html(),
+            FILES_SLOT,  # made when shown: the folder's files change (views/kept_page.py)
         ]
         if self.ranks:  # several ranks: before Advice
             r = self.ranks
@@ -484,12 +543,7 @@ class NsysView:
                           formats=formats)
 
     def _files_html(self) -> str:
-        if self.folder is None:
-            return "<p>This report is not in a profile folder.</p>"
-        files = self.files
-        if "view.html" not in set(files["file"]):  # the page this view is saved as, written with it
-            files = pd.concat([files, pd.DataFrame({"file": ["view.html"], "bytes": [None]})], ignore_index=True)
-        return f"<p>{escape(str(self.folder))}</p>" + table_html(files, table_id=f"nm-{self.uid}-files")
+        return files_html(self.folder, self.files, self.uid)
 
     @property
     def tabs(self) -> tuple[str, ...]:
@@ -520,8 +574,10 @@ class NsysView:
         return widget
 
     def text(self) -> str:
-        return _with_verdict(self.verdict, _text(self.report, self.tables) + _ranks_text(self.ranks) + "\n\n"
-                             + advice_text(self.findings))
+        if self._text is None:
+            self._text = _with_verdict(self.verdict, _text(self.report, self.tables) + _ranks_text(self.ranks)
+                                       + "\n\n" + advice_text(self.findings))
+        return self._text
 
 
 def _text(report: NsysTables, t: ReportTables) -> str:
