@@ -147,11 +147,13 @@ def test_per_rank_reports_are_merged_on_one_clock(tmp_path):
     assert sorted(steps.groupby("rank")["count"].sum().items()) == [(0, 3), (1, 3)]
     _add_up(nv, report.nvtx_summary(), ["name", "style"])
     # one clock: every step ends in an all-reduce that the faster rank waits in, so both ranks leave each step
-    # within a few ms of each other; on two unaligned clocks they would be apart by the nsys start-up difference
+    # within a few ms of each other; on two unaligned clocks they would be apart by the nsys start-up difference,
+    # at every step.  The median step: on a loaded 2-core machine one rank was once descheduled 34 ms after the
+    # last all-reduce, before it closed its range (the others 0.2 ms apart)
     ranks = ranked.set_index("pid")["rank"]
     ev = report.nvtx[report.nvtx["name"].str.startswith("step", na=False)]
     ends = ev.assign(rank=ev["pid"].map(ranks)).pivot_table(index="name", columns="rank", values="end_ns")
-    assert len(ends) == 3 and ((ends[1] - ends[0]).abs() < 20e6).all(), ends
+    assert len(ends) == 3 and (ends[1] - ends[0]).abs().median() < 20e6, ends
     # each rank's own report still has just its own process
     with open_report(r.folder.path / "report.rank1.sqlite") as one:
         mine = one.nvtx[one.nvtx["name"].str.startswith("step", na=False)]
