@@ -174,8 +174,9 @@ def _part(df: pd.DataFrame, sub_or_stream: Codes, cat_codes: Codes, name_codes: 
         "cat": bcast(cat_codes, np.int32), "name": bcast(name_codes, np.int32), "detail": bcast(detail_codes, np.int32),
         "color": bcast(-1 if color is None else color, np.int32),  # -1: the category's colour (set in _assemble)
         # none: one value for every event (a view, joined later), not an array a source long
-        "bytes": bcast(0, np.float64) if nbytes is None else
-        pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(float),
+        # float32, as the plots take it: 4 bytes an event, not 8 (3.15M NVTX ranges: 12.6 MB of the load's peak)
+        "bytes": bcast(0, np.float32) if nbytes is None else
+        pd.to_numeric(nbytes, errors="coerce").fillna(0).to_numpy(np.float32),
         "link_key": bcast(-1, np.int64) if link is None else np.asarray(link, np.int64),
         "pid": _int(df["pid"]) if "pid" in df else bcast(-1, np.int64),  # GPU work: the launching process
     }
