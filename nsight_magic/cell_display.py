@@ -289,8 +289,10 @@ def display_kept(report, folder: Path | None, page, thresholds: dict | None = No
         first["text/html"] = bokehjs_html() + first["text/html"]
     handle = display(first, raw=True, display_id=True)
     if watched(get_ipython()):  # its timeline's zoom fetches exact events from this kernel
-        saved_analysis.restore(report.data, thresholds, timeline=True)
+        known = saved_analysis.restore(report.data, thresholds, timeline=True)
         handle.update(profile_bundle(report, folder, thresholds=thresholds, loader=loader, page=page), raw=True)
+        if not known:  # kept by a headless run, without the timeline: kept now, while the live view holds it
+            saved_analysis.save(report.data, thresholds)
     return True
 
 

@@ -352,3 +352,21 @@ def test_a_page_made_for_another_folder_is_replaced_by_the_next_view(seen_page):
         assert saved_analysis.save(rep.data)  # kept already: not written again
     after = key.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_view_made_around_a_kept_page_keeps_it_with_the_timeline_it_adds(tmp_path):
+    """A headless first view keeps its page without the timeline (no live view held it); a later view made around
+    that page, its timeline held, keeps both: the page is not dropped for the timeline."""
+    src = _copied(tmp_path, "nsys_h100_a_cuda_nvtx.sqlite")
+    with open_report(src) as rep:
+        rep.data.write_cache()
+        NsysView(rep.data, src.parent).static_fragment(include_bokehjs=False)  # the view let go: no timeline held
+        assert saved_analysis.save(rep.data)
+    with open_report(src) as rep:
+        page = saved_analysis.kept_page(rep.data)
+        assert page is not None and not saved_analysis.restore(rep.data, timeline=True)
+        view = NsysView(rep.data, src.parent, page=page)  # held: its timeline is kept with the page
+        assert saved_analysis.save(rep.data)
+    with open_report(src) as rep:
+        assert saved_analysis.kept_page(rep.data) == page and saved_analysis.restore(rep.data, timeline=True)
+    assert view.data is not None

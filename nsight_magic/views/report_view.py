@@ -452,6 +452,7 @@ class NsysView:
         self._static: dict[bool, str] = {}  # FILES_SLOT where the Files listing goes
         if page is not None and page.width == width and page.folder == _folder_text(self.folder):
             self.uid, self._static[True] = page.renewed()
+            keep_page(report, page)  # kept again with whatever else this view adds (saved_analysis.save)
         # the static timeline and the live one share it: the tables' and findings' clicks reach whichever shows
         self.plot_name = f"nsight-timeline-{self.uid}"
         self._other_panes: list[str] | None = None
