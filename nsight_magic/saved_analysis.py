@@ -3,7 +3,9 @@
 summarised again: at 1M kernels they are most of a reopen's time.
 
 Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
-from anyone.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
+from anyone.  The view's static page is HTML that a reopen shows as it is, so it is signed with a secret of this
+user's (an HMAC; the key in their private cache, as Jupyter signs the notebooks it trusts): a page from anyone
+else's folder, or edited, is never shown; the view is drawn from the data instead.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
 reads (their names, sizes and times), to the thresholds, and to the code that computed them: a hash of this
 package's Python files, so that a changed rule never shows a stale finding.
 """
@@ -11,6 +13,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
+import json
+import os
+import secrets
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +92,7 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         return False
     tl = made_timeline(report)
     page = made_page(report)
-    if page is not None and not page.renewable():
+    if page is not None and (not page.renewable() or _page_key() is None):  # (unsigned: never shown)
         page = None
     key = _key(sqlite, thresholds)
     kept = nsys_cache.kept_doc(sqlite, key)
@@ -144,8 +151,48 @@ def _page_doc(page: Page) -> dict[str, Any]:
 
 
 def _page_entry(page: Page) -> dict[str, Any]:
-    """The doc's entry of a kept page (its HTML is a frame of its own)."""
-    return {"text": page.text, "uid": page.uid, "ids": list(page.ids), **_page_doc(page)}
+    """The doc's entry of a kept page (its HTML is a frame of its own), signed."""
+    entry = {"text": page.text, "uid": page.uid, "ids": list(page.ids), **_page_doc(page)}
+    return {**entry, "signature": _signature(entry, page.html)}
+
+
+PAGE_KEY = "page.key"  # in this user's private cache (tools.cache.home_cache("keys")): the pages' signing secret
+
+
+def _page_key() -> bytes | None:
+    """This user's secret for signing kept pages, made once (32 random bytes, mode 0600); None where there is no
+    private cache folder (a page is then not kept, nor shown)."""
+    from .tools.cache import home_cache
+
+    d = home_cache("keys")
+    if d is None:
+        return None
+    path = d / PAGE_KEY
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        pass
+    except OSError:
+        return None
+    else:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o077:
+            return None
+        key = path.read_bytes()
+    except OSError:
+        return None
+    return key if len(key) == 32 else None  # (another process still writing it: not this time)
+
+
+def _signature(entry: dict[str, Any], html: str) -> str | None:
+    key = _page_key()
+    if key is None:
+        return None
+    msg = json.dumps(entry, sort_keys=True).encode() + b"\0" + html.encode("utf-8", "surrogatepass")
+    return hmac.new(key, msg, hashlib.sha256).hexdigest()
 
 
 def _table_frames(tables: ReportTables | None, origin_ns: int) -> dict[str, pd.DataFrame]:
@@ -243,6 +290,9 @@ def kept_page(report: NsysTables, thresholds: dict[str, Any] | None = None) -> P
         d, html = got[0]["page"], got[1][PAGE]["html"].iloc[0]
         page = Page(str(html), str(d["text"]), str(d["uid"]), tuple(str(i) for i in d["ids"]), int(d["width"]),
                     None if d["folder"] is None else str(d["folder"]), str(d["path"]), str(d["bokeh"]))
+        ours = _page_entry(page)["signature"]
+        if ours is None or not hmac.compare_digest(ours, str(d["signature"])):  # not signed by this user
+            return None
     except Exception:  # noqa: BLE001 - a file edited by hand, an unreadable folder: drawn again instead
         return None
     return page if (page.path, page.bokeh) == (str(report.path), str(bokeh.__version__)) else None

@@ -370,3 +370,38 @@ def test_a_view_made_around_a_kept_page_keeps_it_with_the_timeline_it_adds(tmp_p
     with open_report(src) as rep:
         assert saved_analysis.kept_page(rep.data) == page and saved_analysis.restore(rep.data, timeline=True)
     assert view.data is not None
+
+
+@pytest.mark.parametrize("how", ["edited", "another user's"])
+def test_a_page_edited_or_signed_by_another_user_is_never_shown(seen_page, how):
+    """A kept page is HTML a reopen shows as it is: one edited after it was kept (a script put in), or kept by
+    another user (a profile folder from anyone, signed with their secret), is not shown; the view is drawn from
+    the data instead."""
+    import hashlib
+    import hmac
+
+    import pyarrow as pa
+    from pyarrow import ipc
+
+    src, _ = seen_page
+    kept = next((nsys_cache.cache_dir(src) / nsys_cache.RESULTS_DIR).iterdir())
+    key = kept / nsys_cache.KEY_FILE
+    with open_report(src) as rep:
+        assert saved_analysis.kept_page(rep.data) is not None
+    k = json.loads(key.read_text())
+    entry = k["doc"]["page"]
+    if how == "edited":
+        arrow = kept / f"{saved_analysis.PAGE}.arrow"
+        html = ipc.open_file(pa.memory_map(str(arrow))).read_all().column("html")[0].as_py()
+        table = pa.table({"html": [html + "<script>alert(1)</script>"]})
+        with ipc.new_file(str(arrow), table.schema) as w:
+            w.write_table(table)
+    else:  # the same page, signed with a key that is not this user's
+        fields = {f: v for f, v in entry.items() if f != "signature"}
+        html = ipc.open_file(pa.memory_map(str(kept / f"{saved_analysis.PAGE}.arrow"))).read_all()["html"][0].as_py()
+        msg = json.dumps(fields, sort_keys=True).encode() + b"\0" + html.encode()
+        entry["signature"] = hmac.new(b"another user's secret 32 bytes!!", msg, hashlib.sha256).hexdigest()
+        key.write_text(json.dumps(k))
+    with open_report(src) as rep:
+        assert saved_analysis.kept_page(rep.data) is None
+        assert saved_analysis.restore(rep.data)  # the verdict and findings still taken
