@@ -454,10 +454,11 @@ def test_a_loaded_report_leaves_no_freed_heap_in_the_kernel(tmp_path):
         assert again.data.cached and len(again.nvtx) > 200_000
 
 
-@pytest.mark.parametrize("plant", ["absent", "huge_start", "span"])
+@pytest.mark.parametrize("plant", ["absent", "huge_start", "span", "odd_column"])
 def test_a_planted_cache_beside_a_valid_export_is_not_trusted(tmp_path, plant):
     """Round 4: a cache with the export's key (size, mtime) but frames marked absent, starts of 2^62 or an odd
-    span was taken as it was; the reader's checks now hold for it too, and the export is read instead."""
+    span was taken as it was; the reader's checks now hold for it too, and the export is read instead.  A column
+    of a type we never write (made into an array only when asked for, long after the open) is not taken either."""
     import json
     import shutil
 
@@ -483,6 +484,16 @@ def test_a_planted_cache_beside_a_valid_export_is_not_trusted(tmp_path, plant):
         extra = {**extra, "event_span": ["a", 1 << 62]}
     shutil.rmtree(nsys_cache.cache_dir(p))  # a valid cache is kept by save(): the planted one replaces it
     nsys_cache.save(p, parts, extra)
+    if plant == "odd_column":
+        import pyarrow as pa
+        from pyarrow import ipc
+
+        f = nsys_cache.cache_dir(p) / "kernels.arrow"
+        t = ipc.open_file(pa.py_buffer(f.read_bytes())).read_all()  # in memory: the file is written over
+        t = t.set_column(t.schema.get_field_index("name"), "name", pa.array([[1]] * len(t), pa.list_(pa.int64())))
+        with ipc.new_file(str(f), t.schema) as w:
+            w.write_table(t)
+        assert nsys_cache.load(p) is None
     key = json.loads((nsys_cache.cache_dir(p) / "key.json").read_text())
     assert {k: key[k] for k in nsys_cache._key(p)} == nsys_cache._key(p)  # it matches the export's key
     with open_nsys_report(p) as rep:

@@ -642,8 +642,12 @@ def test_columnar_cache_gives_the_same_frames_and_is_dropped_when_the_export_cha
         assert rep.write_cache() == tmp_path / "report.nsight-cache"
     with open_nsys_report(p) as rep:
         assert rep.cached and rep.meta == meta  # the events' span comes from the cache too
+        # each cached column made into an array when first asked for: the open made none of the NVTX ones nor
+        # the kernels' names (a reopen that shows a kept page reads none)
+        assert rep.nvtx_arrays.made() == [] and "name" not in rep.core("kernels").made()
         for a, b in zip(_everything(rep), expected):
             pd.testing.assert_frame_equal(a, b)
+        assert "name" in rep.nvtx_arrays.made()
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))  # copied or unpacked: another time,
     with open_nsys_report(p) as rep:                                       # the same content
         assert rep.cached

@@ -20,9 +20,11 @@ import json
 import os
 import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Iterator, MutableMapping
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -77,26 +79,74 @@ def _dictionary(text: np.ndarray) -> pa.DictionaryArray:
                                           pa.array(np.asarray(uniques, dtype=object), type=pa.large_string()))
 
 
-def _arrays(table: pa.Table, categorical: frozenset[str] = frozenset()) -> dict[str, np.ndarray]:
-    out = {}
-    for name in table.column_names:
-        col = table.column(name)
-        if pa.types.is_dictionary(col.type):  # rows refer to one Python string per distinct text
-            d = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-            if name in categorical:  # held as codes, as the reader holds them
-                codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False)
-                cats = pd.Index(d.dictionary.to_pylist(), dtype=object)
-                out[name] = pd.Categorical.from_codes(codes, categories=cats)
-                continue
-            texts = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
-            out[name] = texts[d.indices.fill_null(len(texts) - 1).to_numpy(zero_copy_only=False)]
-        elif pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
-            out[name] = np.asarray(col.to_pylist(), dtype=object)
-        elif col.null_count:  # nullable integers -> pandas' masked array, as the reader makes them
-            out[name] = col.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).array
-        else:
-            out[name] = col.to_numpy()
-    return out
+class Columns(MutableMapping):
+    """A cached table's columns by name, each made into the reader's array (_column) when first asked for: a
+    reopen that shows a kept page reads none of them (3.15M NVTX ranges: 0.26 s and 240 MB less at the open), a
+    summary only its own.  The table stays memory-mapped."""
+
+    def __init__(self, table: pa.Table, categorical: frozenset[str] = frozenset()) -> None:
+        self._table, self._categorical = table, categorical
+        self._names = list(table.column_names)
+        self._made: dict[str, Any] = {}
+        self._lock = threading.Lock()  # the reader's threads may ask for one column at once: made once
+
+    def __getitem__(self, name: str) -> Any:
+        got = self._made.get(name)
+        if got is None:
+            if name not in self._names:
+                raise KeyError(name)
+            with self._lock:
+                got = self._made.get(name)
+                if got is None:
+                    got = self._made[name] = _column(self._table.column(name), name in self._categorical)
+        return got
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        with self._lock:
+            if name not in self._names:
+                self._names.append(name)
+            self._made[name] = value
+
+    def __delitem__(self, name: str) -> None:
+        with self._lock:
+            if name not in self._names:
+                raise KeyError(name)
+            self._names.remove(name)
+            self._made.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def made(self) -> list[str]:
+        """The columns made so far (tests)."""
+        return list(self._made)
+
+
+def _kept_type(t: pa.DataType) -> bool:
+    """A column type _table writes (numbers, text, text dictionary-encoded)."""
+    text = pa.types.is_string(t) or pa.types.is_large_string(t)
+    return (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t)
+            or text or pa.types.is_dictionary(t) and pa.types.is_integer(t.index_type)
+            and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)))
+
+
+def _column(col: pa.ChunkedArray, categorical: bool) -> Any:
+    if pa.types.is_dictionary(col.type):  # rows refer to one Python string per distinct text
+        d = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+        if categorical:  # held as codes, as the reader holds them
+            codes = d.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+            cats = pd.Index(d.dictionary.to_pylist(), dtype=object)
+            return pd.Categorical.from_codes(codes, categories=cats)
+        texts = np.asarray(d.dictionary.to_pylist() + [None], dtype=object)
+        return texts[d.indices.fill_null(len(texts) - 1).to_numpy(zero_copy_only=False)]
+    if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) or pa.types.is_null(col.type):
+        return np.asarray(col.to_pylist(), dtype=object)
+    if col.null_count:  # nullable integers -> pandas' masked array, as the reader makes them
+        return col.to_pandas(types_mapper={pa.int64(): pd.Int64Dtype()}.get).array
+    return col.to_numpy()
 
 
 def save(sqlite_path: Path, parts: dict[str, dict[str, np.ndarray] | None], extra: dict) -> Path | None:
@@ -173,8 +223,10 @@ def load(sqlite_path: Path) -> tuple[dict[str, dict[str, np.ndarray] | None], di
             return None
         parts: dict = {name: None for name in key.get("absent", [])}
         for f in d.glob("*.arrow"):  # memory-mapped: the arrays keep the mapping alive
-            parts[f.stem] = _arrays(ipc.open_file(pa.memory_map(str(f))).read_all(),
-                                    CATEGORICAL.get(f.stem, frozenset()))
+            table = ipc.open_file(pa.memory_map(str(f))).read_all()
+            if not all(map(_kept_type, table.schema.types)):  # made into arrays later: not what we write
+                return None
+            parts[f.stem] = Columns(table, CATEGORICAL.get(f.stem, frozenset()))
         return parts, key.get("extra", {})
     except (OSError, ValueError, KeyError, pa.ArrowException):
         return None
