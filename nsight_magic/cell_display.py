@@ -128,7 +128,8 @@ def diff_command(args, frontend, user_ns: dict) -> None:
     try:
         if args.fail_above is not None:
             check_args(args.fail_above, args.top_kernels)
-        d = frontend.diff(args.profiles, args.dir, args.match, say=say)
+        again = " ".join(["%nsys_diff", *args.profiles])  # refused (one line) where both cannot fit in memory
+        d = frontend.diff(args.profiles, args.dir, args.match, say=say, room=None if args.force else again)
     except NsightMagicError as e:
         raise UsageError(str(e)) from None
     user_ns["_nsys_diff"] = d

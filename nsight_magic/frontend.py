@@ -171,22 +171,25 @@ class Frontend:
                               f"{len(profiles)}: profile two cells with %%nsys first, or name two profiles")
         return Path(profiles.iloc[1]["folder"]), Path(profiles.iloc[0]["folder"])
 
-    def diff(self, profiles=(), directory=None, match: str = "name", say=None):
+    def diff(self, profiles=(), directory=None, match: str = "name", say=None, room: str | None = None):
         """Compare two profiles (names in `directory`, folders or report files); none given: the last two made
-        here.  Profiles still loading are waited for."""
+        here.  Profiles still loading are waited for.  room: the command that compares them, to check that both
+        fit in this process's memory before they are read (memory_room.py); None: not checked."""
         from .store import profiles_root
 
         root = profiles_root(directory)
         if not profiles:
             before, after = self.last_two(root, say)
-            return diff_profiles(before, after, root, match, say)
+            return diff_profiles(before, after, root, match, say, room)
         if len(profiles) != 2:
             raise OptionError("give two profiles (or none: the last two of this notebook)")
-        return diff_profiles(*profiles, root, match, say)
+        return diff_profiles(*profiles, root, match, say, room)
 
 
-def diff_profiles(before, after, root: Path, match: str = "name", say=None):
-    """analysis.diff of two profiles named by name (in `root`), folder or report file, once neither is loading."""
+def diff_profiles(before, after, root: Path, match: str = "name", say=None, room: str | None = None):
+    """analysis.diff of two profiles named by name (in `root`), folder or report file, once neither is loading;
+    with `room` (the command, for its message), refused before their tables are read where both together need
+    more memory than this process has room for (memory_room.check_room)."""
     from .analysis.diff import diff
     from .readers import report_and_label
     from .store import find_profile
@@ -195,6 +198,10 @@ def diff_profiles(before, after, root: Path, match: str = "name", say=None):
     b, a = find_profile(before, root), find_profile(after, root)
     background.wait_for((b, a), say=say)
     (b, bl), (a, al) = report_and_label(b), report_and_label(a)
+    if room is not None:
+        from .memory_room import check_room
+
+        check_room(b, room, a)
     return diff(b, a, match=match, labels=(bl, al))
 
 

@@ -111,6 +111,8 @@ class NsightMagics(Magics, NsightSettings):
                    "by more than PCT percent beyond the run-to-run noise (the result is also in `_nsys_gate`)")
     @argument("--range", action="append", default=[], metavar="NAME", help="an NVTX range the gate checks")
     @argument("--top-kernels", type=int, default=5, metavar="N", help="how many top kernels the gate checks")
+    @argument("--force", action="store_true", help="compare even when the two reports need more memory than this "
+                                                   "kernel has room for (memory_limit_gb, else what is available)")
     @line_magic
     def nsys_diff(self, line):
         """Compare two profiles: capture and GPU busy time, the biggest changes (chart), kernels / NVTX / CUDA API /

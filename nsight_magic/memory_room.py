@@ -59,24 +59,32 @@ def need_bytes(events: int) -> int:
     return BASE_BYTES + BYTES_PER_EVENT * events
 
 
-def check_room(report, again: str) -> None:
-    """Raise TooLarge, the report closed, when reading, analysing and drawing `report` (opened, its tables not yet
-    read) would need more memory than there is room for.  `again`: the command that loads it, for the message."""
-    data = getattr(report, "data", report)
-    path = getattr(data, "sqlite_path", None)
-    if getattr(report, "tool", "nsys") != "nsys" or path is None:
-        return  # Nsight Compute reports hold a few thousand kernels at most
+def check_room(report, again: str, *more) -> None:
+    """Raise TooLarge, the reports closed, when reading, analysing and drawing `report` (opened, its tables not yet
+    read), and the reports in `more` held with it (a comparison's other side), would need more memory than there
+    is room for.  `again`: the command that loads them, for the message."""
     from .readers.nsys_rows import event_rows
 
-    events = event_rows(Path(path))
-    need = need_bytes(events)
+    held = [(r, p) for r in (report, *more) if getattr(r, "tool", "nsys") == "nsys"  # Nsight Compute: a few
+            and (p := getattr(getattr(r, "data", r), "sqlite_path", None)) is not None]  # thousand kernels at most
+    if not held:
+        return
+    events = sum(event_rows(Path(p)) for _, p in held)
+    need = BASE_BYTES * (len(held) - 1) + need_bytes(events)
     room, source = room_bytes()
     if room is None or need <= room:
         return
-    if callable(getattr(data, "close", None)):
-        data.close()
+    for r in (report, *more):
+        data = getattr(r, "data", r)
+        if callable(getattr(data, "close", None)):
+            data.close()
     where = f"{room / 1e9:.1f} GB {source}" if source == "available" else f"{room / 1e9:.1f} GB ({source})"
-    raise TooLarge(f"{Path(path).name} holds {events:,} events: reading and drawing it would take about "
-                   f"{need / 1e9:.1f} GB of this kernel's memory, more than its {where}, so it was not loaded "
-                   f"(its files are unchanged); `{again} --force` loads it anyway, `nsys stats {path}` summarises "
-                   "it outside the kernel")
+    paths = [str(p) for _, p in held]
+    what = (f"{Path(paths[0]).name} holds" if len(paths) == 1 else
+            " and ".join(Path(p).name for p in paths) + " hold")
+    outside = (f"`nsys stats {paths[0]}` summarises it outside the kernel" if len(paths) == 1 else
+               "`nsight-magic diff` compares them outside the kernel")
+    it, was, its = ("it", "it was", "its") if len(paths) == 1 else ("them", "they were", "their")
+    raise TooLarge(f"{what} {events:,} events: reading and drawing {it} would take about {need / 1e9:.1f} GB of "
+                   f"this kernel's memory, more than its {where}, so {was} not loaded ({its} files are unchanged); "
+                   f"`{again} --force` loads {it} anyway, {outside}")

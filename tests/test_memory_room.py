@@ -108,3 +108,43 @@ def test_a_profile_too_large_for_the_kernel_is_kept_unread_and_loads_when_forced
     assert any("text/html" in o.get("data", {}) for o in shown), cell_text(nb.cells[5])
     assert "was not loaded" not in cell_text(nb.cells[5])
     assert "the kernel lives" in cell_text(nb.cells[6], "stdout")
+
+
+def test_two_reports_compared_are_refused_when_both_do_not_fit_and_compared_when_forced(tmp_path):
+    """%nsys_diff holds both reports at once: refused (one line, both closed, the kernel lives) where each alone
+    would fit and both together would not; --force compares them; a real kernel."""
+    a, b = tmp_path / "a" / "report.sqlite", tmp_path / "b" / "report.sqlite"
+    for p, name in ((a, "nsys_h100_a_cuda_nvtx.sqlite"), (b, "findings_bad.sqlite")):
+        p.parent.mkdir()
+        shutil.copy(DATA / name, p)
+    ea, eb = event_rows(a), event_rows(b)
+    limit = max(memory_room.need_bytes(ea), memory_room.need_bytes(eb)) * 1.01  # one fits, not both together
+    assert limit < memory_room.BASE_BYTES + memory_room.need_bytes(ea + eb)
+    settings = NsightSettings()
+    use(settings)
+    try:
+        settings.memory_limit_gb = limit / 1e9
+        ra, rb = open_report(a), open_report(b)
+        memory_room.check_room(ra, "one")  # each alone: loaded
+        with pytest.raises(memory_room.TooLarge) as got:
+            memory_room.check_room(ra, "%nsys_diff A B", rb)
+        msg = str(got.value)
+        assert "\n" not in msg and f"{ea + eb:,} events" in msg and "%nsys_diff A B --force" in msg, msg
+        for r in (ra, rb):
+            with pytest.raises(NsightMagicError, match="closed"):
+                r.kernel_summary()
+    finally:
+        use(NsightSettings())
+    cells = ("%load_ext nsight_magic", f"%config NsightMagics.memory_limit_gb = {limit / 1e9!r}",
+             f"%nsys_diff {a.parent} {b.parent} --no-render",
+             f"%nsys_diff {a.parent} {b.parent} --no-render --force",
+             "print(type(_nsys_diff).__name__, 'the kernel lives')")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    NotebookClient(nb, timeout=300, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    refused = cell_text(nb.cells[2])
+    assert "they were not loaded" in refused and f"%nsys_diff {a.parent} {b.parent} --force" in refused, refused
+    assert "Traceback" not in refused and refused.count("\n") <= 1, refused
+    compared = cell_text(nb.cells[3])
+    assert "not loaded" not in compared and "Traceback" not in compared, compared
+    assert "ProfileDiff the kernel lives" in cell_text(nb.cells[4], "stdout")
