@@ -256,6 +256,19 @@ def test_eight_ranks_with_shifted_clocks_and_one_slowed_rank(tmp_path, client):
     u = job.utilization(bins=60)
     first_busy = u[u["busy_fraction"] > 0].groupby("rank")["bin_start_ns"].min()
     assert first_busy.nunique() == 1
+    # the job's first open kept each rank's columns beside its report (issue 62): opened again, the job reads
+    # them alone and is the same job
+    from nsight_magic.readers.nsys import open_nsys_report
+
+    for r in range(8):
+        with open_nsys_report(tmp_path / f"report.{r}.sqlite") as rep:
+            assert rep.cached, r
+    again = open_job(tmp_path, client=client)
+    timing = [c for c in ("read_s", "worker") if c in job.ranks]
+    pd.testing.assert_frame_equal(again.ranks.drop(columns=timing), job.ranks.drop(columns=timing))
+    assert again.straggler()["rank"] == 5
+    assert [(f.title, f.time_at_stake_ns) for f in again.findings()] == [(f.title, f.time_at_stake_ns)
+                                                                         for f in job.findings()]
 
 
 def test_a_missing_or_broken_report_is_named_and_the_others_load(tmp_path, client):

@@ -138,6 +138,8 @@ def _fill(out: RankResult, rep) -> None:
     frac = busy_fraction(busy[0], busy[1], edges) if len(busy[0]) else np.zeros(UTIL_BINS)
     nf = busy_fraction(*I.union(n["start_ns"], n["end_ns"]), edges) if len(n) else np.zeros(UTIL_BINS)
     out.util = (edges, np.asarray(frac, float), np.asarray(nf, float))
+    if not rep.cached:  # the first open of this rank's report: the columns read kept beside it (readers/nsys_cache),
+        rep.write_cache()  # so its diagnosis, the job opened again, a %nsys_load of the rank read them alone
 
 
 def _diagnose(out: RankDiagnosis, rep) -> None:
