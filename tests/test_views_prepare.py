@@ -402,3 +402,32 @@ def test_what_samples_measured_is_shown_to_the_digits_their_count_supports():
     html = table_html(df, table_id="t", formats=_sampled(df))
     assert ">20&nbsp;ms<" in html and ">80&nbsp;%<" in html and "20.000" not in html
     assert 'data-v="20000000.0"' in html  # sorted by the value itself
+
+
+def test_models_made_in_unique_ids_get_uuids_to_its_end_however_the_blocks_nest():
+    """A block inside another (or one in another thread: a profile drawn in the background while a cell loads
+    another) ends without giving the outer one's later models Bokeh's counter ids (p1001, ...)."""
+    import threading
+
+    from bokeh.models import Range1d
+
+    from nsight_magic.views.bokehjs import unique_ids
+    from nsight_magic.views.kept_page import UUID
+
+    with unique_ids():
+        with unique_ids():
+            inner = Range1d()
+        outer = Range1d()
+        done = threading.Event()
+
+        def block():
+            with unique_ids():
+                pass
+            done.set()
+
+        threading.Thread(target=block).start()
+        assert done.wait(10)
+        after_thread = Range1d()
+    plain = Range1d()
+    assert all(UUID.fullmatch(str(m.id)) for m in (inner, outer, after_thread)), (inner.id, outer.id)
+    assert not UUID.fullmatch(str(plain.id))  # outside every block: Bokeh's own ids again

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import functools
 import json
+import threading
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -40,17 +41,28 @@ def bokehjs_html() -> str:
     return f'<script type="text/javascript">\n/* {LOADER_MARKER} */\n{code}</script>'
 
 
+# unique_ids() blocks open, in any thread (a profile drawn in the background while a cell loads another): the
+# setting is Bokeh's, one for the process, so it is unset only when the last block ends
+_unique_depth = [0]
+_unique_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def unique_ids() -> Iterator[None]:
     """Bokeh models made inside get UUIDs instead of Bokeh's counter (p1001, p1002, ...): two notebooks, or a
     notebook and a page, drawn in one browser window never share a model id (BokehJS keys its views by them)."""
     from bokeh.settings import settings
 
-    settings.simple_ids.set_value(False)
+    with _unique_lock:
+        settings.simple_ids.set_value(False)
+        _unique_depth[0] += 1
     try:
         yield
     finally:
-        settings.simple_ids.unset_value()
+        with _unique_lock:
+            _unique_depth[0] -= 1
+            if not _unique_depth[0]:
+                settings.simple_ids.unset_value()
 
 
 def embed(models: dict[str, Any]) -> tuple[dict[str, str], str]:
