@@ -90,19 +90,19 @@ def profile_bundle(report: Report, folder: Path | None = None, *, render: bool =
     return shown.bundle(live=live, loader=loader)
 
 
-def kept_bundle(report: Report, page: Page, folder: Path | None = None, *, loader: bool = False) -> Bundle | None:
+def kept_bundle(report: Report, page: Page, folder: Path | None = None) -> Bundle | None:
     """The bundle of an nsys report's view from its kept static page (saved_analysis.kept_page), its live part
     not made yet: what a reopen shows first (0.1 s at 1M kernels); None where the page was made for another
-    folder.  profile_bundle(page=page) then makes the whole view around the same page."""
+    folder.  profile_bundle(page=page) then makes the whole view around the same page.  Without BokehJS: the
+    caller, once it knows the page is shown, asks needs_bokehjs() (which counts it sent)."""
     from ..readers.contract import is_nsys
-    from .bokehjs import bokehjs_html
     from .report_view import kept_static
 
     got = kept_static(report, page, folder) if is_nsys(report) else None
     if got is None:
         return None
     text, html = got
-    return {"text/plain": text, "text/html": (bokehjs_html() if loader else "") + html}
+    return {"text/plain": text, "text/html": html}
 
 
 def status_bundle(text: str, *, tool: str, folder: str | Path, state: str = "loading") -> Bundle:
