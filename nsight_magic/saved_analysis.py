@@ -5,7 +5,8 @@ summarised again: at 1M kernels they are most of a reopen's time.
 Kept as JSON and Arrow (the findings' evidence, the verdict's tables), never as pickles: a profile folder may come
 from anyone.  The view's static page is HTML that a reopen shows as it is, so it is signed with a secret of this
 user's (an HMAC; the key in their private cache, as Jupyter signs the notebooks it trusts): a page from anyone
-else's folder, or edited, is never shown; the view is drawn from the data instead.  Keyed to the export's content (the columnar cache's key), to the files beside it that the analysis
+else's folder, or edited, is never shown; the view is drawn from the data instead.  Keyed to the export's
+content (the columnar cache's key), to the files beside it that the analysis
 reads (their names, sizes and times), to the thresholds, and to the code that computed them: a hash of this
 package's Python files, so that a changed rule never shows a stale finding.
 """
@@ -92,15 +93,16 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         return False
     tl = made_timeline(report)
     page = made_page(report)
-    if page is not None and (not page.renewable() or _page_key() is None):  # (unsigned: never shown)
-        page = None
+    entry = _page_entry(page) if page is not None and page.renewable() else None
+    if entry is None or entry["signature"] is None:  # (unsigned: never shown)
+        page = entry = None
     key = _key(sqlite, thresholds)
     kept = nsys_cache.kept_doc(sqlite, key)
     if kept is not None and ("timeline" in kept or tl is None) and (page is None or _page_doc(page) == {
             k: v for k, v in kept.get("page", {}).items() if k in _PAGE_FOR}):
         return True  # kept already, with all this would add (a page for this folder, path, width and Bokeh)
-    if kept is not None and "timeline" in kept and tl is None and page is not None:
-        return _with_page(sqlite, key, page)  # only the page is new (a folder moved): the rest as it was kept
+    if kept is not None and "timeline" in kept and tl is None and page is not None and entry is not None:
+        return _with_page(sqlite, key, page, entry)  # only the page is new (a folder moved): the rest as kept
     frames = {"breakdown": verdict.breakdown}
     if verdict.per_rank is not None:
         frames["per_rank"] = verdict.per_rank
@@ -128,19 +130,24 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
         if tables:  # the view's tables, made from the same origin: a reopen then reads no summary
             doc["tables"] = {"origin_ns": int(tl.origin_ns)}
             frames.update(tables)
-    if page is not None:  # the view's static page: a reopen shows it before anything else is made
-        doc["page"] = _page_entry(page)
-        frames[PAGE] = pd.DataFrame({"html": [page.html]})
+    if page is not None and entry is not None:  # the view's static page: a reopen shows it before anything else
+        doc["page"] = entry
+        frames[PAGE] = _page_frame(page)
     return nsys_cache.save_results(sqlite, key, doc, frames) is not None
 
 
-def _with_page(sqlite: Path, key: dict[str, Any], page: Page) -> bool:
+def _with_page(sqlite: Path, key: dict[str, Any], page: Page, entry: dict[str, Any]) -> bool:
     got = nsys_cache.load_results(sqlite, key, skip=(PAGE,))
     if got is None:
         return False
     doc, frames = got
-    doc = {**doc, "page": _page_entry(page)}
-    return nsys_cache.save_results(sqlite, key, doc, {**frames, PAGE: pd.DataFrame({"html": [page.html]})}) is not None
+    return nsys_cache.save_results(sqlite, key, {**doc, "page": entry}, {**frames, PAGE: _page_frame(page)}) \
+        is not None
+
+
+def _page_frame(page: Page) -> pd.DataFrame:
+    """A kept page's HTML, as the frame it is kept in (LZ4-compressed Arrow, beside the doc that signs it)."""
+    return pd.DataFrame({"html": [page.html]})
 
 
 _PAGE_FOR = ("width", "folder", "path", "bokeh")  # what a kept page was made for
