@@ -56,6 +56,31 @@ def test_the_samples_are_written_and_placed_on_the_reports_clock(sampled):
 
 @requires_nsys
 @pytest.mark.nsys
+def test_a_clock_mark_made_late_after_its_clock_reading_is_made_again(monkeypatch, tmp_path):
+    """The reader places the samples as if the clock mark were made when its clock was read: a mark made long after
+    (the first one creates nvtx's domain; a preempted thread) would place them late (a loaded full run: a sleep's
+    samples inside the next line's range), so the sampler marks again and keeps the promptest reading."""
+    import sys
+    import time
+    import types
+
+    from nsight_magic.inside.python_samples import CLOCK_MARK, PythonSampler
+
+    made = []
+
+    def mark(message, domain=None):
+        if not made:
+            time.sleep(0.02)
+        made.append((message, domain, time.monotonic_ns()))
+
+    monkeypatch.setitem(sys.modules, "nvtx", types.SimpleNamespace(mark=mark))
+    clock = PythonSampler(tmp_path / "s.json", domain="ours")._mark()
+    assert len(made) >= 2 and {d for _, d, _ in made} == {"ours"}, made
+    texts = [m for m, _, _ in made]
+    assert f"{CLOCK_MARK}{clock}" in texts[1:], (clock, made)
+    assert made[0][2] - int(texts[0][len(CLOCK_MARK):]) >= 20_000_000  # the slow one is not the clock
+
+
 def test_samples_whose_first_clock_mark_was_dropped_are_placed_by_the_one_at_the_cells_end(sampled, tmp_path):
     """nsys 2025.3 drops the first milliseconds after `nsys start` in a process that has started CUDA (the in-place
     kernel's, a warm worker's): the sampler marks its clock again as the cell ends, and the reader places the
