@@ -14,8 +14,10 @@ RSS during open_job measured in a fresh process (goal <= 1.5 GB, not growing wit
   4. open_job once more after a first open wrote each rank's columnar cache (a job opened again), and the plain
      loop reading the same caches.
 Each of 1-3 starts without any columnar cache beside the reports (a rank's first open writes one).
-Each also prints its CPU time (this process and the workers it started): the serial loops use more than one core,
-as the reader scans its tables in threads.
+Each also prints its CPU time (this process and the workers it started: their forkserver is stopped before it is
+counted): the serial loops use more than one core, as the reader scans its tables in threads; and open_job's phases:
+the cluster's start, when the first task began and the last ended, open_job's return, the close, the busiest
+worker's compute and the tasks' compute time by kind.
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ def cpu_s():
                                                                         resource.RUSAGE_CHILDREN)))
 if __name__ == "__main__":
     t, cpu0 = time.perf_counter(), cpu_s()
+    phases = None
     if sys.argv[2] == "serial":
         from nsight_magic.jobs.discover import find_rank_reports
         from nsight_magic.jobs.job import diagnose_groups
@@ -58,17 +61,39 @@ if __name__ == "__main__":
                 rep.kernel_summary()
         errors = []
     else:
-        from distributed import Client
         from nsight_magic.jobs.job import local_cluster
-        cluster = local_cluster(int(sys.argv[2]))  # the LocalCluster open_job starts by itself
+        cluster = local_cluster(int(sys.argv[2]))  # the LocalCluster open_job starts by itself (importing Dask)
+        from distributed import Client, get_task_stream
         client = Client(cluster)
-        job = open_job(sys.argv[1], client=client)
+        up, up_wall = time.perf_counter(), time.time()
+        with get_task_stream(client) as stream:
+            job = open_job(sys.argv[1], client=client)
+        loaded = time.perf_counter()
         errors = job.errors
         straggler = job.straggler()
         client.close(); cluster.close()
+        # the workers were forked by multiprocessing's forkserver (jobs.job): ended, it has reaped them, and their
+        # CPU time counts among this process's children
+        import multiprocessing.forkserver
+        multiprocessing.forkserver._forkserver._stop()
+        # where the time went: the cluster's start, the tasks (when the first began, the busiest worker's
+        # compute time, the sum over tasks by kind), what followed the last task, the close
+        spans = [(x["key"], x["worker"], ss["start"], ss["stop"]) for x in stream.data for ss in x["startstops"]
+                 if ss["action"] == "compute"]
+        busy = {}
+        for _, w, a, b in spans:
+            busy[w] = busy.get(w, 0.0) + b - a
+        kinds = {}
+        for k, _, a, b in spans:
+            kind = str(k).split("-")[2] if str(k).startswith("nsight-magic-") else "other"
+            kinds[kind] = kinds.get(kind, 0.0) + b - a
+        phases = {"start_s": up - t, "first_task_s": min(a for _, _, a, _ in spans) - up_wall,
+                  "last_task_end_s": max(b for *_, b in spans) - up_wall, "open_job_s": loaded - up,
+                  "busiest_worker_s": max(busy.values()), "task_s": kinds,
+                  "close_s": time.perf_counter() - loaded}
     wall = time.perf_counter() - t
     # CPU time of this process and of the ended ones it started (the Dask workers, closed above)
-    print(json.dumps({"wall_s": wall, "cpu_s": cpu_s() - cpu0,
+    print(json.dumps({"wall_s": wall, "cpu_s": cpu_s() - cpu0, "phases": phases,
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "errors": errors}))
 """
 
@@ -125,6 +150,7 @@ def main() -> None:
           f"notebook process peak RSS "
           f"{dask['rss_mb']:.0f} MB, errors {len(dask['errors'])}")
     print(f"ratio {dask['wall_s'] / serial['wall_s']:.2f} (goal <= 0.6)")
+    print(phases(dask))
     plain = run(job, "summary")
     print(f"serial loop of open_report + kernel_summary: {plain['wall_s']:.1f} s (CPU {plain['cpu_s']:.1f} s); "
           f"open_job / that "
@@ -136,6 +162,15 @@ def main() -> None:
           f"(CPU {again['cpu_s']:.1f} s); / the cold plain loop {again['wall_s'] / plain['wall_s']:.2f}, / the "
           f"plain loop reading the same caches ({plain_again['wall_s']:.1f} s) "
           f"{again['wall_s'] / plain_again['wall_s']:.2f}")
+    print(phases(again))
+
+
+def phases(r: dict) -> str:
+    p = r["phases"]
+    tasks = ", ".join(f"{k} {v:.1f}" for k, v in sorted(p["task_s"].items()))
+    return (f"  phases: cluster start {p['start_s']:.2f} s, first task after {p['first_task_s']:.2f} s, last task "
+            f"ended after {p['last_task_end_s']:.2f} s, open_job {p['open_job_s']:.2f} s, close {p['close_s']:.2f} s; "
+            f"busiest worker computed {p['busiest_worker_s']:.2f} s; tasks' compute s: {tasks}")
 
 
 if __name__ == "__main__":

@@ -137,7 +137,14 @@ def pytest_unconfigure(config):
         atexit.unregister(shell.atexit_operations)
         shell.atexit_operations()
     if d is not None:
-        shutil.rmtree(d, ignore_errors=True)
+        mp = sys.modules.get("multiprocessing.util")
+        tmp = mp and sys.modules["multiprocessing.process"].current_process()._config.get("tempdir")
+        if tmp and Path(tmp).parent == d:
+            # a job's workers' forkserver (jobs.job) keeps its socket in a folder there that multiprocessing
+            # removes at exit (priority -100): the worker's folder goes after it, not before (a traceback at exit)
+            mp.Finalize(None, shutil.rmtree, args=(d,), kwargs={"ignore_errors": True}, exitpriority=-101)
+        else:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def started_by_this_worker(environ: bytes) -> bool:

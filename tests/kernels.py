@@ -119,6 +119,30 @@ class DrivenKernel:
                 continue
         return out
 
+    def descendants(self) -> list[str]:
+        """The command lines of every process below the kernel (its children, theirs, ...): a forkserver's
+        workers are its children, forked without a command line of their own."""
+        parent = {}
+        for d in Path("/proc").iterdir():
+            try:
+                if d.name.isdigit():
+                    parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+        below, todo = [], [self.pid]
+        while todo:
+            p = todo.pop()
+            kids = [c for c, pp in parent.items() if pp == p]
+            below += kids
+            todo += kids
+        out = []
+        for pid in below:
+            try:
+                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+            except OSError:
+                continue
+        return out
+
     def close(self, now: bool = False) -> None:
         self.kc.stop_channels()
         self.km.shutdown_kernel(now=now)

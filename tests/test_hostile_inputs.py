@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -149,7 +150,8 @@ def test_a_scheduler_address_nobody_answers_at_is_one_line(tmp_path):
 
 def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
     """Jupyter's stop button signals the kernel's whole process group: Dask's worker processes, spawned mid-start,
-    printed a dozen tracebacks into the cell.  They start with SIGINT blocked; the kernel says one line."""
+    printed a dozen tracebacks into the cell.  They start with SIGINT blocked (forked by a forkserver that
+    started so); the kernel says one line."""
     from conftest import unpack_job_rank
 
     job = tmp_path / "job"
@@ -157,15 +159,45 @@ def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
     for r in (0, 1):
         unpack_job_rank(job, r)
     with _kernel(tmp_path) as k:
-        out = k.run(f"%nsys_load {job} --no-render", timeout=120,
-                    interrupt_when=lambda: any("multiprocessing.spawn" in c for c in k.children()))
+        def forked():  # the forkserver's processes: itself, and the workers it forked
+            return sum("multiprocessing.forkserver" in c for c in k.descendants())
+
+        out = k.run(f"%nsys_load {job} --no-render", timeout=120, interrupt_when=lambda: forked() >= 2)
         assert "stopped loading the job in" in out and "(Ctrl-C)" in out, out
         assert "Traceback" not in out and "KeyboardInterrupt" not in out, out
         # the cluster is gone with its workers, and the kernel loads the job when asked again
-        assert eventually(lambda: not any("multiprocessing.spawn" in c for c in k.children()), 30), k.children()
+        # (the forkserver stays for the kernel's next job, and ends with it)
+        assert eventually(lambda: forked() == 1, 30), k.descendants()
         again = k.run(f"%nsys_load {job} --no-render", timeout=120)
         assert "Job: 2 ranks loaded" in again, again
         assert "Traceback" not in again, again
+
+
+SIGINT_WHILE_STARTING = """
+import os, signal, sys, threading, time
+if __name__ == "__main__":
+    from nsight_magic.jobs.job import local_cluster
+    def stop():
+        time.sleep(float(sys.argv[1]))
+        os.killpg(os.getpgrp(), signal.SIGINT)   # as Jupyter's stop button signals the kernel's process group
+    threading.Thread(target=stop, daemon=True).start()
+    try:
+        cluster = local_cluster(2)
+        time.sleep(3)
+        cluster.close()
+    except KeyboardInterrupt:
+        print("stopped")
+"""
+
+
+@pytest.mark.parametrize("after_s", [0.2, 0.5, 0.9])
+def test_a_ctrl_c_to_the_process_group_while_the_workers_start_reaches_none_of_them(tmp_path, after_s):
+    """The workers' forkserver, and the workers it forks, start with SIGINT blocked: a Ctrl-C while they import,
+    fork or start (here in a session of its own) prints no traceback of theirs; the caller alone takes it."""
+    p = subprocess.run([sys.executable, "-c", SIGINT_WHILE_STARTING, str(after_s)], capture_output=True, text=True,
+                       timeout=120, start_new_session=True, cwd=tmp_path)
+    assert "Traceback" not in p.stderr and "KeyboardInterrupt" not in p.stderr, p.stderr[-3000:]
+    assert p.returncode == 0, p.stderr[-3000:]
 
 
 @requires_nsys

@@ -22,21 +22,29 @@ SOURCES = {"kernel": ["name"], "memcpy": ["operation", "kind"], "cuda_api": ["na
 
 def signatures(results) -> pd.DataFrame:
     """Ranks x (source, activity): the total ns of each summary row (kernel name, copy kind, API call, NVTX range);
-    columns are a MultiIndex whose first level is the source."""
-    cols = {}
+    columns are a MultiIndex whose first level is the source.  One long frame of every rank's rows, pivoted once
+    (a Series per rank, aligned by pandas, took 80 ms for 24 ranks)."""
+    parts = []
     for r in results:
-        parts = []
         for which, keys in SOURCES.items():
             s = r.summaries.get(which)
             if s is None or not len(s) or "total_ns" not in s:
                 continue
             k = [c for c in keys if c in s]
-            label = s[k].astype(str).agg(" ".join, axis=1).to_numpy(object) if k else np.full(len(s), "")
-            parts.append(pd.Series(s["total_ns"].to_numpy(float),
-                                   index=pd.MultiIndex.from_arrays([np.full(len(s), which, object), label])))
-        sig = pd.concat(parts) if parts else pd.Series(dtype=float, index=pd.MultiIndex.from_arrays([[], []]))
-        cols[r.rank] = sig.groupby(level=[0, 1]).sum()
-    return pd.DataFrame(cols).fillna(0.0).T
+            label = np.full(len(s), "", object)
+            if k:  # the key columns joined by spaces, column by column (a row-wise join took 15 ms a rank)
+                joined = s[k[0]].astype(str)
+                for c in k[1:]:
+                    joined = joined + " " + s[c].astype(str)
+                label = joined.to_numpy(object)
+            parts.append(pd.DataFrame({"rank": r.rank, "source": which, "label": label,
+                                       "ns": s["total_ns"].to_numpy(float)}))
+    ranks = pd.Index([r.rank for r in results])
+    if not parts:
+        return pd.DataFrame(index=ranks, columns=pd.MultiIndex.from_arrays([[], []]), dtype=float)
+    sig = pd.concat(parts, ignore_index=True).groupby(["rank", "source", "label"])["ns"].sum() \
+        .unstack(["source", "label"], fill_value=0.0)
+    return sig.reindex(ranks.unique(), fill_value=0.0)
 
 
 def distance(m: np.ndarray, v: np.ndarray, sources: np.ndarray, floor: float) -> np.ndarray:
