@@ -149,29 +149,34 @@ WORKER_PRELOAD = ("distributed", "dask", "msgpack", "cloudpickle", "tornado", "t
                   "nsight_magic.analysis.findings", "nsight_magic.analysis.ranks")
 
 
-def _start_forkserver() -> None:
+def _start_forkserver() -> str:
     """The workers are forked from a forkserver that has imported what their tasks need, rather than spawned (Dask's
     default) as fresh interpreters that import Dask, then pandas and our readers in their first task: on the lent
-    GPU host's 16 cores, 16 spawned workers spent 81 CPU-s on a 64-rank job (47 forked) and each about 0.7 s more
-    in its first task.  multiprocessing's forkserver (one per process) is a fresh interpreter, not a fork of the
+    GPU host's 16 cores, 16 spawned workers took 3.3 s to start and each about 0.7 s more in its first task
+    (docs/jobs.md).  multiprocessing's forkserver (one per process) is a fresh interpreter, not a fork of the
     kernel, and ends with it; started here, before this process imports Dask, it imports in parallel.  Started
-    from the thread that blocks SIGINT: the mask is inherited by it and by every worker it forks."""
+    from the thread that blocks SIGINT: the mask is inherited by it and by every worker it forks.  The start
+    method Dask is to use: spawn where there is no forkserver (not on Linux or macOS)."""
+    import multiprocessing
     import multiprocessing.forkserver as forkserver
 
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
     forkserver.set_forkserver_preload(list(WORKER_PRELOAD))
     forkserver.ensure_running()
+    return "forkserver"
 
 
 def _start_cluster(workers: int, box: dict, started: threading.Event) -> None:
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        _start_forkserver()
+        method = _start_forkserver()
         import dask
         from distributed import LocalCluster
 
         # Dask's preload for its forkserver comes too late to matter (ours runs)
         with dask.config.set({"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-                              "distributed.worker.multiprocessing-method": "forkserver"}), \
+                              "distributed.worker.multiprocessing-method": method}), \
                 warnings.catch_warnings():
             # no dashboard; the scheduler's HTTP routes take another port when 8787 is taken, which is no news to
             # users; a task's error comes back through its future, and what else Dask logs (heartbeats failing as a
