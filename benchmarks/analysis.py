@@ -58,7 +58,7 @@ def once(path: Path, mode: str) -> dict:
     p = subprocess.run([sys.executable, "-c", CHILD, str(path), str(HERE.parent), mode], capture_output=True,
                        text=True, timeout=3600)
     if mode == "profile":
-        print(p.stderr[-12000:])
+        print(p.stderr[-40000:])
     lines = [x for x in p.stdout.splitlines() if x.startswith("{")]
     if not lines:
         sys.exit(p.stderr[-3000:])
