@@ -119,8 +119,8 @@ class DrivenKernel:
                 continue
         return out
 
-    def descendants(self) -> list[str]:
-        """The command lines of every process below the kernel (its children, theirs, ...): a forkserver's
+    def descendants(self) -> dict[int, str]:
+        """pid -> command line of every process below the kernel (its children, theirs, ...): a forkserver's
         workers are its children, forked without a command line of their own."""
         parent = {}
         for d in Path("/proc").iterdir():
@@ -135,10 +135,10 @@ class DrivenKernel:
             kids = [c for c, pp in parent.items() if pp == p]
             below += kids
             todo += kids
-        out = []
+        out = {}
         for pid in below:
             try:
-                out.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
         return out

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -159,8 +160,11 @@ def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
     for r in (0, 1):
         unpack_job_rank(job, r)
     with _kernel(tmp_path) as k:
-        def forked():  # the forkserver's processes: itself, and the workers it forked
-            return sum("multiprocessing.forkserver" in c for c in k.descendants())
+        def ours():  # the forkserver's processes: itself, and the workers it forked
+            return [p for p, c in k.descendants().items() if "multiprocessing.forkserver" in c]
+
+        def forked():
+            return len(ours())
 
         out = k.run(f"%nsys_load {job} --no-render", timeout=120, interrupt_when=lambda: forked() >= 2)
         assert "stopped loading the job in" in out and "(Ctrl-C)" in out, out
@@ -171,6 +175,9 @@ def test_ctrl_c_while_a_jobs_dask_workers_start_is_one_line(tmp_path):
         again = k.run(f"%nsys_load {job} --no-render", timeout=120)
         assert "Job: 2 ranks loaded" in again, again
         assert "Traceback" not in again, again
+        left = ours()
+    # the kernel killed (a shutdown "now"): its forkserver sees its end and goes, with no worker left behind
+    assert left and eventually(lambda: not any(Path(f"/proc/{p}").exists() for p in left), 10), left
 
 
 SIGINT_WHILE_STARTING = """
