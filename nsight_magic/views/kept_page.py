@@ -38,6 +38,10 @@ class Page:
     path: str                # the report the text names
     bokeh: str               # the Bokeh version whose BokehJS draws it
 
+    def made_for(self, width: int, folder: str | None) -> bool:
+        """Whether this page is the one a view of this width and profile folder (its text) would make."""
+        return self.width == width and self.folder == folder
+
     def renewable(self) -> bool:
         """Whether each id is a UUID found wherever it occurs in the page (so each is made anew wherever it is)."""
         if not self.ids or self.uid not in self.ids or not all(UUID.fullmatch(i) for i in self.ids):

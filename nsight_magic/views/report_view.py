@@ -310,7 +310,7 @@ def kept_static(report: NsysTables, page: Page, folder: Path | None = None,
     """(text, static fragment) of a view of `report` from its kept page (saved_analysis.kept_page): its ids made
     anew, its Files listing made now; None where the page was made for another folder or width."""
     folder = _report_folder(report, folder)
-    if page.width != width or page.folder != _folder_text(folder):
+    if not page.made_for(width, _folder_text(folder)):
         return None
     uid, html = page.renewed()
     return page.text, html.replace(FILES_SLOT, files_html(folder, folder_files(folder), uid), 1)
@@ -450,7 +450,7 @@ class NsysView:
         self.width = width
         self.uid = new_id()  # a UUID: a page kept makes it anew wherever it occurs (views/kept_page.py)
         self._static: dict[bool, str] = {}  # FILES_SLOT where the Files listing goes
-        if page is not None and page.width == width and page.folder == _folder_text(self.folder):
+        if page is not None and page.made_for(width, _folder_text(self.folder)):
             self.uid, self._static[True] = page.renewed()
             keep_page(report, page)  # kept again with whatever else this view adds (saved_analysis.save)
         # the static timeline and the live one share it: the tables' and findings' clicks reach whichever shows
