@@ -50,9 +50,11 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
     env = dict(os.environ)
     try:
         if client is None:
+            require_dask()
             workers = max(1, min(os.cpu_count() or 1, len(files)))
             if scheduler:
-                Client = dask_client_class()
+                from distributed import Client
+
                 try:
                     client = own = Client(scheduler, timeout=SCHEDULER_TIMEOUT_S)
                 except (OSError, TimeoutError, ValueError) as e:
@@ -60,8 +62,6 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
                                       f"{SCHEDULER_TIMEOUT_S:g} s ({type(e).__name__}); start one (dask scheduler), "
                                       "check its address, or leave --scheduler out to use this machine") from None
             else:
-                if not dask_installed():
-                    raise OptionError(NO_DASK)
                 cluster = local_cluster(workers)  # imports Dask while its workers' forkserver imports theirs
                 try:
                     from distributed import Client
@@ -88,26 +88,19 @@ def open_job(source, client=None, *, pattern: str | None = None, scheduler: str 
 
 
 JOBS_EXTRA = "pip install 'nsight-magic[jobs]'"
-NO_DASK = (f"a job's per-rank reports are analysed on Dask, which is not installed here: {JOBS_EXTRA} "
-           "(or pip install distributed)")
 
 
-def dask_client_class():
-    """distributed.Client, or an OptionError saying how to install it: Dask comes with the `jobs` extra, the only
-    part of nsight-magic that needs it."""
+def require_dask() -> None:
+    """An OptionError saying how to install Dask where it is not installed (the `jobs` extra, the only part of
+    nsight-magic that needs it), without importing it: a LocalCluster's start imports it while its workers'
+    forkserver imports theirs."""
     try:
-        from distributed import Client
-    except ImportError:
-        raise OptionError(NO_DASK) from None
-    return Client
-
-
-def dask_installed() -> bool:
-    """Whether distributed can be imported here, without importing it."""
-    try:
-        return importlib.util.find_spec("distributed") is not None
+        found = importlib.util.find_spec("distributed") is not None
     except (ImportError, ValueError):  # ValueError: a module set to None in sys.modules
-        return False
+        found = False
+    if not found:
+        raise OptionError(f"a job's per-rank reports are analysed on Dask, which is not installed here: "
+                          f"{JOBS_EXTRA} (or pip install distributed)")
 
 
 def local_cluster(workers: int):
