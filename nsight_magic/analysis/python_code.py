@@ -244,6 +244,10 @@ def cell_lines(ps: PythonSamples) -> pd.DataFrame:
 
 
 MEASURED_SHARE = 0.9  # of a line's samples the NVTX ranges that hold only that line must hold to measure it
+# how far from its true time a sample may sit on the report's clock (the clock mark made a little after its
+# reading, the two clocks' drift over the cell: 0.1-21 us over 0.4 s cells here): a sample this close to a range's
+# edge may belong to either side (seen: the last sample of one line 0.6-6 us inside the next line's range)
+PLACED_WITHIN_NS = 50_000
 OWN_DOMAINS = (CAPTURE_DOMAIN,)  # our ranges around the whole cell and our marks
 
 
@@ -282,29 +286,32 @@ def measured_lines(ps: PythonSamples, nvtx: pd.DataFrame) -> pd.DataFrame:
         sampled = hi > lo
         if not sampled.any():
             continue
-        # each range's candidate line (its middle sample's) and how many of its samples are that line's: a count
-        # in [lo, hi) of one line's samples, by a search among the samples sorted by (line, position)
-        cand = line[np.where(sampled, (lo + hi - 1) // 2, 0)]
-        n = len(line) + 1
-        keys = np.sort((line + 1).astype(np.int64) * n + np.arange(len(line)))
-        held = np.searchsorted(keys, (cand + 1) * n + hi) - np.searchsorted(keys, (cand + 1) * n + lo)
+        # every sample inside a range, with the range's name, to count per name how many are each line's (all of
+        # them: the middle sample of each range alone missed the measured line's where a range held two samples
+        # of two lines), less those that may belong across the range's edge
+        names = r["name"].astype(str).to_numpy()
+        held = np.flatnonzero(sampled)
+        count = (hi - lo)[held]
+        of_range = np.repeat(held, count)
+        at_sample = np.repeat(lo[held] - (np.cumsum(count) - count), count) + np.arange(int(count.sum()))
+        when = t[at_sample]
+        clear = (when - rs[of_range] >= PLACED_WITHIN_NS) & (re_[of_range] - when >= PLACED_WITHIN_NS)
+        by = pd.DataFrame({"name": names[of_range][clear], "line": line[at_sample][clear]})
         # a name measures line L when MEASURED_SHARE of the samples inside its ranges are L's (a sample in the
         # `with` statement's own line as the range opens is noise); its ranges that fell between samples (a 4 ms
         # line sampled every 5 ms) ran the same code and count too
-        by = pd.DataFrame({"name": r["name"].astype(str).to_numpy(), "line": cand, "held": held,
-                           "n": hi - lo})[sampled]
-        best = by.groupby(["name", "line"])["held"].sum().reset_index() \
+        best = by.groupby(["name", "line"]).size().rename("held").reset_index() \
             .sort_values("held", ascending=False, kind="stable").drop_duplicates("name").set_index("name")
-        best["n"] = by.groupby("name")["n"].sum()
+        best["n"] = by.groupby("name").size()
         per = best[(best["line"] >= 0) & (best["held"] >= MEASURED_SHARE * best["n"])]["line"]
         if per.empty:
             continue
-        names = r["name"].astype(str).to_numpy()
         for name, ln in per.items():
             k = np.flatnonzero(names == name)
             ranges = iv.union(rs[k], re_[k])
             at = t[line == ln]
-            if iv.contains(ranges, at).sum() >= MEASURED_SHARE * len(at):
+            near = iv.union(rs[k] - PLACED_WITHIN_NS, re_[k] + PLACED_WITHIN_NS)  # (a sample just past an edge)
+            if iv.contains(near, at).sum() >= MEASURED_SHARE * len(at):
                 rows.append((int(ln), float(iv.total(ranges)), name))
     if not rows:
         return none
