@@ -171,5 +171,8 @@ def test_a_variable_passed_by_name_reaches_the_profiled_process(tmp_path, monkey
     assert "HF_TOKEN" in listing and value not in listing  # names, never values
     assert "passed beyond the allow-list: MY_MODE" in listing
     # a passed variable is in the report, as nsys records the environment (the README says so)
+    # (the file nsys wrote: under a loaded full run of CI, once, the export to report.sqlite was missing)
     passed = next((tmp_path / "nsight-profiles").glob("passed-*"))
-    assert value.encode() in (passed / "report.sqlite").read_bytes()
+    written = [p for p in (passed / "report.nsys-rep", passed / "report.qdstrm") if p.exists()]
+    assert written, (sorted(p.name for p in passed.iterdir()), cell_text(nb.cells[2]))
+    assert value.encode() in written[0].read_bytes()
