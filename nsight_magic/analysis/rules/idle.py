@@ -53,27 +53,39 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         span = I.union(e["start_ns"], e["end_ns"])
         inside = I.overlap(span, gs, ge) if every else I.overlap(span, gs[mine], ge[mine])
         meet = inside > 0
-        g = gaps.take(np.flatnonzero(meet) if every else np.flatnonzero(mine)[meet])
-        frac = inside[meet].astype(float) / np.maximum((g["end_ns"] - g["start_ns"]).to_numpy(float), 1)
+        # positions and the few columns needed, never a copy of the frame (at 10M kernels the stretches of
+        # gpu_time_util meet 13M gaps: their frame taken whole was 2 GB at the analysis's peak)
+        rows = np.flatnonzero(meet) if every else np.flatnonzero(mine)[meet]
+        del mine
+
+        def col(c: str, dtype: type = np.int64) -> np.ndarray:
+            return np.asarray(gaps[c].to_numpy(dtype)[rows])
+
+        starts = gs[rows]
+        weight = inside[meet].astype(float) / np.maximum(ge[rows] - starts, 1) * col("scale", float)
+        del inside, meet
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)
-        quiet = quiet_gaps(g, ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"])
+        launch_ns = col("launch", float)
+        quiet = quiet_gaps(pd.DataFrame({"launch": launch_ns, "calls": col("calls")}, copy=False),
+                           ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"]) \
+            if "calls" in gaps else np.zeros(len(rows), bool)
         # a round trip's gaps are host_round_trip's, whatever their categories (when that rule ran and found them)
-        trip = g["round_trip"].to_numpy(bool) if "round_trip" in g and "host_round_trip" in fired \
-            else np.zeros(len(g), bool)
+        trip = col("round_trip", bool) if "round_trip" in gaps and "host_round_trip" in fired \
+            else np.zeros(len(rows), bool)
         # so are the gaps before small copies made one at a time (their launch and sync time), when that rule fired
-        few = np.isin(g["start_ns"].to_numpy(np.int64), ctx.small_copy_gaps.get((pid, dev), ())) \
-            if "small_copies" in fired else np.zeros(len(g), bool)
+        few = np.isin(starts, ctx.small_copy_gaps.get((pid, dev), ())) \
+            if "small_copies" in fired else np.zeros(len(rows), bool)
         few &= ~trip
         # an autotuner's steps are its own, whatever their categories (when autotune fired)
-        tuned = np.isin(g["start_ns"].to_numpy(np.int64), ctx.autotune_gaps.get((pid, dev), ())) \
-            if "autotune" in fired else np.zeros(len(g), bool)
+        tuned = np.isin(starts, ctx.autotune_gaps.get((pid, dev), ())) \
+            if "autotune" in fired else np.zeros(len(rows), bool)
         tuned &= ~trip
         few &= ~tuned
         # and the gaps before read-back copies queued already (their launch time: implicit_sync's)
-        back = np.isin(g["start_ns"].to_numpy(np.int64), ctx.readback_gaps.get((pid, dev), ())) \
-            if "implicit_sync" in fired else np.zeros(len(g), bool)
+        back = np.isin(starts, ctx.readback_gaps.get((pid, dev), ())) \
+            if "implicit_sync" in fired else np.zeros(len(rows), bool)
         back &= ~trip & ~few & ~tuned
         rest = ~trip & ~few & ~tuned
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
@@ -86,17 +98,20 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
                   ("host wait", os_in_quiet, quiet & rest), ("host wait", "host_wait", ~quiet & rest)]
         # steps that grow claimed the idle time of their growth (growing_steps), whatever its category
         grown = dict(ctx.growth_idle.get((pid, dev), {})) if "growing_steps" in fired else {}
-        weighted = {cat: g[cat].to_numpy(float) * frac * g["scale"].to_numpy(float) for cat in EXPLAINED_BY}
-        for cat, rule, m in parts:
-            part = float(weighted[cat][m].sum())
-            if rule in fired:
-                named[rule] = named.get(rule, 0) + int(part)
-                continue
-            take = min(part, grown.get(cat, 0.0))
-            if take > 0:
-                grown[cat] -= take
-                named["growing_steps"] = named.get("growing_steps", 0) + int(take)
-            left += part - take
+        for cat in EXPLAINED_BY:  # one category's weighted time at a time
+            weighted = (launch_ns if cat == "launch" else col(cat, float)) * weight
+            for c, rule, m in parts:
+                if c != cat:
+                    continue
+                part = float(np.sum(weighted, where=m))
+                if rule in fired:
+                    named[rule] = named.get(rule, 0) + int(part)
+                    continue
+                take = min(part, grown.get(cat, 0.0))
+                if take > 0:
+                    grown[cat] -= take
+                    named["growing_steps"] = named.get("growing_steps", 0) + int(take)
+                left += part - take
         by_pair[(pid, dev)] = int(left)
     words = ""
     if named:
