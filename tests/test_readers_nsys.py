@@ -665,6 +665,45 @@ def test_columnar_cache_gives_the_same_frames_and_is_dropped_when_the_export_cha
         assert not rep.cached and len(rep.kernel_summary())
 
 
+@pytest.mark.parametrize("cached", [False, True], ids=["read", "cached"])
+def test_the_frames_share_the_summaries_columns_and_an_edit_of_a_frame_copies(tmp_path, cached):
+    """The kernels' and CUDA calls' frames hold the core columns the summaries read (no second copy: 107 MB at 1M
+    kernels); a user's edit of such a frame changes that frame only, never the summaries or the cache."""
+    p = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    with open_nsys_report(p) as rep:
+        expected = [rep.kernel_summary(), rep.cuda_api_summary()]
+        if cached:
+            rep.write_cache()
+    with open_nsys_report(p) as rep:
+        assert rep.cached == cached
+        for frame in ("kernels", "cuda_api"):
+            core = rep.core(frame)
+            before = {c: np.array(core[c]) for c in ("start_ns", "end_ns", "correlation_id")}
+            few = rep.columns(frame, ["start_ns", "correlation_id"])  # what the analysis reads before the frame
+            assert np.shares_memory(few["start_ns"].to_numpy(), np.asarray(core["start_ns"]))
+            few.loc[1, "start_ns"] = -9
+            df = getattr(rep, frame)
+            for c in before:
+                assert np.shares_memory(df[c].to_numpy(), np.asarray(core[c])), (frame, c)
+            df.loc[0, "start_ns"] = -5
+            df.loc[:, "correlation_id"] = 7
+            df["end_ns"] += 1
+            assert df["start_ns"].iloc[0] == -5 and (df["correlation_id"] == 7).all()
+            assert df["start_ns"].iloc[1] == before["start_ns"][1] and few["start_ns"].iloc[1] == -9
+            for c, was in before.items():
+                np.testing.assert_array_equal(np.asarray(rep.core(frame)[c]), was, err_msg=f"{frame}.{c}")
+        for a, b in zip([rep.kernel_summary(), rep.cuda_api_summary()], expected):
+            pd.testing.assert_frame_equal(a, b)
+        if not cached:  # the cache written after the edits holds the report's columns
+            rep.write_cache()
+    if not cached:
+        with open_nsys_report(p) as rep:
+            assert rep.cached
+            for a, b in zip([rep.kernel_summary(), rep.cuda_api_summary()], expected):
+                pd.testing.assert_frame_equal(a, b)
+
+
 def test_text_and_arrow_read_paths_agree(monkeypatch):
     """ADBC's Arrow path and the group_concat text path (used when ADBC is missing or cannot type a column)."""
     from nsight_magic.readers import nsys_sql

@@ -14,6 +14,7 @@ import json
 import hashlib
 import warnings
 import weakref
+from typing import Any, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 import os
 import re
@@ -196,6 +197,8 @@ class NsysData:
         self.sqlite_path = Path(sqlite_path)
         self.path = Path(source) if source else self.sqlite_path
         self._core_cache: dict[str, dict | None] = {}
+        # (frame, column) -> the Series through which frames share a core column (_lend): held as long as the report
+        self._lent: dict[tuple[str, str], pd.Series] = {}
         self._frame_jobs: dict[str, Future] = {}
         self._con, self._tables = connect(self.sqlite_path)
         try:
@@ -308,7 +311,8 @@ class NsysData:
     def _read_frame(self, name: str, con) -> pd.DataFrame:
         # the core columns the summaries read (or are reading) are not read a second time
         have = self.core(name) if name in self._CORE and name in self._core_cache else None
-        df = self._query(read_frame, con, self._tables, self.strings, S.ALL_SPECS[name], self.sqlite_path, have)
+        df = self._query(read_frame, con, self._tables, self.strings, S.ALL_SPECS[name], self.sqlite_path, have,
+                         functools.partial(self._lend, name) if have else None)
         return sort_by_start(df) if "start_ns" in df else df
 
     _PREFETCH = ("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt", "sync")
@@ -349,11 +353,23 @@ class NsysData:
         got = dict(zip(rest, self.narrow(spec, rest) or ())) if rest else {}
         if rest and not got:  # the table is absent
             return empty_frame(frame)[cols]
-        got.update({c: core[c] for c in raw if c in core})
-        out = {c: convert(self._con, self._tables, self.strings, by_name[c], got[c]) for c in raw}
+        out = {c: self._lend(frame, c, functools.partial(convert, self._con, self._tables, self.strings,
+                                                          by_name[c], core[c])) if c in core else
+               convert(self._con, self._tables, self.strings, by_name[c], got[c]) for c in raw}
         if "duration_ns" in cols:
             out["duration_ns"] = out["end_ns"] - out["start_ns"]
-        return pd.DataFrame({c: out[c] for c in cols})
+        # the core columns lent (no copy: the memo's operations at 10M kernels), the others made here
+        return pd.DataFrame({c: out[c] for c in cols}, copy=False)
+
+    def _lend(self, frame: str, col: str, make: Callable[[], Any]) -> pd.Series:
+        """The core column `col` of `frame` as the frames have it (`make()`, once), in a Series that this report
+        holds: every frame and columns() that use the column share its memory, and pandas' copy-on-write, seeing
+        the Series, copies on an edit of one of them rather than writing into what the others (and the summaries)
+        read."""
+        got = self._lent.get((frame, col))
+        if got is None:  # two threads may make it at once: the first kept serves both from then on
+            got = self._lent.setdefault((frame, col), pd.Series(make(), copy=False))
+        return got
 
     def _table(self, name: str) -> str | None:
         return find_table(self._tables, name)

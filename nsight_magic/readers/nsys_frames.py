@@ -1,7 +1,9 @@
 """Build the DataFrames of an Nsight Systems export from the column specs (no per-row Python)."""
 from __future__ import annotations
 
+import functools
 import warnings
+from typing import Callable
 
 import numpy as np
 import pandas as pd
@@ -24,10 +26,10 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
 
     Each raw column is read once even when several of ours come from it (pid and tid both come from
     globalTid, decoded here with numpy); a column absent from this export version reads as NULL.  `have`: columns
-    this function already returned for the same table and spec (the core columns the summaries read), copied
-    instead of read again."""
+    this function already returned for the same table and spec (the core columns the summaries read), taken as
+    they are instead of read again (read_frame shares them with the frame it makes)."""
     wanted = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
-    have = {c.name: np.array(have[c.name]) for c in wanted if have and c.name in have}
+    have = {c.name: have[c.name] for c in wanted if have and c.name in have}
     cols = [c for c in wanted if c.name not in have]
     if not cols:
         return have
@@ -119,7 +121,13 @@ def _pd_dtype(d: str):
 
 
 def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=None,
-               have: dict[str, np.ndarray] | None = None) -> pd.DataFrame:
+               have: dict[str, np.ndarray] | None = None, lend: Callable[[str, Callable], pd.Series] | None = None
+               ) -> pd.DataFrame:
+    """The frame of `spec`'s table.  `have`: its core columns read already (NsysData.core), shared with the frame,
+    not copied (107 MB of the kernels' and CUDA calls' at 1M kernels): `lend(name, make)` gives the Series that
+    holds each (made by `make()` once), which the caller keeps as long as the columns it lent, so that pandas'
+    copy-on-write sees the reference and an edit of the frame (`rep.kernels.loc[i, c] = v`) copies instead of
+    writing into them.  Without `lend` the frame gets copies."""
     table = find_spec_table(tables, spec)
     if table is None:
         return empty_frame(spec.frame)
@@ -132,7 +140,11 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     data: dict[str, object] = {}
     for c in spec.cols:
         if c.how != "text":
-            data[c.name] = convert(con, tables, strings, c, ints[c.name])
+            make = functools.partial(convert, con, tables, strings, c, ints[c.name])
+            if have and c.name in have:
+                data[c.name] = lend(c.name, make) if lend is not None else pd.Series(make(), copy=True)
+            else:
+                data[c.name] = make()
     for c in spec.cols:
         if c.how == "text":
             raw = raws[c.name]
