@@ -146,7 +146,16 @@ def test_the_main_threads_waits_for_our_sampler_are_ours_and_for_its_own_thread_
         finally:
             again.close()
     assert mine < ours or mine < 8.0, (mine, ours)
+    # contended: the spinner's hold, the program's own, dwarfs ours.  Once, under a loaded full run, the sampler's
+    # passes (descheduled while they held the GIL) made 78.6 ms of ours against 268 ms the program's: recorded again
     mine, ours = _gil_ms(rep, "contended")
+    if not mine > 4 * ours:
+        (tmp_path / "contended").mkdir()
+        again = _record_gil(tmp_path / "contended")
+        try:
+            mine, ours = _gil_ms(again, "contended")
+        finally:
+            again.close()
     assert mine > 4 * ours, (mine, ours)
     # the sampler's own thread is not the program's
     (pid, tid), = ps.sampler_threads
