@@ -31,42 +31,59 @@ class Enclosing:
 
     def __init__(self, report: NsysFrames, exclude_domains: tuple[str, ...] = (), only: tuple[str, ...] = ()) -> None:
         nv = report.nvtx
-        if len(nv):
-            keep = ~tx.eq(nv["kind"], "mark")
-            if only:
-                keep &= tx.isin(nv["domain"], only)
-            else:  # PyTorch's emit_nvtx ranges are operators too, not the user's
-                keep &= ~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)) & ~emitted(nv)
-            # the five columns used, then the rows: the frame's other columns are not copied (3M ranges)
-            nv = nv[["start_ns", "end_ns", "pid", "tid", "name" if only else "label"]][keep]
-        # (pid, tid) -> its ranges' starts, ends, parents (intervals.nest) and labels, by start
-        self.threads: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        if len(nv):
-            end = pd.to_numeric(nv["end_ns"], errors="coerce").fillna(np.iinfo(np.int64).max)
-            # a range's label ("Domain:name"); the name alone where one domain was asked for
-            self._index(nv.assign(end_ns=end.astype(np.int64)), tx.text_array(nv["name" if only else "label"]))
+        # (pid, tid) -> its ranges' starts, ends, parents (intervals.nest), by start, and each one's label as an
+        # index into an array of texts
+        self.threads: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
+        if not len(nv):
+            return
+        keep = ~tx.eq(nv["kind"], "mark")
+        if only:
+            keep &= tx.isin(nv["domain"], only)
+        else:  # PyTorch's emit_nvtx ranges are operators too, not the user's
+            keep &= ~tx.isin(nv["domain"], (CAPTURE_DOMAIN, OPS_DOMAIN, *exclude_domains)) & ~emitted(nv)
+        keep = np.asarray(keep, bool)
+        rows = None if keep.all() else np.flatnonzero(keep)
+        if rows is not None and not len(rows):
+            return
+
+        def kept(a: np.ndarray) -> np.ndarray:  # the column's kept rows, as positions: no frame copied (3M ranges)
+            return a if rows is None else a[rows]
+
+        # a range's label ("Domain:name"); the name alone where one domain was asked for: the category's text once
+        cat = pd.Categorical(nv["name" if only else "label"])
+        texts = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
+        codes = kept(np.asarray(cat.codes))
+        codes = np.where(codes >= 0, codes, len(texts) - 1)
+        end = nv["end_ns"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)
+        self._index(kept(nv["start_ns"].to_numpy(np.int64)), kept(end), kept(nv["pid"].to_numpy(np.int64)),
+                    kept(nv["tid"].to_numpy(np.int64)), codes, texts)
 
     @classmethod
     def from_ranges(cls, ranges: pd.DataFrame, labels: npt.ArrayLike) -> Enclosing:
         """The innermost of the given ranges (start_ns, end_ns, pid, tid) open at a time, named by `labels`."""
         me = cls.__new__(cls)
         me.threads = {}
-        me._index(ranges, np.asarray(labels, dtype=object))
+        if len(ranges):
+            me._index(ranges["start_ns"].to_numpy(np.int64), ranges["end_ns"].to_numpy(np.int64),
+                      ranges["pid"].to_numpy(np.int64), ranges["tid"].to_numpy(np.int64),
+                      np.arange(len(ranges)), np.asarray(labels, dtype=object))
         return me
 
-    def _index(self, ranges: pd.DataFrame, labels: np.ndarray) -> None:
-        s_all = ranges["start_ns"].to_numpy(np.int64)
-        e_all = ranges["end_ns"].to_numpy(np.int64)
-        for (pid, tid), idx in ranges.groupby(["pid", "tid"], sort=False).indices.items():  # threads: a few
+    def _index(self, s_all: np.ndarray, e_all: np.ndarray, pid: np.ndarray, tid: np.ndarray, codes: np.ndarray,
+               texts: np.ndarray) -> None:
+        """Each thread's ranges by start (ties: the longest first), their parents, and their labels (codes into
+        texts)."""
+        threads = pd.DataFrame({"pid": pid, "tid": tid}, copy=False).groupby(["pid", "tid"], sort=False).indices
+        for (p, t), idx in threads.items():  # threads: a few
             s = s_all[idx]
             if len(s) > 1 and not bool((s[1:] > s[:-1]).all()):  # ties or disorder: by start, the longest first
                 o = idx[np.lexsort((-(e_all[idx] - s), s))]
                 s = s_all[o]
-            else:  # the frame comes by start: one thread's rows, distinct starts, are in order already
+            else:  # the rows come by start: one thread's rows, distinct starts, are in order already
                 o = idx
             e = e_all[o]
             _, parent = I.nest(s, e)
-            self.threads[(int(pid), int(tid))] = (s, e, parent, labels[o])
+            self.threads[(int(p), int(t))] = (s, e, parent, codes[o], texts)
 
     @classmethod
     def of(cls, report: NsysFrames, only: tuple[str, ...] = ()) -> Enclosing:
@@ -83,11 +100,11 @@ class Enclosing:
         out = np.full(len(at), None, dtype=object)
         pids = np.asarray(pid, dtype=float)
         tids = np.asarray(pd.array(tid, dtype="Int64").to_numpy(dtype=float, na_value=np.nan))
-        for (p, th), (s, e, parent, label) in self.threads.items():
+        for (p, th), (s, e, parent, codes, texts) in self.threads.items():
             m = np.flatnonzero((pids == p) & (tids == th))
             if not len(m):
                 continue
             cand = I.innermost(s, e, parent, at[m])
             ok = cand >= 0
-            out[m[ok]] = label[cand[ok]]
+            out[m[ok]] = texts[codes[cand[ok]]]
         return out

@@ -166,12 +166,15 @@ def _steps_of(g: pd.DataFrame) -> tuple[str, np.ndarray, np.ndarray] | None:
     depth = cand.groupby(cst)["depth"].min()
     outer = depth[depth == depth.min()].index
     best, best_key = None, None
+    # each candidate's rows at its depth, by start (ties in the frame's order), as positions: no copy of the rows
+    # (3M ranges of a few names)
+    c_depth, c_start = cand["depth"].to_numpy(np.int64), cand["start_ns"].to_numpy(np.int64)
     for name in outer:  # a few candidate names
-        r = cand[(cst == name).to_numpy()].sort_values("start_ns", kind="stable")
-        r = r[r["depth"] == depth[name]]
-        starts = r["start_ns"].to_numpy(np.int64)
-        ends = r["end_ns"].astype(np.int64).to_numpy()
-        key = (int(ends.max() - starts.min()), len(r))  # the loop it spans, then how many steps
+        idx = np.flatnonzero((cst == name).to_numpy(bool, na_value=False) & (c_depth == depth[name]))
+        idx = idx[np.argsort(c_start[idx], kind="stable")]
+        starts = c_start[idx]
+        ends = cand["end_ns"].iloc[idx].astype(np.int64).to_numpy()
+        key = (int(ends.max() - starts.min()), len(idx))  # the loop it spans, then how many steps
         if best_key is None or key > best_key:
             best, best_key = (str(name), starts, ends), key
     return best

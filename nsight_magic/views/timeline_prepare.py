@@ -610,7 +610,16 @@ def _layout_rows(ev: Part, report: NsysFrames, cat_code: Callable[[str], int]) -
     and each context (when a GPU has several).  Returns the rows table (display order) and each event's row."""
     gpu = ev["gpu"]
     m24 = 0xFFFFFF
-    thread_key = ((ev["key_a"] & m24) << 33) | ((ev["key_b"] & m24) << 9) | (ev["sub"] & 0x1FF)
+    # each event's row key, made in place and for the GPU's events apart (3M NVTX ranges: one array, not eight)
+    on_gpu = np.flatnonzero(gpu)
+    key = ev["key_a"] & m24
+    key <<= 33
+    part = ev["key_b"] & m24
+    part <<= 9
+    key |= part
+    np.bitwise_and(ev["sub"], 0x1FF, out=part)
+    key |= part
+    del part
     # ranks (%%nsys --nproc), or several processes with GPU work: each one's GPU rows go under its process (in
     # rank order, else pid order), so GPU keys carry the owner too
     ranks = dict(report.ranks_by_pid or {})
@@ -620,13 +629,13 @@ def _layout_rows(ev: Part, report: NsysFrames, cat_code: Callable[[str], int]) -
         if len(gpu_pids) > 1:
             order_of = {int(p): int(p) for p in gpu_pids}
     rank_pids = sorted(order_of, key=lambda p: (order_of[p], p))[:127]
-    slot = np.zeros(len(gpu), np.int64)
+    slot = np.zeros(len(on_gpu), np.int64)
     if rank_pids:
-        slot = pd.Index(rank_pids).get_indexer(ev["pid"]).astype(np.int64) + 1  # 0: no rank
+        slot = pd.Index(rank_pids).get_indexer(ev["pid"][on_gpu]).astype(np.int64) + 1  # 0: no rank
     # GPU events: key_b device, key_a context, sub stream (shifted so that a missing stream -1 stays apart)
-    gpu_key = (_GPU_BIT | (slot << 55) | ((ev["key_b"] & 0xFF) << 47) | ((ev["key_a"] & 0x1FFF) << 34)
-               | ((ev["sub"] + 2) & 0x3FFFFFFFF))
-    key = np.where(gpu, gpu_key, thread_key)
+    key[on_gpu] = (_GPU_BIT | (slot << 55) | ((ev["key_b"][on_gpu] & 0xFF) << 47)
+                   | ((ev["key_a"][on_gpu] & 0x1FFF) << 34) | ((ev["sub"][on_gpu] + 2) & 0x3FFFFFFFF))
+    del slot
     codes, uniq = pd.factorize(key, sort=False)
     first = np.full(len(uniq), -1, np.int64)
     first[codes[::-1]] = np.arange(len(key))[::-1]
