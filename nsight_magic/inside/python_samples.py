@@ -135,6 +135,11 @@ class PythonSampler:
         return {t.ident for t in threading.enumerate()
                 if t.ident not in (me, self._cell_ident) and t.ident is not None and not is_machinery(t)}
 
+    @staticmethod
+    def _known_threads() -> set[int | None]:
+        """The idents of the threads `threading` knows (sys._current_frames may show one before it does)."""
+        return {t.ident for t in threading.enumerate()}
+
     def _alone(self) -> bool:
         """Whether the cell's thread is the program's only thread (ours and the machinery's aside)."""
         me = threading.get_ident()
@@ -148,19 +153,20 @@ class PythonSampler:
         interval = self.interval
         rng = random.Random()
         wait = interval
-        threads = len(sys._current_frames())
         self._lower(self._alone())
-        program = self._program_threads()
+        program, threads = self._program_threads(), self._known_threads()
         running: dict[int, int] = {}  # a program thread's consecutive passes seen running Python
         told = not self.on_busy_thread
         due = time.monotonic_ns() - self.clock_ns + int(wait * 1e9)
         while not self._stop.wait(wait):
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
-            if len(current) != threads:  # a thread came or went: is the cell's still alone?
-                threads = len(current)
+            # a thread came or went: is the cell's still alone, which are the program's?  By identity (one ending as
+            # another starts keeps the count), and again until `threading` knows a new one (a thread runs Python
+            # before Thread.start registers it: its first passes were missed, and with them its busy passes)
+            if current.keys() != threads:
                 self._lower(self._alone())
-                program = self._program_threads()
+                program, threads = self._program_threads(), self._known_threads()
             for ident, frame in current.items():
                 if ident == me:
                     continue
