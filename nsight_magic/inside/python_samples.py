@@ -162,8 +162,8 @@ class PythonSampler:
             now = time.monotonic_ns() - self.clock_ns
             current = sys._current_frames()
             # a thread came or went: is the cell's still alone, which are the program's?  By identity (one ending as
-            # another starts keeps the count), and again until `threading` knows a new one (a thread runs Python
-            # before Thread.start registers it: its first passes were missed, and with them its busy passes)
+            # another starts keeps the count), and again until `threading` knows a new one's ident (a new thread
+            # runs Python before it has one: a refresh then left it out of the program's, never to be watched)
             if current.keys() != threads:
                 self._lower(self._alone())
                 program, threads = self._program_threads(), self._known_threads()
