@@ -49,14 +49,11 @@ class Enclosing:
         def kept(a: np.ndarray) -> np.ndarray:  # the column's kept rows, as positions: no frame copied (3M ranges)
             return a if rows is None else a[rows]
 
-        # a range's label ("Domain:name"); the name alone where one domain was asked for: the category's text once
-        cat = pd.Categorical(nv["name" if only else "label"])
-        texts = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
-        codes = kept(np.asarray(cat.codes))
-        codes = np.where(codes >= 0, codes, len(texts) - 1)
+        # a range's label ("Domain:name"); the name alone where one domain was asked for: each text made once
+        codes, texts = tx.text_codes(nv["name" if only else "label"])
         end = nv["end_ns"].to_numpy(np.int64, na_value=np.iinfo(np.int64).max)
         self._index(kept(nv["start_ns"].to_numpy(np.int64)), kept(end), kept(nv["pid"].to_numpy(np.int64)),
-                    kept(nv["tid"].to_numpy(np.int64)), codes, texts)
+                    kept(nv["tid"].to_numpy(np.int64)), kept(codes), texts)
 
     @classmethod
     def from_ranges(cls, ranges: pd.DataFrame, labels: npt.ArrayLike) -> Enclosing:

@@ -114,8 +114,10 @@ def as_text(col: pd.Series) -> Any:
     return col.astype(str).to_numpy()
 
 
-def text_array(col: Column) -> np.ndarray:
-    """col.astype(str).to_numpy(object), each distinct value made text once (rows refer to it; missing: NaN)."""
+def text_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, texts): col.astype(str) as each row's index into texts, each distinct value made text once
+    (missing: the last text, NaN)."""
     cat = pd.Categorical(col)
     text = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
-    return np.asarray(text[np.where(np.asarray(cat.codes) >= 0, cat.codes, len(text) - 1)])
+    codes = np.asarray(cat.codes)
+    return np.where(codes >= 0, codes, len(text) - 1), text
