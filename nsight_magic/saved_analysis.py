@@ -110,7 +110,8 @@ def _save(report: NsysTables, thresholds: dict[str, Any] | None) -> bool:
     for i, f in enumerate(findings):
         frames[f"evidence{i}"] = f.evidence
         docs.append({**{k: getattr(f, k) for k in _FINDING_TEXT}, "time_at_stake_ns": int(f.time_at_stake_ns),
-                     "ranges": [[int(a), int(b)] for a, b in f.ranges], "related": list(f.related)})
+                     "ranges": [[int(a), int(b)] for a, b in f.ranges], "related": list(f.related),
+                     "events": None if f.events is None else int(f.events)})
     doc: dict[str, Any] = {
         "verdict": {"kind": verdict.kind, "summary": verdict.summary, "window": [int(x) for x in verdict.window],
                     "window_source": verdict.window_source, "steps": int(verdict.steps),
@@ -254,7 +255,8 @@ def restore(report: NsysTables, thresholds: dict[str, Any] | None = None, timeli
         findings = [Finding(**{k: str(d[k]) for k in _FINDING_TEXT}, time_at_stake_ns=int(d["time_at_stake_ns"]),
                             evidence=frames[f"evidence{i}"],
                             ranges=tuple((int(a), int(b)) for a, b in d["ranges"]),
-                            related=tuple(str(r) for r in d["related"]))
+                            related=tuple(str(r) for r in d["related"]),
+                            events=None if d["events"] is None else int(d["events"]))
                     for i, d in enumerate(doc["findings"])]
     except Exception:  # noqa: BLE001 - a file edited by hand, an unreadable folder: analysed again instead
         return False
@@ -307,4 +309,4 @@ def kept_page(report: NsysTables, thresholds: dict[str, Any] | None = None) -> P
 
 def kept_fields() -> set[str]:
     """The Finding fields kept (a test checks that every field is)."""
-    return set(_FINDING_TEXT) | {"time_at_stake_ns", "ranges", "related", "evidence"}
+    return set(_FINDING_TEXT) | {"time_at_stake_ns", "ranges", "related", "evidence", "events"}

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import DATA
 from nsight_magic.analysis.bottleneck import diagnose
+from nsight_magic.analysis.findings import findings_frame
 from nsight_magic.analysis.rules import GPU_SIDE
 from nsight_magic.report import open_report
 
@@ -147,6 +148,22 @@ def test_no_fixed_twin_raises_an_alarm(name, planted):
     fs = planted(name, "fixed").findings()
     alarms = sorted({f.rule for f in fs if f.severity in ALARM})
     assert alarms == ([TWIN_KEEPS[name]] if name in TWIN_KEEPS else []), [str(f) for f in fs[:4]]
+
+
+def test_a_finding_of_more_events_than_it_keeps_counts_them_all_and_keeps_the_longest(planted):
+    """launch_bound's planted loop: 30,000 kernels, every one shorter than its launch.  The finding's count and
+    title say 30,000; its evidence holds the 10,000 longest of them, in time order."""
+    from nsight_magic.analysis.rules.common import MAX_EVIDENCE
+
+    rep = planted("launch_bound", "bad")
+    (f,) = [f for f in rep.findings() if f.rule == "launch_bound"]
+    n = len(rep.kernels)
+    assert n > MAX_EVIDENCE and f.count == n and f.title.startswith(f"{n} of {n} kernels")
+    ev = f.evidence
+    assert len(ev) == MAX_EVIDENCE and ev["start_ns"].is_monotonic_increasing
+    longest = np.sort(rep.kernels["duration_ns"].to_numpy(np.int64))[::-1][:MAX_EVIDENCE]
+    assert (np.sort(ev["duration_ns"].to_numpy())[::-1] == longest).all()
+    assert findings_frame([f])["count"].iloc[0] == n
 
 
 def test_fusion_is_advised_for_chains_of_elementwise_kernels_only(planted, tmp_path):

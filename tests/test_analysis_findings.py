@@ -456,6 +456,19 @@ def test_a_findings_longest_evidence_is_a_stable_sorts_head_without_the_sort():
     assert Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"x": [1, 2, 3]})).longest(2)["x"].tolist() == [1, 2]
 
 
+def test_a_bounded_finding_keeps_its_longest_evidence_in_its_order_and_counts_every_event():
+    rng = np.random.default_rng(3)
+    ev = pd.DataFrame({"start_ns": np.arange(50) * 10, "duration_ns": rng.integers(0, 5, 50)})  # ties too
+    f = Finding("r", "low", "t", "", "", 0, "", ev)
+    b = f.bounded(10)
+    want = ev.iloc[np.sort(np.argsort(-ev["duration_ns"].to_numpy(), kind="stable")[:10])]
+    pd.testing.assert_frame_equal(b.evidence, want)
+    assert (b.count, f.count, len(b.evidence)) == (50, 50, 10) and b.longest(10).equals(f.longest(10))
+    assert f.bounded(50) is f and b.bounded(5).count == 50  # bounded again: still every event counted
+    floats = Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"duration_ns": [1.0, np.nan, 3.0, 2.0]}))
+    assert floats.bounded(2).evidence["duration_ns"].tolist() == [3.0, 2.0]  # NA sorts last, the order kept
+
+
 def test_the_largest_values_come_in_a_stable_sorts_order_without_sorting_them_all():
     from nsight_magic.analysis.top import largest
 

@@ -589,12 +589,20 @@ class Diagnosis:
         g = self._all_gaps
         if not category:
             return g.copy(deep=False)  # a caller's new columns stay its own
-        if category not in self._gaps_of:  # the rules ask for the same categories again
-            self._gaps_of[category] = np.flatnonzero((g[category] > 0).to_numpy(dtype=bool, na_value=False))
-        rows = self._gaps_of[category]
+        rows = self._rows_of(category)
         if largest is not None and len(rows) > largest:
             rows = rows[top.largest(g[category].to_numpy()[rows], largest)]
         return g.take(rows)
+
+    def gap_count(self, category: str) -> int:
+        """How many gaps hold time of `category` (gaps(category) with no `largest`)."""
+        return len(self._rows_of(category))
+
+    def _rows_of(self, category: str) -> npt.NDArray[np.intp]:
+        if category not in self._gaps_of:  # the rules ask for the same categories again
+            g = self.gaps()
+            self._gaps_of[category] = np.flatnonzero((g[category] > 0).to_numpy(dtype=bool, na_value=False))
+        return self._gaps_of[category]
 
     def exposed(self, starts: npt.ArrayLike, ends: npt.ArrayLike, pids: npt.ArrayLike, devices: npt.ArrayLike) -> int:
         """How much of the given GPU operations' time lies in the copy category of the steady windows (copies not

@@ -118,7 +118,9 @@ def _all_findings(report: NsysTables, th: dict[str, Any]) -> list[Finding]:
             ctx.fired.add(name)
         out += got
     out = _within_capture(out, ctx)
-    return sort_findings([_with_code(f, ctx) for f in out])
+    # each finding's words and numbers come from all its events; what it keeps of them is bounded (a report of ten
+    # million kernels would otherwise hold millions of rows of evidence)
+    return sort_findings([_with_code(f, ctx).bounded() for f in out])
 
 
 def _with_code(f: Finding, ctx: Context) -> Finding:

@@ -159,7 +159,8 @@ def _light(f):
     import dataclasses
 
     ev = f.longest(MAX_EVIDENCE) if len(f.evidence) > MAX_EVIDENCE else f.evidence
-    return dataclasses.replace(f, evidence=ev.reset_index(drop=True), ranges=tuple(f.ranges[:MAX_EVIDENCE]))
+    return dataclasses.replace(f, evidence=ev.reset_index(drop=True), ranges=tuple(f.ranges[:MAX_EVIDENCE]),
+                               events=f.count)
 
 
 def _host(con) -> str | None:

@@ -74,7 +74,7 @@ def _evidence_table(f: Finding, uid: str, origin_ns: int) -> str:
         shown.insert(cols.index("start_ns"), "at_ms", (shown.pop("start_ns") - origin_ns) / 1e6)
     return table_html(shown, table_id=f"nm-ev-{uid}", formats={"at_ms": "float"},
                       filter_box=False, max_rows=MAX_EVIDENCE_ROWS,
-                      caption=f"evidence: {_count(len(ev), 'event')}, the longest {min(len(ev), MAX_EVIDENCE_ROWS)} shown")
+                      caption=f"evidence: {_count(f.count, 'event')}, the longest {min(len(ev), MAX_EVIDENCE_ROWS)} shown")
 
 
 def _count(n: int, noun: str) -> str:

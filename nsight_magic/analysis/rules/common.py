@@ -3,7 +3,7 @@ passes around (the report, its thresholds and its diagnosis: analysis.bottleneck
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -23,6 +23,11 @@ if TYPE_CHECKING:  # types only: the rules read a report through the readers' co
     from ..bottleneck import Diagnosis
 
 
+# rows of evidence a finding keeps: the longest (a rule can flag half a million small kernels; its count says how
+# many, its numbers and words come from all of them)
+MAX_EVIDENCE = 10_000
+
+
 @dataclass(frozen=True)
 class Finding:
     rule: str
@@ -37,21 +42,33 @@ class Finding:
     ranges: tuple[tuple[int, int], ...] = ()
     related: tuple[str, ...] = ()  # rules whose findings are about the same time (merged into this one)
     code: str = ""                # the user's code the host ran in the evidence's stretches (Python samples)
+    events: int | None = None     # how many events it concerns, where the evidence keeps only the longest of them
 
     @property
     def count(self) -> int:
-        return len(self.evidence)
+        return len(self.evidence) if self.events is None else self.events
 
     def longest(self, n: int) -> pd.DataFrame:
         """The evidence's n longest rows (duration_ns), longest first, ties in their order: a stable sort's head,
         without sorting every row (the evidence may be half a million small kernels).  No duration: the first n."""
+        return self.evidence.iloc[self._longest_rows(n)]
+
+    def bounded(self, n: int = MAX_EVIDENCE) -> "Finding":
+        """The same finding with at most n rows of evidence, its longest in the order the rule gave them; its count
+        stays the number of events it concerns."""
+        if len(self.evidence) <= n:
+            return self
+        return replace(self, evidence=self.evidence.iloc[np.sort(self._longest_rows(n))], events=self.count)
+
+    def _longest_rows(self, n: int) -> np.ndarray:
         ev = self.evidence
         if "duration_ns" not in ev:
-            return ev.head(n)
+            return np.arange(min(n, len(ev)))
         d = ev["duration_ns"]
         if len(ev) <= n or d.dtype.kind != "i":  # a few rows, or floats and NA (sorted last): the sort itself
-            return ev.sort_values("duration_ns", ascending=False, kind="stable").head(n)
-        return ev.iloc[largest(d.to_numpy(), n)]
+            order = d.reset_index(drop=True).sort_values(ascending=False, kind="stable").index[:n]
+            return np.asarray(order, np.intp)
+        return largest(d.to_numpy(), n)
 
     def __str__(self) -> str:
         return f"[{self.severity}] {self.title} ({self.time_at_stake_ns / 1e6:,.3f} ms at stake)"

@@ -138,7 +138,7 @@ def rule_host_code(ctx: Context) -> list[Finding] | Found:
            "`%%nsys -t cuda,nvtx,osrt` records the OS calls it waited in (the OS runtime was not traced)."
            if untraced and not code and holder is None else ""),
         at_stake, estimate_words(ctx, f"the GPU's idle time while the launching thread ran {min_ms:g} ms or more "
-                                      "launching nothing"), ev, ranges_of(ev), code=code)], claims)
+                                      "launching nothing"), ev, ranges_of(ev), code=code, events=n)], claims)
 
 
 def _busy_thread(report: NsysFrames, ev: pd.DataFrame) -> GilHolder | None:

@@ -12,11 +12,10 @@ import pandas as pd
 
 from ..bottleneck import HOST
 from ..overhead import words as overhead_words
-from .common import Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words, with_operator
+from .common import (MAX_EVIDENCE, Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
+                     with_operator)
 from .. import text as tx
 from ...readers.contract import NsysFrames
-
-MAX_EVIDENCE = 10_000  # launch gaps of a CPU-bound loop can number millions: the longest are the evidence
 
 
 def _kernels_with_launch(report: NsysFrames) -> pd.DataFrame:
@@ -77,6 +76,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
     named = ctx.claimed.get("launch", 0)
     explained = (f" ({min(100.0, named * 100 / max(raw, 1)):.0f}% of it explained by the findings above)"
                  if named > 0 and raw > 0 else "")
+    events = None  # the evidence's rows
     if many_tiny:
         t = k[tiny]
         ev = evidence(t.assign(tid=t["api_tid"]), t["name"],
@@ -91,6 +91,7 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
                f"{ev['launch_ns'].median() / 1e3:.1f} us): the GPU waits for the CPU. Most frequent: "
                + "; ".join(f"{c} x {nm[:60]}" for nm, c in top.items()) + ".")
     else:
+        events = ctx.diag.gap_count("launch")  # a CPU-bound loop's launch gaps can number millions
         gaps = ctx.diag.gaps("launch", largest=MAX_EVIDENCE).sort_values("start_ns")
         ev = evidence(gaps, "GPU waits for a launch", {"wait_ns": gaps["launch"]})
         title = f"The GPU waits for the next launch {share:.0f}% of the steady state{explained}"
@@ -103,7 +104,8 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
         "`torch.compile(mode='reduce-overhead')`), fuse operations (`torch.compile`), use larger batches, and keep "
         "Python work (logging, `.item()`, list building) out of the loop.",
         at_stake, estimate_words(ctx, "the GPU's idle time while the launching thread was running (what a CUDA graph "
-                                      f"or fusion gives back), {overhead_words(report)}"), ev, ranges_of(ev))]
+                                      f"or fusion gives back), {overhead_words(report)}"), ev, ranges_of(ev),
+        events=events)]
 
 
 TRANSPOSE_RX = r"(?i)(?:nchw_?to_?nhwc|nhwc_?to_?nchw|nchw2nhwc|nhwc2nchw)"
