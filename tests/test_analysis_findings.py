@@ -305,10 +305,18 @@ def test_findings_name_the_operator_behind_a_copy_or_a_sync(tmp_path):
                     "SELECT r.start - 50, r.end + 50, 59, 'aten::_local_scalar_dense', r.globalTid, 7 "
                     "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
                     "WHERE s.value LIKE 'cudaStreamSynchronize%' OR s.value LIKE 'cudaDeviceSynchronize%'")
+        con.execute("INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) "
+                    "SELECT r.start - 50, r.end + 50, 59, 'aten::contiguous', r.globalTid, 7 "
+                    "FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN CUPTI_ACTIVITY_KIND_KERNEL k USING (correlationId) "
+                    "JOIN StringIds s ON s.id = k.demangledName WHERE s.value LIKE '%nchw%nhwc%' "
+                    "OR s.value LIKE '%nhwc%nchw%'")
     con.close()
     with open_report(p) as rep:
-        after = {f.rule: f for f in rep.findings(rules=["cuda_memcpy_async", "cuda_api_sync"])}
-    copy, sync = after["cuda_memcpy_async"], after["cuda_api_sync"]
+        after = {f.rule: f for f in rep.findings(rules=["cuda_memcpy_async", "cuda_api_sync", "layout_transpose"])}
+    copy, sync, layout = after["cuda_memcpy_async"], after["cuda_api_sync"], after["layout_transpose"]
+    transposes = layout.evidence["role"] == "transpose"
+    assert set(layout.evidence.loc[transposes, "op"]) == {"aten::contiguous"} and transposes.sum() == 120
+    assert "from PyTorch operator aten::contiguous" in layout.explanation
     assert set(copy.evidence["op"]) == {"aten::copy_"} and "from PyTorch operator aten::copy_" in copy.explanation
     assert set(sync.evidence["op"]) == {"aten::_local_scalar_dense"}
     assert "from PyTorch operator aten::_local_scalar_dense" in sync.explanation
@@ -461,9 +469,10 @@ def test_a_bounded_finding_keeps_its_longest_evidence_in_its_order_and_counts_ev
     ev = pd.DataFrame({"start_ns": np.arange(50) * 10, "duration_ns": rng.integers(0, 5, 50)})  # ties too
     f = Finding("r", "low", "t", "", "", 0, "", ev)
     b = f.bounded(10)
-    want = ev.iloc[np.sort(np.argsort(-ev["duration_ns"].to_numpy(), kind="stable")[:10])]
+    want = ev.iloc[np.sort(np.argsort(-ev["duration_ns"].to_numpy(), kind="stable")[:10])].reset_index(drop=True)
     pd.testing.assert_frame_equal(b.evidence, want)
-    assert (b.count, f.count, len(b.evidence)) == (50, 50, 10) and b.longest(10).equals(f.longest(10))
+    assert (b.count, f.count, len(b.evidence)) == (50, 50, 10)
+    assert b.longest(10).reset_index(drop=True).equals(f.longest(10).reset_index(drop=True))
     assert f.bounded(50) is f and b.bounded(5).count == 50  # bounded again: still every event counted
     floats = Finding("r", "low", "t", "", "", 0, "", pd.DataFrame({"duration_ns": [1.0, np.nan, 3.0, 2.0]}))
     assert floats.bounded(2).evidence["duration_ns"].tolist() == [3.0, 2.0]  # NA sorts last, the order kept

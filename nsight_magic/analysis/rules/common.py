@@ -58,7 +58,8 @@ class Finding:
         stays the number of events it concerns."""
         if len(self.evidence) <= n:
             return self
-        return replace(self, evidence=self.evidence.iloc[np.sort(self._longest_rows(n))], events=self.count)
+        ev = self.evidence.iloc[np.sort(self._longest_rows(n))].reset_index(drop=True)
+        return replace(self, evidence=ev, events=self.count)
 
     def _longest_rows(self, n: int) -> np.ndarray:
         ev = self.evidence
@@ -305,22 +306,25 @@ def _nullable_int(col: pd.Series) -> Any:
     return pd.array(pd.to_numeric(col, errors="coerce"), dtype="Int64")
 
 
+def evidence_names(name: Any, n: int) -> Any:
+    """The evidence's name column for n rows: a name per row (a Series or an array) or one for all."""
+    if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
+        # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
+        # the names present: counts and groups by name list no empty ones)
+        return tx.as_text_categories(name.cat.remove_unused_categories()).array
+    if isinstance(name, pd.Series):
+        name = name.to_numpy()
+    return pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str).array
+
+
 def evidence(df: pd.DataFrame, name: Any, extra: dict[str, Any] | None = None) -> pd.DataFrame:
     """Common evidence columns: start_ns, end_ns, duration_ns, name, pid, tid, device_id, stream_id (+ extra)."""
     n = len(df)
     start = df["start_ns"].to_numpy(np.int64)
     end = pd.to_numeric(df["end_ns"]).to_numpy(np.int64)
     # the columns framed once at the end (inserting them one at a time costs pandas' checks each time)
-    cols: dict[str, Any] = {"start_ns": start, "end_ns": end, "duration_ns": end - start}
-    if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
-        # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
-        # the names present: counts and groups by name list no empty ones)
-        cols["name"] = tx.as_text_categories(name.cat.remove_unused_categories()).array
-    else:
-        if isinstance(name, pd.Series):
-            name = name.to_numpy()
-        cols["name"] = pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n,
-                                 dtype=object).astype(str).array
+    cols: dict[str, Any] = {"start_ns": start, "end_ns": end, "duration_ns": end - start,
+                            "name": evidence_names(name, n)}
     for c in ("pid", "tid", "device_id", "stream_id"):
         cols[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():
@@ -351,6 +355,16 @@ def with_operator(report: NsysFrames, extra: dict[str, Any], pid: np.ndarray, ti
                   t: np.ndarray) -> dict[str, Any]:
     """`extra` plus an "op" column where the report has %%nsys --ops ranges: the PyTorch operator open on each
     call's thread when it was made (aten::copy_, aten::_local_scalar_dense, ...)."""
+    ops = _operators(report)
+    return extra if ops is None else {**extra, "op": ops(pid, tid, t)}
+
+
+def has_operators(report: NsysFrames) -> bool:
+    """The report has %%nsys --ops ranges (with_operator adds an "op" column)."""
+    return _operators(report) is not None
+
+
+def _operators(report: NsysFrames) -> Enclosing | None:
     from ..ops import op_ranges
 
     cache = report_memo(report).setdefault("enclosing", {})
@@ -358,9 +372,8 @@ def with_operator(report: NsysFrames, extra: dict[str, Any], pid: np.ndarray, ti
         r = op_ranges(report)
         cache["ops"] = Enclosing.from_ranges(r, r["op"].to_numpy(object)[np.where(
             r["owner"].to_numpy(np.int64) >= 0, r["owner"].to_numpy(np.int64), np.arange(len(r)))]) if len(r) else None
-    if cache["ops"] is None:
-        return extra
-    return {**extra, "op": cache["ops"](pid, tid, t)}
+    found: Enclosing | None = cache["ops"]
+    return found
 
 
 

@@ -7,13 +7,16 @@ the time the host paced the GPU anyway (launch and host wait), never below zero.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..bottleneck import HOST
 from ..overhead import words as overhead_words
-from .common import (MAX_EVIDENCE, Context, Finding, api_of, estimate_words, evidence, ranges_of, where_words,
-                     with_operator)
+from .common import (MAX_EVIDENCE, Context, Finding, api_of, estimate_words, evidence, evidence_names,
+                     has_operators, ranges_of, where_words, with_operator)
+from ..top import largest
 from .. import text as tx
 from ...readers.contract import NsysFrames
 
@@ -128,37 +131,48 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
         return []
     hit = tx.contains(k["name"], TRANSPOSE_RX, regex=True)
     total_gpu = k["duration_ns"].sum()
-    t = k[hit]
-    if t.empty or t["duration_ns"].sum() * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
+    # positions, not copies of the frame: a long trace has hundreds of thousands of them, and the evidence keeps the
+    # longest MAX_EVIDENCE
+    own_rows = np.flatnonzero(hit)
+    own = int(k["duration_ns"].take(own_rows).sum())
+    if not len(own_rows) or own * 100.0 / max(total_gpu, 1) < th["layout_transpose.min_gpu_pct"]:
         return []
-    norm = k[tx.contains(k["name"], NORM_RX, regex=True) & ~tx.contains(k["name"], NHWC_RX, regex=True) & ~hit]
+    norm_rows = np.flatnonzero(tx.contains(k["name"], NORM_RX, regex=True)
+                               & ~tx.contains(k["name"], NHWC_RX, regex=True) & ~hit)
     if "elementwise_fusion" in ctx.fired:  # its chains hold the norms' time: counted there once
-        norm = norm.iloc[:0]
-    both = pd.concat([t, norm])
-    a = api_of(both, report.cuda_api)  # with --ops, the operator whose call launched each kernel
-    ev = evidence(both, both["name"], with_operator(report, {"role": np.r_[np.full(len(t), "transpose", object),
-                                                                           np.full(len(norm), "NCHW norm", object)]},
-                                                    both["pid"], a["api_tid"],
-                                                    pd.to_numeric(a["api_start_ns"]).fillna(0)))
-    own = int(t["duration_ns"].sum())
-    norm_ns = int(norm["duration_ns"].sum())
-    at_stake = gpu_side_saving(ctx, both, np.r_[np.ones(len(t)), np.full(len(norm), NCHW_NORM_SAVING)])
-    norm_words = (f" Beside them {len(norm)} batch-norm kernels ran their NCHW versions "
+        norm_rows = norm_rows[:0]
+    rows = np.r_[own_rows, norm_rows]
+    both = k[["pid", "device_id", "correlation_id", "start_ns", "end_ns"]].take(rows).reset_index(drop=True)
+    span = pd.DataFrame({"start_ns": both["start_ns"].to_numpy(np.int64),
+                         "end_ns": pd.to_numeric(both["end_ns"]).to_numpy(np.int64)})
+    span["duration_ns"] = span["end_ns"] - span["start_ns"]
+    extra: dict[str, Any] = {"role": np.r_[np.full(len(own_rows), "transpose", object),
+                                           np.full(len(norm_rows), "NCHW norm", object)]}
+    if has_operators(report):  # with --ops, the operator whose call launched each kernel
+        a = api_of(both, report.cuda_api)
+        extra = with_operator(report, extra, both["pid"], a["api_tid"], pd.to_numeric(a["api_start_ns"]).fillna(0))
+        span["op"] = extra["op"]
+    keep = np.sort(largest(span["duration_ns"].to_numpy(), MAX_EVIDENCE))
+    t = k.take(rows[keep])
+    ev = evidence(t, t["name"], {c: np.asarray(v)[keep] for c, v in extra.items()})
+    norm_ns = int(k["duration_ns"].take(norm_rows).sum())
+    at_stake = gpu_side_saving(ctx, both, np.r_[np.ones(len(own_rows)), np.full(len(norm_rows), NCHW_NORM_SAVING)])
+    norm_words = (f" Beside them {len(norm_rows)} batch-norm kernels ran their NCHW versions "
                   f"({norm_ns * 100 / total_gpu:.1f}% of kernel time): in channels_last PyTorch runs kernels that read "
-                  "a pixel's channels contiguously, about twice as fast." if len(norm) else "")
+                  "a pixel's channels contiguously, about twice as fast." if len(norm_rows) else "")
     return [Finding(
         "layout_transpose", ctx.severity(at_stake),
-        f"{len(t)} layout transposes take {own * 100 / total_gpu:.1f}% of kernel time",
+        f"{len(own_rows)} layout transposes take {own * 100 / total_gpu:.1f}% of kernel time",
         "Kernels converting tensors between NCHW and NHWC ran around the convolutions: the model's tensors are in "
         "one layout and the fastest convolution kernels (Tensor Cores) want the other." + norm_words
-        + (where_words(ev) if "op" in ev else "")
+        + (where_words(span) if "op" in span else "")
         + ("" if at_stake else " The host sets this loop's pace, so removing them would not shorten it yet."),
         "Keep the whole network in channels_last: `model = model.to(memory_format=torch.channels_last)` and "
         "`x = x.to(memory_format=torch.channels_last)` (with AMP for fp16/bf16 Tensor Core kernels).",
         at_stake, estimate_words(ctx, "the transposes' GPU time" + (
             f", plus {NCHW_NORM_SAVING:g} of the NCHW batch-norm kernels' (channels_last ones took about half the "
-            "time on an H100)" if len(norm) else "") + ", beyond the time the host paced the GPU"), ev,
-        ranges_of(ev))]
+            "time on an H100)" if len(norm_rows) else "") + ", beyond the time the host paced the GPU"), ev,
+        ranges_of(span), events=len(rows))]
 
 
 def rule_undersized_launch(ctx: Context) -> list[Finding]:
@@ -179,23 +193,33 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
     # heuristics weigh against bigger tiles: what a user can change is a grid that leaves most of the GPU empty
     small = mine & ~np.isnan(dev_sms) & (blocks <= dev_sms * th["undersized_launch.max_fill"])
     total_gpu = k["duration_ns"].to_numpy()[mine].sum()
-    t = k[small]  # one copy of the kernels frame, of the rows this rule keeps only
-    idle_frac = 1 - blocks[small] / dev_sms[small]
-    idle_ns = t["duration_ns"].to_numpy(float) * idle_frac
+    # positions, not a copy of the frame: a long trace has half a million such kernels, and the evidence keeps the
+    # longest MAX_EVIDENCE of them
+    rows = np.flatnonzero(small)
+    idle_frac = 1 - blocks[rows] / dev_sms[rows]
+    idle_ns = k["duration_ns"].take(rows).to_numpy(float) * idle_frac
     # 128 blocks on 132 SMs cost little; 16 blocks cost most of the GPU: judge by the SM time left idle
-    if t.empty or idle_ns.sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_idle_pct"]:
+    if not len(rows) or idle_ns.sum() * 100.0 / max(total_gpu, 1) < th["undersized_launch.min_idle_pct"]:
         return []
-    ev = evidence(t, t["name"], {"blocks": blocks[small].astype(np.int64),
-                                             "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
-                                             "sm_count": dev_sms[small].astype(np.int64),
-                                             "idle_sm_ns": idle_ns.astype(np.int64)})
     idle = int(idle_ns.sum())
-    at_stake = gpu_side_saving(ctx, t, idle_frac)
-    worst = ev.groupby("name")["idle_sm_ns"].sum().sort_values(ascending=False)
-    w = ev[ev["name"] == worst.index[0]].iloc[0]
+    at_stake = gpu_side_saving(ctx, k[["pid", "device_id", "start_ns", "end_ns"]].take(rows), idle_frac)
+    idle_sm = idle_ns.astype(np.int64)
+    names = evidence_names(k["name"].take(rows), len(rows))
+    worst = pd.DataFrame({"name": names, "idle_sm_ns": idle_sm}).groupby("name")["idle_sm_ns"].sum().sort_values(
+        ascending=False)
+    first = rows[int(np.flatnonzero(np.asarray(names == worst.index[0]))[0])]
+    w = {"sm_count": int(dev_sms[first]), "blocks": int(blocks[first]),
+         "threads_per_block": int(k["block_x"].iloc[first] * k["block_y"].iloc[first] * k["block_z"].iloc[first])}
+    start = k["start_ns"].take(rows).to_numpy(np.int64)
+    span = pd.DataFrame({"start_ns": start, "end_ns": pd.to_numeric(k["end_ns"].take(rows)).to_numpy(np.int64)})
+    keep = np.sort(largest((span["end_ns"] - span["start_ns"]).to_numpy(), MAX_EVIDENCE))
+    t = k.take(rows[keep])
+    ev = evidence(t, t["name"], {"blocks": blocks[rows[keep]].astype(np.int64),
+                                 "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
+                                 "sm_count": dev_sms[rows[keep]].astype(np.int64), "idle_sm_ns": idle_sm[keep]})
     return [Finding(
         "undersized_launch", ctx.severity(at_stake),
-        f"{len(ev)} kernels use fewer blocks than the GPU's {int(w['sm_count'])} SMs",
+        f"{len(rows)} kernels use fewer blocks than the GPU's {int(w['sm_count'])} SMs",
         f"These kernels run with too few thread blocks to fill the GPU, leaving SMs idle for "
         f"{idle * 100 / total_gpu:.0f}% of the kernel time; the worst, {worst.index[0][:80]}, runs "
         f"{int(w['blocks'])} blocks of {int(w['threads_per_block'])} threads on {int(w['sm_count'])} SMs."
@@ -203,7 +227,7 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
         "Give the GPU more parallel work: larger batches, fuse small operations, or (own kernels) more blocks "
         "with fewer threads each / a grid-stride loop sized to a multiple of the SM count.",
         at_stake, estimate_words(ctx, "kernel time x the fraction of SMs left without a block, beyond the time the "
-                                      "host paced the GPU"), ev, ranges_of(ev))]
+                                      "host paced the GPU"), ev, ranges_of(span), events=len(rows))]
 
 
 
