@@ -258,6 +258,7 @@ def _pair(report: NsysFrames, pid: int, dev: int, ops: pd.DataFrame, window: tup
     busy = I.union(os_, oe)
     lo, hi = int(os_.min()), int(oe.max())
     gs, ge = I.gaps(busy, min(lo, a), max(hi, b))
+    del kern, busy  # not needed again: let _classify have their memory (two op-long arrays each at 13M ops)
     gaps = _classify(gs, ge, ops, api, osrt, launch_tid)
     in_w = (gaps["start_ns"] >= a) & (gaps["end_ns"] <= b)
     # a gap cut by the window's edge counts with the part inside
@@ -400,6 +401,15 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     take = np.where(inp, np.maximum(dur - typical, 0), 0)
     out["input"] = take
     left -= take
+    del dur, nxt, nxt_c, has_next, take  # gap-long arrays not needed again (13M gaps: 100 MB each)
+    rows_of: dict[int, Any] = {}  # per launching thread, its gaps: every gap (a slice, no copies) in a one-thread loop
+
+    def gaps_of(th: int) -> Any:
+        if th not in rows_of:
+            mine = tid == th
+            rows_of[th] = slice(None) if mine.all() else np.flatnonzero(mine)
+        return rows_of[th]
+
     by_thread = {}  # the calls of each thread that launched a gap's next op (a copy of what is needed, no more)
     if len(api):
         api_tid, calls_of = api["tid"].to_numpy(np.int64), api[["start_ns", "end_ns", "name", "waits"]]
@@ -407,7 +417,7 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
         for th in np.unique(tid[tid >= 0]).tolist():
             mine = api_tid == th
             g = by_thread[th] = calls_of if mine.all() else calls_of[mine]
-            m = np.flatnonzero(tid == th)
+            m = gaps_of(th)
             cs = g["start_ns"].to_numpy(np.int64)
             if len(cs) > 1 and not (cs[1:] >= cs[:-1]).all():  # the frames come sorted by start
                 cs = np.sort(cs)
@@ -420,9 +430,9 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
         got = np.zeros(n, np.int64)
         for th, g in by_thread.items():
             g = g[tx.contains(g["name"], rx)]
-            m = np.flatnonzero(tid == int(th))
-            if not len(m) or g.empty:
+            if g.empty:  # (every thread in by_thread launched some gap's op)
                 continue
+            m = gaps_of(int(th))
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             got[m] = I.overlap(iv, gs[m], ge[m])
             prev = named.get(int(th))
@@ -434,8 +444,8 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     if len(osrt):
         blocked = np.zeros(n, np.int64)
         for th, g in osrt.groupby("tid"):
-            m = np.flatnonzero(tid == int(th))
-            if not len(m):
+            m = gaps_of(int(th))
+            if not isinstance(m, slice) and not len(m):
                 continue
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             if int(th) in named:
@@ -456,9 +466,9 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     after_sync = np.zeros(n, bool)
     for th, g in by_thread.items():
         g = g[g["waits"].to_numpy(bool)]
-        m = np.flatnonzero(tid == int(th))
-        if g.empty or not len(m):
+        if g.empty:
             continue
+        m = gaps_of(int(th))
         g = g.sort_values("start_ns", kind="stable")  # one thread's calls: one after the other
         se, ss = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
         # the thread's last sync begun by the gap's start: returned by then, or during the gap (a read-back into
@@ -475,7 +485,7 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
         ok |= back
         if not ok.any():
             continue
-        mm, kk = m[ok], kk[ok]
+        mm, kk = (np.flatnonzero(ok) if isinstance(m, slice) else m[ok]), kk[ok]
         after_sync[mm] = True
         budget = (se - ss)[kk]
         avail = left[mm]
