@@ -538,11 +538,13 @@ def _round_trip(gs: np.ndarray, ge: np.ndarray, copy_bytes: np.ndarray, api: pd.
 
 
 @per_frame
-def _correlation_keys(api: pd.DataFrame) -> tuple[FirstMatch, np.ndarray]:
+def _correlation_keys(api: pd.DataFrame) -> tuple[FirstMatch, Any]:
     """The join on the correlation ids of the calls that have one (readers.nsys_frames.FirstMatch: a binary search,
-    since a process's ids grow with its calls), and those calls' rows in the frame."""
+    since a process's ids grow with its calls), and those calls' rows in the frame: a slice where every call has
+    one (CUDA's runtime calls do), so that their columns are taken without copies (13M calls at 10M kernels)."""
     have = api["correlation_id"].notna().to_numpy()
-    return FirstMatch(api["correlation_id"].to_numpy(np.int64, na_value=-1)[have]), np.flatnonzero(have)
+    rows: Any = slice(None) if have.all() else np.flatnonzero(have)
+    return FirstMatch(api["correlation_id"].to_numpy(np.int64, na_value=-1)[rows]), rows
 
 
 def by_correlation(api: pd.DataFrame, column: str) -> Lookup:
