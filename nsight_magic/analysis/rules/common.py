@@ -378,13 +378,10 @@ def _operators(report: NsysFrames) -> Enclosing | None:
     return found
 
 
-
-
-@per_frame  # keyed by the report: gpu_gaps and gpu_time_util both ask (neither changes the frame)
 def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
     """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
-    operations nsys analyze's GPU rules look at (start_ns, end_ns, pid, device_id, context_id, correlation_id).
-    Kept as long as the report: the columns those rules read, each gathered once (13M operations)."""
+    operations nsys analyze's GPU rules look at (start_ns, end_ns, pid, device_id, context_id, correlation_id),
+    the columns those rules read, each gathered once (13M operations)."""
     cols = ["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id"]
     frames = [f for f in (report.kernels, report.memcpy, report.memset) if len(f)]  # the contract's frames
     if not frames:

@@ -159,6 +159,15 @@ def rule_startup(ctx: Context) -> list[Finding]:
         ranges_of(ev))]
 
 
+def _gpu_ops(ctx: Context) -> pd.DataFrame:
+    """gpu_ops_with_overhead, made once for both rules and held by this run of the rules only (13M operations are
+    650 MB at 10M kernels: not kept for the report's life)."""
+    if "gpu_ops" not in ctx.memo:
+        ctx.memo["gpu_ops"] = gpu_ops_with_overhead(ctx.report)
+    ops: pd.DataFrame = ctx.memo["gpu_ops"]
+    return ops
+
+
 def _pair_rows(ops: pd.DataFrame) -> list[tuple[tuple[int, int], np.ndarray]]:
     """The rows of each (pid, device_id) of `ops`, in that order: positions, so that a rule takes the columns it
     needs rather than a copy of each group's frame (13M operations at 10M kernels)."""
@@ -172,7 +181,7 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
     """nsys gpu_gaps: a GPU idle for at least gap_ms between its first and last operation (per process)."""
     report, th = ctx.report, ctx.th
     thr = th["gpu_gaps.gap_ms"] * 1e6
-    ops = gpu_ops_with_overhead(report)
+    ops = _gpu_ops(ctx)
     parts = []
     starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), rows in _pair_rows(ops):
@@ -221,7 +230,7 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
     report, th = ctx.report, ctx.th
     n_chunks = int(th["gpu_time_util.chunks"])
     thr = th["gpu_time_util.threshold_pct"]
-    ops = gpu_ops_with_overhead(report)
+    ops = _gpu_ops(ctx)
     rows = []
     op_s, op_e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), of_pair in _pair_rows(ops):
