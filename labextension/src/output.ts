@@ -22,6 +22,8 @@ export const VIEW_MIME = 'application/vnd.nsight-magic.view+json';
 export const STATUS_MIME = 'application/vnd.nsight-magic.status+json';
 const WIDGET_MIME = 'application/vnd.jupyter.widget-view+json';
 const STOPPED = new Set(['dead', 'restarting', 'autorestarting', 'terminating']);
+const UNSURE_MS = 3000; // a stopped profile's folder read again for this long when it shows no report
+const UNSURE_EVERY_MS = 500;
 
 interface ILiveRef {
   model_id: string;
@@ -317,6 +319,16 @@ export class StatusRenderer extends Widget implements IRenderMime.IRenderer {
     let line = this.text;
     let shown = 'loading';
     if (!this.ownerRunning() || state === 'stale') {
+      if (state === 'gone' || state === 'failed') {
+        // a stop is when the folder and the server are busiest (the kernel restarting, its export killed): a
+        // listing that failed or showed no report is read again for a while before the line settles on "its
+        // folder" (by time: a restart calls this several times within a second)
+        this.unsureSince = this.unsureSince || Date.now();
+        if (Date.now() - this.unsureSince < UNSURE_MS) {
+          this.timer = window.setTimeout(() => void this.check(), UNSURE_EVERY_MS);
+          return;
+        }
+      }
       if (state !== 'unknown' || this.stopped) {
         line = stoppedLine(st, state);
         shown = state === 'finished' ? 'finished' : 'interrupted';
@@ -352,6 +364,7 @@ export class StatusRenderer extends Widget implements IRenderMime.IRenderer {
   private status: IStatus | null = null;
   private stopped = false;
   private gone = 0; // checks that found the folder done while its kernel runs
+  private unsureSince = 0; // when a check after the stop first found no report or no folder (ms)
   private timer = 0;
 }
 
