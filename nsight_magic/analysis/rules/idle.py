@@ -7,6 +7,8 @@ the model, initialising NCCL or first-call compilation inside the cell is measur
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -55,14 +57,18 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         meet = inside > 0
         # positions and the few columns needed, never a copy of the frame (at 10M kernels the stretches of
         # gpu_time_util meet 13M gaps: their frame taken whole was 2 GB at the analysis's peak)
-        rows = np.flatnonzero(meet) if every else np.flatnonzero(mine)[meet]
+        # every gap of the report (gpu_time_util's stretches can span the whole capture): the columns themselves
+        rows: Any = slice(None) if every and meet.all() else np.flatnonzero(meet) if every else \
+            np.flatnonzero(mine)[meet]
         del mine
 
         def col(c: str, dtype: type = np.int64) -> np.ndarray:
             return np.asarray(gaps[c].to_numpy(dtype)[rows])
 
         starts = gs[rows]
-        weight = inside[meet].astype(float) / np.maximum(ge[rows] - starts, 1) * col("scale", float)
+        met = inside if isinstance(rows, slice) else inside[meet]
+        weight = met.astype(float) / np.maximum(ge[rows] - starts, 1) * col("scale", float)
+        del met
         del inside, meet
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
@@ -70,22 +76,22 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         launch_ns = col("launch", float)
         quiet = quiet_gaps(pd.DataFrame({"launch": launch_ns, "calls": col("calls")}, copy=False),
                            ctx.th["host_code.min_gap_ms"] * 1e6, ctx.th["host_code.max_calls"]) \
-            if "calls" in gaps else np.zeros(len(rows), bool)
+            if "calls" in gaps else np.zeros(len(starts), bool)
         # a round trip's gaps are host_round_trip's, whatever their categories (when that rule ran and found them)
         trip = col("round_trip", bool) if "round_trip" in gaps and "host_round_trip" in fired \
-            else np.zeros(len(rows), bool)
+            else np.zeros(len(starts), bool)
         # so are the gaps before small copies made one at a time (their launch and sync time), when that rule fired
         few = np.isin(starts, ctx.small_copy_gaps.get((pid, dev), ())) \
-            if "small_copies" in fired else np.zeros(len(rows), bool)
+            if "small_copies" in fired else np.zeros(len(starts), bool)
         few &= ~trip
         # an autotuner's steps are its own, whatever their categories (when autotune fired)
         tuned = np.isin(starts, ctx.autotune_gaps.get((pid, dev), ())) \
-            if "autotune" in fired else np.zeros(len(rows), bool)
+            if "autotune" in fired else np.zeros(len(starts), bool)
         tuned &= ~trip
         few &= ~tuned
         # and the gaps before read-back copies queued already (their launch time: implicit_sync's)
         back = np.isin(starts, ctx.readback_gaps.get((pid, dev), ())) \
-            if "implicit_sync" in fired else np.zeros(len(rows), bool)
+            if "implicit_sync" in fired else np.zeros(len(starts), bool)
         back &= ~trip & ~few & ~tuned
         rest = ~trip & ~few & ~tuned
         parts = [(cat, "host_round_trip", trip) for cat in EXPLAINED_BY]
