@@ -75,6 +75,12 @@ class Finding:
         return f"[{self.severity}] {self.title} ({self.time_at_stake_ns / 1e6:,.3f} ms at stake)"
 
 
+def evidence_rows(durations: np.ndarray, n: int = MAX_EVIDENCE) -> np.ndarray:
+    """Positions of the rows a finding's evidence keeps, as Finding.bounded keeps them: the n longest of these
+    integer durations (ties in their order), in the rows' own order.  For a rule that frames only those rows."""
+    return np.sort(largest(np.asarray(durations), n))
+
+
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 HIGH_SHARE, MEDIUM_SHARE = 0.2, 0.05  # of the capture without its start-up
 MIN_ALARM_NS = 2_000_000  # less than this saved in the whole cell is low whatever its share: a 2.5 ms cell's 0.3 ms

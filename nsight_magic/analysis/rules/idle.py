@@ -68,8 +68,7 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         starts = gs[rows]
         met = inside if isinstance(rows, slice) else inside[meet]
         weight = met.astype(float) / np.maximum(ge[rows] - starts, 1) * col("scale", float)
-        del met
-        del inside, meet
+        del met, inside, meet
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)

@@ -15,8 +15,7 @@ import pandas as pd
 from ..bottleneck import HOST
 from ..overhead import words as overhead_words
 from .common import (MAX_EVIDENCE, Context, Finding, api_of, estimate_words, evidence, evidence_names,
-                     has_operators, ranges_of, where_words, with_operator)
-from ..top import largest
+                     evidence_rows, has_operators, ranges_of, where_words, with_operator)
 from .. import text as tx
 from ...readers.contract import NsysFrames
 
@@ -152,7 +151,7 @@ def rule_layout_transpose(ctx: Context) -> list[Finding]:
         a = api_of(both, report.cuda_api)
         extra = with_operator(report, extra, both["pid"], a["api_tid"], pd.to_numeric(a["api_start_ns"]).fillna(0))
         span["op"] = extra["op"]
-    keep = np.sort(largest(span["duration_ns"].to_numpy(), MAX_EVIDENCE))
+    keep = evidence_rows(span["duration_ns"].to_numpy())
     t = k.take(rows[keep])
     ev = evidence(t, t["name"], {c: np.asarray(v)[keep] for c, v in extra.items()})
     norm_ns = int(k["duration_ns"].take(norm_rows).sum())
@@ -212,7 +211,7 @@ def rule_undersized_launch(ctx: Context) -> list[Finding]:
          "threads_per_block": int(k["block_x"].iloc[first] * k["block_y"].iloc[first] * k["block_z"].iloc[first])}
     start = k["start_ns"].take(rows).to_numpy(np.int64)
     span = pd.DataFrame({"start_ns": start, "end_ns": pd.to_numeric(k["end_ns"].take(rows)).to_numpy(np.int64)})
-    keep = np.sort(largest((span["end_ns"] - span["start_ns"]).to_numpy(), MAX_EVIDENCE))
+    keep = evidence_rows((span["end_ns"] - span["start_ns"]).to_numpy())
     t = k.take(rows[keep])
     ev = evidence(t, t["name"], {"blocks": blocks[rows[keep]].astype(np.int64),
                                  "threads_per_block": (t["block_x"] * t["block_y"] * t["block_z"]),
