@@ -20,14 +20,19 @@ def union(starts: npt.ArrayLike, ends: npt.ArrayLike) -> Intervals:
     s = np.asarray(starts, np.int64)
     e = np.asarray(ends, np.int64)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():  # no copy where none is empty (the usual case: a million kernels)
+        s, e = s[keep], e[keep]
+    del keep
     if not len(s):
         return EMPTY
     if len(s) > 1 and not (s[1:] >= s[:-1]).all():  # the readers' frames come sorted by start: no sort then
         o = np.argsort(s, kind="stable")
         s, e = s[o], e[o]
     run = np.maximum.accumulate(e)
-    new = np.r_[True, s[1:] > run[:-1]]
+    new = np.empty(len(s), bool)  # where an interval starts after all before it ended
+    new[0] = True
+    np.greater(s[1:], run[:-1], out=new[1:])
+    del run
     idx = np.flatnonzero(new)
     return s[idx], np.maximum.reduceat(e, idx)
 

@@ -222,9 +222,11 @@ class FirstMatch:
     def __call__(self, probe) -> np.ndarray:
         """For each probe key, the index of the first equal key (-1: none)."""
         probe = np.asarray(probe, np.int64)
-        if self.ordered:
-            i = np.minimum(np.searchsorted(self.keys, probe), len(self.keys) - 1)
-            return np.where(self.keys[i] == probe, i, -1)
+        if self.ordered:  # worked in place: a probe of a million keys makes two arrays, not four
+            i = np.searchsorted(self.keys, probe)
+            np.minimum(i, len(self.keys) - 1, out=i)
+            np.putmask(i, self.keys[i] != probe, -1)
+            return i
         i = self.index.get_indexer(probe)
         return i if self.first is None else np.where(i >= 0, self.first[np.maximum(i, 0)], -1)
 
