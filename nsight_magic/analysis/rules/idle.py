@@ -173,13 +173,32 @@ def _gpu_ops(ctx: Context) -> pd.DataFrame:
     return ops
 
 
-def _pair_rows(ops: pd.DataFrame) -> list[tuple[tuple[int, int], np.ndarray]]:
+def _pair_rows(ops: pd.DataFrame) -> list[tuple[tuple[int, int], np.ndarray | slice]]:
     """The rows of each (pid, device_id) of `ops`, in that order: positions, so that a rule takes the columns it
-    needs rather than a copy of each group's frame (13M operations at 10M kernels)."""
+    needs rather than a copy of each group's frame (13M operations at 10M kernels); slice(None) where one process
+    on one GPU has them all (the usual case: no groupby, no positions)."""
     if ops.empty:
         return []
+    pid, dev = ops["pid"].to_numpy(np.int64), ops["device_id"].to_numpy(np.int64)
+    if (pid == pid[0]).all() and (dev == dev[0]).all():
+        return [((int(pid[0]), int(dev[0])), slice(None))]
     groups = ops.groupby(["pid", "device_id"], sort=True).indices
     return [((int(p), int(d)), np.asarray(groups[(p, d)], np.intp)) for p, d in sorted(groups)]
+
+
+def _in_order(values: np.ndarray, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray | slice]:
+    """values[rows] in increasing order (ties as they come), and where each came from in `values`: `rows` itself
+    where they are in order already (a slice: no copy)."""
+    v = values[rows]
+    if len(v) < 2 or bool((v[1:] >= v[:-1]).all()):
+        return v, rows
+    o = np.argsort(v, kind="stable")
+    return v[o], o if isinstance(rows, slice) else rows[o]
+
+
+def _at(order: np.ndarray | slice, i: Any) -> Any:
+    """The positions in the frame of the i-th rows of an order made by _in_order."""
+    return i if isinstance(order, slice) else order[i]
 
 
 def rule_gpu_gaps(ctx: Context) -> list[Finding]:
@@ -190,17 +209,16 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
     parts = []
     starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), rows in _pair_rows(ops):
-        order_s = rows[np.argsort(starts[rows], kind="stable")]
-        s = starts[order_s]
-        order_e = rows[np.argsort(ends[rows], kind="stable")]
-        e = ends[order_e]
+        s, order_s = _in_order(starts, rows)
+        e, order_e = _in_order(ends, rows)
         hit = np.flatnonzero((s[1:] - e[:-1] > thr) & (e[:-1] < s[1:]))
+        del s, e
         if not len(hit):
             continue
         parts.append(pd.DataFrame({
-            "start_ns": e[hit], "end_ns": s[hit + 1], "pid": int(pid), "device_id": int(dev),
-            "context_id": ops["context_id"].to_numpy()[order_e[hit]],
-            "next_corr": ops["correlation_id"].array.take(order_s[hit + 1])}))
+            "start_ns": ends[_at(order_e, hit)], "end_ns": starts[_at(order_s, hit + 1)], "pid": int(pid),
+            "device_id": int(dev), "context_id": ops["context_id"].to_numpy()[_at(order_e, hit)],
+            "next_corr": ops["correlation_id"].array.take(_at(order_s, hit + 1))}))
     if not parts:
         return []
     gaps = pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
@@ -239,12 +257,12 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
     rows = []
     op_s, op_e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), of_pair in _pair_rows(ops):
-        order = of_pair[np.argsort(op_s[of_pair], kind="stable")]
-        s, e = op_s[order], op_e[order]
-        lo, hi = int(s.min()), int(e.max())
+        s, order = _in_order(op_s, of_pair)
+        e = op_e[order]
+        lo, hi = int(s[0]), int(e.max())
         longest = int((e - s).max())
         size = float(np.ceil((hi - lo) / n_chunks))
-        cid = ops["context_id"].iloc[int(of_pair[0])]
+        cid = ops["context_id"].iloc[0 if isinstance(of_pair, slice) else int(of_pair[0])]
         chunk_ids, starts, ends, pcts = [], [], [], []
         for k in range(n_chunks):
             cs, ce = k * size + lo, min(k * size + lo + size, hi)
