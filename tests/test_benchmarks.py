@@ -49,6 +49,7 @@ CASES = [
     ("warm_stop", ["--workload", "cpu", "--repeat", "1", "--variants", "default", "--trace", "nvtx"], "launch+setup",
      [requires_nsys]),
     ("sampler_waits", ["--steps", "20", "--repeat", "1", "--variants", "on"], "ours", [requires_nsys, needs_torch]),
+    ("sampler_cost", ["--workload", "cpu", "--steps", "2", "--rounds", "1"], "% vs plain", [needs_torch]),
     ("session_cost", ["--steps", "3", "--repeat", "1", "--device", "cpu", "--trace", "nvtx", "--workload", "mlp",
                       "--batch", "4"], "launch   before", [requires_nsys, needs_torch]),
     ("ops", ["--steps", "2", "--repeat", "1", "--batch", "2", "--layers", "1", "--device", "cpu", "--trace", "nvtx"],
