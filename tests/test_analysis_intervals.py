@@ -49,3 +49,28 @@ def test_nesting_equals_a_scan_of_the_ranges_before(seed):
         want = int(open_.max()) if len(open_) else -1
         assert parent[i] == want, i
         assert depth[i] == (len(open_) if full[i] else (depth[want] + 1 if want >= 0 else 0)), i
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_gaps_a_set_meets_are_those_it_overlaps(seed):
+    rng = np.random.default_rng(seed)
+    # disjoint gaps in order (as intervals.gaps makes them), empty ones and shared ends included
+    edges = np.sort(rng.integers(0, 10_000, 2 * int(rng.integers(1, 400))))
+    gs, ge = edges[::2], edges[1::2]
+    k = int(rng.integers(0, 6)) if seed else 400
+    stretches = iv.union(*(np.sort(rng.integers(-50, 10_050, (2, k)), axis=0)))
+    want = iv.overlap(stretches, gs, ge)
+    at, part = iv.meeting(stretches, gs, ge)
+    got = np.zeros(len(gs), np.int64)
+    got[at] = part
+    assert got.tolist() == want.tolist()
+    assert (part > 0).all()
+    if isinstance(at, slice):  # every gap met
+        assert (want > 0).all()
+    else:
+        assert at.tolist() == np.flatnonzero(want > 0).tolist()
+    assert iv.meeting(iv.EMPTY, gs, ge)[1].tolist() == []
+    whole = (np.array([-1]), np.array([20_000]))
+    full = ge > gs
+    at, part = iv.meeting(whole, gs[full], ge[full])
+    assert at == slice(None) and part.tolist() == (ge[full] - gs[full]).tolist()

@@ -91,6 +91,32 @@ def overlap(iv: Intervals, starts: npt.ArrayLike, ends: npt.ArrayLike) -> np.nda
     return out
 
 
+def meeting(iv: Intervals, starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[np.ndarray | slice, np.ndarray]:
+    """Of disjoint intervals in order [starts, ends) (one GPU's idle gaps), those the disjoint set `iv` covers some
+    of: their positions (slice(None) where that is every one) and how much of each it covers, as overlap() has it.
+    Found from iv's bounds searched among them: a few stretches against 13M gaps look only at the gaps they meet."""
+    s, e = iv
+    gs, ge = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    if not len(s) or not len(gs):
+        return np.empty(0, np.intp), np.zeros(0, np.int64)
+    lo = np.searchsorted(ge, s, "right")  # each interval of iv meets the intervals lo..hi-1
+    hi = np.searchsorted(gs, e, "left")
+    lo = np.maximum(lo, np.r_[0, np.maximum.accumulate(hi)[:-1]])  # one that two of iv's meet, taken once
+    n = np.maximum(hi - lo, 0)
+    total = int(n.sum())
+    at: np.ndarray | slice
+    if total == len(gs):
+        at, part = slice(None), overlap(iv, gs, ge)
+    else:
+        at = np.repeat(lo - (np.cumsum(n) - n), n) + np.arange(total)
+        part = overlap(iv, gs[at], ge[at])
+    hit = part > 0
+    if not hit.all():
+        at = np.flatnonzero(hit) if isinstance(at, slice) else at[hit]
+        part = part[hit]
+    return at, part
+
+
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """a minus b, both disjoint sets: the parts of a that b does not cover."""
     a_s, a_e = a

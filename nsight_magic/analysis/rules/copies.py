@@ -60,6 +60,14 @@ def serialized_copies(report: NsysFrames) -> pd.DataFrame:
     return pd.concat(rows) if rows else hd.iloc[0:0]
 
 
+def _serialized(ctx: Context) -> pd.DataFrame:
+    """serialized_copies, found once for the two rules that ask (held by this run of the rules)."""
+    if "serialized_copies" not in ctx.memo:
+        ctx.memo["serialized_copies"] = serialized_copies(ctx.report)
+    found: pd.DataFrame = ctx.memo["serialized_copies"]
+    return found
+
+
 def _copy_evidence(report: NsysFrames, m: pd.DataFrame) -> pd.DataFrame:
     return evidence(m.assign(tid=m["api_tid"]), tx.prefixed("memcpy ", m["kind"]),
                     with_operator(report, {
@@ -116,7 +124,7 @@ def rule_cuda_memcpy_async(ctx: Context) -> list[Finding]:
         return []
     ev = _copy_evidence(report, m)
     at_stake = ctx.left("copy", _exposed(ctx, ev))  # a round trip's or an extra copy's copies are theirs
-    ser = serialized_copies(report)
+    ser = _serialized(ctx)
     inline = m.index.isin(ser.index)
     also = ""
     if inline.any():
@@ -219,7 +227,7 @@ def rule_serialized_copy(ctx: Context) -> list[Finding]:
     """Host<->device copies on a stream that also runs the kernels, between two of its kernels: no overlap.
     Copies that are also pageable belong to cuda_memcpy_async (one cause, counted there)."""
     report, th = ctx.report, ctx.th
-    t = serialized_copies(report)
+    t = _serialized(ctx)
     if t.empty or t["duration_ns"].sum() < th["serialized_copy.min_copy_ms"] * 1e6:
         return []
     pageable = (tx.eq(t["src_kind"], "pageable")) | (tx.eq(t["dst_kind"], "pageable"))

@@ -53,22 +53,22 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         if e.empty:
             continue
         span = I.union(e["start_ns"], e["end_ns"])
-        inside = I.overlap(span, gs, ge) if every else I.overlap(span, gs[mine], ge[mine])
-        meet = inside > 0
-        # positions and the few columns needed, never a copy of the frame (at 10M kernels the stretches of
-        # gpu_time_util meet 13M gaps: their frame taken whole was 2 GB at the analysis's peak)
+        # the gaps the stretches meet (one pair's gaps come in order, disjoint: intervals.gaps of its busy time), as
+        # positions, and the few columns needed, never a copy of the frame (at 10M kernels the stretches of
+        # gpu_time_util meet 13M gaps: their frame taken whole was 2 GB at the analysis's peak); where they meet
         # every gap of the report (gpu_time_util's stretches can span the whole capture): the columns themselves
-        rows: Any = slice(None) if every and meet.all() else np.flatnonzero(meet) if every else \
-            np.flatnonzero(mine)[meet]
+        pos = None if every else np.flatnonzero(mine)
         del mine
+        at, met = I.meeting(span, gs, ge) if pos is None else I.meeting(span, gs[pos], ge[pos])
+        rows: Any = at if pos is None else pos[at]
+        del pos, at
 
         def col(c: str, dtype: type = np.int64) -> np.ndarray:
             return np.asarray(gaps[c].to_numpy(dtype)[rows])
 
         starts = gs[rows]
-        met = inside if isinstance(rows, slice) else inside[meet]
         weight = met.astype(float) / np.maximum(ge[rows] - starts, 1) * col("scale", float)
-        del met, inside, meet
+        del met
         left = 0.0
         # launch gaps of code that launches nothing are host_code's (with the OS calls in them), the others launch
         # overhead (launch_bound's)
@@ -164,12 +164,15 @@ def rule_startup(ctx: Context) -> list[Finding]:
         ranges_of(ev))]
 
 
-def _gpu_ops(ctx: Context) -> pd.DataFrame:
+def _gpu_ops(ctx: Context, last: bool = False) -> pd.DataFrame:
     """gpu_ops_with_overhead, made once for both rules and held by this run of the rules only (13M operations are
-    650 MB at 10M kernels: not kept for the report's life)."""
-    if "gpu_ops" not in ctx.memo:
-        ctx.memo["gpu_ops"] = gpu_ops_with_overhead(ctx.report)
-    ops: pd.DataFrame = ctx.memo["gpu_ops"]
+    650 MB at 10M kernels: not kept for the report's life); `last`: the last rule to read them takes them out, so
+    that they go as soon as it lets them go."""
+    ops: pd.DataFrame | None = ctx.memo.pop("gpu_ops", None) if last else ctx.memo.get("gpu_ops")
+    if ops is None:
+        ops = gpu_ops_with_overhead(ctx.report)
+        if not last:
+            ctx.memo["gpu_ops"] = ops
     return ops
 
 
@@ -201,11 +204,10 @@ def _at(order: np.ndarray | slice, i: Any) -> Any:
     return i if isinstance(order, slice) else order[i]
 
 
-def rule_gpu_gaps(ctx: Context) -> list[Finding]:
-    """nsys gpu_gaps: a GPU idle for at least gap_ms between its first and last operation (per process)."""
-    report, th = ctx.report, ctx.th
-    thr = th["gpu_gaps.gap_ms"] * 1e6
-    ops = _gpu_ops(ctx)
+def _long_gaps(ops: pd.DataFrame, thr: float) -> pd.DataFrame | None:
+    """The stretches longer than thr ns in which a (process, GPU) of `ops` ran nothing, by start (None: none),
+    with the context of the operation before and the correlation id of the one after.  Its sorted copies of the
+    operations' columns go when it returns, before the rule weighs the gaps (13M operations at 10M kernels)."""
     parts = []
     starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), rows in _pair_rows(ops):
@@ -220,8 +222,16 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
             "device_id": int(dev), "context_id": ops["context_id"].to_numpy()[_at(order_e, hit)],
             "next_corr": ops["correlation_id"].array.take(_at(order_s, hit + 1))}))
     if not parts:
+        return None
+    return pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
+
+
+def rule_gpu_gaps(ctx: Context) -> list[Finding]:
+    """nsys gpu_gaps: a GPU idle for at least gap_ms between its first and last operation (per process)."""
+    report, th = ctx.report, ctx.th
+    gaps = _long_gaps(_gpu_ops(ctx), th["gpu_gaps.gap_ms"] * 1e6)
+    if gaps is None:
         return []
-    gaps = pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
     # the thread that launched the work after each gap: it was the one not feeding the GPU
     api = report.cuda_api
     launch = np.full(len(gaps), None, dtype=object)
@@ -248,12 +258,8 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
                   "startup finding)", ev, ranges_of(ev))]
 
 
-def rule_gpu_time_util(ctx: Context) -> list[Finding]:
-    """nsys gpu_time_util: stretches of `chunks` equal chunks per (process, GPU) with average use < threshold."""
-    report, th = ctx.report, ctx.th
-    n_chunks = int(th["gpu_time_util.chunks"])
-    thr = th["gpu_time_util.threshold_pct"]
-    ops = _gpu_ops(ctx)
+def _low_use(ops: pd.DataFrame, n_chunks: int, thr: float) -> list[dict[str, Any]]:
+    """Per (process, GPU) of `ops`: the runs of its `n_chunks` equal chunks busy less than thr % of the time."""
     rows = []
     op_s, op_e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
     for (pid, dev), of_pair in _pair_rows(ops):
@@ -289,6 +295,16 @@ def rule_gpu_time_util(ctx: Context) -> list[Finding]:
             sz = en - st
             rows.append({"start_ns": int(st.min()), "end_ns": int(en.max()), "pid": int(pid), "device_id": int(dev),
                          "context_id": cid, "in_use_pct": round(float(np.sum(sz * pc) / np.sum(sz)), 1)})
+    return rows
+
+
+def rule_gpu_time_util(ctx: Context) -> list[Finding]:
+    """nsys gpu_time_util: stretches of `chunks` equal chunks per (process, GPU) with average use < threshold."""
+    th = ctx.th
+    n_chunks = int(th["gpu_time_util.chunks"])
+    thr = th["gpu_time_util.threshold_pct"]
+    # the last rule to read the operations (gpu_gaps ran before): they go once the stretches are found
+    rows = _low_use(_gpu_ops(ctx, last=True), n_chunks, thr)
     if not rows:
         return []
     low = pd.DataFrame(rows).sort_values("start_ns").reset_index(drop=True)
