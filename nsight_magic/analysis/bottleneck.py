@@ -157,7 +157,7 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     start = joined(lambda f, *_: f["start_ns"].to_numpy(np.int64), np.int64)
     end = joined(lambda f, *_: f["end_ns"].to_numpy(np.int64), np.int64)
     keep = np.flatnonzero(end > start)
-    sort = keep[np.argsort(start[keep], kind="stable")]
+    sort = keep[np.argsort(start[keep], kind="stable")]  # timsort: the frames' runs in order are merged
     # nothing empty, already sorted: no gather
     order: np.ndarray | slice = slice(None) if len(sort) == len(start) and (sort[1:] > sort[:-1]).all() else sort
     del keep, sort
@@ -165,8 +165,10 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     del start
     out["end_ns"] = end[order]
     del end
-    out["pid"] = joined(lambda f, *_: f["pid"].to_numpy(np.int64), np.int64)[order]
-    out["device_id"] = joined(lambda f, *_: f["device_id"].to_numpy(np.int64), np.int64)[order]
+    for c in ("pid", "device_id"):  # one process, one GPU: the value, not a gather of 13M rows
+        col = joined(lambda f, *_, c=c: f[c].to_numpy(np.int64), np.int64)
+        out[c] = np.full(len(out["start_ns"]), col[0]) if len(col) and (col == col[0]).all() else col[order]
+        del col
     corr = [pd.array(f["correlation_id"], dtype="Int64") for f, *_ in parts]
     out["correlation_id"] = pd.arrays.IntegerArray(
         np.concatenate([c.to_numpy(np.int64, na_value=0) for c in corr])[order],
@@ -436,7 +438,8 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
                 continue
             m = gaps_of(int(th))
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
-            got[m] = I.overlap(iv, gs[m], ge[m])
+            at, part = I.meeting(iv, gs[m], ge[m])  # a few calls against a million gaps: those they meet
+            got[_within(m, at)] = part
             prev = named.get(int(th))
             named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
         take = np.minimum(left, got)
@@ -452,7 +455,8 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             if int(th) in named:
                 iv = I.subtract(iv, named[int(th)])
-            blocked[m] = I.overlap(iv, gs[m], ge[m])
+            at, part = I.meeting(iv, gs[m], ge[m])
+            blocked[_within(m, at)] = part
         hw = blocked >= HOST_BLOCKED_SHARE * np.maximum(left, 1)
         take = np.where(hw, np.minimum(left, blocked), 0)
         out["host wait"] = take
@@ -518,6 +522,11 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     left -= sync_take
     out["launch"] = np.maximum(left, 0)
     return pd.DataFrame(out, copy=False)  # its own arrays: not copied into blocks (a million gaps)
+
+
+def _within(rows: Any, at: Any) -> Any:
+    """The positions `at` of a subset `rows` (a slice of every row, or positions) as positions of the whole."""
+    return at if isinstance(rows, slice) else rows[at]
 
 
 def _round_trip(gs: np.ndarray, ge: np.ndarray, copy_bytes: np.ndarray, api: pd.DataFrame) -> np.ndarray:
