@@ -74,3 +74,18 @@ def test_the_gaps_a_set_meets_are_those_it_overlaps(seed):
     full = ge > gs
     at, part = iv.meeting(whole, gs[full], ge[full])
     assert at == slice(None) and part.tolist() == (ge[full] - gs[full]).tolist()
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_gaps_are_what_the_set_leaves_of_the_span(seed):
+    rng = np.random.default_rng(seed)
+    busy = iv.union(*np.sort(rng.integers(0, 1_000, (2, int(rng.integers(0, 60)))), axis=0))
+    lo, hi = sorted(rng.integers(-20, 1_020, 2).tolist())
+    if seed == 0:
+        lo, hi = 5, 5  # an empty span
+    gs, ge = iv.gaps(busy, lo, hi)
+    free = np.ones(hi - lo, bool)  # each nanosecond of [lo, hi) by hand
+    for a, b in zip(*busy):
+        free[max(a, lo) - lo:max(min(b, hi) - lo, 0)] = False
+    edges = np.flatnonzero(np.diff(np.r_[0, free.astype(np.int8), 0]))
+    assert gs.tolist() == (edges[::2] + lo).tolist() and ge.tolist() == (edges[1::2] + lo).tolist()

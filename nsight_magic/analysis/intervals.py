@@ -151,11 +151,19 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
 
 
 def gaps(iv: Intervals, lo: int, hi: int) -> Intervals:
-    """The parts of [lo, hi) that the disjoint set `iv` leaves uncovered."""
-    s, e = clip(iv, lo, hi)
-    gs = np.r_[lo, e]
-    ge = np.r_[s, hi]
+    """The parts of [lo, hi) that the disjoint set `iv` leaves uncovered.  The set's intervals inside [lo, hi) are a
+    run of it (it is in order): each gap is made once, in place, rather than through clipped copies (13M)."""
+    s, e = iv
+    i0, i1 = int(np.searchsorted(e, lo, "right")), int(np.searchsorted(s, hi, "left"))  # those that meet it
+    n = max(i1 - i0, 0)
+    gs, ge = np.empty(n + 1, np.int64), np.empty(n + 1, np.int64)
+    gs[0], ge[n] = lo, hi
+    gs[1:], ge[:n] = e[i0:i0 + n], s[i0:i0 + n]
+    if n:  # the first and last of them cut at [lo, hi)'s ends
+        ge[0], gs[n] = max(ge[0], lo), min(gs[n], hi)
     keep = ge > gs
+    if keep.all():
+        return gs, ge
     return gs[keep], ge[keep]
 
 
