@@ -15,18 +15,9 @@ import pandas as pd
 from ..bottleneck import HOST
 from ..overhead import words as overhead_words
 from .common import (MAX_EVIDENCE, Context, Finding, api_of, estimate_words, evidence, evidence_names,
-                     evidence_rows, has_operators, ranges_of, where_words, with_operator)
+                     evidence_rows, has_operators, launch_call_ns, ranges_of, where_words, with_operator)
 from .. import text as tx
 from ...readers.contract import NsysFrames
-
-
-def _kernels_with_launch(report: NsysFrames) -> pd.DataFrame:
-    k = report.kernels
-    if k.empty:
-        return k
-    a = api_of(k, report.cuda_api)
-    return k.assign(api_name=a["api_name"].array, api_tid=a["api_tid"].to_numpy(),
-                    api_ns=(a["api_end_ns"] - a["api_start_ns"]).to_numpy())
 
 
 def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction: np.ndarray | float | None = None,
@@ -41,10 +32,11 @@ def gpu_side_saving(ctx: Context, kernels: pd.DataFrame, saved_fraction: np.ndar
         m = ((kernels["pid"] == p.pid) & (kernels["device_id"] == p.device)).to_numpy()
         if not m.any():
             continue
-        k = kernels[m]
+        every = bool(m.all())  # one process on one GPU: its columns, not a copy (millions of kernels)
+        k = kernels if every else kernels[m]
         a, b = p.window
         inside = np.minimum(k["end_ns"].to_numpy(np.int64), b) - np.maximum(k["start_ns"].to_numpy(np.int64), a)
-        saved = float((np.maximum(inside, 0) * frac[m]).sum())
+        saved = float((np.maximum(inside, 0) * (frac if every else frac[m])).sum())
         if p.slack is not None:
             # the loop gets shorter until the host sets the pace: by the time it waited for the GPU at most
             got = min(saved, float(p.slack) + freed_ns / max(p.scale, 1e-9))
@@ -61,14 +53,14 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
     raw = ctx.stake("launch")
     at_stake = ctx.left("launch", ctx.host_stake("launch"))  # what tracing added and the named causes took aside
     share = ctx.window_share(raw) * 100
-    k = _kernels_with_launch(report)
+    k = report.kernels
     tiny = np.zeros(len(k), bool)
     api_ns = np.zeros(len(k))
     # a kernel a CUDA graph replayed (--cuda-graph-trace=node) has no launch of its own: one cudaGraphLaunch
     # queues the whole graph, so it is never "shorter than its launch"
     own = k["graph_node_id"].isna().to_numpy(bool) if "graph_node_id" in k else np.ones(len(k), bool)
-    if len(k):
-        api_ns = pd.to_numeric(pd.Series(k["api_ns"]), errors="coerce").to_numpy(float)
+    if len(k):  # each launch's length only: the calls' names and threads are joined for the evidence's rows
+        api_ns = launch_call_ns(k, report.cuda_api)
         tiny = (k["duration_ns"].to_numpy(float) < api_ns) & ~np.isnan(api_ns) & own
     n = int(tiny.sum())
     launched = int(own.sum())
@@ -81,8 +73,9 @@ def rule_launch_bound(ctx: Context) -> list[Finding]:
     events = None  # the evidence's rows
     if many_tiny:
         t = k[tiny]
-        ev = evidence(t.assign(tid=t["api_tid"]), t["name"],
-                      {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": t["api_name"]})
+        a = api_of(t, report.cuda_api)
+        ev = evidence(t.assign(tid=a["api_tid"].array), t["name"],
+                      {"launch_ns": api_ns[tiny].astype(np.int64), "api_name": a["api_name"]})
         top = ev["name"].value_counts()
         top.index = top.index.astype(str)  # ties by name, not by the order the categories were read in
         top = top.sort_index().sort_values(ascending=False, kind="stable").head(3)
