@@ -495,8 +495,9 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
         after_sync[mm] = True
         budget = (se - ss)[kk]
         avail = left[mm]
-        order = np.lexsort((gs[mm], kk))  # by sync, then in time
-        mm, kk, budget, avail = mm[order], kk[order], budget[order], avail[order]
+        if len(kk) > 1 and not (kk[1:] >= kk[:-1]).all():  # by sync, then in time (the gaps come in time)
+            order = np.lexsort((gs[mm], kk))
+            mm, kk, budget, avail = mm[order], kk[order], budget[order], avail[order]
         cum = np.cumsum(avail)
         first = np.r_[True, kk[1:] != kk[:-1]]
         base = np.maximum.accumulate(np.where(first, cum - avail, 0))  # what the group's earlier gaps held
