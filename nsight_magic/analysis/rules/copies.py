@@ -46,7 +46,8 @@ def serialized_copies(report: NsysFrames) -> pd.DataFrame:
     hd = m[tx.isin(m["kind"], ["HtoD", "DtoH"])]
     rows = []
     # the kernels' columns as arrays: a stream's kernels are picked by a mask, not by copying the frame's rows
-    k_dev, k_stream = (k[c].to_numpy(np.float64, na_value=np.nan) for c in ("device_id", "stream_id"))
+    none = np.iinfo(np.int64).min  # no id: equal to no copy's (their groups leave missing ids out)
+    k_dev, k_stream = (k[c].to_numpy(np.int64, na_value=none) for c in ("device_id", "stream_id"))
     k_start, k_end = k["start_ns"].to_numpy(np.int64), pd.to_numeric(k["end_ns"]).to_numpy(np.int64)
     for (dev, stream), c in hd.groupby(["device_id", "stream_id"], sort=False):
         on = (k_dev == dev) & (k_stream == stream)
