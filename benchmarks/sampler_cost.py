@@ -68,14 +68,16 @@ def block(step, variant: str, steps: int, folder: Path) -> list[float]:
             sampler.start()
         finally:
             ps.SWITCH_S = switch
-    times = []
-    for _ in range(steps):
-        t = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t)
+    times = [_timed(step) for _ in range(steps)]
     if sampler is not None:
         sampler.remove()
     return times
+
+
+def _timed(step) -> float:
+    t = time.perf_counter()
+    step()
+    return time.perf_counter() - t
 
 
 def main() -> None:
