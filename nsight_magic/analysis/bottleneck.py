@@ -441,7 +441,7 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
             m = gaps_of(int(th))
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             at, part = I.meeting(iv, gs[m], ge[m])  # a few calls against a million gaps: those they meet
-            got[_within(m, at)] = part
+            got[I.within(m, at)] = part
             prev = named.get(int(th))
             named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
         take = np.minimum(left, got)
@@ -458,7 +458,7 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
             if int(th) in named:
                 iv = I.subtract(iv, named[int(th)])
             at, part = I.meeting(iv, gs[m], ge[m])
-            blocked[_within(m, at)] = part
+            blocked[I.within(m, at)] = part
         hw = blocked >= HOST_BLOCKED_SHARE * np.maximum(left, 1)
         take = np.where(hw, np.minimum(left, blocked), 0)
         out["host wait"] = take
@@ -525,11 +525,6 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     left -= sync_take
     out["launch"] = np.maximum(left, 0)
     return pd.DataFrame(out, copy=False)  # its own arrays: not copied into blocks (a million gaps)
-
-
-def _within(rows: Any, at: Any) -> Any:
-    """The positions `at` of a subset `rows` (a slice of every row, or positions) as positions of the whole."""
-    return at if isinstance(rows, slice) else rows[at]
 
 
 def _round_trip(gs: np.ndarray, ge: np.ndarray, copy_bytes: np.ndarray, api: pd.DataFrame) -> np.ndarray:

@@ -117,6 +117,12 @@ def meeting(iv: Intervals, starts: npt.ArrayLike, ends: npt.ArrayLike) -> tuple[
     return at, part
 
 
+def within(rows: np.ndarray | slice, at: np.ndarray | slice) -> np.ndarray | slice:
+    """Positions `at` of a subset `rows` (slice(None): every row; else positions) as positions of the whole: what
+    meeting() found among some rows' intervals, as rows of their frame."""
+    return at if isinstance(rows, slice) else rows[at]
+
+
 def subtract(a: Intervals, b: Intervals) -> Intervals:
     """a minus b, both disjoint sets: the parts of a that b does not cover."""
     a_s, a_e = a

@@ -57,10 +57,10 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         # positions, and the few columns needed, never a copy of the frame (at 10M kernels the stretches of
         # gpu_time_util meet 13M gaps: their frame taken whole was 2 GB at the analysis's peak); where they meet
         # every gap of the report (gpu_time_util's stretches can span the whole capture): the columns themselves
-        pos = None if every else np.flatnonzero(mine)
+        pos: Any = slice(None) if every else np.flatnonzero(mine)
         del mine
-        at, met = I.meeting(span, gs, ge) if pos is None else I.meeting(span, gs[pos], ge[pos])
-        rows: Any = at if pos is None else pos[at]
+        at, met = I.meeting(span, gs[pos], ge[pos])
+        rows: Any = I.within(pos, at)
         del pos, at
 
         def col(c: str, dtype: type = np.int64) -> np.ndarray:
@@ -196,12 +196,7 @@ def _in_order(values: np.ndarray, rows: np.ndarray | slice) -> tuple[np.ndarray,
     if len(v) < 2 or bool((v[1:] >= v[:-1]).all()):
         return v, rows
     o = np.argsort(v, kind="stable")
-    return v[o], o if isinstance(rows, slice) else rows[o]
-
-
-def _at(order: np.ndarray | slice, i: Any) -> Any:
-    """The positions in the frame of the i-th rows of an order made by _in_order."""
-    return i if isinstance(order, slice) else order[i]
+    return v[o], I.within(rows, o)
 
 
 def _long_gaps(ops: pd.DataFrame, thr: float) -> pd.DataFrame | None:
@@ -217,10 +212,10 @@ def _long_gaps(ops: pd.DataFrame, thr: float) -> pd.DataFrame | None:
         del s, e
         if not len(hit):
             continue
+        before, after = I.within(order_e, hit), I.within(order_s, hit + 1)  # the operations around each gap
         parts.append(pd.DataFrame({
-            "start_ns": ends[_at(order_e, hit)], "end_ns": starts[_at(order_s, hit + 1)], "pid": int(pid),
-            "device_id": int(dev), "context_id": ops["context_id"].to_numpy()[_at(order_e, hit)],
-            "next_corr": ops["correlation_id"].array.take(_at(order_s, hit + 1))}))
+            "start_ns": ends[before], "end_ns": starts[after], "pid": int(pid), "device_id": int(dev),
+            "context_id": ops["context_id"].to_numpy()[before], "next_corr": ops["correlation_id"].array.take(after)}))
     if not parts:
         return None
     return pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
