@@ -48,7 +48,7 @@ def _kernels_in(report: NsysFrames, ranges: pd.DataFrame, group: np.ndarray) -> 
         return {}
     from .rules.common import api_of
 
-    a = api_of(k, report.cuda_api)
+    a = api_of(k, report.cuda_api, ("api_tid", "api_start_ns"))
     t = pd.DataFrame({"pid": k["pid"].to_numpy(), "tid": pd.to_numeric(a["api_tid"], errors="coerce").to_numpy(),
                       "at": pd.to_numeric(a["api_start_ns"], errors="coerce").to_numpy(),
                       "name": k["short_name"].astype(str).to_numpy() if "short_name" in k else

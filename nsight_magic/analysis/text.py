@@ -43,7 +43,7 @@ def _per_value(col: Column, one: Callable[[str], bool], many: Callable[[pd.Serie
         hit = np.fromiter(map(one, vals), bool, len(vals))
     else:
         hit = np.asarray(many(pd.Series(vals, dtype=object)), dtype=bool)
-    return np.asarray(hit[np.where(codes >= 0, codes, len(vals) - 1)])
+    return np.asarray(hit[codes])  # a missing value's code, -1, takes the last: "nan"
 
 
 def contains(col: Column, pat: str | re.Pattern[str], regex: bool = True, case: bool = True) -> np.ndarray:

@@ -15,8 +15,8 @@ import pandas as pd
 
 from .. import text as tx
 from ..bottleneck import INPUT_MIN_BYTES
-from .common import (Claims, Context, Enclosing, Finding, Found, api_of, estimate_words, evidence, like, ranges_of,
-                     size_words, where_words, with_operator)
+from .common import (Claims, Context, Enclosing, Finding, Found, api_of, estimate_words, evidence, like, pair_sums,
+                     ranges_of, size_words, where_words, with_operator)
 from ...readers.contract import NsysFrames
 
 
@@ -181,8 +181,7 @@ def rule_cuda_memcpy_sync(ctx: Context) -> list[Finding]:
     ev = _copy_evidence(report, m)
     idle = ctx.diag.gaps("sync")
     idle = idle[idle["in_window"] & idle["sync_name"].astype(str).str.match(r"cu(?:da)?Memcpy(?!.*Async)")]
-    after = int((idle["sync"] * idle["scale"]).groupby([idle["pid"], idle["device_id"]]).sum().max()) \
-        if len(idle) else 0
+    after = int(pair_sums(idle["sync"] * idle["scale"], idle["pid"], idle["device_id"]).max()) if len(idle) else 0
     at_stake = _exposed(ctx, ev) + after
     return [Finding(
         "cuda_memcpy_sync", ctx.severity(at_stake),

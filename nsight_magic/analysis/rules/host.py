@@ -13,8 +13,8 @@ import pandas as pd
 from ...inside.marks import CAPTURE_DOMAIN
 from .. import intervals as I
 from .. import text as tx
-from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, ranges_of, where_words,
-                     with_operator)
+from .common import (Context, Enclosing, Finding, estimate_words, evidence, like, pair_sums, ranges_of,
+                     where_words, with_operator)
 from ...readers.contract import NsysFrames
 from ..python_code import GilHolder
 
@@ -189,7 +189,7 @@ def child_waits(ctx: Context, gaps: pd.DataFrame) -> tuple[int, int]:
         return 0, 0
     h = g[hit]
     spent = np.minimum(h["host wait"].to_numpy(float), PROCESS_START_MS * 1e6) * h["scale"].to_numpy(float)
-    by = pd.Series(spent).groupby([h["pid"].to_numpy(), h["device_id"].to_numpy()]).sum()
+    by = pair_sums(spent, h["pid"].to_numpy(), h["device_id"].to_numpy())
     return int(by.max()), int(hit.sum())
 
 

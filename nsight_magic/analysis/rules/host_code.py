@@ -14,7 +14,8 @@ from .. import intervals as I
 from .. import text as tx
 from ..bottleneck import HOST_CALLS, osrt_traced, quiet_gaps
 from ..python_code import GilHolder, code_words, gil_holder
-from .common import Claims, Context, Finding, Found, cpu_context, estimate_words, evidence, ranges_of, where_words
+from .common import (Claims, Context, Finding, Found, cpu_context, estimate_words, evidence, pair_sums,
+                     ranges_of, where_words)
 from ...readers.contract import NsysFrames
 
 CONTEXT_MIN_PCT = 20  # a range or OS call named for the longest stretch covers at least this share of it
@@ -64,7 +65,7 @@ def rule_host_code(ctx: Context) -> list[Finding] | Found:
     # (torch.save writing the file it serialised), which the same fix removes: counted here, host_wait keeps the
     # rest.  Stretches mostly blocked in the OS stay host_wait's whole.
     blocked = (st["host wait"].to_numpy(float) * st["scale"].to_numpy(float))
-    blocked = int(pd.Series(blocked).groupby([st["pid"].to_numpy(), st["device_id"].to_numpy()]).sum().max())
+    blocked = int(pair_sums(blocked, st["pid"].to_numpy(), st["device_id"].to_numpy()).max())
     blocked = min(blocked, ctx.left("host wait", ctx.stake("host wait"))) if blocked <= ran else 0
     at_stake = ran + blocked
     claims = Claims()

@@ -22,6 +22,7 @@ from .common import Claims, Context, Finding, Found, api_of, estimate_words, evi
 from .kernels import gpu_side_saving
 from .. import text as tx
 from ...readers.contract import NsysFrames
+from ...readers.nsys_frames import gkey
 
 SMALL_CLASSES = ("elementwise", "indexing", "layout", "reduction")
 LOOP_MAX_PERIOD = 8       # a Python loop body launching up to this many kernels per iteration
@@ -57,7 +58,7 @@ def _launched_in(k: pd.DataFrame, api: pd.DataFrame, ranges: pd.DataFrame) -> pd
     range's thread."""
     if k.empty or ranges.empty:
         return k.iloc[0:0]
-    a = api_of(k, api)
+    a = api_of(k, api, ("api_tid", "api_start_ns"))
     t = pd.to_numeric(a["api_start_ns"]).to_numpy()
     tid = pd.to_numeric(a["api_tid"]).to_numpy()
     keep = np.zeros(len(k), bool)
@@ -207,19 +208,28 @@ def rule_python_loop(ctx: Context) -> list[Finding] | Found:
     opt = _training_ranges(report, r"\.step \[")
     if len(opt):
         k = k[~k.index.isin(_launched_in(report.kernels, report.cuda_api, opt).index)]
-    a = api_of(k, report.cuda_api)
+    a = api_of(k, report.cuda_api, ("api_tid", "api_start_ns"))
     t = pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(np.int64)
     known = a["api_tid"].notna().to_numpy()  # kernels without a launching thread are in no loop
     tid, pids = a["api_tid"].to_numpy(np.int64, na_value=0), k["pid"].to_numpy(np.int64)
-    # by launching thread (a few), each in launch order: one sort, then slices
-    order = np.flatnonzero(known)[np.lexsort((t[known], tid[known], pids[known]))]
+    # by launching thread (a few), each in launch order: one sort, then slices.  The thread as one key where its
+    # (pid, tid) fit one integer in their order (Linux's ids are under 2**22): two sort keys and one gather, not three
+    thread = gkey(pids, tid) if len(tid) and 0 <= tid.min() and tid.max() < 1 << 24 and pids.min() >= 0 \
+        and pids.max() < 1 << 38 else None
+    order = np.flatnonzero(known)
+    order = order[np.lexsort((t[order], thread[order])) if thread is not None else
+                  np.lexsort((t[order], tid[order], pids[order]))]
     if not len(order):
         return []
     # what the search reads, in launch order: a code per name and whether the kernel is small, not the rows (a
     # gather of every column of 10M kernels took 1.2 s); the rows are taken for the runs found
     names = pd.factorize(k["name"])[0][order]  # a categorical column: its codes, no text work
     small = np.asarray(k["cls"].isin(SMALL_CLASSES).to_numpy(), bool)[order]
-    cuts = np.flatnonzero(np.r_[True, (np.diff(pids[order]) != 0) | (np.diff(tid[order]) != 0), True])
+    if thread is not None:
+        cuts = np.flatnonzero(np.r_[True, np.diff(thread[order]) != 0, True])
+    else:
+        cuts = np.flatnonzero(np.r_[True, (np.diff(pids[order]) != 0) | (np.diff(tid[order]) != 0), True])
+    del thread
     spans, runs = [], []
     for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
         pid, tid_ = int(pids[order[lo]]), int(tid[order[lo]])
