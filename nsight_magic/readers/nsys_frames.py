@@ -199,9 +199,11 @@ def ckey(pid, corr) -> np.ndarray:
     or raw int64 columns (NULL); a missing id becomes -1."""
     if isinstance(corr, np.ndarray) and corr.dtype == np.int64:
         c = np.where(corr == NULL, -1, corr)
-    else:
-        c = np.asarray(pd.array(corr, dtype="Int64").fillna(-1).to_numpy(np.int64))
-    return (np.asarray(pid, np.int64) << 36) ^ c
+    else:  # one copy: the column's own array (no copy), its values with -1 for NA
+        c = np.asarray(pd.array(corr, dtype="Int64", copy=False).to_numpy(np.int64, na_value=-1))
+    key = np.left_shift(np.asarray(pid, np.int64), 36)
+    key ^= c
+    return key
 
 
 class FirstMatch:

@@ -314,11 +314,13 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame, columns: tuple[str, ...] = API_
                                                     dtype=name.dtype)
     else:
         out["api_name"] = np.where(ok, name.take(take).to_numpy(object), None)
+    missing = ~ok
     for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
-        if c in columns:
+        if c in columns:  # the gather is the column: zeroed where missing in place, framed without a copy
             v = a[col][take] if len(name) else np.zeros(len(ops), np.int64)
-            out[c] = pd.arrays.IntegerArray(np.where(ok, v, 0).astype(np.int64), ~ok)
-    return pd.DataFrame({c: out[c] for c in columns}, index=ops.index)
+            np.putmask(v, missing, 0)
+            out[c] = pd.arrays.IntegerArray(v, missing.copy())  # a mask each: an edit of one leaves the others
+    return pd.DataFrame({c: out[c] for c in columns}, index=ops.index, copy=False)
 
 
 def launch_call_ns(ops: pd.DataFrame, api: pd.DataFrame) -> np.ndarray:
