@@ -26,12 +26,23 @@ FRAME_COLUMNS: dict[str, tuple[str, ...]] = {f: frame_columns(f) for f in EVENT_
 class Meta(Protocol):
     """readers.nsys.ReportMeta as the analysis reads it."""
 
-    nsys_version: str | None
-    start_ns: int
-    end_ns: int
-    duration_ns: int
-    span_source: str
-    tables: tuple[str, ...]     # the export's tables ("OSRT_API": OS runtime calls were traced)
+    @property
+    def nsys_version(self) -> str | None: ...
+
+    @property
+    def start_ns(self) -> int: ...
+
+    @property
+    def end_ns(self) -> int: ...
+
+    @property
+    def duration_ns(self) -> int: ...
+
+    @property
+    def span_source(self) -> str: ...
+
+    @property
+    def tables(self) -> tuple[str, ...]: ...  # the export's tables ("OSRT_API": OS runtime calls were traced)
 
 
 @runtime_checkable
@@ -41,7 +52,9 @@ class NsysFrames(Protocol):
 
     tool: str                                        # "nsys" (an Nsight Compute report's data says "ncu")
     path: Path
-    meta: Meta
+
+    @property
+    def meta(self) -> Meta: ...                      # version, capture span (made when first asked for)
 
     @property
     def time_span(self) -> CaptureSpan: ...          # the capture span, the timeline's origin and axis end

@@ -200,14 +200,21 @@ class NsysData:
         # (frame, column) -> the Series through which frames share a core column (_lend): held as long as the report
         self._lent: dict[tuple[str, str], pd.Series] = {}
         self._frame_jobs: dict[str, Future] = {}
+        self._raw_spans: dict[str, tuple | None] = {}  # frame -> its core columns' nsys_frames.raw_span, once read
         self._con, self._tables = connect(self.sqlite_path)
         try:
             self._check_has_events()
-            self.cached = self._load_cache()  # first: it also holds the events' span that the meta needs
-            self.meta = self._read_meta()
+            self.cached = self._load_cache()  # it also holds the events' span that the meta needs
         except BaseException:
             self.close()
             raise
+
+    @functools.cached_property
+    def meta(self) -> ReportMeta:
+        """Version, capture span and session start of the report: made when first asked for, which is after the
+        summaries' read has begun where one follows the open, so that the events' span comes from the columns it
+        reads (event_span) rather than from scans of its own."""
+        return self._read_meta()
 
     _CACHED = ("kernels", "memcpy", "memset", "cuda_api", "nvtx")
 
@@ -267,6 +274,11 @@ class NsysData:
 
     def close(self):
         if self._con is not None:
+            if hasattr(self, "cached") and "meta" not in self.__dict__:  # opened: its meta stays readable closed
+                try:
+                    self.meta
+                except Exception:  # noqa: BLE001 - a damaged report closes all the same; its reads said why
+                    pass
             self._con.close()
             self._con = None
 
@@ -439,44 +451,69 @@ class NsysData:
                 ranges.append((pid, int(start), None if end is None else int(end)))
         return ranges, marks
 
-    def _event_tables(self) -> list[tuple[str, str]]:
-        """(table, SQL condition) of every table of timed events; NVTX without its registration rows (domain
+    def _event_tables(self) -> list[tuple[str, str, str]]:
+        """(table, SQL condition, frame) of every table of timed events; NVTX without its registration rows (domain
         creation and the like carry timestamps from before the capture, even negative ones), OS runtime without
         nsys's start/stop markers."""
         out = []
         for spec in S.ACTIVITY_SPECS.values():
             t = find_spec_table(self._tables, spec)
             if t:
-                out.append((t, spec.where or "1"))
+                out.append((t, spec.where or "1", spec.frame))
         t = self._table("NVTX_EVENTS")
         if t:
             kinds = ", ".join(map(str, S.NVTX_PUSH_POP + S.NVTX_START_END + S.NVTX_MARK))
-            out.append((t, f"eventType IN ({kinds})"))
+            out.append((t, f"eventType IN ({kinds})", "nvtx"))
         return out
 
     @functools.cached_property
     def event_span(self) -> tuple[int | None, int | None]:
-        """(first start, last end) over every timed event of the report, on its clock; (None, None) when none."""
+        """(first start, last end) over every timed event of the report, on its clock; (None, None) when none.
+
+        A table whose core columns are being read, or were (the summaries'), gives its span from them
+        (nsys_frames.raw_span, taken as read): a scan of its own cost about a sixth of the cold read.  The others
+        are scanned in SQL, in parallel, meanwhile."""
+        tables = self._event_tables()
+        from_core = {t for t, _, f in tables if f in self._CORE and f in self._core_cache}
+        scans = self._span_scans([(t, c) for t, c, _ in tables if t not in from_core])
+        spans: dict[str, tuple | None] = {}
+        for t, _, f in tables:
+            if t in from_core:
+                self.core(f)  # its read ends (and says what is wrong with the table, as a summary would)
+                spans[t] = self._raw_spans.get(f)
+        late = self._span_scans([(t, c) for t, c, _ in tables if t in from_core and spans[t] is None])
         lo = hi = None
-        # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
-        sql = [f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)), min(start), '
-               f'max(start) FROM "{t}" WHERE {c}' for t, c in self._event_tables()]
-        if len(sql) > 1 and (os.cpu_count() or 1) > 1:  # full scans of millions of rows: in parallel, as reads
-            with ThreadPoolExecutor(max_workers=min(len(sql), os.cpu_count() or 1)) as pool:
-                futures = [pool.submit(self._in_thread, lambda con, q=q: con.execute(q).fetchone()) for q in sql]
-                spans = [self._query(f.result) for f in futures]
-        else:
-            spans = [self._query(lambda q=q: self._con.execute(q).fetchone()) for q in sql]
-        for (t, c), (a, b, *ends) in zip(self._event_tables(), spans):
-            vals = [v for v in (a, b, *ends) if v is not None]
-            if not all(isinstance(v, int) for v in vals) or any(abs(v) > TS_LIMIT for v in vals):
-                self._query(check_ints, self._con, t, ["start", '"end"' if "end" in columns_of(self._con, t)
-                                                       else "start"], c, self.sqlite_path)
+        for t, c, _ in tables:
+            if spans.get(t) is not None:
+                a, b = spans[t][:2]  # type: ignore[index]
+            else:  # scanned: its values checked as a read checks them
+                a, b, *ends = self._query((scans.get(t) or late[t]).result)
+                vals = [v for v in (a, b, *ends) if v is not None]
+                if not all(isinstance(v, int) for v in vals) or any(abs(v) > TS_LIMIT for v in vals):
+                    self._query(check_ints, self._con, t, ["start", '"end"' if "end" in columns_of(self._con, t)
+                                                           else "start"], c, self.sqlite_path)
             if a is not None:
                 lo = a if lo is None else min(lo, a)
             if b is not None:
                 hi = b if hi is None else max(hi, b)
         return lo, hi
+
+    def _span_scans(self, tables: list[tuple[str, str]]) -> dict[str, Future]:
+        """What event_span asks of each (table, condition) in SQL, as futures by table: full scans of millions of
+        rows, each on a connection of its own in parallel (done here, in order, where there is one core or one
+        table)."""
+        # on a recording's own clock, ranges opened before it began start below 0: the recording starts at 0
+        sql = {t: f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)), min(start), '
+                  f'max(start) FROM "{t}" WHERE {c}' for t, c in tables}
+        if len(sql) > 1 and (os.cpu_count() or 1) > 1:
+            futures = self._in_threads([(t, lambda con, q=q: con.execute(q).fetchone()) for t, q in sql.items()],
+                                       min(len(sql), os.cpu_count() or 1))
+            return futures
+        out: dict[str, Future] = {}
+        for t, q in sql.items():
+            out[t] = Future()
+            out[t].set_result(self._query(lambda q=q: self._con.execute(q).fetchone()))
+        return out
 
     @property
     def time_span(self) -> CaptureSpan:
@@ -835,7 +872,9 @@ class NsysData:
     def _read_core(self, frame: str, table: str, con) -> dict[str, np.ndarray]:
         from .nsys_frames import read_raw
 
-        got = self._query(read_raw, con, table, S.ALL_SPECS[frame], self._CORE[frame], self.sqlite_path)
+        span: list = []  # the table's event span, from the columns read (event_span)
+        got = self._query(read_raw, con, table, S.ALL_SPECS[frame], self._CORE[frame], self.sqlite_path, None, span)
+        self._raw_spans[frame] = span[0] if span else None
         return {c: got[c] for c in self._CORE[frame]}
 
     @functools.cached_property

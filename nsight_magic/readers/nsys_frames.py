@@ -21,13 +21,14 @@ TEXT_CODES_MIN_ROWS = 100_000  # below this the one joined string of read_texts 
 
 
 def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None,
-             have: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+             have: dict[str, np.ndarray] | None = None, span: list | None = None) -> dict[str, np.ndarray]:
     """Integer columns of `spec` (our names; all non-text ones by default) as raw int64 arrays.
 
     Each raw column is read once even when several of ours come from it (pid and tid both come from
     globalTid, decoded here with numpy); a column absent from this export version reads as NULL.  `have`: columns
     this function already returned for the same table and spec (the core columns the summaries read), taken as
-    they are instead of read again (read_frame shares them with the frame it makes)."""
+    they are instead of read again (read_frame shares them with the frame it makes).  `span`: where start and end
+    are read, raw_span() of the rows as the export holds them is appended to it."""
     wanted = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
     have = {c.name: have[c.name] for c in wanted if have and c.name in have}
     cols = [c for c in wanted if c.name not in have]
@@ -35,31 +36,28 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
         return have
     present = set(columns_of(con, table))
     raws = {c.name: next((r for r in c.raw if r in present), None) for c in cols}
-    # what travels from SQLite, one entry per distinct expression; fewer digits print and parse faster:
-    # `end` as `end - start`, a GlobalId as its pid when only the pid is wanted
+    # what travels from SQLite, one entry per distinct expression: a GlobalId as its pid when only the pid is
+    # wanted.  `end` travels as it is: read as `end - start` it was a number even where the export holds text
+    # there, which then went unnoticed (as integers through ADBC, the digits cost nothing)
     uses = {}
     for c in cols:
         if raws[c.name]:
             uses.setdefault(raws[c.name], set()).add(c.how)
-    delta_end = "start" in uses and "end" in uses
     pid_only = {r for r, hows in uses.items() if hows == {"pid"}}
 
     def expr(r):
-        if r == "end" and delta_end:
-            return '"end" - "start"'
         if r in pid_only:
             return f'(("{r}" >> 24) & {_MASK24})'
         return f'"{r}"'
 
     uniq = list(uses)
     arrays = dict(zip(uniq, read_ints(con, table, [expr(r) for r in uniq], spec.where, path))) if uniq else {}
-    if delta_end:  # end = start + (end - start), in place (no two more columns at a time)
-        d = arrays["end"]
-        np.add(d, arrays["start"], out=d, where=d != NULL)
     stamps = [r for r in ("start", "end") if r in arrays]
     if any(((a != NULL) & ((a > TS_LIMIT) | (a < -TS_LIMIT))).any() for a in map(arrays.get, stamps)):
         check_range(con, table, stamps, spec.where, path)
     if "start" in arrays and "end" in arrays:
+        if span is not None:  # before the damaged rows are mended below: the span of what the export holds
+            span.append(raw_span(arrays["start"], arrays["end"]))
         _no_negative_spans(table, arrays["start"], arrays["end"])
     n = len(next(iter(arrays.values()))) if arrays else len(next(iter(have.values()), ()))
     if have and arrays and n != len(next(iter(have.values()))):
@@ -79,6 +77,22 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
 
 
 MAX_SPAN_NS = 2 ** 50  # 13 days: a longer event is damage, and a few of them would overflow any int64 total
+
+
+def raw_span(start: np.ndarray, end: np.ndarray) -> tuple | None:
+    """What the reader's event span asks of a table in SQL (min(start >= 0), max(coalesce(end, start)),
+    min(start), max(start); None where no row has it), from its raw start and end columns (NULL: missing),
+    read anyway for the summaries, instead of a scan of its own.  None where a start is missing (a damaged
+    export: SQL says what it holds)."""
+    if not len(start):
+        return None, None, None, None
+    if not (start != NULL).all():
+        return None
+    lo, hi = int(start.min()), int(start.max())
+    nonneg = lo if lo >= 0 else (int(start[start >= 0].min()) if hi >= 0 else None)
+    ended = end != NULL
+    last = int(end.max()) if ended.all() else max(int(end[ended].max(initial=NULL)), int(start[~ended].max()))
+    return nonneg, last, lo, hi
 
 
 def _no_negative_spans(table: str, start: np.ndarray, end: np.ndarray) -> None:

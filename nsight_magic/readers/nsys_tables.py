@@ -27,7 +27,6 @@ class CoreColumns(Protocol):
     """What the summaries read of an export (readers.nsys.NsysData)."""
 
     path: Path
-    meta: Any                                     # readers.nsys.ReportMeta: nsys_version, start_ns, end_ns
     strings: Strings                              # the export's string table
     nvtx_arrays: dict[str, np.ndarray]            # the NVTX rows as arrays (nsys_frames.build_nvtx)
     nvtx_maxts: int | None                        # where ranges never closed end
@@ -36,6 +35,9 @@ class CoreColumns(Protocol):
     kernels: pd.DataFrame
     memcpy: pd.DataFrame
     memset: pd.DataFrame
+
+    @property
+    def meta(self) -> Any: ...  # readers.nsys.ReportMeta: nsys_version, start_ns, end_ns (made when first asked for)
 
     def core(self, frame: str) -> dict[str, np.ndarray] | None: ...
 
