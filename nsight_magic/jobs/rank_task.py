@@ -101,6 +101,9 @@ def _fill(out: RankResult, rep) -> None:
     from ..readers.nsys_merge import clock_offset_ns
     from ..analysis import intervals as I
 
+    # the summaries first: their read gives the meta its events' span (readers.nsys.NsysData.event_span)
+    out.summaries = {"kernel": rep.kernel_summary(), "memcpy": rep.memcpy_summary(),
+                     "cuda_api": rep.cuda_api_summary(), "nvtx": rep.nvtx_summary()}
     meta = rep.meta
     out.nsys_version = meta.nsys_version
     out.span = (int(meta.start_ns), int(meta.end_ns))
@@ -110,8 +113,6 @@ def _fill(out: RankResult, rep) -> None:
         out.host = _host(con)
     finally:
         con.close()
-    out.summaries = {"kernel": rep.kernel_summary(), "memcpy": rep.memcpy_summary(),
-                     "cuda_api": rep.cuda_api_summary(), "nvtx": rep.nvtx_summary()}
     # the columns these need, not the frames: a rank's task costs about a read of its report
     ops = {f: rep.columns(f, ["start_ns", "end_ns", "duration_ns"]) for f in ("kernels", "memcpy", "memset")}
     k = ops["kernels"]
