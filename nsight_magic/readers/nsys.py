@@ -474,12 +474,16 @@ class NsysData:
         (nsys_frames.raw_span, taken as read): a scan of its own cost about a sixth of the cold read.  The others
         are scanned in SQL, in parallel, meanwhile."""
         tables = self._event_tables()
-        from_core = {t for t, _, f in tables if f in self._CORE and f in self._core_cache}
+        nvtx_read = "nvtx" in self._core_cache or "nvtx_arrays" in self.__dict__
+        from_core = {t for t, _, f in tables if f in self._CORE and f in self._core_cache or f == "nvtx" and nvtx_read}
         scans = self._span_scans([(t, c) for t, c, _ in tables if t not in from_core])
         spans: dict[str, tuple | None] = {}
         for t, _, f in tables:
-            if t in from_core:
-                self.core(f)  # its read ends (and says what is wrong with the table, as a summary would)
+            if t in from_core:  # its read ends (and says what is wrong with the table, as a summary would)
+                if f == "nvtx":
+                    self.nvtx_arrays
+                else:
+                    self.core(f)
                 spans[t] = self._raw_spans.get(f)
         late = self._span_scans([(t, c) for t, c, _ in tables if t in from_core and spans[t] is None])
         lo = hi = None
@@ -603,7 +607,11 @@ class NsysData:
         return self._read_nvtx(self._con)
 
     def _read_nvtx(self, con):
-        raw = self._query(read_frame, con, self._tables, self.strings, S.NVTX_RAW, self.sqlite_path)
+        span: list = []  # the ranges' and marks' event span, from the columns read (event_span)
+        kinds = ("eventType", tuple(S.NVTX_PUSH_POP + S.NVTX_START_END + S.NVTX_MARK))
+        raw = self._query(read_frame, con, self._tables, self.strings, S.NVTX_RAW, self.sqlite_path, None, None,
+                          span, kinds)
+        self._raw_spans["nvtx"] = span[0] if span else None
         if "nvtx_maxts" not in self.__dict__:  # where ranges never closed end: the last NVTX start or end
             ends = raw["end_ns"].to_numpy(np.float64, na_value=np.nan)
             self.__dict__["nvtx_maxts"] = (None if len(raw) == 0 else

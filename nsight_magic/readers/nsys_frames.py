@@ -21,14 +21,16 @@ TEXT_CODES_MIN_ROWS = 100_000  # below this the one joined string of read_texts 
 
 
 def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, path=None,
-             have: dict[str, np.ndarray] | None = None, span: list | None = None) -> dict[str, np.ndarray]:
+             have: dict[str, np.ndarray] | None = None, span: list | None = None,
+             span_kinds: tuple[str, tuple[int, ...]] | None = None) -> dict[str, np.ndarray]:
     """Integer columns of `spec` (our names; all non-text ones by default) as raw int64 arrays.
 
     Each raw column is read once even when several of ours come from it (pid and tid both come from
     globalTid, decoded here with numpy); a column absent from this export version reads as NULL.  `have`: columns
     this function already returned for the same table and spec (the core columns the summaries read), taken as
     they are instead of read again (read_frame shares them with the frame it makes).  `span`: where start and end
-    are read, raw_span() of the rows as the export holds them is appended to it."""
+    are read, raw_span() of the rows as the export holds them is appended to it (span_kinds: of the rows whose raw
+    column holds one of these values only: NVTX's ranges and marks)."""
     wanted = [c for c in spec.cols if c.how != "text" and (names is None or c.name in names)]
     have = {c.name: have[c.name] for c in wanted if have and c.name in have}
     cols = [c for c in wanted if c.name not in have]
@@ -57,7 +59,13 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
         check_range(con, table, stamps, spec.where, path)
     if "start" in arrays and "end" in arrays:
         if span is not None:  # before the damaged rows are mended below: the span of what the export holds
-            span.append(raw_span(arrays["start"], arrays["end"]))
+            start, end = arrays["start"], arrays["end"]
+            if span_kinds is not None:
+                kind = arrays.get(span_kinds[0])
+                keep = np.isin(kind, span_kinds[1]) if kind is not None else np.zeros(len(start), bool)
+                start, end = start[keep], end[keep]
+            span.append(raw_span(start, end) if span_kinds is None or span_kinds[0] in arrays else None)
+            del start, end
         _no_negative_spans(table, arrays["start"], arrays["end"])
     n = len(next(iter(arrays.values()))) if arrays else len(next(iter(have.values()), ()))
     if have and arrays and n != len(next(iter(have.values()))):
@@ -135,13 +143,13 @@ def _pd_dtype(d: str):
 
 
 def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=None,
-               have: dict[str, np.ndarray] | None = None, lend: Callable[[str, Callable], pd.Series] | None = None
-               ) -> pd.DataFrame:
+               have: dict[str, np.ndarray] | None = None, lend: Callable[[str, Callable], pd.Series] | None = None,
+               span: list | None = None, span_kinds: tuple[str, tuple[int, ...]] | None = None) -> pd.DataFrame:
     """The frame of `spec`'s table.  `have`: its core columns read already (NsysData.core), shared with the frame,
     not copied (107 MB of the kernels' and CUDA calls' at 1M kernels): `lend(name, make)` gives the Series that
     holds each (made by `make()` once), which the caller keeps as long as the columns it lent, so that pandas'
     copy-on-write sees the reference and an edit of the frame (`rep.kernels.loc[i, c] = v`) copies instead of
-    writing into them.  Without `lend` the frame gets copies."""
+    writing into them.  Without `lend` the frame gets copies.  span, span_kinds: read_raw's."""
     table = find_spec_table(tables, spec)
     if table is None:
         return empty_frame(spec.frame)
@@ -149,7 +157,7 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     raws = {c.name: next((r for r in c.raw if r in present), None) for c in spec.cols}
     if spec.frame in ("threads", "processes", "gpus") and not any(raws.values()):
         return empty_frame(spec.frame)
-    ints = read_raw(con, table, spec, path=path, have=have)
+    ints = read_raw(con, table, spec, path=path, have=have, span=span, span_kinds=span_kinds)
     n = len(next(iter(ints.values()))) if ints else 0
     data: dict[str, object] = {}
     for c in spec.cols:
