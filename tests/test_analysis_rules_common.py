@@ -39,3 +39,65 @@ def test_api_of_some_columns_equal_those_of_all():
     assert list(some.columns) == ["api_tid", "api_start_ns"]
     pd.testing.assert_frame_equal(some, whole[["api_tid", "api_start_ns"]])
     assert list(api_of(k.iloc[:0], rep.cuda_api, ("api_tid",)).columns) == ["api_tid"]
+
+
+def _ops_frame(n: int, rng, pids, devices, ctx_na: bool = False) -> pd.DataFrame:
+    start = np.sort(rng.integers(-5, 10_000, n))
+    ctx = pd.array(rng.integers(1, 3, n), dtype="Int64")
+    if ctx_na:
+        ctx[::7] = pd.NA
+    corr = pd.array(rng.integers(1, 1000, n), dtype="Int64")
+    corr[::5] = pd.NA
+    return pd.DataFrame({"start_ns": start, "end_ns": pd.array(start + rng.integers(0, 50, n), dtype="Int64"),
+                         "pid": rng.choice(pids, n), "device_id": rng.choice(devices, n), "context_id": ctx,
+                         "correlation_id": corr})
+
+
+def _plain_ops(report) -> pd.DataFrame:
+    """What GpuOps stands for, in plain pandas: the frames' rows that start after 0, then nsys's overhead inside
+    each (pid, device)'s range, with the first known context of that pair."""
+    ops = pd.concat([f[f["start_ns"] > 0][["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id"]]
+                     for f in (report.kernels, report.memcpy, report.memset)], ignore_index=True)
+    from nsight_magic.analysis.rules.gpu_ops import OVERHEAD_NAMES
+
+    ops["end_ns"] = ops["end_ns"].astype("int64")
+    ov = report.overhead[report.overhead["name"].isin(OVERHEAD_NAMES)]
+    extra = []
+    for (d, p), g in ops.groupby(["device_id", "pid"], sort=True):
+        o = ov[(ov["pid"] == p) & (ov["start_ns"] > g["start_ns"].min()) & (ov["end_ns"] < g["end_ns"].max())]
+        known = g["context_id"].dropna()
+        extra += [{"start_ns": s, "end_ns": e, "pid": p, "device_id": d,
+                   "context_id": known.iloc[0] if len(known) else pd.NA, "correlation_id": pd.NA}
+                  for s, e in zip(o["start_ns"], o["end_ns"])]
+    return pd.concat([ops, pd.DataFrame(extra)], ignore_index=True) if extra else ops
+
+
+@pytest.mark.parametrize("pairs,ctx_na", [(1, False), (1, True), (3, False), (3, True)])
+def test_gpu_ops_hold_what_the_frames_hold(pairs, ctx_na):
+    from types import SimpleNamespace
+
+    from nsight_magic.analysis.rules.gpu_ops import OVERHEAD_NAMES, GpuOps
+
+    rng = np.random.default_rng(pairs + 10 * ctx_na)
+    pids, devices = [11, 22, 33][:pairs], [0, 1][:min(pairs, 2)]
+    overhead = pd.DataFrame({"start_ns": [100, 200, 20_000, 300], "end_ns": [150, 260, 20_050, 310],
+                             "pid": [11, 22, 11, 33], "name": [OVERHEAD_NAMES[0], OVERHEAD_NAMES[2], OVERHEAD_NAMES[1],
+                                                                "something else"]})
+    report = SimpleNamespace(kernels=_ops_frame(400, rng, pids, devices, ctx_na), memcpy=_ops_frame(60, rng, pids,
+                             devices), memset=_ops_frame(30, rng, pids, devices), overhead=overhead)
+    report.kernels.loc[0, "start_ns"] = -1  # recorded before the clock's start: left out, as nsys analyze does
+    got, want = GpuOps(report), _plain_ops(report)
+    assert got.start.tolist() == want["start_ns"].tolist() and got.end.tolist() == want["end_ns"].tolist()
+    kept = sum(int((f["start_ns"] > 0).sum()) for f in (report.kernels, report.memcpy, report.memset))
+    assert kept < 490 and len(want) > kept and len(got) == len(want)  # some left out, some overhead taken in
+    groups = want.groupby(["pid", "device_id"], sort=True).indices
+    assert [k for k, _ in got.pairs] == sorted(groups)
+    for key, rows in got.pairs:
+        assert np.arange(len(want))[rows].tolist() == list(groups[key])
+    rows = rng.choice(len(want), 80)
+    np.testing.assert_array_equal(got.context_ids(rows), want["context_id"].to_numpy()[rows])
+    pd.testing.assert_extension_array_equal(got.correlation_ids(rows),
+                                            pd.array(want["correlation_id"], dtype="Int64")[rows])
+    for r in rows[:10].tolist() + [len(want) - 1]:
+        a, b = got.context_at(r), want["context_id"].iloc[r]
+        assert (a is pd.NA and b is pd.NA) or a == b

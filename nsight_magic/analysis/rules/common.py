@@ -429,54 +429,6 @@ def _operators(report: NsysFrames) -> Enclosing | None:
     return found
 
 
-def gpu_ops_with_overhead(report: NsysFrames) -> pd.DataFrame:
-    """Kernels, copies and memsets (start > 0) plus nsys's CUDA overhead inside each (process, GPU) range: the
-    operations nsys analyze's GPU rules look at (start_ns, end_ns, pid, device_id, context_id, correlation_id),
-    the columns those rules read, each gathered once (13M operations)."""
-    cols = ["start_ns", "end_ns", "pid", "device_id", "context_id", "correlation_id"]
-    frames = [f for f in (report.kernels, report.memcpy, report.memset) if len(f)]  # the contract's frames
-    if not frames:
-        return pd.DataFrame(columns=cols)
-    keep = [f["start_ns"].to_numpy(np.int64) > 0 for f in frames]
-
-    def joined(get: Any) -> np.ndarray:
-        return np.concatenate([np.asarray(get(f))[k] for f, k in zip(frames, keep)])
-
-    def nullable(col: str) -> pd.arrays.IntegerArray:
-        each = {id(f): pd.array(f[col], dtype="Int64") for f in frames}  # made once per frame, for both parts
-        return pd.arrays.IntegerArray(joined(lambda f: each[id(f)].to_numpy(np.int64, na_value=0)),
-                                      joined(lambda f: each[id(f)].isna()))
-
-    ops = pd.DataFrame({"start_ns": joined(lambda f: f["start_ns"].to_numpy(np.int64)),
-                        "end_ns": joined(lambda f: pd.to_numeric(f["end_ns"]).to_numpy(np.int64)),
-                        "pid": joined(lambda f: f["pid"].to_numpy(np.int64)),
-                        "device_id": joined(lambda f: f["device_id"].to_numpy(np.int64)),
-                        "context_id": nullable("context_id"), "correlation_id": nullable("correlation_id")},
-                       copy=False)
-    ov = report.overhead
-    if len(ov) and len(ops):
-        names = ov["name"].astype(str)
-        ov = ov[names.isin(["CUDA profiling data flush overhead", "CUDA profiling stop overhead",
-                            "CUDA profiling overhead"]).to_numpy()]
-        dev, pid = ops["device_id"].to_numpy(np.int64), ops["pid"].to_numpy(np.int64)
-        s, e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-        ctx_ids = ops["context_id"]
-        extra = []
-        pairs = np.sort(pd.unique((dev << 32) | pid)) if len(ov) else ()  # a hash, not a sort of every row
-        for d, p in ((int(x) >> 32, int(x) & 0xFFFFFFFF) for x in pairs):  # per (GPU, process): a few
-            m = (dev == d) & (pid == p)
-            o = ov[(ov["pid"] == p) & (ov["start_ns"] > s[m].min()) & (ov["end_ns"] < e[m].max())]
-            if len(o):
-                known = ctx_ids[m].dropna()
-                extra.append(pd.DataFrame({"start_ns": o["start_ns"].to_numpy(np.int64),
-                                           "end_ns": o["end_ns"].to_numpy(np.int64), "pid": p, "device_id": d,
-                                           "context_id": known.iloc[0] if len(known) else pd.NA,
-                                           "correlation_id": pd.NA}))
-        if extra:
-            ops = pd.concat([ops, *extra], ignore_index=True)
-    return ops
-
-
 def _ids(col: pd.Series) -> np.ndarray:
     """A pid/tid column as int64, -2 where missing (never equal to a real id, nor to -1: "any thread")."""
     if isinstance(col, pd.Series) and col.dtype == np.int64:  # nothing missing: the column itself, not a copy

@@ -14,7 +14,8 @@ import pandas as pd
 
 from .. import intervals as I
 from ..bottleneck import quiet_gaps
-from .common import Context, Finding, api_of, cpu_context, evidence, gpu_ops_with_overhead, ranges_of
+from .common import Context, Finding, api_of, cpu_context, evidence, ranges_of
+from .gpu_ops import GpuOps
 
 # idle categories of analysis.bottleneck and the rules that explain them (launch: host_code, then launch_bound;
 # host wait: host_code's inside its stretches when it counted them, else host_wait's)
@@ -164,29 +165,16 @@ def rule_startup(ctx: Context) -> list[Finding]:
         ranges_of(ev))]
 
 
-def _gpu_ops(ctx: Context, last: bool = False) -> pd.DataFrame:
-    """gpu_ops_with_overhead, made once for both rules and held by this run of the rules only (13M operations are
-    650 MB at 10M kernels: not kept for the report's life); `last`: the last rule to read them takes them out, so
+def _gpu_ops(ctx: Context, last: bool = False) -> GpuOps:
+    """The operations nsys analyze's GPU rules look at (rules.gpu_ops), made once for both rules and held by this
+    run of the rules only (not kept for the report's life); `last`: the last rule to read them takes them out, so
     that they go as soon as it lets them go."""
-    ops: pd.DataFrame | None = ctx.memo.pop("gpu_ops", None) if last else ctx.memo.get("gpu_ops")
+    ops: GpuOps | None = ctx.memo.pop("gpu_ops", None) if last else ctx.memo.get("gpu_ops")
     if ops is None:
-        ops = gpu_ops_with_overhead(ctx.report)
+        ops = GpuOps(ctx.report)
         if not last:
             ctx.memo["gpu_ops"] = ops
     return ops
-
-
-def _pair_rows(ops: pd.DataFrame) -> list[tuple[tuple[int, int], np.ndarray | slice]]:
-    """The rows of each (pid, device_id) of `ops`, in that order: positions, so that a rule takes the columns it
-    needs rather than a copy of each group's frame (13M operations at 10M kernels); slice(None) where one process
-    on one GPU has them all (the usual case: no groupby, no positions)."""
-    if ops.empty:
-        return []
-    pid, dev = ops["pid"].to_numpy(np.int64), ops["device_id"].to_numpy(np.int64)
-    if (pid == pid[0]).all() and (dev == dev[0]).all():
-        return [((int(pid[0]), int(dev[0])), slice(None))]
-    groups = ops.groupby(["pid", "device_id"], sort=True).indices
-    return [((int(p), int(d)), np.asarray(groups[(p, d)], np.intp)) for p, d in sorted(groups)]
 
 
 def _in_order(values: np.ndarray, rows: np.ndarray | slice) -> tuple[np.ndarray, np.ndarray | slice]:
@@ -199,13 +187,13 @@ def _in_order(values: np.ndarray, rows: np.ndarray | slice) -> tuple[np.ndarray,
     return v[o], I.within(rows, o)
 
 
-def _long_gaps(ops: pd.DataFrame, thr: float) -> pd.DataFrame | None:
+def _long_gaps(ops: GpuOps, thr: float) -> pd.DataFrame | None:
     """The stretches longer than thr ns in which a (process, GPU) of `ops` ran nothing, by start (None: none),
     with the context of the operation before and the correlation id of the one after.  Its sorted copies of the
     operations' columns go when it returns, before the rule weighs the gaps (13M operations at 10M kernels)."""
     parts = []
-    starts, ends = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-    for (pid, dev), rows in _pair_rows(ops):
+    starts, ends = ops.start, ops.end
+    for (pid, dev), rows in ops.pairs:
         s, order_s = _in_order(starts, rows)
         e, order_e = _in_order(ends, rows)
         hit = np.flatnonzero((s[1:] - e[:-1] > thr) & (e[:-1] < s[1:]))
@@ -215,7 +203,7 @@ def _long_gaps(ops: pd.DataFrame, thr: float) -> pd.DataFrame | None:
         before, after = I.within(order_e, hit), I.within(order_s, hit + 1)  # the operations around each gap
         parts.append(pd.DataFrame({
             "start_ns": ends[before], "end_ns": starts[after], "pid": int(pid), "device_id": int(dev),
-            "context_id": ops["context_id"].to_numpy()[before], "next_corr": ops["correlation_id"].array.take(after)}))
+            "context_id": ops.context_ids(before), "next_corr": ops.correlation_ids(after)}))
     if not parts:
         return None
     return pd.concat(parts, ignore_index=True).sort_values(["start_ns"], kind="stable").reset_index(drop=True)
@@ -253,17 +241,17 @@ def rule_gpu_gaps(ctx: Context) -> list[Finding]:
                   "startup finding)", ev, ranges_of(ev))]
 
 
-def _low_use(ops: pd.DataFrame, n_chunks: int, thr: float) -> list[dict[str, Any]]:
+def _low_use(ops: GpuOps, n_chunks: int, thr: float) -> list[dict[str, Any]]:
     """Per (process, GPU) of `ops`: the runs of its `n_chunks` equal chunks busy less than thr % of the time."""
     rows = []
-    op_s, op_e = ops["start_ns"].to_numpy(np.int64), ops["end_ns"].to_numpy(np.int64)
-    for (pid, dev), of_pair in _pair_rows(ops):
+    op_s, op_e = ops.start, ops.end
+    for (pid, dev), of_pair in ops.pairs:
         s, order = _in_order(op_s, of_pair)
         e = op_e[order]
         lo, hi = int(s[0]), int(e.max())
         longest = int((e - s).max())
         size = float(np.ceil((hi - lo) / n_chunks))
-        cid = ops["context_id"].iloc[0 if isinstance(of_pair, slice) else int(of_pair[0])]
+        cid = ops.context_at(0 if isinstance(of_pair, slice) else int(of_pair[0]))
         chunk_ids, starts, ends, pcts = [], [], [], []
         for k in range(n_chunks):
             cs, ce = k * size + lo, min(k * size + lo + size, hi)
