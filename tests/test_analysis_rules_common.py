@@ -101,3 +101,24 @@ def test_gpu_ops_hold_what_the_frames_hold(pairs, ctx_na):
     for r in rows[:10].tolist() + [len(want) - 1]:
         a, b = got.context_at(r), want["context_id"].iloc[r]
         assert (a is pd.NA and b is pd.NA) or a == b
+
+
+def test_queued_readback_gaps_found_from_the_copies_equal_those_found_from_the_gaps():
+    from types import SimpleNamespace
+
+    from nsight_magic.analysis.rules.host_calls import _queued_readback_gaps
+
+    rng = np.random.default_rng(7)
+    n = 5000
+    bounds = np.sort(rng.choice(10_000_000, 2 * n, replace=False)).reshape(n, 2)  # disjoint gaps, in order
+    g = pd.DataFrame({"start_ns": bounds[:, 0], "end_ns": bounds[:, 1], "in_window": rng.random(n) < 0.9,
+                      "launch": rng.integers(0, 3, n), "round_trip": rng.random(n) < 0.1})
+    ends_at = rng.choice(g["end_ns"].to_numpy(), 800)  # copies that start as a gap ends (some twice) ...
+    starts = np.r_[ends_at, rng.integers(0, 10_000_000, 400)]  # ... and others
+    call_end = starts - rng.integers(-50, 2_000_000, len(starts))  # some calls returned before the gap began
+    copies = pd.DataFrame({"start_ns": starts, "call_end_ns": call_end})
+    found = _queued_readback_gaps(SimpleNamespace(diag=SimpleNamespace(gaps=lambda: g)), copies)
+    shuffled = g.sample(frac=1, random_state=1)  # not in order: each gap searches the copies
+    again = _queued_readback_gaps(SimpleNamespace(diag=SimpleNamespace(gaps=lambda: shuffled)), copies)
+    assert 50 < len(found) < 800 and sorted(found.index) == sorted(again.index)
+    assert found.index.is_monotonic_increasing

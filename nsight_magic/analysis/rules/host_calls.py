@@ -219,12 +219,23 @@ def _queued_readback_gaps(ctx: Context, copies: pd.DataFrame) -> pd.DataFrame:
     o = np.argsort(starts, kind="stable")
     starts, ends = starts[o], ends[o]
     ge, gs = g["end_ns"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64)
-    j = np.minimum(np.searchsorted(starts, ge), len(starts) - 1)  # the copy that starts as the gap ends
-    hit = (starts[j] == ge) & (ends[j] <= gs) & g["in_window"].to_numpy(bool)
-    hit &= (g["launch"] > 0).to_numpy(dtype=bool, na_value=False)
+    if len(ge) > 1 and bool((ge[1:] > ge[:-1]).all()):
+        # one pair's gaps, in order: each copy start finds the gap it ends (a few thousand searches, not one per
+        # gap of millions); of copies that start together, the first, as a search from the gap finds it
+        first = np.r_[True, starts[1:] != starts[:-1]]
+        us, ue = starts[first], ends[first]
+        at = np.searchsorted(ge, us)
+        ok = at < len(ge)
+        at, us, ue = at[ok], us[ok], ue[ok]
+        ok = ge[at] == us
+        rows = at[ok][ue[ok] <= gs[at[ok]]]
+    else:
+        j = np.minimum(np.searchsorted(starts, ge), len(starts) - 1)  # the copy that starts as the gap ends
+        rows = np.flatnonzero((starts[j] == ge) & (ends[j] <= gs))
+    hit = g["in_window"].to_numpy(bool)[rows] & (g["launch"].iloc[rows] > 0).to_numpy(dtype=bool, na_value=False)
     if "round_trip" in g:
-        hit &= ~g["round_trip"].to_numpy(bool)
-    return g[hit]
+        hit &= ~g["round_trip"].to_numpy(bool)[rows]
+    return g.iloc[rows[hit]]
 
 
 def _reads_of(syncs: pd.DataFrame) -> pd.DataFrame:
