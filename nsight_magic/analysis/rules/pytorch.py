@@ -204,21 +204,33 @@ def rule_python_loop(ctx: Context) -> list[Finding] | Found:
     if k.empty:
         return []
     # what the loop search reads: the groups copy no more
-    k = with_classes(k)[["pid", "correlation_id", "start_ns", "end_ns", "device_id", "name", "cls"]]
+    # the launching thread as the reader joined it (the kernels' launch_tid: the call's api_of would give), and
+    # only the launch time looked up
+    own_tid = "launch_tid" in report.kernels
+    k = with_classes(k)[["pid", "correlation_id", "start_ns", "end_ns", "device_id", "name", "cls"] +
+                        (["launch_tid"] if own_tid else [])]
     opt = _training_ranges(report, r"\.step \[")
     if len(opt):
         k = k[~k.index.isin(_launched_in(report.kernels, report.cuda_api, opt).index)]
-    a = api_of(k, report.cuda_api, ("api_tid", "api_start_ns"))
+    a = api_of(k, report.cuda_api, ("api_start_ns",) if own_tid else ("api_tid", "api_start_ns"))
+    launcher = k["launch_tid"] if own_tid else a["api_tid"]
     t = pd.to_numeric(a["api_start_ns"]).fillna(k["start_ns"]).to_numpy(np.int64)
-    known = a["api_tid"].notna().to_numpy()  # kernels without a launching thread are in no loop
-    tid, pids = a["api_tid"].to_numpy(np.int64, na_value=0), k["pid"].to_numpy(np.int64)
+    known = launcher.notna().to_numpy()  # kernels without a launching thread are in no loop
+    tid, pids = launcher.to_numpy(np.int64, na_value=0), k["pid"].to_numpy(np.int64)
+    del a, launcher
     # by launching thread (a few), each in launch order: one sort, then slices.  The thread as one key where its
     # (pid, tid) fit one integer in their order (Linux's ids are under 2**22): two sort keys and one gather, not three
     thread = gkey(pids, tid) if len(tid) and 0 <= tid.min() and tid.max() < 1 << 24 and pids.min() >= 0 \
         and pids.max() < 1 << 38 else None
     order = np.flatnonzero(known)
-    order = order[np.lexsort((t[order], thread[order])) if thread is not None else
-                  np.lexsort((t[order], tid[order], pids[order]))]
+    if thread is not None:
+        th, tt = thread[order], t[order]
+        d = np.diff(th)
+        if not bool(((d > 0) | ((d == 0) & (tt[1:] >= tt[:-1]))).all()):  # in launch order already: no sort
+            order = order[np.lexsort((tt, th))]
+        del th, tt, d
+    else:
+        order = order[np.lexsort((t[order], tid[order], pids[order]))]
     if not len(order):
         return []
     # what the search reads, in launch order: a code per name and whether the kernel is small, not the rows (a
