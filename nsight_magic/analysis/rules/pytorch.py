@@ -224,11 +224,13 @@ def rule_python_loop(ctx: Context) -> list[Finding] | Found:
         and pids.max() < 1 << 38 else None
     order = np.flatnonzero(known)
     if thread is not None:
-        th, tt = thread[order], t[order]
-        d = np.diff(th)
-        if not bool(((d > 0) | ((d == 0) & (tt[1:] >= tt[:-1]))).all()):  # in launch order already: no sort
-            order = order[np.lexsort((tt, th))]
-        del th, tt, d
+        every = len(order) == len(t)  # every kernel's launching thread known: no gathers
+        th, tt = (thread, t) if every else (thread[order], t[order])
+        # one launching thread (the usual loop): a stable sort of its launch times, which timsort does in one pass
+        # where they come in order
+        order = order[np.argsort(tt, kind="stable") if len(th) and bool((th == th[0]).all()) else
+                      np.lexsort((tt, th))]
+        del th, tt
     else:
         order = order[np.lexsort((t[order], tid[order], pids[order]))]
     if not len(order):
