@@ -136,7 +136,7 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     parts: list[tuple[pd.DataFrame, Any, Any, Any]] = []  # (frame, cat code per row, htod_batch, bytes)
     k = _op_columns(report, "kernels", ["start_ns", "end_ns", "pid", "device_id", "correlation_id", "name"])
     if len(k):
-        parts.append((k, np.where(tx.contains(k["name"], _NCCL), 1, 0), False, 0))
+        parts.append((k, np.asarray(tx.contains(k["name"], _NCCL), np.int8), False, 0))  # 1: communication
     g = report.graphs
     if len(g):  # a CUDA graph's launch: its kernels, as one interval
         parts.append((g, 0, False, 0))
@@ -157,7 +157,9 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     start = joined(lambda f, *_: f["start_ns"].to_numpy(np.int64), np.int64)
     end = joined(lambda f, *_: f["end_ns"].to_numpy(np.int64), np.int64)
     keep = np.flatnonzero(end > start)
-    sort = keep[np.argsort(start[keep], kind="stable")]  # timsort: the frames' runs in order are merged
+    # timsort: the frames' runs in order are merged; every operation kept (none empty): no copy of the starts
+    sort = np.argsort(start, kind="stable") if len(keep) == len(start) else \
+        keep[np.argsort(start[keep], kind="stable")]
     # nothing empty, already sorted: no gather
     order: np.ndarray | slice = slice(None) if len(sort) == len(start) and (sort[1:] > sort[:-1]).all() else sort
     del keep, sort
