@@ -89,3 +89,19 @@ def test_gaps_are_what_the_set_leaves_of_the_span(seed):
         free[max(a, lo) - lo:max(min(b, hi) - lo, 0)] = False
     edges = np.flatnonzero(np.diff(np.r_[0, free.astype(np.int8), 0]))
     assert gs.tolist() == (edges[::2] + lo).tolist() and ge.tolist() == (edges[1::2] + lo).tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_union_of_all_is_that_of_one_kind_and_the_rest_less_it(seed):
+    # the diagnosis's busy time: the kernels' union, and the copies' less it, merged (touching ones included)
+    rng = np.random.default_rng(seed)
+    n = 3000
+    s = rng.integers(0, 50_000, n)
+    e = s + rng.integers(0, 40, n)  # some empty, many touching or overlapping
+    kind = rng.random(n) < 0.7
+    a = iv.union(s[kind], e[kind])
+    rest = iv.subtract(iv.union(s[~kind], e[~kind]), a)
+    merged = iv.union(np.r_[a[0], rest[0]], np.r_[a[1], rest[1]])
+    whole = iv.union(s, e)
+    assert merged[0].tolist() == whole[0].tolist() and merged[1].tolist() == whole[1].tolist()
+    assert len(whole[0]) > 100

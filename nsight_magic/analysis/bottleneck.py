@@ -257,9 +257,11 @@ def _pair(report: NsysFrames, pid: int, dev: int, ops: pd.DataFrame, window: tup
 
     comp = of("compute")
     comm = I.subtract(of("communication"), comp)
-    kern = I.union(np.r_[comp[0], comm[0]], np.r_[comp[1], comm[1]])
+    kern = I.union(np.r_[comp[0], comm[0]], np.r_[comp[1], comm[1]]) if len(comm[0]) else comp
     copy = I.subtract(of("copy"), kern)
-    busy = I.union(os_, oe)
+    # every operation is of one of the three: their union is that of the kernels' and the copies', disjoint sets
+    # made already (merged, not a pass over every operation again)
+    busy = I.union(np.r_[kern[0], copy[0]], np.r_[kern[1], copy[1]]) if len(copy[0]) else kern
     lo, hi = int(os_.min()), int(oe.max())
     gs, ge = I.gaps(busy, min(lo, a), max(hi, b))
     del kern, busy  # not needed again: let _classify have their memory (two op-long arrays each at 13M ops)
