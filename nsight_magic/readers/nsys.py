@@ -488,8 +488,9 @@ class NsysData:
         late = self._span_scans([(t, c) for t, c, _ in tables if t in from_core and spans[t] is None])
         lo = hi = None
         for t, c, _ in tables:
-            if spans.get(t) is not None:
-                a, b = spans[t][:2]  # type: ignore[index]
+            known = spans.get(t)
+            if known is not None:
+                a, b = known[0], known[1]
             else:  # scanned: its values checked as a read checks them
                 a, b, *ends = self._query((scans.get(t) or late[t]).result)
                 vals = [v for v in (a, b, *ends) if v is not None]
@@ -510,9 +511,8 @@ class NsysData:
         sql = {t: f'SELECT min(CASE WHEN start >= 0 THEN start END), max(coalesce("end", start)), min(start), '
                   f'max(start) FROM "{t}" WHERE {c}' for t, c in tables}
         if len(sql) > 1 and (os.cpu_count() or 1) > 1:
-            futures = self._in_threads([(t, lambda con, q=q: con.execute(q).fetchone()) for t, q in sql.items()],
-                                       min(len(sql), os.cpu_count() or 1))
-            return futures
+            return self._in_threads([(t, lambda con, q=q: con.execute(q).fetchone()) for t, q in sql.items()],
+                                    min(len(sql), os.cpu_count() or 1))
         out: dict[str, Future] = {}
         for t, q in sql.items():
             out[t] = Future()

@@ -59,13 +59,12 @@ def read_raw(con, table: str, spec: TableSpec, names: list[str] | None = None, p
         check_range(con, table, stamps, spec.where, path)
     if "start" in arrays and "end" in arrays:
         if span is not None:  # before the damaged rows are mended below: the span of what the export holds
-            start, end = arrays["start"], arrays["end"]
-            if span_kinds is not None:
-                kind = arrays.get(span_kinds[0])
-                keep = np.isin(kind, span_kinds[1]) if kind is not None else np.zeros(len(start), bool)
-                start, end = start[keep], end[keep]
-            span.append(raw_span(start, end) if span_kinds is None or span_kinds[0] in arrays else None)
-            del start, end
+            kind = arrays.get(span_kinds[0]) if span_kinds else None
+            if span_kinds and kind is None:
+                span.append(None)  # the rows' kinds are not known here: SQL tells
+            else:
+                rows = slice(None) if kind is None or not span_kinds else np.isin(kind, span_kinds[1])
+                span.append(raw_span(arrays["start"][rows], arrays["end"][rows]))
         _no_negative_spans(table, arrays["start"], arrays["end"])
     n = len(next(iter(arrays.values()))) if arrays else len(next(iter(have.values()), ()))
     if have and arrays and n != len(next(iter(have.values()))):

@@ -41,26 +41,7 @@ class GpuOps:
         self._context_na = any(bool(np.asarray(f["context_id"].isna())[rows].any()) for f, rows in self._parts)
         one = self._one_pair()
         ids = None if one else (self._joined("pid"), self._joined("device_id"))
-        # nsys's own overhead inside each (process, GPU)'s range of operations: busy time of that GPU
-        extra: list[tuple[int, int, np.ndarray, np.ndarray, Any]] = []  # (pid, device, starts, ends, context)
-        ov = report.overhead
-        if len(ov) and self._n_base:
-            ov = ov[ov["name"].astype(str).isin(OVERHEAD_NAMES).to_numpy()]
-        if len(ov) and self._n_base:
-            todo: list[tuple[tuple[int, int], Any]] = []  # ((pid, device), its base rows), by device then pid
-            if ids is None:
-                assert one is not None
-                todo = [(one, slice(None))]
-            else:
-                pid, dev = ids
-                for k in map(int, np.sort(pd.unique((dev << 32) | pid))):
-                    p, d = k & 0xFFFFFFFF, k >> 32
-                    todo.append(((p, d), (dev == d) & (pid == p)))
-            for (p, d), m in todo:
-                o = ov[(ov["pid"] == p) & (ov["start_ns"] > self.start[m].min()) & (ov["end_ns"] < self.end[m].max())]
-                if len(o):
-                    extra.append((p, d, o["start_ns"].to_numpy(np.int64), o["end_ns"].to_numpy(np.int64),
-                                  self._first_context(m)))
+        extra = self._overhead(report, one, ids)
         self._extra_context: list[Any] = [c for _, _, s, _, c in extra for _ in range(len(s))]
         if extra:
             self.start = np.concatenate([self.start, *(s for _, _, s, _, _ in extra)])
@@ -77,6 +58,31 @@ class GpuOps:
 
     def __len__(self) -> int:
         return len(self.start)
+
+    def _overhead(self, report: NsysFrames, one: tuple[int, int] | None,
+                  ids: tuple[np.ndarray, np.ndarray] | None) -> list[tuple[int, int, np.ndarray, np.ndarray, Any]]:
+        """nsys's own overhead inside each (process, GPU)'s range of operations (busy time of that GPU), by device
+        then pid: (pid, device, starts, ends, the pair's first known context id).  one: the only pair; ids: else
+        each operation's pid and device."""
+        ov = report.overhead
+        if not len(ov) or not self._n_base:
+            return []
+        ov = ov[ov["name"].astype(str).isin(OVERHEAD_NAMES).to_numpy()]
+        todo: list[tuple[tuple[int, int], Any]] = []  # ((pid, device), its base rows)
+        if ids is None:
+            todo = [(one, slice(None))] if one is not None and len(ov) else []
+        elif len(ov):
+            pid, dev = ids
+            for k in map(int, np.sort(pd.unique((dev << 32) | pid))):
+                p, d = k & 0xFFFFFFFF, k >> 32
+                todo.append(((p, d), (dev == d) & (pid == p)))
+        extra = []
+        for (p, d), m in todo:
+            o = ov[(ov["pid"] == p) & (ov["start_ns"] > self.start[m].min()) & (ov["end_ns"] < self.end[m].max())]
+            if len(o):
+                extra.append((p, d, o["start_ns"].to_numpy(np.int64), o["end_ns"].to_numpy(np.int64),
+                              self._first_context(m)))
+        return extra
 
     def _one_pair(self) -> tuple[int, int] | None:
         """(pid, device_id) where every operation has the same (the usual case), else None."""
