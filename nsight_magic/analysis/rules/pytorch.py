@@ -204,8 +204,8 @@ def rule_python_loop(ctx: Context) -> list[Finding] | Found:
     if k.empty:
         return []
     # what the loop search reads: the groups copy no more
-    # the launching thread as the reader joined it (the kernels' launch_tid: the call's api_of would give), and
-    # only the launch time looked up
+    # the launching thread as the reader joined it (the kernels' launch_tid, the thread api_of finds), so that only
+    # the launch time is looked up
     own_tid = "launch_tid" in report.kernels
     k = with_classes(k)[["pid", "correlation_id", "start_ns", "end_ns", "device_id", "name", "cls"] +
                         (["launch_tid"] if own_tid else [])]
