@@ -305,15 +305,14 @@ def api_of(ops: pd.DataFrame, api: pd.DataFrame, columns: tuple[str, ...] = API_
     take = np.maximum(idx, 0)
     out: dict[str, Any] = {}  # framed once at the end
     name = a["name"]
-    if "api_name" not in columns:
-        pass
-    elif not len(name):
-        out["api_name"] = np.full(len(ops), None, object)
-    elif isinstance(name.dtype, pd.CategoricalDtype):  # codes, not a million strings
-        out["api_name"] = pd.Categorical.from_codes(np.where(ok, name.cat.codes.to_numpy()[take], -1),
-                                                    dtype=name.dtype)
-    else:
-        out["api_name"] = np.where(ok, name.take(take).to_numpy(object), None)
+    if "api_name" in columns:
+        if not len(name):
+            out["api_name"] = np.full(len(ops), None, object)
+        elif isinstance(name.dtype, pd.CategoricalDtype):  # codes, not a million strings
+            out["api_name"] = pd.Categorical.from_codes(np.where(ok, name.cat.codes.to_numpy()[take], -1),
+                                                        dtype=name.dtype)
+        else:
+            out["api_name"] = np.where(ok, name.take(take).to_numpy(object), None)
     missing = ~ok
     for c, col in (("api_tid", "tid"), ("api_start_ns", "start_ns"), ("api_end_ns", "end_ns")):
         if c in columns:  # the gather is the column: zeroed where missing in place, framed without a copy
