@@ -1,6 +1,7 @@
 """What a training step costs while nsys records it, by how nsys was started: plain, `nsys profile`, and a session
 (`nsys launch` ahead, `nsys start` / `nsys stop` around the steps, as a warm session and the in-place kernel record).
-A variant's `_node` adds --cuda-graph-trace=node, as nsight-magic asks.
+A variant's `_node` adds --cuda-graph-trace=node, as nsight-magic asks; `@FLAG` (repeatable) adds any nsys switch
+to it: `launch@--cuda-event-trace=false` measures what one of nsys's own switches costs.
 
     python benchmarks/session_cost.py [--steps 40] [--repeat 3] [--variants plain,profile,launch] [--trace cuda,nvtx]
                                       [--workload transformer|mlp] [--batch 32] [--device cuda|cpu] [--json F]
@@ -95,8 +96,9 @@ def run(variant: str, nsys: str, trace: str, work: Path, script: Path, kind: str
     cmd = [sys.executable, str(script), str(work), kind, str(steps), str(batch), device]
     report = work / f"{variant}"
     session = f"nm-cost-{os.getpid()}-{time.monotonic_ns()}"
-    how, _, node = variant.partition("_")
-    more = ["--cuda-graph-trace=node"] if node == "node" else []  # as nsight-magic asks, where graphs run
+    base, *flags = variant.split("@")
+    how, _, node = base.partition("_")
+    more = (["--cuda-graph-trace=node"] if node == "node" else []) + flags  # node: as nsight-magic asks for graphs
     if how == "profile":
         cmd = [nsys, "profile", f"--trace={trace}", "--sample=none", "--cpuctxsw=none", "--force-overwrite=true",
                f"--output={report}", *more, *cmd]
