@@ -1,7 +1,7 @@
 """What the advice costs next to reading: findings() + bottleneck() against a cold open (issues 28, 62).
 
     python benchmarks/analysis.py [--kernels 160000] [--src a_cuda_nvtx.sqlite] [--workdir DIR] [--repeat 3]
-                                  [--profile] [--nsys-stats]
+                                  [--profile] [--nsys-stats] [--number-calls]
 
 Builds a `--kernels`-kernel trace from an H100 export (benchmarks/bigtrace.py), then, in a fresh child process each
 time (no columnar cache beside the file): open_report + kernel_summary (the cold read), then bottleneck(), then
@@ -9,6 +9,10 @@ findings() (which reuses the diagnosis).  Prints the medians, the ratio analysis
 process's peak RSS after the read and after the analysis (10M kernels: goal <= 3 GB).  --nsys-stats also times
 `nsys stats --report gpukernsum` (2022.4's name of cuda_gpu_kern_sum) on the same file, alternated with the runs.
 --profile prints the 25 functions with the most cumulative time of one analysis (cProfile).
+--src names another export to replicate; with --number-calls every emit_nvtx range of the copies gets an op_id of
+its own, as a real run's: `--src ../shared/fixtures/nsys/public-sqlite/nsysai_mfu_2gpu_before.sqlite
+--kernels 1000000 --number-calls` is a two-GPU training run with PyTorch's operator ranges (4.8M NVTX ranges of
+4.7M distinct names at 1M kernels).
 """
 from __future__ import annotations
 
@@ -75,12 +79,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--nsys-stats", action="store_true")
+    ap.add_argument("--number-calls", action="store_true",
+                    help="number every emit_nvtx range of the copies (bigtrace.py): a real --pytorch run's NVTX names")
     a = ap.parse_args()
     root = a.workdir or Path(tempfile.gettempdir()) / "nsight-magic-analysis-bench"
     root.mkdir(parents=True, exist_ok=True)
-    big = root / f"big{a.kernels}.sqlite"
+    made_from = "" if a.src == DEFAULT_SRC else f"_{a.src.stem}"
+    big = root / f"big{a.kernels}{made_from}{'_numbered' if a.number_calls else ''}.sqlite"
     if not big.exists():
-        make_big_trace(a.src, big, a.kernels)
+        make_big_trace(a.src, big, a.kernels, number_calls=a.number_calls)
     shutil.rmtree(big.with_suffix(".nsight-cache"), ignore_errors=True)  # a columnar cache: not a cold read
     nsys = shutil.which("nsys") if a.nsys_stats else None
     runs, stats = [], []

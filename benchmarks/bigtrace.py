@@ -5,7 +5,7 @@ runtime-API rows that launched GPU work (those whose correlationId a kernel/memc
 and of its memcpy, memset and NVTX rows.  Copy k is shifted by k * span in time and by k * (max correlation
 id + 1) in correlation id, so copies never overlap and kernel -> API joins stay unique.  All in SQL.
 
-    python benchmarks/bigtrace.py SRC.sqlite DST.sqlite 1600000
+    python benchmarks/bigtrace.py SRC.sqlite DST.sqlite 1600000 [--number-calls]
 """
 from __future__ import annotations
 
@@ -48,10 +48,13 @@ def _replicate(con, table: str, where: str, copies: int, shift: int, corr_step: 
     con.execute("DROP TABLE temp.base")
 
 
-def make_big_trace(src_sqlite, dst_sqlite, kernels: int) -> Path:
+def make_big_trace(src_sqlite, dst_sqlite, kernels: int, number_calls: bool = False) -> Path:
     """Copy `src_sqlite` to `dst_sqlite` and replicate its GPU work until it holds exactly `kernels` kernels.
 
-    Returns the destination path.  Replaces `dst_sqlite` if it exists.
+    number_calls: every NVTX range named the way PyTorch's emit_nvtx (and nsys --pytorch) names them, ", op_id = N",
+    gets a number of its own, as a real run numbers every operator call (copies would repeat the source's few
+    thousand names; a real run of a million kernels has millions).  Returns the destination path.  Replaces
+    `dst_sqlite` if it exists.
     """
     src, dst = Path(src_sqlite), Path(dst_sqlite)
     dst.parent.mkdir(parents=True, exist_ok=True)
@@ -96,6 +99,12 @@ def make_big_trace(src_sqlite, dst_sqlite, kernels: int) -> Path:
             con.execute(
                 f"DELETE FROM {KERNEL} WHERE rowid IN (SELECT rowid FROM {KERNEL} ORDER BY start DESC LIMIT {extra})"
             )
+        if number_calls and "NVTX_EVENTS" in present:
+            tag = "', op_id = '"
+            at = f"instr(text, {tag})"
+            number = f"CAST(substr(text, {at} + 10) AS INTEGER)"  # its digits: SQLite reads the leading ones
+            con.execute(f"UPDATE NVTX_EVENTS SET text = substr(text, 1, {at} + 9) || rowid || "
+                        f"substr(text, {at} + 10 + length(CAST({number} AS TEXT))) WHERE {at} > 0")
         if "ANALYSIS_DETAILS" in present and copies > 0:
             con.execute(
                 f"UPDATE ANALYSIS_DETAILS SET stopTime = stopTime + {copies * shift},"
@@ -109,6 +118,7 @@ def make_big_trace(src_sqlite, dst_sqlite, kernels: int) -> Path:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit("usage: python benchmarks/bigtrace.py SRC.sqlite DST.sqlite KERNELS")
-    print(make_big_trace(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+    args = [a for a in sys.argv[1:] if a != "--number-calls"]
+    if len(args) != 3:
+        sys.exit("usage: python benchmarks/bigtrace.py SRC.sqlite DST.sqlite KERNELS [--number-calls]")
+    print(make_big_trace(args[0], args[1], int(args[2]), number_calls="--number-calls" in sys.argv))

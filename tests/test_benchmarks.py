@@ -26,6 +26,9 @@ needs_shared = pytest.mark.skipif(not FIXTURES.joinpath(*H100).exists(), reason=
 # not checked
 CASES = [
     ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "analysis / read", [needs_shared]),
+    ("analysis", ["--kernels", "9000", "--repeat", "1", "--workdir", "{w}", "--number-calls", "--src",
+                  str(FIXTURES / "nsys" / "public-sqlite" / "nsysai_mfu_2gpu_before.sqlite")], "analysis / read",
+     [needs_shared]),
     ("job", ["--ranks", "2", "--kernels", "3000", "--workers", "1", "--workdir", "{w}"], "open_job / that",
      [needs_shared]),
     ("read", ["--workdir", "{w}", "--repeat", "1", "--small", "3000", "--large", "6000"], "frames", [needs_shared]),
@@ -60,7 +63,9 @@ CASES = [
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("name,args,figure", [pytest.param(n, a, f, marks=m, id=n) for n, a, f, m in CASES])
+@pytest.mark.parametrize("name,args,figure", [
+    pytest.param(n, a, f, marks=m, id=n if [c[0] for c in CASES].count(n) == 1 else f"{n}-{i}")
+    for i, (n, a, f, m) in enumerate(CASES)])
 def test_the_benchmark_runs_to_its_figures(name, args, figure, tmp_path):
     work = tmp_path / "work"
     work.mkdir()
@@ -78,3 +83,22 @@ def test_the_benchmark_runs_to_its_figures(name, args, figure, tmp_path):
     out = p.stdout + p.stderr
     assert p.returncode == 0, out[-3000:]
     assert figure in p.stdout, out[-3000:]
+
+
+@needs_shared
+def test_a_big_trace_numbers_every_operator_call_as_a_real_run_does(tmp_path):
+    """bigtrace --number-calls: each emit_nvtx range of the copies gets an op_id of its own, its name otherwise as
+    the source's (the analysis benchmark's realistic --pytorch trace)."""
+    import sqlite3
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bigtrace import make_big_trace
+
+    src = FIXTURES / "nsys" / "public-sqlite" / "nsysai_mfu_2gpu_before.sqlite"
+    big = make_big_trace(src, tmp_path / "big.sqlite", 9000, number_calls=True)
+    con = sqlite3.connect(big)
+    texts = [r[0] for r in con.execute("SELECT text FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'")]
+    base = sqlite3.connect(src).execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'").fetchone()
+    assert len(texts) > 2 * base[0] and len(set(texts)) == len(texts)
+    ops = {t.split(", op_id = ")[0] for t in texts}
+    assert "aten::empty_strided" in ops and all(t.split(", op_id = ")[1].split(",")[0].isdigit() for t in texts)

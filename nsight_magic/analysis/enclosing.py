@@ -14,6 +14,7 @@ from . import text as tx
 from ..readers.contract import NsysFrames
 
 EMITTED_TAG = r", (?:seq|op_id) = \d+"
+EMITTED_TWINS = (r", (?:seq|op_id) = [0-9]", r", (?:seq|op_id) = .")  # text.contains: ASCII digits; any character
 
 
 def emitted(nv: pd.DataFrame) -> np.ndarray:
@@ -21,7 +22,7 @@ def emitted(nv: pd.DataFrame) -> np.ndarray:
     if nv.empty:
         return np.zeros(0, bool)
     names = nv["name"]
-    return np.asarray(tx.contains(names, EMITTED_TAG, regex=True) & names.notna().to_numpy()
+    return np.asarray(tx.contains(names, EMITTED_TAG, regex=True, twins=EMITTED_TWINS) & names.notna().to_numpy()
                       & nv["domain"].isna().to_numpy())
 
 

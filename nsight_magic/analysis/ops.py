@@ -17,7 +17,7 @@ outermost range.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +26,7 @@ from ..readers.contract import NsysFrames
 from ..inside.ops import BACKWARD_OF, COMPOSITE_MARK, OPS_DOMAIN, forward_op_of
 from . import intervals as I
 from .enclosing import Enclosing, emitted
+from .frame_memo import report_memo
 from . import text as tx
 
 _NAME = re.compile(r"^(?P<op>[^\s\[(]+)(?:" + re.escape(BACKWARD_OF) + r"(?P<fwd>[^\]]+)\])?(?: \((?P<shapes>.*)\))?$")
@@ -41,14 +42,12 @@ _OPERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*::")          # a namespaced ope
 _NOT_OPERATOR = ("autograd::", "torch::autograd::", "profiler::")  # the autograd engine's and record_function's own
 _NODE = re.compile(r"^(?:torch::autograd::\w+|[A-Za-z0-9_]+Backward\d*)$")  # an autograd node: its ops are backward
 _ENGINE = "autograd::engine::evaluate_function: "
-
-
-def _by_name(names: pd.Series, fn: Callable[[str], object]) -> np.ndarray:
-    """fn over the distinct values of a (categorical) name column, spread back to the rows."""
-    uniq, codes = np.unique(names.astype(str).to_numpy(object), return_inverse=True)
-    return np.asarray([fn(n) for n in uniq], dtype=object)[codes] if len(uniq) else np.empty(0, object)
-
-
+# the two name patterns in RE2's dialect, for Arrow (text.extract: no broader than Python's); neither matches a
+# newline, since Python's `$` also matches before a last one (what "aten::mm\n" makes is Python's to say)
+_NAME_RE2 = (r"^(?P<op>[^" + tx.PY_SPACE + r"\[(]+)(?:" + re.escape(BACKWARD_OF) + r"(?P<fwd>[^\]\n]+)\])?"
+             r"(?: \((?P<shapes>.*)\))?$")
+_EMITTED_RE2 = (r"^(?P<name>[^,\n]+?)(?:, seq = (?P<seq>[0-9]+))?(?:, op_id = [0-9]+)?"
+                r"(?:, sizes = (?P<sizes>.*?))?(?:, input_op_ids = .*)?$")
 
 
 def ops_source(report: NsysFrames) -> str | None:
@@ -81,7 +80,17 @@ def op_ranges(report: NsysFrames) -> pd.DataFrame:
     """The operator ranges: start_ns, end_ns, duration_ns, pid, tid, op ('aten::mm'), phase (forward/backward),
     forward_op (for backward ones: the forward operator they belong to), shapes ('' without --ops shapes), depth and
     parent (row of the operator range around it, -1: none), owner (row of the operator it counts for: itself when
-    visible, else the visible one around it, -1: none) and visible (an operator of the table); sorted by start."""
+    visible, else the visible one around it, -1: none) and visible (an operator of the table); sorted by start.
+    Made once per report: the rules and the view's operator table ask four times, and an emit_nvtx run of a
+    million kernels has millions of ranges."""
+    memo = report_memo(report)
+    if "op_ranges" not in memo:
+        memo["op_ranges"] = _op_ranges(report)
+    made: pd.DataFrame = memo["op_ranges"]
+    return made.copy(deep=False)  # a caller's new columns stay its own
+
+
+def _op_ranges(report: NsysFrames) -> pd.DataFrame:
     nv = report.nvtx
     if nv.empty:
         return pd.DataFrame(columns=RANGE_COLUMNS)
@@ -98,13 +107,23 @@ def op_ranges(report: NsysFrames) -> pd.DataFrame:
 
 
 def _dispatch_ranges(r: pd.DataFrame) -> pd.DataFrame:
-    parsed = _by_name(r["name"], lambda n: _NAME.match(n))
-    op = np.array([m.group("op") if m else "?" for m in parsed], dtype=object)
-    fwd = np.array([(m.group("fwd") or "") if m else "" for m in parsed], dtype=object)
-    shp = np.array([(m.group("shapes") or "") if m else "" for m in parsed], dtype=object)
+    import pyarrow.compute as pc
+
+    codes, g = tx.extract(r["name"], _NAME, _NAME_RE2)
+    at = pa_indices(codes)
+    op = pc.take(g["op"], at)
     return pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64), "end_ns": r["end_ns"].astype(np.int64).to_numpy(),
                          "pid": r["pid"].to_numpy(np.int64), "tid": r["tid"].to_numpy(np.int64),
-                         "op": op, "forward_op": fwd, "shapes": shp, "composite": False})
+                         "op": tx.arrow_text(pc.if_else(pc.equal(op, ""), "?", op)),  # an op is never empty
+                         "forward_op": tx.arrow_text(pc.take(g["fwd"], at)),
+                         "shapes": tx.arrow_text(pc.take(g["shapes"], at)), "composite": False})
+
+
+def pa_indices(rows: np.ndarray) -> Any:
+    """Row positions as Arrow indices (pyarrow.compute.take)."""
+    import pyarrow as pa
+
+    return pa.array(np.asarray(rows, np.int64))
 
 
 def _sizes(text: str | None) -> str:
@@ -117,30 +136,46 @@ def _sizes(text: str | None) -> str:
 def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
     """emit_nvtx's ranges as operator ranges: the operators (namespaced names, not the autograd engine's), each
     backward one with the forward operator of the autograd node it ran in (the node's name, else its sequence
-    number: the forward range with the same seq)."""
-    parsed = _by_name(r["name"], lambda n: EMITTED.match(n))
-    name = np.array([m.group("name") if m else "" for m in parsed], dtype=object)
-    seq = np.array([int(m.group("seq")) if m and m.group("seq") else -1 for m in parsed], np.int64)
-    sizes = np.array([_sizes(m.group("sizes")) if m else "" for m in parsed], dtype=object)
-    is_op = np.array([bool(_OPERATOR.match(n)) and not n.startswith(_NOT_OPERATOR) for n in name], bool)
+    number: the forward range with the same seq).
+
+    The names are parsed by Arrow, once per distinct name (emit_nvtx numbers every call, so there are about as
+    many as ranges), and what follows works on codes: the operators' and nodes' own names number hundreds."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes, g = tx.extract(r["name"], EMITTED, _EMITTED_RE2)
+    # each distinct name's operator or node name, as an index into `texts` (few: aten::addmm, AddmmBackward0, ...)
+    enc = pc.dictionary_encode(g["name"])
+    texts: list[str] = enc.dictionary.to_pylist()
+    name_of = np.asarray(enc.indices, np.int64)[codes]  # per row, into texts
+    is_op_t = np.array([bool(_OPERATOR.match(n)) and not n.startswith(_NOT_OPERATOR) for n in texts], bool)
+    index = {t: i for i, t in enumerate(texts)}
+
+    def code_of(t: str) -> int:
+        return index.setdefault(t, len(index)) if t else -1
+
     # the autograd node each backward op runs for: its own range, or the engine's evaluate_function range around it
     # (the engine reduces a gradient to its input's shape there, after the node's range: AddmmBackward0's bias sum)
-    node_of = np.array([n[len(_ENGINE):] if n.startswith(_ENGINE) else n if _NODE.match(n) else "" for n in name],
-                       dtype=object)
+    nodes_t = [n[len(_ENGINE):] if n.startswith(_ENGINE) else n if _NODE.match(n) else "" for n in list(texts)]
+    node_t = np.array([code_of(n) for n in nodes_t], np.int64)
+    fwd_of_t = np.array([code_of(forward_op_of(n) or "") if n else -1 for n in nodes_t], np.int64)
+    seq_v = _numbers(g["seq"])
+    seq = seq_v[codes]
     start = r["start_ns"].to_numpy(np.int64)
     end = r["end_ns"].astype(np.int64).to_numpy()
     pid, tid = r["pid"].to_numpy(np.int64), r["tid"].to_numpy(np.int64)
-    fwd = np.full(len(r), "", dtype=object)
-    ops = np.flatnonzero(is_op)
-    nodes = np.flatnonzero(node_of != "")
+    fwd = np.full(len(r), -1, np.int64)  # into texts
+    ops = np.flatnonzero(is_op_t[name_of])
+    nodes = np.flatnonzero(node_t[name_of] >= 0)
     if len(nodes) and len(ops):
         # the forward operator of each sequence number: the innermost forward range that carries it
-        first_of_seq = pd.Series(name[ops][seq[ops] >= 0], index=seq[ops][seq[ops] >= 0])
+        numbered = seq[ops] >= 0
+        first_of_seq = pd.Series(name_of[ops][numbered], index=seq[ops][numbered])
         last_of_seq = first_of_seq[~first_of_seq.index.duplicated(keep="last")]
-        node_fwd = np.array([forward_op_of(n) or "" for n in node_of[nodes]], dtype=object)
-        by_seq = last_of_seq.reindex(seq[nodes]).to_numpy(object)
-        node_fwd = np.where(node_fwd != "", node_fwd, np.where(pd.isna(by_seq), "", by_seq))
-        node_fwd = np.where(node_fwd != "", node_fwd, node_of[nodes])  # AccumulateGrad & co: their own name
+        by_seq = last_of_seq.reindex(seq[nodes]).to_numpy(float)
+        node_fwd = fwd_of_t[name_of[nodes]]
+        node_fwd = np.where(node_fwd >= 0, node_fwd, np.where(np.isnan(by_seq), -1, by_seq).astype(np.int64))
+        node_fwd = np.where(node_fwd >= 0, node_fwd, node_t[name_of[nodes]])  # AccumulateGrad & co: their own name
         for (p, t), idx in pd.Series(np.arange(len(nodes))).groupby([pid[nodes], tid[nodes]]):  # threads: a few
             k = nodes[idx.to_numpy()]
             o = np.lexsort((start[k] - end[k], start[k]))  # by start, the longest first
@@ -151,9 +186,27 @@ def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
             _, parent = I.nest(start[k], end[k])
             j = I.innermost(start[k], end[k], parent, start[m])
             fwd[m[j >= 0]] = nf[j[j >= 0]]
+    all_texts = pa.array(list(index) + [""], type=pa.string())  # -1: the last, ''
+    sizes = pc.dictionary_encode(g["sizes"])  # emit_nvtx's shapes repeat: each distinct one rewritten once
+    shapes = pa.array([_sizes(x) for x in sizes.dictionary.to_pylist()], type=pa.string())
     return pd.DataFrame({"start_ns": start[ops], "end_ns": end[ops], "pid": pid[ops], "tid": tid[ops],
-                         "op": name[ops], "forward_op": fwd[ops], "shapes": sizes[ops],
-                         "composite": pd.Series(name[ops]).isin(composite).to_numpy()})
+                         "op": tx.arrow_text(pc.take(all_texts, pa_indices(name_of[ops]))),
+                         "forward_op": tx.arrow_text(pc.take(all_texts, pa_indices(
+                             np.where(fwd[ops] >= 0, fwd[ops], len(index))))),
+                         "shapes": tx.arrow_text(pc.take(shapes, pa_indices(
+                             np.asarray(sizes.indices, np.int64)[codes[ops]]))),
+                         "composite": np.isin(name_of[ops], [i for t, i in index.items() if t in composite])})
+
+
+def _numbers(text: Any) -> np.ndarray:
+    """Decimal numbers as int64 (-1: none, '', or beyond int64)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return np.asarray(pc.fill_null(pc.cast(pc.if_else(pc.equal(text, ""), None, text), pa.int64()), -1), np.int64)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a Unicode digit (Python's `re` found it), an overflow
+        return np.array([int(x) if x and -1 < int(x) < 2 ** 63 else -1 for x in text.to_pylist()], np.int64)
 
 
 def _nested(out: pd.DataFrame) -> pd.DataFrame:

@@ -74,7 +74,7 @@ def _user_rows(nv: pd.DataFrame) -> np.ndarray:
     # tests per distinct domain and name (categoricals), not per row
     keep: np.ndarray = ~tx.eq(nv["kind"], "mark") & nv["end_ns"].notna().to_numpy() \
         & ~tx.isin(nv["domain"], (CAPTURE_DOMAIN,) + ANNOTATION_DOMAINS + LIBRARY_DOMAINS) \
-        & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True)
+        & ~tx.contains(nv["name"], FRAMEWORK_OPS, regex=True, twins=(FRAMEWORK_OPS, FRAMEWORK_OPS))  # RE2 alike
     return keep
 
 
@@ -125,7 +125,8 @@ def _busiest_first(frame: pd.DataFrame) -> list[tuple[int, int]]:
 def stem(labels: pd.Series) -> pd.Series:
     """Range names with their numbers as '#': the k-th instance of "step 3" is one of "step #".  A categorical,
     each distinct name rewritten once (a million ranges of a thousand names: no string per row)."""
-    cat = pd.Categorical(labels)
+    # the names these rows hold (a thread's few step ranges keep the categories of millions of emit_nvtx ranges)
+    cat = pd.Categorical(labels).remove_unused_categories()
     names = np.array([str(c) for c in cat.categories], dtype=object)
     stems = pd.Series(names, dtype=object).str.replace(r"\d+", "#", regex=True).to_numpy(object)
     codes, uniq = pd.factorize(stems)

@@ -46,12 +46,33 @@ def _per_value(col: Column, one: Callable[[str], bool], many: Callable[[pd.Serie
     return np.asarray(hit[codes])  # a missing value's code, -1, takes the last: "nan"
 
 
-def contains(col: Column, pat: str | re.Pattern[str], regex: bool = True, case: bool = True) -> np.ndarray:
-    """col.astype(str).str.contains(pat) as a bool array."""
+def contains(col: Column, pat: str | re.Pattern[str], regex: bool = True, case: bool = True,
+             twins: tuple[str, str] | None = None) -> np.ndarray:
+    """col.astype(str).str.contains(pat) as a bool array.  twins: (narrow, broad), pat in RE2's dialect no broader
+    and no narrower than it, for Arrow to search millions of distinct values in C++ (emit_nvtx's NVTX names):
+    a value narrow finds is in, one broad misses is out, and Python's `re` decides the rest."""
     rx = pat if isinstance(pat, re.Pattern) else re.compile(pat if regex else re.escape(pat),
                                                             0 if case else re.IGNORECASE)
-    return _per_value(col, lambda v: rx.search(v) is not None,
-                      lambda v: v.str.contains(rx, regex=True).fillna(False), limit=SEARCH_CHARS)
+
+    def one(v: str) -> bool:
+        return rx.search(v) is not None
+
+    def many(v: pd.Series) -> Any:
+        if twins is None:
+            return v.str.contains(rx, regex=True).fillna(False)
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        try:
+            texts = pa.array(v.to_numpy(object), type=pa.string())
+        except (UnicodeError, pa.ArrowException):  # a lone surrogate: no UTF-8 for Arrow
+            return v.str.contains(rx, regex=True).fillna(False)
+        hit = np.asarray(pc.match_substring_regex(texts, twins[0]), bool)
+        ask = np.flatnonzero(np.asarray(pc.match_substring_regex(texts, twins[1]), bool) & ~hit)
+        hit[ask] = [one(x) for x in v.to_numpy(object)[ask].tolist()]
+        return hit
+
+    return _per_value(col, one, many, limit=SEARCH_CHARS)
 
 
 # a function's parameter list in a demangled name: `normal_kernel<...>(const at::TensorBase &, double, double, T1)`
@@ -75,6 +96,11 @@ def contains_in_types(col: Column, pat: str) -> np.ndarray:
     rx = re.compile(pat)
     return _per_value(col, lambda v: rx.search(without_parameters(v)) is not None,
                       lambda v: v.map(lambda x: rx.search(without_parameters(x)) is not None), limit=SEARCH_CHARS)
+
+
+def per_value(col: Column, test: Callable[[str], bool]) -> np.ndarray:
+    """test(text) over col.astype(str) as a bool array, asked once per distinct value (whole values)."""
+    return _per_value(col, test, lambda v: v.map(test))
 
 
 def eq(col: Column, value: str) -> np.ndarray:
@@ -121,3 +147,66 @@ def text_codes(col: Column) -> tuple[np.ndarray, np.ndarray]:
     text = np.array([str(c) for c in cat.categories] + [np.nan], dtype=object)
     codes = np.asarray(cat.codes)
     return np.where(codes >= 0, codes, len(text) - 1), text
+
+
+def distinct(col: Column) -> tuple[np.ndarray, np.ndarray]:
+    """(codes, values): each row's index into the distinct values its rows hold (-1: missing) and those values as
+    an object array: a categorical's own codes, narrowed to the categories its rows use (the rows of a few NVTX
+    ranges keep the categories of millions), anything else factorized."""
+    cat: Any = col.array if isinstance(col, pd.Series) else col
+    if not isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype):
+        codes, uniq = pd.factorize(pd.Series(col), sort=False)
+        return np.asarray(codes, np.int64), np.asarray(uniq, dtype=object)
+    codes = np.asarray(cat.codes, np.int64)
+    used = np.zeros(len(cat.categories) + 1, bool)
+    used[codes] = True  # a missing value's -1 marks the spare last slot
+    keep = np.flatnonzero(used[:-1])
+    values = np.asarray(cat.categories, dtype=object)
+    if len(keep) == len(values):
+        return codes, values
+    new = np.full(len(values) + 1, -1, np.int64)
+    new[keep] = np.arange(len(keep))
+    return new[codes], values[keep]
+
+
+# Python's `\s` (str patterns), spelled out for RE2, whose `\s` is ASCII's
+PY_SPACE = r"\x09-\x0d\x1c-\x20\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}\x{205f}\x{3000}"
+
+
+def extract(col: Column, rx: re.Pattern[str], arrow_rx: str) -> tuple[np.ndarray, dict[str, Any]]:
+    """rx.match(text) over the distinct values of col (rx: named groups, anchored with ^ and $):
+    (codes: each row's index into the values, a missing one's the text 'nan'; groups: each named group's text per
+    value as an Arrow string array, '' where the group or the whole match is missing).
+
+    Arrow matches the values in C++ with RE2 (millions of distinct NVTX names, such as emit_nvtx's, whose op_id
+    numbers every call: Python's `re` took seconds).  `arrow_rx` is rx in RE2's dialect and no broader: ASCII
+    digits, Python's whitespace spelled out (PY_SPACE), and no newline anywhere, since Python's `$` matches before
+    a last one too.  A value it leaves unmatched goes to rx, so every group is what rx gives."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    codes, values = distinct(col)
+    names = list(rx.groupindex)
+    texts = np.append(values, "nan")  # a missing value reads 'nan'
+    codes = np.where(codes >= 0, codes, len(texts) - 1)
+    try:
+        arrow = pa.array(texts, type=pa.string())
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # values other than text (numbers): as `.astype(str)` has them
+        texts = np.array([str(v) for v in texts], dtype=object)
+        arrow = pa.array(texts, type=pa.string())
+    got = pc.extract_regex(arrow, arrow_rx)
+    groups = {g: pc.fill_null(pc.struct_field(got, [got.type.get_field_index(g)]), "") for g in names}
+    missed = np.flatnonzero(~np.asarray(got.is_valid(), bool))
+    found = [(i, m) for i in missed.tolist() if (m := rx.match(texts[i])) is not None]
+    if found:  # what RE2 leaves to Python's `re` (a trailing newline, a Unicode digit): rare
+        at = np.array([i for i, _ in found], np.int64)
+        for g in names:
+            each = np.asarray(groups[g].to_numpy(zero_copy_only=False), dtype=object)
+            each[at] = [m.group(g) or "" for _, m in found]
+            groups[g] = pa.array(each, type=pa.string())
+    return codes, groups
+
+
+def arrow_text(values: Any) -> Any:
+    """An Arrow string array as a frame's text column (pandas' own string array over it: no Python string per row)."""
+    return pd.array(values, dtype="str")

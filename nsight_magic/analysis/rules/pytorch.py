@@ -312,36 +312,44 @@ def rule_conv_bias_bn(ctx: Context) -> list[Finding]:
     k = ctx.report.kernels
     if k.empty or not _gpu_side(ctx):
         return []
-    k = with_classes(k).sort_values("start_ns", kind="stable")
+    # what each name is, asked once per distinct name (a million kernels of a few hundred names), whole names
+    name = k["name"]
+    setup = tx.per_value(name, lambda n: bool(_SETUP.search(n)))
+    k = with_classes(k).assign(
+        _conv=tx.per_value(name, lambda n: bool(_CONV_FWD.search(n))) & ~setup,
+        _norm=tx.per_value(name, lambda n: bool(_NORM_FWD.search(n))),
+        _wgrad=tx.per_value(name, lambda n: bool(_CONV_BWD.search(n)) and "wgrad" in n.lower()),
+        _skip=tx.per_value(name, lambda n: bool(_CONV_BWD.search(n))) | setup).sort_values("start_ns", kind="stable")
     bias: list[int] = []
     grads: list[int] = []
     for _, s in k.groupby(["pid", "device_id", "stream_id"]):
-        names = s["name"].astype(str).to_numpy()
+        norm, skip = s["_norm"].to_numpy(bool), s["_skip"].to_numpy(bool)
         cls = s["cls"].to_numpy()
         dur = s["duration_ns"].to_numpy()
         idx = s.index.to_numpy()
+        n = len(s)
         convs = 0
-        for i in np.flatnonzero([bool(_CONV_FWD.search(n)) and not _SETUP.search(n) for n in names]):
+        for i in np.flatnonzero(s["_conv"].to_numpy(bool)):
             j, adds = i + 1, []
-            while j < len(names) and j <= i + 4 and not _NORM_FWD.search(names[j]):
+            while j < n and j <= i + 4 and not norm[j]:
                 if cls[j] == "elementwise" and dur[j] > 0.05 * dur[i]:
                     adds.append(idx[j])
                 j += 1
-            if j < len(names) and _NORM_FWD.search(names[j]) and len(adds) == 1:
+            if j < n and norm[j] and len(adds) == 1:
                 bias += adds
                 convs += 1
         if not convs:
             continue
         # the bias's gradient: a reduction right after a convolution's weight gradient
-        for i in np.flatnonzero([bool(_CONV_BWD.search(n)) and "wgrad" in n.lower() for n in names]):
+        for i in np.flatnonzero(s["_wgrad"].to_numpy(bool)):
             j = i + 1
-            while j < len(names) and (_CONV_BWD.search(names[j]) or _SETUP.search(names[j])):
+            while j < n and skip[j]:
                 j += 1
-            if j < len(names) and cls[j] == "reduction" and len(grads) < len(bias):
+            if j < n and cls[j] == "reduction" and len(grads) < len(bias):
                 grads.append(idx[j])
     if not bias:
         return []
-    sel = k.loc[bias + grads]
+    sel = k.loc[bias + grads].drop(columns=["_conv", "_norm", "_wgrad", "_skip"])
     at_stake = gpu_side_saving(ctx, sel)
     if at_stake <= 0 or ctx.window_share(at_stake) * 100 < ctx.th["conv_bias_bn.min_share_pct"]:
         return []
