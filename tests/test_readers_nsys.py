@@ -869,3 +869,22 @@ def test_grouped_statistics_of_categorical_names_equal_those_of_their_texts():
     b, gb = grouped_stats({"name": nvtx_texts(names)}, durations, return_groups=True)
     pd.testing.assert_frame_equal(a, b)
     assert (ga == gb).all()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_nvtx_texts_given_in_distinct_parts_make_the_categorical_one_array_makes(seed):
+    """build_nvtx's names and labels come as parts each distinct (registered strings, literal texts, domain labels)
+    that may share texts: looked up in the largest part instead of hashed together, they give the categorical the
+    concatenation gives (categories in the rows' order, alike texts one category, missing rows NaN)."""
+    from nsight_magic.readers.nsys_frames import _by_text
+
+    rng = np.random.default_rng(seed)
+    pool = np.array([f"t{i}" for i in range(40)], dtype=object)
+    parts = [pd.Index(rng.choice(pool, size=n, replace=False), dtype=object) for n in rng.integers(0, 30, size=3)]
+    total = sum(len(p) for p in parts)
+    codes = rng.integers(-1, max(total, 1), size=200) if total else np.full(200, -1)
+    got = _by_text(codes, parts)
+    want = _by_text(codes, np.concatenate([np.asarray(p, dtype=object) for p in parts]) if total
+                    else np.empty(0, dtype=object))
+    assert list(got.categories) == list(want.categories)
+    assert np.array_equal(np.asarray(got.codes), np.asarray(want.codes))

@@ -11,7 +11,7 @@ import pandas as pd
 from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, Col,
                           TableSpec, frame_columns)
 from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_enum, find_spec_table, read_ints,
-                       read_text_codes, read_texts, to_categorical)
+                       read_text_codes, read_texts, to_categorical, coded)
 
 from ..errors import ReportError, ReportWarning
 from ..inside.marks import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
@@ -332,7 +332,7 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
         labels = [f"{dcat[k // width]}:{ncat[k % width - 1] if k % width else ''}" for k in np.asarray(first).tolist()]
         t_codes = n_codes.copy()
         t_codes[has_dom] = len(ncat) + np.asarray(pair)
-        tag = _by_text(t_codes, np.concatenate([ncat, np.asarray(labels, dtype=object)]))
+        tag = _by_text(t_codes, [name.categories, pd.Index(np.asarray(labels, dtype=object), dtype=object)])
         del n_codes, d_codes, t_codes, pair
     pid, tid = ev["pid"].to_numpy(np.int64), ev["tid"].to_numpy(np.int64)
     arrays = {
@@ -347,21 +347,22 @@ def build_nvtx(raw: pd.DataFrame, strings: Strings) -> dict[str, np.ndarray]:
     return arrays
 
 
-def _either_codes(first: pd.Series, second: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+def _either_codes(first: pd.Series, second: pd.Series) -> tuple[np.ndarray, list[pd.Index]]:
     """Row-wise `first` where it is set, else `second` (two categoricals), as codes: each row's code into the texts
-    of `first`'s categories then `second`'s (-1: neither set), and those texts."""
+    of `first`'s categories then `second`'s (-1: neither set), and those two sets of texts."""
     a, b = pd.Categorical(first), pd.Categorical(second)
     ac, bc = np.asarray(a.codes, np.int64), np.asarray(b.codes, np.int64)
     codes = np.where(ac >= 0, ac, np.where(bc >= 0, len(a.categories) + bc, -1))
-    return codes, np.concatenate([np.asarray(a.categories, dtype=object), np.asarray(b.categories, dtype=object)])
+    return codes, [a.categories, b.categories]
 
 
-def _by_text(codes: np.ndarray, texts: np.ndarray) -> pd.Categorical:
+def _by_text(codes: np.ndarray, texts: np.ndarray | list[pd.Index]) -> pd.Categorical:
     """Rows given as codes into `texts` (which may repeat a text; None or NaN: missing), as to_categorical makes
     them from the rows' texts: one category per distinct text, in the order the rows first show them.  Only integer
-    arrays a row long are made (3M NVTX rows: no object array, no hash of a million strings)."""
-    text_id, distinct = pd.factorize(np.asarray(texts, dtype=object), use_na_sentinel=True)
-    text_id = np.asarray(text_id, np.int64)
+    arrays a row long are made (3M NVTX rows: no object array, no hash of a million strings).  `texts` may come as
+    parts that are each distinct (categories): the largest is hashed once (or not at all, where its categories were
+    hashed already), the others looked up in it (emit_nvtx's millions of literal names, a few registered ones)."""
+    text_id, distinct = _distinct_texts(texts)
     row = np.where(codes >= 0, text_id[np.maximum(codes, 0)], -1) if len(text_id) else np.full(len(codes), -1)
     seen_at, seen = pd.factorize(row)  # the texts in the order of the rows
     seen = np.asarray(seen, np.int64)
@@ -369,8 +370,42 @@ def _by_text(codes: np.ndarray, texts: np.ndarray) -> pd.Categorical:
     present = seen >= 0
     new[present] = np.arange(int(present.sum()))
     out = new[np.asarray(seen_at)] if len(seen) else np.full(len(codes), -1, np.int64)
-    cats = pd.Index(np.asarray(distinct, dtype=object)[seen[present]], dtype=object)
-    return pd.Categorical.from_codes(out, categories=cats)
+    return coded(out, pd.Index(np.asarray(distinct, dtype=object)[seen[present]], dtype=object))
+
+
+def _distinct_texts(texts: np.ndarray | list[pd.Index]) -> tuple[np.ndarray, np.ndarray]:
+    """(text_id, distinct): each text's index into the distinct texts (-1: missing).  Only which texts are alike
+    matters to _by_text (its order is the rows'), not how they are numbered."""
+    if not isinstance(texts, list):
+        ids, distinct = pd.factorize(np.asarray(texts, dtype=object), use_na_sentinel=True)
+        return np.asarray(ids, np.int64), np.asarray(distinct, dtype=object)
+    if not texts:
+        return np.empty(0, np.int64), np.empty(0, dtype=object)
+    big = int(np.argmax([len(t) for t in texts]))
+    whole = texts[big] if texts[big].dtype == object else pd.Index(np.asarray(texts[big], dtype=object), dtype=object)
+    rest = [np.asarray(t, dtype=object) for i, t in enumerate(texts) if i != big]
+    others = np.concatenate(rest) if rest else np.empty(0, dtype=object)
+    # the few other texts hashed, the big part's looked up among them (no table of millions built)
+    small_id, small = pd.factorize(others, use_na_sentinel=True)
+    found = pd.Index(np.asarray(small, dtype=object), dtype=object).get_indexer(whole) if len(small) else \
+        np.full(len(whole), -1)
+    pos = np.full(len(small), -1, np.int64)
+    hit = np.flatnonzero(np.asarray(found) >= 0)
+    pos[np.asarray(found)[hit]] = hit  # the big part is distinct: one position at most
+    lacking = np.flatnonzero(pos < 0)  # texts the big part lacks: new ones, after it
+    pos[lacking] = len(whole) + np.arange(len(lacking))
+    extra = np.asarray(small, dtype=object)[lacking]
+    small_id = np.asarray(small_id, np.int64)
+    at = np.where(small_id >= 0, pos[np.maximum(small_id, 0)] if len(pos) else -1, -1)
+    ids = []
+    k = 0
+    for i, t in enumerate(texts):
+        if i == big:
+            ids.append(np.arange(len(t), dtype=np.int64))
+        else:
+            ids.append(at[k:k + len(t)])
+            k += len(t)
+    return np.concatenate(ids), np.concatenate([np.asarray(whole, dtype=object), np.asarray(extra, dtype=object)])
 
 
 def nvtx_frame(a: dict[str, np.ndarray]) -> pd.DataFrame:
