@@ -222,6 +222,39 @@ def test_standalone_html_draws_timeline_and_hover_shows_a_tooltip(browser, tmp_p
     pg.page.close()
 
 
+def test_a_long_names_table_travels_with_the_names_of_the_events_shown(browser, tmp_path, monkeypatch):
+    """Beyond NAMES_INLINE names (a --pytorch run's NVTX ranges: one per operator call), the page carries only
+    the names its events use, as {code: name}: the hover and the names on the bars still read them."""
+    from nsight_magic import open_report
+    from nsight_magic.views import timeline, write_view_html
+    from nsight_magic.views.timeline_prepare import prepare_timeline
+
+    monkeypatch.setattr(timeline, "NAMES_INLINE", 0)  # every table is a long one
+    rep = open_report(_fixture("b_cuda_nvtx_osrt.sqlite"))
+    names = prepare_timeline(rep).names
+    path = write_view_html(rep, tmp_path / "view.html")
+    pg = Page(browser, path.as_uri())
+    assert pg.plots() == 1
+    shown = pg.page.evaluate(js("""() => { const v = $VIEWS.find(v => v.frame);
+      const tool = v.model.toolbar.tools.find(t => t.tooltips && t.tooltips[0] && t.tooltips[0][0] == 'name');
+      const f = tool.formatters instanceof Map ? tool.formatters.get('@name') : tool.formatters['@name'];
+      const t = f.args instanceof Map ? f.args.get('table') : f.args.table;
+      const src = v.model.renderers.map(r => r.data_source).find(s => 'detail' in s.data).data;
+      let best = -1, w = -1;
+      for (let i = 0; i < src.left.length; i++)
+        if (src.right[i] - src.left[i] > w) { w = src.right[i] - src.left[i]; best = i; }
+      return {array: Array.isArray(t), size: t instanceof Map ? t.size : Object.keys(t).length,
+              code: src.name[best]}; }"""))
+    assert not shown["array"] and 0 < shown["size"] < len(names), (shown, len(names))
+    hover = pg.hover_widest_exact_glyph()
+    assert f"name: {names[shown['code']]}"[:60] in hover["tooltip"].replace("\n", " "), (hover, names[shown["code"]])
+    texts = pg.page.evaluate(js("() => { const v = $VIEWS.find(v => v.frame); return v.model.renderers"
+                                ".map(r => r.data_source).find(s => s.name && s.name.endsWith('-labels')).data.text; }"))
+    assert texts and all(any(n.startswith(t.rstrip("…")) for n in names) for t in texts), texts
+    assert pg.errors == [] and pg.dialogs == []
+    pg.page.close()
+
+
 def _notebook(tmp_path: Path, reports: list[Path]) -> Path:
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")

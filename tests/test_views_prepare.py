@@ -431,3 +431,21 @@ def test_models_made_in_unique_ids_get_uuids_to_its_end_however_the_blocks_nest(
     plain = Range1d()
     assert all(UUID.fullmatch(str(m.id)) for m in (inner, outer, after_thread)), (inner.id, outer.id)
     assert not UUID.fullmatch(str(plain.id))  # outside every block: Bokeh's own ids again
+
+
+def test_table_spans_are_made_for_the_rows_a_table_shows():
+    """A --pytorch run's NVTX summary has a row per operator call: the zoom spans are made for the MAX_ROWS
+    rows the table shows, with the same spans those rows had, not for millions of names."""
+    from nsight_magic.views.report_view import _instance_spans
+    from nsight_magic.views.tables import MAX_ROWS
+
+    n = MAX_ROWS + 500
+    names = [f"aten::mm, op_id = {i}" for i in range(n)]
+    ev = pd.DataFrame({"name": pd.Categorical(names + names[:3]), "start_ns": np.arange(n + 3) * 10,
+                       "end_ns": np.arange(n + 3) * 10 + 5})
+    table = pd.Series(names[::-1])  # the summary's order: its first MAX_ROWS rows are shown
+    every = _instance_spans(ev, 0)
+    shown = _instance_spans(ev, 0, shown=table)
+    assert set(shown) == set(names[::-1][:MAX_ROWS]) and len(every) == n
+    assert all(shown[k] == every[k] for k in shown)
+    assert _instance_spans(ev, 0, shown=table.head(10)) == every  # a short table: every name's spans, as before

@@ -28,7 +28,7 @@ from .kept_page import FILES_SLOT, Page, new_id
 from .lines import lines_html, modules_html
 from .picture import picture_html
 from ..store import cell_facts, folder_files
-from .tables import Spans, static_tabs_html, table_html, table_text
+from .tables import MAX_ROWS, Spans, static_tabs_html, table_html, table_text
 from .timeline import build_timeline, legend_html
 from .timeline_prepare import TimelineData, prepare_timeline
 from ..readers.contract import NsysTables
@@ -105,7 +105,8 @@ def _ops(report: NsysTables, origin_ns: int) -> tuple[pd.DataFrame, Spans, str]:
         if ranges.empty:
             return pd.DataFrame(), {}, ""
         source = f"<p>{escape(OPS_SOURCE.get(ops_source(report) or '', ''))}</p>"
-        return ops_summary(report), _instance_spans(ranges[ranges["visible"]], origin_ns, key="op"), source
+        ops = ops_summary(report)
+        return ops, _instance_spans(ranges[ranges["visible"]], origin_ns, key="op", shown=ops.get("op")), source
     except Exception:  # noqa: BLE001 - an odd report: the other tabs still show
         return pd.DataFrame(), {}, ""
 
@@ -361,12 +362,15 @@ def _summary(report: NsysTables, method: str) -> pd.DataFrame:
 MAX_INSTANCES = 100  # instances a name click steps through (next / previous), the first ones
 
 
-def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name") -> Spans:
+def _instance_spans(df: pd.DataFrame, start_ns: int, key: str = "name", shown: pd.Series | None = None) -> Spans:
     """df[key] -> [(start, end), ...] in ms from capture start, the first MAX_INSTANCES instances in time order:
-    a table click zooms to the first, next / previous step through the others."""
+    a table click zooms to the first, next / previous step through the others.  shown: the table's column of
+    keys, whose first MAX_ROWS the table shows: only theirs (not a span list for each of millions of names)."""
     if df is None or df.empty or not {key, "start_ns", "end_ns"} <= set(df.columns):
         return {}
     d = df[[key, "start_ns", "end_ns"]].dropna(subset=[key])
+    if shown is not None and len(shown) > MAX_ROWS:
+        d = d[tx.isin(d[key], shown.head(MAX_ROWS).astype(str))]
     d = d.sort_values("start_ns", kind="stable")
     d = d[d.groupby(key, sort=False, observed=True).cumcount() < MAX_INSTANCES]
     t0 = (d["start_ns"].to_numpy(np.float64) - start_ns) / 1e6
@@ -392,12 +396,13 @@ def prepare_tables(report: NsysTables, origin_ns: int = 0) -> ReportTables:
     mem = _summary(report, "memcpy_summary")
     if {"total_bytes", "total_ns"} <= set(mem.columns):
         mem = mem.assign(avg_gbps=mem["total_bytes"] / mem["total_ns"].where(mem["total_ns"] > 0))
+    kernels, nvtx = _summary(report, "kernel_summary"), _one_label(_summary(report, "nvtx_summary"))
     made = ReportTables(
-        kernels=_summary(report, "kernel_summary"), memory=mem, cuda_api=_summary(report, "cuda_api_summary"),
-        nvtx=_one_label(_summary(report, "nvtx_summary")),
+        kernels=kernels, memory=mem, cuda_api=_summary(report, "cuda_api_summary"), nvtx=nvtx,
         # three columns, not the kernels' frame (a million kernels: 0.03 s against 1.5 s where it was not read yet)
-        kernel_zoom=_instance_spans(report.columns("kernels", ["name", "start_ns", "end_ns"]), start),
-        nvtx_zoom=_nvtx_spans(report.nvtx, start), origin_ns=start)
+        kernel_zoom=_instance_spans(report.columns("kernels", ["name", "start_ns", "end_ns"]), start,
+                                    shown=kernels.get("name")),
+        nvtx_zoom=_nvtx_spans(report.nvtx, start, shown=nvtx.get("name")), origin_ns=start)
     note_made(report, MADE_TABLES, made)
     return made
 
@@ -408,14 +413,14 @@ def _one_label(nvtx: pd.DataFrame) -> pd.DataFrame:
     return nvtx.drop(columns=["range"]) if "range" in nvtx.columns and "name" in nvtx.columns else nvtx
 
 
-def _nvtx_spans(nv: pd.DataFrame, start_ns: int) -> Spans:
+def _nvtx_spans(nv: pd.DataFrame, start_ns: int, shown: pd.Series | None = None) -> Spans:
     """Zoom spans of NVTX ranges, keyed like nvtx_summary() rows: the reader's `label` ('domain:name' for ranges
     in a named domain), or `name` where a reader has no label.  Marks are not in the summary: left out."""
     if nv is None or nv.empty:
         return {}
     if "kind" in nv.columns:
         nv = nv[~tx.eq(nv["kind"], "mark")]
-    return _instance_spans(nv, start_ns, key="label" if "label" in nv.columns else "name")
+    return _instance_spans(nv, start_ns, key="label" if "label" in nv.columns else "name", shown=shown)
 
 
 def _report_folder(report: NsysTables, folder: Path | None) -> Path | None:

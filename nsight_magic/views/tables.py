@@ -170,11 +170,12 @@ def _cut(s: str) -> str:
 # instance spans one table carries for click-to-zoom, all rows together: 2,000 NVTX names of 60 instances each made
 # a 4.9 MB table (a saved notebook's cell); with many names, each steps through its first few
 ZOOM_SPANS = 10_000
+MAX_ROWS = 2000  # rows a table shows (a --pytorch run's NVTX summary has a row per operator call: millions)
 
 
 def table_html(df: pd.DataFrame, *, table_id: str, formats: dict[str, str] | None = None,
                zoom: Spans | None = None,
-               zoom_col: str = "name", plot_name: str = "", max_rows: int = 2000, caption: str = "",
+               zoom_col: str = "name", plot_name: str = "", max_rows: int = MAX_ROWS, caption: str = "",
                filter_box: bool = True) -> str:
     """A sortable, filterable HTML table; every value escaped.
 

@@ -90,6 +90,21 @@ def text_colors(palette: Iterable[str]) -> list[str]:
 
 
 _LOOKUP_JS = timeline_js("lookup")
+# A names (or details) table up to this long goes to the page whole; a longer one (a --pytorch run's NVTX names
+# number every operator call: millions) only with the names of the events the page holds, as {code: name},
+# replaced with the window's when the live view fetches one
+NAMES_INLINE = 20_000
+
+
+def shown_table(full: Sequence[str], *codes: Any) -> list[str] | dict[str, str]:
+    """The names table a page carries for events of these codes: all of `full`, or (beyond NAMES_INLINE) the
+    names of the codes alone, keyed by code (the lookup scripts index either alike)."""
+    if len(full) <= NAMES_INLINE:
+        return list(full) if not isinstance(full, list) else full
+    parts = [np.asarray(c, np.int64).ravel() for c in codes if len(c)]
+    used = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
+    used = used[(used >= 0) & (used < len(full))]
+    return {str(c): str(full[c]) for c in used.tolist()}
 _DUR_JS = timeline_js("duration")
 _BYTES_JS = timeline_js("bytes")
 _BUSY_JS = timeline_js("busy")
@@ -178,8 +193,9 @@ class TimelineView:
                                           name=f"{self.plot_name}-labels")
         p.text(x="x", y="y", text="text", text_color={"field": "tcol"}, source=self.label_src, text_font_size="8pt",
                text_baseline="middle", text_align="left")
-        names = CustomJSHover(args={"table": data.names}, code=_LOOKUP_JS)
-        details = CustomJSHover(args={"table": data.details}, code=_LOOKUP_JS)
+        names = self._names_hover = CustomJSHover(args={"table": self._table(data.names, "name")}, code=_LOOKUP_JS)
+        details = self._details_hover = CustomJSHover(args={"table": self._table(data.details, "detail")},
+                                                      code=_LOOKUP_JS)
         paths = CustomJSHover(args={"table": data.rows["path"].astype(str).tolist()}, code=_LOOKUP_JS)
         dur = CustomJSHover(code=_DUR_JS)
         nbytes = CustomJSHover(args={"src": self.exact_src}, code=_BYTES_JS)
@@ -213,7 +229,8 @@ class TimelineView:
             "nvtx_cat": cats.index("NVTX") if "NVTX" in cats else -1,
             "kernel_cat": cats.index(KERNEL_CAT) if KERNEL_CAT in cats else -1}, code=_SELECT_JS))
         self.rows_src = self.rows_source()
-        relabel = CustomJS(args={"src": self.exact_src, "labels": self.label_src, "plot": p, "names": data.names,
+        relabel = self._relabel = CustomJS(args={"src": self.exact_src, "labels": self.label_src, "plot": p,
+                                                 "names": names.args["table"],
                                  "text_color": text_colors(palette), "char_px": 6.2, "max_labels": 600},
                            code=_LABELS_JS)
         for attr in ("start", "end"):
@@ -301,6 +318,7 @@ class TimelineView:
             "name": e["name"].to_numpy().astype(np.int32), "detail": e["detail"].to_numpy().astype(np.int32),
             "color": e["color"].to_numpy().astype(np.int16), "bytes": e["bytes"].to_numpy().astype(np.float32),
             "link": e["link"].to_numpy().astype(np.int32)})
+        self._refresh_tables(e)  # the embedded events' names too: a zoom in the page draws them
         zoom = CustomJS(args={"all": self.all_src, "exact": self.exact_src, "agg": self.agg_src, "plot": self.figure,
                               "rows": self.rows_src, "embedded": self.embedded_rows, "budget": int(limit),
                               "width": self.width, "partial": partial}, code=ZOOM_JS)
@@ -362,10 +380,26 @@ class TimelineView:
         self._sync_folds()
         g = view_glyphs(self.data, t0, t1, width_px=self.width, budget=budget or self.budget)
         self.glyphs = g
+        self._refresh_tables()  # before the events that need them
         self.exact_src.data = _exact_columns(g, self.event_y)
         self.agg_src.data = _agg_columns(g, self.event_y, self.util_cat)
         self.figure.title.text = g.caption
         return g
+
+    def _table(self, full: Sequence[str], column: str, *more: Any) -> list[str] | dict[str, str]:
+        """shown_table for the current glyphs (and `more` frames of events) and one code column."""
+        g = self.glyphs
+        return shown_table(full, *(f[column].to_numpy() for f in (g.exact, g.agg, *more) if column in f))
+
+    def _refresh_tables(self, *more: Any) -> None:
+        """Long tables (NAMES_INLINE) replaced with the names and details of the events shown now."""
+        data = self.data
+        if len(data.names) > NAMES_INLINE:
+            names = self._table(data.names, "name", *more)
+            self._names_hover.args = {"table": names}
+            self._relabel.args = {**self._relabel.args, "names": names}
+        if len(data.details) > NAMES_INLINE:
+            self._details_hover.args = {"table": self._table(data.details, "detail", *more)}
 
     def fold(self, key: str, folded: bool | None = None) -> None:
         """Fold (or unfold; toggle when folded is None) the group `key` and re-lay out the rows (what a click on

@@ -9,7 +9,7 @@ for (let i = 0; i < n && X.length < max_labels; i++) {
   const l = Math.max(d.left[i], x0), r = Math.min(d.right[i], x1);
   const room = (r - l) * px - 6;
   if (room < 24 || l < (taken.get(d.y[i]) ?? -Infinity)) continue;
-  const name = String(names[d.name[i]] || '');
+  const name = String((names instanceof Map ? names.get(String(d.name[i])) : names[d.name[i]]) || '');
   const fit = Math.floor(room / char_px);
   if (fit < 3) continue;
   const text = name.length <= fit ? name : name.slice(0, fit - 1) + '…';
