@@ -9,6 +9,7 @@ and what the static view's exact-zoom events cost (report_view.STATIC_EXACT): th
 for several budgets, and how many events the page then holds.
 
     python benchmarks/view.py [--src FIXTURE.sqlite] [--workdir DIR] [--sizes 160000 1600000] [--paint-runs 3]
+                              [--number-calls]   (a --pytorch run's NVTX names: analysis.py says more)
 """
 from __future__ import annotations
 
@@ -115,16 +116,18 @@ def main(argv=None) -> None:
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--sizes", type=int, nargs="+", default=[160_000, 1_600_000])
     ap.add_argument("--paint-runs", type=int, default=3, help="page loads in Chromium per size (their median)")
+    ap.add_argument("--number-calls", action="store_true",
+                    help="number every emit_nvtx range of the copies (bigtrace.py): a real --pytorch run's NVTX names")
     a = ap.parse_args(argv)
     if not a.src.exists():
         sys.exit(f"{a.src}: no such fixture; pass --src")
     work = a.workdir or Path(tempfile.mkdtemp(prefix="nsight-view-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     for n in a.sizes:
-        trace = work / f"big_{n}.sqlite"
+        trace = work / f"big_{n}{'_numbered' if a.number_calls else ''}.sqlite"
         if not trace.exists():
             t = time.perf_counter()
-            make_big_trace(a.src, trace, n)
+            make_big_trace(a.src, trace, n, number_calls=a.number_calls)
             print(f"built {trace} in {time.perf_counter() - t:.1f} s")
         measure(trace, n, a.paint_runs)
 

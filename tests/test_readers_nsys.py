@@ -888,3 +888,38 @@ def test_nvtx_texts_given_in_distinct_parts_make_the_categorical_one_array_makes
                     else np.empty(0, dtype=object))
     assert list(got.categories) == list(want.categories)
     assert np.array_equal(np.asarray(got.codes), np.asarray(want.codes))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_nvtx_gpu_projection_of_two_threads_ranges_in_turn_is_what_each_range_launched(seed):
+    """nvtx_projection against a range-by-range count: two threads (two ranks in one report) whose ranges come in
+    turn, nested ones among them; a range projects the ops whose launching call lies within it, on its thread."""
+    from nsight_magic.readers.nsys_summary import nvtx_projection, op_keys
+
+    rng = np.random.default_rng(seed)
+    calls = 400
+    tid = rng.integers(1, 3, calls)
+    c_start = np.arange(calls) * 250 + rng.integers(0, 100, calls)  # a thread's calls come one after another
+    c_end = c_start + rng.integers(1, 50, calls)
+    corr = np.arange(1, calls + 1)
+    api = {"start_ns": c_start, "end_ns": c_end, "pid": np.full(calls, 7), "tid": tid, "correlation_id": corr}
+    launched = rng.integers(0, calls, 600)  # each op's call; some calls launch several
+    o_start = c_end[launched] + rng.integers(0, 500, 600)
+    ops = {"start_ns": o_start, "end_ns": o_start + rng.integers(1, 300, 600),
+           "key": op_keys(np.full(600, 7), corr[launched])}
+    n = 300
+    r_start = np.sort(rng.integers(0, 100_000, n))
+    r_end = (r_start + rng.integers(10, 5_000, n)).astype(float)
+    internal = {"is_range": np.ones(n, bool), "same_thread": np.ones(n, bool), "ours": np.zeros(n, bool),
+                "start": r_start, "end": r_end, "pid": np.full(n, 7), "tid": np.tile([1, 2], n // 2)}
+    got = nvtx_projection(internal, ops, api, None).set_index("row")
+    for r in range(n):
+        inside = (tid == internal["tid"][r]) & (c_start >= r_start[r]) & (c_start <= r_end[r]) & (c_end <= r_end[r])
+        mine = inside[launched]
+        if not mine.any():
+            assert r not in got.index
+            continue
+        row = got.loc[r]
+        assert row["proj_start_ns"] == ops["start_ns"][mine].min()
+        assert row["proj_start_ns"] + row["proj_duration_ns"] == ops["end_ns"][mine].max()
+        assert row["gpu_ops"] == len(np.unique(launched[mine]))

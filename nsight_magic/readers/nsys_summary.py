@@ -156,16 +156,23 @@ def nvtx_projection(internal: dict, ops: dict, api: dict, maxts: int | None) -> 
     hi = np.where(crosses, call_start[call_no[last] - 1], hi)
     has = hi > lo
     lo, hi, rows = lo[has], hi[has], rows[has]
-    # each range's first op start and last op end: the ops' times in sorted order, padded for reduceat's last bound
+    # each range's first op start and last op end: the ops' times in sorted order, padded for reduceat's last bound.
+    # reduceat also reduces from each hi to the next lo: taken in order of lo, those stretches add up to the ops
+    # once; in the ranges' order, two threads' ranges alternate between their threads' ops (ranks in one report),
+    # and each such stretch spans half of them (4.6M ranges of two ranks: 48 s)
     n = len(op_pos)
+    by_lo = np.argsort(lo, kind="stable")
     idx = np.empty(2 * len(lo), np.int64)
-    idx[0::2], idx[1::2] = lo, hi
+    idx[0::2], idx[1::2] = lo[by_lo], hi[by_lo]
     idx = np.minimum(idx, n)
     padded = np.zeros(n + 1, np.int64)
-    padded[:n] = np.asarray(ops["start_ns"], np.int64)[op_pos]
-    pmin = np.minimum.reduceat(padded, idx)[0::2] if len(idx) else np.empty(0, np.int64)
-    padded[:n] = np.asarray(ops["end_ns"], np.int64)[op_pos]
-    pmax = np.maximum.reduceat(padded, idx)[0::2] if len(idx) else np.empty(0, np.int64)
+    pmin = np.empty(len(lo), np.int64)
+    pmax = np.empty(len(lo), np.int64)
+    if len(idx):
+        padded[:n] = np.asarray(ops["start_ns"], np.int64)[op_pos]
+        pmin[by_lo] = np.minimum.reduceat(padded, idx)[0::2]
+        padded[:n] = np.asarray(ops["end_ns"], np.int64)[op_pos]
+        pmax[by_lo] = np.maximum.reduceat(padded, idx)[0::2]
     calls = call_no[hi - 1] - call_no[lo] + 1
     return pd.DataFrame({"row": rows, "proj_start_ns": pmin, "proj_duration_ns": pmax - pmin, "gpu_ops": calls})
 
