@@ -110,7 +110,7 @@ def _dispatch_ranges(r: pd.DataFrame) -> pd.DataFrame:
     import pyarrow.compute as pc
 
     codes, g = tx.extract(r["name"], _NAME, _NAME_RE2)
-    at = pa_indices(codes)
+    at = _pa_indices(codes)
     op = pc.take(g["op"], at)
     return pd.DataFrame({"start_ns": r["start_ns"].to_numpy(np.int64), "end_ns": r["end_ns"].astype(np.int64).to_numpy(),
                          "pid": r["pid"].to_numpy(np.int64), "tid": r["tid"].to_numpy(np.int64),
@@ -119,7 +119,7 @@ def _dispatch_ranges(r: pd.DataFrame) -> pd.DataFrame:
                          "shapes": tx.arrow_text(pc.take(g["shapes"], at)), "composite": False})
 
 
-def pa_indices(rows: np.ndarray) -> Any:
+def _pa_indices(rows: np.ndarray) -> Any:
     """Row positions as Arrow indices (pyarrow.compute.take)."""
     import pyarrow as pa
 
@@ -156,7 +156,7 @@ def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
 
     # the autograd node each backward op runs for: its own range, or the engine's evaluate_function range around it
     # (the engine reduces a gradient to its input's shape there, after the node's range: AddmmBackward0's bias sum)
-    nodes_t = [n[len(_ENGINE):] if n.startswith(_ENGINE) else n if _NODE.match(n) else "" for n in list(texts)]
+    nodes_t = [n[len(_ENGINE):] if n.startswith(_ENGINE) else n if _NODE.match(n) else "" for n in texts]
     node_t = np.array([code_of(n) for n in nodes_t], np.int64)
     fwd_of_t = np.array([code_of(forward_op_of(n) or "") if n else -1 for n in nodes_t], np.int64)
     seq_v = _numbers(g["seq"])
@@ -164,7 +164,7 @@ def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
     start = r["start_ns"].to_numpy(np.int64)
     end = r["end_ns"].astype(np.int64).to_numpy()
     pid, tid = r["pid"].to_numpy(np.int64), r["tid"].to_numpy(np.int64)
-    fwd = np.full(len(r), -1, np.int64)  # into texts
+    fwd = np.full(len(r), -1, np.int64)  # into `index` (the texts, then the nodes' and forward ops' names)
     ops = np.flatnonzero(is_op_t[name_of])
     nodes = np.flatnonzero(node_t[name_of] >= 0)
     if len(nodes) and len(ops):
@@ -190,10 +190,10 @@ def _emitted_ranges(r: pd.DataFrame, composite: set[str]) -> pd.DataFrame:
     sizes = pc.dictionary_encode(g["sizes"])  # emit_nvtx's shapes repeat: each distinct one rewritten once
     shapes = pa.array([_sizes(x) for x in sizes.dictionary.to_pylist()], type=pa.string())
     return pd.DataFrame({"start_ns": start[ops], "end_ns": end[ops], "pid": pid[ops], "tid": tid[ops],
-                         "op": tx.arrow_text(pc.take(all_texts, pa_indices(name_of[ops]))),
-                         "forward_op": tx.arrow_text(pc.take(all_texts, pa_indices(
+                         "op": tx.arrow_text(pc.take(all_texts, _pa_indices(name_of[ops]))),
+                         "forward_op": tx.arrow_text(pc.take(all_texts, _pa_indices(
                              np.where(fwd[ops] >= 0, fwd[ops], len(index))))),
-                         "shapes": tx.arrow_text(pc.take(shapes, pa_indices(
+                         "shapes": tx.arrow_text(pc.take(shapes, _pa_indices(
                              np.asarray(sizes.indices, np.int64)[codes[ops]]))),
                          "composite": np.isin(name_of[ops], [i for t, i in index.items() if t in composite])})
 

@@ -90,6 +90,20 @@ def text_colors(palette: Iterable[str]) -> list[str]:
 
 
 _LOOKUP_JS = timeline_js("lookup")
+_DUR_JS = timeline_js("duration")
+_BYTES_JS = timeline_js("bytes")
+_BUSY_JS = timeline_js("busy")
+
+# Selecting an API call (or kernel) highlights everything sharing its launch link (pid, correlation id);
+# selecting an NVTX range highlights the kernels launched by API calls of the same thread inside it.
+_SELECT_JS = timeline_js("select")
+
+# Names on the bars wide enough to hold them, re-laid out whenever the range or the data change.
+_LABELS_JS = timeline_js("labels")
+
+# A drag with the measuring tool: the span and its duration.
+_MEASURE_JS = timeline_js("measure")
+
 # A names (or details) table up to this long goes to the page whole; a longer one (a --pytorch run's NVTX names
 # number every operator call: millions) only with the names of the events the page holds, as {code: name},
 # replaced with the window's when the live view fetches one
@@ -105,19 +119,6 @@ def shown_table(full: Sequence[str], *codes: Any) -> list[str] | dict[str, str]:
     used = np.unique(np.concatenate(parts)) if parts else np.empty(0, np.int64)
     used = used[(used >= 0) & (used < len(full))]
     return {str(c): str(full[c]) for c in used.tolist()}
-_DUR_JS = timeline_js("duration")
-_BYTES_JS = timeline_js("bytes")
-_BUSY_JS = timeline_js("busy")
-
-# Selecting an API call (or kernel) highlights everything sharing its launch link (pid, correlation id);
-# selecting an NVTX range highlights the kernels launched by API calls of the same thread inside it.
-_SELECT_JS = timeline_js("select")
-
-# Names on the bars wide enough to hold them, re-laid out whenever the range or the data change.
-_LABELS_JS = timeline_js("labels")
-
-# A drag with the measuring tool: the span and its duration.
-_MEASURE_JS = timeline_js("measure")
 
 
 class TimelineView:
@@ -193,7 +194,8 @@ class TimelineView:
                                           name=f"{self.plot_name}-labels")
         p.text(x="x", y="y", text="text", text_color={"field": "tcol"}, source=self.label_src, text_font_size="8pt",
                text_baseline="middle", text_align="left")
-        names = self._names_hover = CustomJSHover(args={"table": self._table(data.names, "name")}, code=_LOOKUP_JS)
+        names_table = self._table(data.names, "name")
+        names = self._names_hover = CustomJSHover(args={"table": names_table}, code=_LOOKUP_JS)
         details = self._details_hover = CustomJSHover(args={"table": self._table(data.details, "detail")},
                                                       code=_LOOKUP_JS)
         paths = CustomJSHover(args={"table": data.rows["path"].astype(str).tolist()}, code=_LOOKUP_JS)
@@ -230,7 +232,7 @@ class TimelineView:
             "kernel_cat": cats.index(KERNEL_CAT) if KERNEL_CAT in cats else -1}, code=_SELECT_JS))
         self.rows_src = self.rows_source()
         relabel = self._relabel = CustomJS(args={"src": self.exact_src, "labels": self.label_src, "plot": p,
-                                                 "names": names.args["table"],
+                                                 "names": names_table,
                                  "text_color": text_colors(palette), "char_px": 6.2, "max_labels": 600},
                            code=_LABELS_JS)
         for attr in ("start", "end"):
