@@ -29,13 +29,8 @@ def _per_value(col: Column, one: Callable[[str], bool], many: Callable[[pd.Serie
                limit: int | None = None) -> np.ndarray:
     """A text test asked once per distinct value of col, as a bool array over its rows: one(text) -> bool for a
     few values, many(pandas strings) -> bools for many; `limit`: only the values' first characters are tested."""
-    cat: Any = col.array if isinstance(col, pd.Series) else col
-    if isinstance(getattr(cat, "dtype", None), pd.CategoricalDtype) and len(cat.categories) <= len(cat):
-        # its codes are a factorization already (a few rows of a frame with many names: factorize those rows)
-        codes, uniq = np.asarray(cat.codes), cat.categories
-    else:
-        codes, uniq = pd.factorize(pd.Series(col), sort=False)
-    vals = [str(v) for v in np.asarray(uniq, dtype=object)]
+    codes, uniq = distinct(col)  # a categorical's codes are a factorization already
+    vals = [str(v) for v in uniq]
     if limit is not None:
         vals = [v[:limit] for v in vals]
     vals.append("nan")

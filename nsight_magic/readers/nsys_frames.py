@@ -360,8 +360,9 @@ def _by_text(codes: np.ndarray, texts: np.ndarray | list[pd.Index]) -> pd.Catego
     """Rows given as codes into `texts` (which may repeat a text; None or NaN: missing), as to_categorical makes
     them from the rows' texts: one category per distinct text, in the order the rows first show them.  Only integer
     arrays a row long are made (3M NVTX rows: no object array, no hash of a million strings).  `texts` may come as
-    parts that are each distinct (categories): the largest is hashed once (or not at all, where its categories were
-    hashed already), the others looked up in it (emit_nvtx's millions of literal names, a few registered ones)."""
+    parts that are each distinct (categories): the few texts of the smaller parts are hashed and the largest part
+    looked up among them, never hashed into a table of its own (emit_nvtx's millions of literal names beside a few
+    registered ones)."""
     text_id, distinct = _distinct_texts(texts)
     row = np.where(codes >= 0, text_id[np.maximum(codes, 0)], -1) if len(text_id) else np.full(len(codes), -1)
     seen_at, seen = pd.factorize(row)  # the texts in the order of the rows
