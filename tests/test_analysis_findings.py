@@ -219,8 +219,14 @@ def test_host_wait_on_a_cpu_recording(wait, expected, tmp_path):
     if expected:
         (f,) = found
         assert "'step'" in f.title and "clock_nanosleep" in f.explanation
-        assert (f.evidence["name"] == "clock_nanosleep").sum() == 6 and (f.evidence["nvtx_range"] == "step").all()
-        assert 0.1e9 <= f.time_at_stake_ns <= 0.2e9  # 6 x 20 ms
+        # the sleeps as recorded: on a loaded machine nsys 2022.4 has lost one call's record (CI once saw 5 of 6,
+        # its 6th step holding only nsys's own pthread_cond_signal)
+        o = rep.osrt
+        sleeps = o[(o["name"] == "clock_nanosleep") & (o["duration_ns"] >= 15e6)]
+        assert len(sleeps) >= 5 and (f.evidence["nvtx_range"] == "step").all()
+        ev = f.evidence[f.evidence["name"] == "clock_nanosleep"]
+        assert sorted(ev["start_ns"]) == sorted(sleeps["start_ns"]) and f"({len(sleeps)} of 6)" in f.title
+        assert len(sleeps) * 0.02e9 <= f.time_at_stake_ns <= 0.2e9  # 20 ms a step
 
 
 # -- thresholds, ordering, frames, ncu ----------------------------------------------------------------------------
