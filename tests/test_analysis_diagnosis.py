@@ -571,6 +571,32 @@ def test_the_gaps_of_all_pairs_are_framed_once_and_stay_the_diagnosis_own(plante
     assert len(sync) == int((again["sync"] > 0).sum())
 
 
+def test_one_pairs_gaps_hold_a_column_of_one_value_once(planted):
+    """One process on one GPU: the rules' frame of the gaps is the pair's own, its process, GPU and scale and the
+    categories no gap has held once (zero strides: 313 MB and 99 MB a column at 10M kernels); what the rules ask
+    of it reads as a full frame would."""
+    from nsight_magic.analysis.bottleneck import CATEGORIES, diagnose
+
+    d = diagnose(planted("launch_bound", "bad"))
+    (p,) = d.pairs
+    g = d.gaps()
+    for c, v in (("pid", p.pid), ("device_id", p.device), ("scale", p.scale)):
+        assert g[c].to_numpy().strides == (0,) and (g[c] == v).all(), c
+    assert np.shares_memory(g["start_ns"].to_numpy(), p.gaps["start_ns"].to_numpy())
+    held_once = [c for c in CATEGORIES[3:] if p.gaps[c].to_numpy().strides == (0,)]
+    assert held_once and all(p.gaps[c].nunique() == 1 for c in held_once)
+    full = g.copy(deep=True)
+    for c in CATEGORIES[3:]:
+        has = full[full[c] > 0]
+        assert d.gap_count(c) == len(has)
+        pd.testing.assert_frame_equal(d.gaps(c).reset_index(drop=True), has.reset_index(drop=True))
+        pd.testing.assert_frame_equal(d.gaps(c, largest=5).reset_index(drop=True),
+                                      has.nlargest(5, c, keep="first").reset_index(drop=True))
+    edited = d.gaps("launch")
+    edited.loc[edited.index[0], "module load"] = 1  # a caller's edit copies: the diagnosis's frame is as it was
+    assert (d.gaps()["module load"] == g["module load"]).all()
+
+
 def test_a_tool_run_every_step_is_host_wait_less_what_nsys_adds_to_each_process(planted):
     """nvidia-smi run with subprocess every step: the launching thread waits in poll while the GPU idles.  nsys
     follows the child (it sets itself up in each process it follows: overhead.PROCESS_START_MS), so each wait is

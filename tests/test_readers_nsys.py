@@ -704,6 +704,33 @@ def test_the_frames_share_the_summaries_columns_and_an_edit_of_a_frame_copies(tm
                 pd.testing.assert_frame_equal(a, b)
 
 
+def test_a_column_of_one_value_is_held_once_and_reads_and_edits_as_before(tmp_path):
+    """A one-GPU run's process, GPU and context columns (and graph node ids never set) hold their value once (a
+    zero-stride array: 80 MB a column at 10M kernels); they read as SQLite has them, and an edit copies."""
+    from nsight_magic.readers.constant_columns import compacted, constant
+
+    a = np.arange(5)
+    assert compacted(a) is a and compacted(np.array([np.nan] * 3)).strides == (8,)  # NaN != NaN: kept as it is
+    one = compacted(np.full(4, 7))
+    assert one.strides == (0,) and list(one) == [7] * 4 and not one.flags.writeable
+    assert constant(True, 3).dtype == bool and compacted(np.array(["a", "a"], object)).strides == (8,)
+    p = tmp_path / "report.sqlite"
+    shutil.copy(DATA / "nsys_h100_a_cuda_nvtx.sqlite", p)
+    with sqlite3.connect(p) as db:
+        raw = pd.read_sql('SELECT contextId, graphNodeId, start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start', db)
+    db.close()
+    assert raw["contextId"].nunique() == 1 and raw["graphNodeId"].isna().all()
+    with open_nsys_report(p) as rep:
+        k = rep.kernels
+        for c in ("context_id", "graph_node_id"):
+            arr = k[c].array
+            assert arr._data.strides == (0,) and arr._mask.strides == (0,), c
+        np.testing.assert_array_equal(k["context_id"].to_numpy(np.int64), raw["contextId"].to_numpy(np.int64))
+        assert k["graph_node_id"].isna().all() and k["grid_x"].nunique() > 1 and k["grid_x"].to_numpy().strides == (8,)
+        k.loc[0, "context_id"] = 99
+        assert k["context_id"].iloc[0] == 99 and (k["context_id"].iloc[1:] == raw["contextId"].iloc[0]).all()
+
+
 def test_text_and_arrow_read_paths_agree(monkeypatch):
     """ADBC's Arrow path and the group_concat text path (used when ADBC is missing or cannot type a column)."""
     from nsight_magic.readers import nsys_sql

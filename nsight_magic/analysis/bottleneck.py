@@ -41,6 +41,7 @@ from . import intervals as I
 from .steps import Steps, cell_threads, find_steps
 from . import text as tx
 from . import top
+from ..readers.constant_columns import compacted, constant
 from .frame_memo import per_frame, report_memo
 from ..readers.contract import NsysFrames
 from ..readers.nsys_frames import FirstMatch
@@ -169,7 +170,7 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
     del end
     for c in ("pid", "device_id"):  # one process, one GPU: the value, not a gather of 13M rows
         col = joined(lambda f, *_, c=c: f[c].to_numpy(np.int64), np.int64)
-        out[c] = np.full(len(out["start_ns"]), col[0]) if len(col) and (col == col[0]).all() else col[order]
+        out[c] = constant(col[0], len(out["start_ns"])) if len(col) and (col == col[0]).all() else col[order]
         del col
     corr = [pd.array(f["correlation_id"], dtype="Int64") for f, *_ in parts]
     out["correlation_id"] = pd.arrays.IntegerArray(
@@ -177,8 +178,8 @@ def _gpu_ops(report: NsysFrames) -> pd.DataFrame:
         np.concatenate([np.asarray(c.isna(), bool) for c in corr])[order])
     del corr
     out["cat"] = pd.Categorical.from_codes(joined(lambda f, c, *_: c, np.int8)[order], categories=OP_CATS)
-    out["htod_batch"] = joined(lambda f, c, batch, _: batch, bool)[order]
-    out["bytes"] = joined(lambda f, c, b, nbytes: nbytes, np.int64)[order]
+    out["htod_batch"] = compacted(joined(lambda f, c, batch, _: batch, bool)[order])
+    out["bytes"] = compacted(joined(lambda f, c, b, nbytes: nbytes, np.int64)[order])
     return pd.DataFrame(out, copy=False)
 
 
@@ -269,7 +270,7 @@ def _pair(report: NsysFrames, pid: int, dev: int, ops: pd.DataFrame, window: tup
     in_w = (gaps["start_ns"] >= a) & (gaps["end_ns"] <= b)
     # a gap cut by the window's edge counts with the part inside
     cut = (gaps["end_ns"] > a) & (gaps["start_ns"] < b) & ~in_w
-    gaps["in_window"] = in_w | cut
+    gaps["in_window"] = pd.Series(compacted((in_w | cut).to_numpy(bool)), index=gaps.index, copy=False)
     inside = np.minimum(gaps["end_ns"], b) - np.maximum(gaps["start_ns"], a)
     frac = np.where(gaps["in_window"], inside / np.maximum(gaps["end_ns"] - gaps["start_ns"], 1), 0.0)
     totals = {"compute": I.total(I.clip(comp, a, b)), "communication": I.total(I.clip(comm, a, b)),
@@ -528,7 +529,9 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     out["after_sync"] = after_sync
     left -= sync_take
     out["launch"] = np.maximum(left, 0)
-    return pd.DataFrame(out, copy=False)  # its own arrays: not copied into blocks (a million gaps)
+    # its own arrays, not copied into blocks (a million gaps); a column of one value (a category no gap has, no
+    # sync in the loop) held as that value
+    return pd.DataFrame({c: compacted(v) for c, v in out.items()}, copy=False)
 
 
 def _round_trip(gs: np.ndarray, ge: np.ndarray, copy_bytes: np.ndarray, api: pd.DataFrame) -> np.ndarray:
@@ -592,8 +595,8 @@ class Diagnosis:
     ops: pd.DataFrame
     _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
     # gaps(category): the rows of each, found once (positions, not frames: "launch" holds nearly every gap, and a
-    # kept copy of 13M gaps was 1.7 GB at 10M kernels)
-    _gaps_of: dict[str, npt.NDArray[np.intp]] = field(default_factory=dict, repr=False, compare=False)
+    # kept copy of 13M gaps was 1.7 GB at 10M kernels); None: every gap
+    _gaps_of: dict[str, npt.NDArray[np.intp] | None] = field(default_factory=dict, repr=False, compare=False)
 
     def scaled(self, category: str, pid: int | None = None) -> int:
         """A category's time in the steady window scaled to the whole loop; the largest over processes and GPUs
@@ -609,26 +612,36 @@ class Diagnosis:
         there are more, only that many with the most time of it, most first (ties in order, as
         DataFrame.nlargest(keep="first")), taken without copying the others (13M launch gaps are 1.7 GB)."""
         if self._all_gaps is None:  # the rules ask for it ten times: a million gaps are framed once
-            parts = [p.gaps.assign(pid=p.pid, device_id=p.device, scale=p.scale) for p in self.pairs if len(p.gaps)]
-            self._all_gaps = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-                columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name", "sync_ns",
-                         "in_window", "pid", "device_id", "scale"])
+            parts = [p.gaps.assign(**{k: pd.Series(constant(v, len(p.gaps)), index=p.gaps.index, copy=False)
+                                      for k, v in (("pid", p.pid), ("device_id", p.device), ("scale", p.scale))})
+                     for p in self.pairs if len(p.gaps)]
+            # one pair (one process on one GPU): its own columns, and its process, GPU and scale held once each
+            self._all_gaps = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True) if parts else \
+                pd.DataFrame(columns=["start_ns", "end_ns", *CATEGORIES[3:], "tid", "next_kind", "sync_name",
+                                      "sync_ns", "in_window", "pid", "device_id", "scale"])
         g = self._all_gaps
-        if not category:
-            return g.copy(deep=False)  # a caller's new columns stay its own
-        rows = self._rows_of(category)
-        if largest is not None and len(rows) > largest:
+        rows = self._rows_of(category) if category else None
+        if rows is None:  # every gap: the frame itself (a caller's new columns stay its own)
+            if not category or largest is None or len(g) <= largest:
+                return g.copy(deep=False)
+            rows = top.largest(g[category].to_numpy(), largest)
+        elif largest is not None and len(rows) > largest:
             rows = rows[top.largest(g[category].to_numpy()[rows], largest)]
         return g.take(rows)
 
     def gap_count(self, category: str) -> int:
         """How many gaps hold time of `category` (gaps(category) with no `largest`)."""
-        return len(self._rows_of(category))
+        rows = self._rows_of(category)
+        return len(self.gaps()) if rows is None else len(rows)
 
-    def _rows_of(self, category: str) -> npt.NDArray[np.intp]:
+    def _rows_of(self, category: str) -> npt.NDArray[np.intp] | None:
         if category not in self._gaps_of:  # the rules ask for the same categories again
             g = self.gaps()
-            self._gaps_of[category] = np.flatnonzero((g[category] > 0).to_numpy(dtype=bool, na_value=False))
+            has = (g[category] > 0).to_numpy(dtype=bool, na_value=False)
+            rows = np.flatnonzero(has)
+            # 4 bytes a position where they fit (launch: 13M gaps but a few)
+            self._gaps_of[category] = None if len(rows) == len(g) else \
+                rows.astype(np.int32) if len(g) < 2**31 else rows
         return self._gaps_of[category]
 
     def exposed(self, starts: npt.ArrayLike, ends: npt.ArrayLike, pids: npt.ArrayLike, devices: npt.ArrayLike) -> int:

@@ -33,6 +33,7 @@ from ..tools.cache import private_cache
 from . import nsys_schema as S
 from .nsys_frames import build_nvtx, empty_frame, launch_tids, nvtx_frame, read_frame, sort_by_start
 from .capture_span import CaptureSpan, foreign_span, own_span
+from .constant_columns import one_value
 from .nsys_sql import (TS_LIMIT, Strings, check_ints, columns_of, connect, find_spec_table, find_table, open_ro,
                        read_ints)
 from ..inside.marks import CAPTURE_DOMAIN
@@ -324,7 +325,7 @@ class NsysData:
         # the core columns the summaries read (or are reading) are not read a second time
         have = self.core(name) if name in self._CORE and name in self._core_cache else None
         df = self._query(read_frame, con, self._tables, self.strings, S.ALL_SPECS[name], self.sqlite_path, have,
-                         functools.partial(self._lend, name) if have else None)
+                         functools.partial(self._lend, name))
         return sort_by_start(df) if "start_ns" in df else df
 
     _PREFETCH = ("kernels", "memcpy", "memset", "graphs", "cuda_api", "osrt", "sync")
@@ -380,7 +381,8 @@ class NsysData:
         read."""
         got = self._lent.get((frame, col))
         if got is None:  # two threads may make it at once: the first kept serves both from then on
-            got = self._lent.setdefault((frame, col), pd.Series(make(), copy=False))
+            # one value (a one-GPU run's process and GPU) held once: the Series kept here makes an edit copy it
+            got = self._lent.setdefault((frame, col), pd.Series(one_value(make()), copy=False))
         return got
 
     def _table(self, name: str) -> str | None:

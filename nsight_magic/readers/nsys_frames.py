@@ -13,6 +13,7 @@ from .nsys_schema import (ACTIVITY_SPECS, NVTX_DOMAIN_CREATE, NVTX_MARK, NVTX_PU
 from .nsys_sql import (NULL, TS_LIMIT, Strings, check_range, columns_of, decode_enum, find_spec_table, read_ints,
                        read_text_codes, read_texts, to_categorical, coded)
 
+from .constant_columns import one_value
 from ..errors import ReportError, ReportWarning
 from ..inside.marks import CAPTURE_DOMAIN  # the NVTX domain of the range nsight-magic pushes around a profiled cell
 
@@ -148,7 +149,8 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
     not copied (107 MB of the kernels' and CUDA calls' at 1M kernels): `lend(name, make)` gives the Series that
     holds each (made by `make()` once), which the caller keeps as long as the columns it lent, so that pandas'
     copy-on-write sees the reference and an edit of the frame (`rep.kernels.loc[i, c] = v`) copies instead of
-    writing into them.  Without `lend` the frame gets copies.  span, span_kinds: read_raw's."""
+    writing into them; it holds a column of one value as that value (constant_columns).  Without `lend` the frame
+    gets copies of the core columns and every column in full.  span, span_kinds: read_raw's."""
     table = find_spec_table(tables, spec)
     if table is None:
         return empty_frame(spec.frame)
@@ -165,7 +167,12 @@ def read_frame(con, tables: set[str], strings: Strings, spec: TableSpec, path=No
             if have and c.name in have:
                 data[c.name] = lend(c.name, make) if lend is not None else pd.Series(make(), copy=True)
             else:
-                data[c.name] = make()
+                v = make()
+                once = one_value(v) if lend is not None else v
+                # a column of one value (the context and stream of a one-GPU run, graph nodes never set) is held
+                # as that value, 80 MB less a column at 10M kernels, in the Series `lend` keeps: an edit of the
+                # frame then copies it rather than writing into a read-only array
+                data[c.name] = v if once is v else lend(c.name, lambda once=once: once)
     for c in spec.cols:
         if c.how == "text":
             raw = raws[c.name]
