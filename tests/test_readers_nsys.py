@@ -950,3 +950,26 @@ def test_the_nvtx_gpu_projection_of_two_threads_ranges_in_turn_is_what_each_rang
         assert row["proj_start_ns"] == ops["start_ns"][mine].min()
         assert row["proj_start_ns"] + row["proj_duration_ns"] == ops["end_ns"][mine].max()
         assert row["gpu_ops"] == len(np.unique(launched[mine]))
+
+
+@pytest.mark.parametrize("shape", ["dense", "sparse", "unordered", "few", "one"])
+def test_first_match_is_a_join_on_the_first_equal_key(shape):
+    """FirstMatch (the joins on correlation ids): a binary search where the keys increase, a hash table where they
+    do not: the same answer as a dict of first positions, for probes in and out of range, missing and NA (-1)."""
+    from nsight_magic.readers.nsys_frames import FirstMatch
+
+    rng = np.random.default_rng(7)
+    n = {"few": 10, "one": 1}.get(shape, 5000)
+    step = {"dense": (1, 3), "sparse": (1, 50)}.get(shape, (1, 3))
+    keys = (np.int64(4321) << 36) ^ np.cumsum(rng.integers(*step, n)).astype(np.int64)
+    if shape == "unordered":
+        keys = rng.permutation(np.r_[keys, keys[:100]])  # repeated keys: the first position answers
+    m = FirstMatch(keys)
+    assert m.ordered == (shape != "unordered")
+    first: dict[int, int] = {}
+    for i, k in enumerate(keys.tolist()):
+        first.setdefault(k, i)
+    probe = np.r_[rng.choice(keys, 3000), keys.min() - 1, keys.max() + 1, keys + 1, -1, 0]
+    expected = np.array([first.get(k, -1) for k in probe.tolist()])
+    np.testing.assert_array_equal(m(probe), expected)
+    np.testing.assert_array_equal(m(probe[:0]), expected[:0])

@@ -375,8 +375,8 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     n = len(gs)
     out: dict[str, Any] = {"start_ns": gs, "end_ns": ge}  # columns, framed once at the end (a million gaps)
     # the columns each gap has in its order; those the steps below set are made there, not filled twice
-    for c in IDLE:
-        out[c] = np.zeros(n, np.int64)
+    for c in IDLE:  # a category no gap has stays one value (held once: constant_columns)
+        out[c] = constant(0, n, np.int64)
     out["tid"] = None
     out["next_kind"] = ""
     out["sync_name"] = None
@@ -438,7 +438,7 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
     # tid -> the union of the named calls' intervals (OS waits inside them are theirs)
     named: dict[int, I.Intervals] = {}
     for cat, rx in HOST_CALLS.items():
-        got = np.zeros(n, np.int64)
+        got = None
         for th, g in by_thread.items():
             g = g[tx.contains(g["name"], rx)]
             if g.empty:  # (every thread in by_thread launched some gap's op)
@@ -446,12 +446,16 @@ def _classify(gs: np.ndarray, ge: np.ndarray, ops: pd.DataFrame, api: pd.DataFra
             m = gaps_of(int(th))
             iv = I.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
             at, part = I.meeting(iv, gs[m], ge[m])  # a few calls against a million gaps: those they meet
+            got = np.zeros(n, np.int64) if got is None else got
             got[I.within(m, at)] = part
             prev = named.get(int(th))
             named[int(th)] = iv if prev is None else I.union(np.r_[prev[0], iv[0]], np.r_[prev[1], iv[1]])
+        if got is None:  # no such call: none of the gap-long arrays
+            continue
         take = np.minimum(left, got)
-        out[cat] = take
+        out[cat] = compacted(take)
         left -= take
+        del got, take
     # host wait: the launching thread blocked in the OS (outside those calls) during the rest of the gap
     if len(osrt):
         blocked = np.zeros(n, np.int64)
@@ -592,7 +596,7 @@ class Diagnosis:
     sources: dict[int, str]       # pid -> how its window was chosen
     startup: dict[int, int]       # pid -> ns from the capture start to its first step / first GPU operation
     capture: tuple[int, int]
-    ops: pd.DataFrame
+    ops: pd.DataFrame             # the GPU operations by start: start_ns, end_ns, pid, device_id, correlation_id
     _all_gaps: pd.DataFrame | None = field(default=None, repr=False, compare=False)  # gaps(), built once
     # gaps(category): the rows of each, found once (positions, not frames: "launch" holds nearly every gap, and a
     # kept copy of 13M gaps was 1.7 GB at 10M kernels); None: every gap
@@ -688,6 +692,8 @@ def diagnose(report: NsysFrames) -> Diagnosis:
         sources[pid] = source
         for dev, d in _groups(pops, "device_id"):
             pairs.append(_pair(report, pid, dev, d, window, scale, st, api, osrt, tids))
+    # the rules look up operations by time and correlation id: the categories and bytes go (117 MB at 10M kernels)
+    ops = ops[["start_ns", "end_ns", "pid", "device_id", "correlation_id"]]
     diag = Diagnosis(pairs, steps, sources, startup, (span.start_ns, span.end_ns), ops)
     try:
         memo["diagnosis"] = diag
