@@ -704,9 +704,11 @@ def test_the_frames_share_the_summaries_columns_and_an_edit_of_a_frame_copies(tm
                 pd.testing.assert_frame_equal(a, b)
 
 
-def test_a_column_of_one_value_is_held_once_and_reads_and_edits_as_before(tmp_path):
+@pytest.mark.parametrize("cached", [False, True], ids=["read", "cached"])
+def test_a_column_of_one_value_is_held_once_and_reads_and_edits_as_before(tmp_path, cached):
     """A one-GPU run's process, GPU and context columns (and graph node ids never set) hold their value once (a
-    zero-stride array: 80 MB a column at 10M kernels); they read as SQLite has them, and an edit copies."""
+    zero-stride array: 80 MB a column at 10M kernels); they read as SQLite has them, and an edit copies (read from
+    the export or from the columnar cache beside it)."""
     from nsight_magic.readers.constant_columns import compacted, constant
 
     a = np.arange(5)
@@ -720,15 +722,24 @@ def test_a_column_of_one_value_is_held_once_and_reads_and_edits_as_before(tmp_pa
         raw = pd.read_sql('SELECT contextId, graphNodeId, start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start', db)
     db.close()
     assert raw["contextId"].nunique() == 1 and raw["graphNodeId"].isna().all()
+    if cached:
+        with open_nsys_report(p) as rep:
+            rep.write_cache()
     with open_nsys_report(p) as rep:
+        assert rep.cached == cached
         k = rep.kernels
+        for c in ("pid", "device_id"):
+            assert k[c].to_numpy().strides == (0,), c
         for c in ("context_id", "graph_node_id"):
             arr = k[c].array
             assert arr._data.strides == (0,) and arr._mask.strides == (0,), c
         np.testing.assert_array_equal(k["context_id"].to_numpy(np.int64), raw["contextId"].to_numpy(np.int64))
         assert k["graph_node_id"].isna().all() and k["grid_x"].nunique() > 1 and k["grid_x"].to_numpy().strides == (8,)
         k.loc[0, "context_id"] = 99
+        k.loc[1, "pid"] = 7
         assert k["context_id"].iloc[0] == 99 and (k["context_id"].iloc[1:] == raw["contextId"].iloc[0]).all()
+        assert k["pid"].iloc[1] == 7 and k["pid"].nunique() == 2
+        assert rep.core("kernels")["pid"][1] != 7 and rep.kernel_summary()["count"].sum() == len(k)
 
 
 def test_text_and_arrow_read_paths_agree(monkeypatch):
