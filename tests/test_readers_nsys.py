@@ -712,7 +712,8 @@ def test_a_column_of_one_value_is_held_once_and_reads_and_edits_as_before(tmp_pa
     from nsight_magic.readers.constant_columns import compacted, constant
 
     a = np.arange(5)
-    assert compacted(a) is a and compacted(np.array([np.nan] * 3)).strides == (8,)  # NaN != NaN: kept as it is
+    signed = np.array([0.0, -0.0])
+    assert compacted(a) is a and compacted(signed) is signed  # floats as they are: -0.0 == 0.0, NaN != NaN
     one = compacted(np.full(4, 7))
     assert one.strides == (0,) and list(one) == [7] * 4 and not one.flags.writeable
     assert constant(True, 3).dtype == bool and compacted(np.array(["a", "a"], object)).strides == (8,)

@@ -23,9 +23,9 @@ def constant(value: Any, n: int, dtype: Any = None) -> np.ndarray:
 
 
 def compacted(a: np.ndarray) -> np.ndarray:
-    """`a`, or the same values held once where they are all equal (a plain numpy array; others come back as they
-    are)."""
-    if not isinstance(a, np.ndarray) or a.ndim != 1 or len(a) < 2 or a.dtype == object:
+    """`a`, or the same values held once where they are all equal (a plain numpy array of integers or booleans;
+    others come back as they are: floats' 0.0 and -0.0 compare equal, NaN unequal)."""
+    if not isinstance(a, np.ndarray) or a.ndim != 1 or len(a) < 2 or a.dtype.kind not in "biu":
         return a
     if a.strides[0] == 0 or (a == a[0]).all():
         return constant(a[0], len(a), a.dtype)
