@@ -25,7 +25,8 @@ needs_shared = pytest.mark.skipif(not FIXTURES.joinpath(*H100).exists(), reason=
 # benchmark takes it (tracing the OS runtime costs nsys 2 CPU-s more per run) and one page load: the figures are
 # not checked
 CASES = [
-    ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}"], "analysis / read", [needs_shared]),
+    ("analysis", ["--kernels", "3000", "--repeat", "1", "--workdir", "{w}", "--inputs", "--warm-memory", "0.05"],
+     "then bottleneck() + findings()", [needs_shared]),
     ("analysis", ["--kernels", "9000", "--repeat", "1", "--workdir", "{w}", "--number-calls", "--src",
                   str(FIXTURES / "nsys" / "public-sqlite" / "nsysai_mfu_2gpu_before.sqlite")], "analysis / read",
      [needs_shared]),
