@@ -122,3 +122,33 @@ def test_queued_readback_gaps_found_from_the_copies_equal_those_found_from_the_g
     again = _queued_readback_gaps(SimpleNamespace(diag=SimpleNamespace(gaps=lambda: shuffled)), copies)
     assert 50 < len(found) < 800 and sorted(found.index) == sorted(again.index)
     assert found.index.is_monotonic_increasing
+
+
+@pytest.mark.parametrize("durations", [[5, 3, 3, 1, 3], [5.0, 3.0, np.nan, 3.0, 1.0]], ids=["ints", "floats with NA"])
+def test_where_words_names_the_longest_events_ranges_in_time_order(durations):
+    from nsight_magic.analysis.rules.common import where_words
+
+    ev = pd.DataFrame({"start_ns": [40, 30, 20, 10, 0], "duration_ns": durations,
+                       "nvtx_range": ["e", "d", "c", "b", "a"]})
+    total = np.nansum(durations)
+    # 80% of the time: the 5 and, of the 3s tied, the first ones in the frame's order until 80% is passed
+    words = where_words(ev)
+    if np.isnan(durations).any():  # 5 + 3 + 3 = 11 of 12
+        assert words == f" 3 of them take {11 * 100 / total:.0f}% of that time, in NVTX ranges b, d, e."
+    else:  # 5 + 3 + 3 = 11 of 15 < 80%, with the third 3: 14 of 15
+        assert words == f" 4 of them take {14 * 100 / total:.0f}% of that time, in NVTX ranges a, c, d, e."
+    assert where_words(ev, share=1.0).startswith(" All") == (not np.isnan(durations).any())
+
+
+def test_an_idle_category_held_as_one_zero_is_known_without_a_pass():
+    from nsight_magic.analysis.rules.idle import _held_zero
+    from nsight_magic.readers.constant_columns import constant
+
+    n = 1000
+    gaps = pd.DataFrame({"none": constant(0, n, np.int64), "zeros": np.zeros(n, np.int64),
+                         "one": constant(1, n, np.int64),
+                         "masked": pd.arrays.IntegerArray(constant(0, n, np.int64), np.r_[True, np.zeros(n - 1, bool)])},
+                        copy=False)
+    assert _held_zero(gaps["none"]) and _held_zero(gaps[gaps["one"] == 1]["none"])
+    assert not _held_zero(gaps["zeros"])  # zeros in full: summed as before
+    assert not _held_zero(gaps["one"]) and not _held_zero(gaps["masked"])
