@@ -152,3 +152,37 @@ def test_an_idle_category_held_as_one_zero_is_known_without_a_pass():
     assert _held_zero(gaps["none"]) and _held_zero(gaps[gaps["one"] == 1]["none"])
     assert not _held_zero(gaps["zeros"])  # zeros in full: summed as before
     assert not _held_zero(gaps["one"]) and not _held_zero(gaps["masked"])
+
+
+def test_an_edit_of_the_evidence_leaves_the_report_and_its_sources_as_they_were():
+    from nsight_magic.analysis.rules.common import evidence
+
+    rep = open_report(DATA / "nsys_h100_a_cuda_nvtx.sqlite")
+    k = rep.kernels
+    api = api_of(k, rep.cuda_api)
+    assert isinstance(api["api_name"].dtype, pd.CategoricalDtype)
+    before = k.copy(deep=True)
+    stake = np.arange(len(k), dtype=np.int64)
+    ev = evidence(k, k["name"], {"api_name": api["api_name"], "stake": stake, "stream": k["stream_id"]})
+    # names stay codes, with only the names in use and their text as the frame's
+    for c in ("name", "api_name"):
+        assert isinstance(ev[c].dtype, pd.CategoricalDtype) and (ev[c].value_counts() > 0).all()
+    assert ev["api_name"].astype(str).tolist() == api["api_name"].astype(str).tolist()
+    assert ev["name"].astype(str).tolist() == k["name"].astype(str).tolist()
+    for c in ("start_ns", "end_ns", "pid", "device_id", "stream_id", "stake", "stream", "name", "api_name"):
+        ev.loc[0, c] = ev.loc[1, c]  # in place: every column of the evidence written into
+    ev.iloc[:, :] = ev.iloc[::-1].to_numpy()
+    pd.testing.assert_frame_equal(k, before)
+    assert (stake == np.arange(len(k))).all()
+    assert api_of(k, rep.cuda_api)["api_name"].astype(str).tolist() == api["api_name"].astype(str).tolist()
+
+
+def test_used_only_equals_pandas_remove_unused_categories():
+    from nsight_magic.analysis.rules.common import _used_only
+
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        k = int(rng.integers(1, 8))
+        codes = rng.integers(-1, k, int(rng.integers(0, 30)))
+        s = pd.Series(pd.Categorical.from_codes(codes, categories=[f"c{i}" for i in rng.permutation(k)]))
+        pd.testing.assert_series_equal(_used_only(s), s.cat.remove_unused_categories())

@@ -352,10 +352,12 @@ def _calls_by_correlation(api: pd.DataFrame) -> dict[str, Any]:
 
 
 def _nullable_int(col: pd.Series) -> Any:
-    """A column as Int64 (NA kept), without a round trip through Python objects where it is numeric already."""
+    """A column as Int64 (NA kept), without a round trip through Python objects where it is numeric already; an
+    array of its own (evidence frames it without a copy)."""
     if pd.api.types.is_integer_dtype(col.dtype) and not isinstance(col.dtype, pd.ArrowDtype):
-        return pd.array(col.to_numpy(), dtype="Int64") if col.dtype.kind in "iu" else col.astype("Int64").array
-    return pd.array(pd.to_numeric(col, errors="coerce"), dtype="Int64")
+        return pd.array(col.to_numpy(), dtype="Int64", copy=True) if col.dtype.kind in "iu" else \
+            pd.array(col.array, dtype="Int64", copy=True)
+    return pd.array(pd.to_numeric(col, errors="coerce"), dtype="Int64", copy=True)
 
 
 def evidence_names(name: Any, n: int) -> Any:
@@ -363,25 +365,56 @@ def evidence_names(name: Any, n: int) -> Any:
     if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
         # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
         # the names present: counts and groups by name list no empty ones)
-        return tx.as_text_categories(name.cat.remove_unused_categories()).array
+        return tx.as_text_categories(_used_only(name)).array
     if isinstance(name, pd.Series):
         name = name.to_numpy()
     return pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str).array
 
 
+def _used_only(col: pd.Series) -> pd.Series:
+    """col.cat.remove_unused_categories(), the categories in use counted rather than sorted out of every code."""
+    codes = col.cat.codes.to_numpy()
+    cats = col.cat.categories
+    used = np.bincount(codes[codes >= 0] if len(codes) and codes.min() < 0 else codes, minlength=len(cats)) > 0
+    if used.all():
+        return col
+    keep = np.cumsum(used) - 1  # a used category's new code
+    new = np.where(codes >= 0, keep[np.maximum(codes, 0)], -1)
+    return pd.Series(pd.Categorical.from_codes(new, categories=cats[used], ordered=col.cat.ordered), index=col.index,
+                     name=col.name, copy=False)
+
+
+def _extra_column(v: Any) -> Any:
+    """An extra evidence column as the frame holds it: a Series's values (a categorical of names as codes with text
+    categories and only those in use, as the name column: a million kernels' CUDA calls share a few names), an
+    array of its own."""
+    if isinstance(v, pd.Series):
+        if isinstance(v.dtype, pd.CategoricalDtype) and all(isinstance(c, str) for c in v.cat.categories):
+            return tx.as_text_categories(_used_only(v)).array.copy()
+        v = v.to_numpy()
+    return _own(v)
+
+
 def evidence(df: pd.DataFrame, name: Any, extra: dict[str, Any] | None = None) -> pd.DataFrame:
     """Common evidence columns: start_ns, end_ns, duration_ns, name, pid, tid, device_id, stream_id (+ extra)."""
     n = len(df)
-    start = df["start_ns"].to_numpy(np.int64)
-    end = pd.to_numeric(df["end_ns"]).to_numpy(np.int64)
-    # the columns framed once at the end (inserting them one at a time costs pandas' checks each time)
+    # every column an array of the evidence's own, framed once at the end without copying them again or into
+    # blocks (a million rows: the copies were half of the evidence's time); a frame's column taken as it is would
+    # be written into by an edit of the evidence
+    start = np.array(df["start_ns"].to_numpy(np.int64))
+    end = np.array(pd.to_numeric(df["end_ns"]).to_numpy(np.int64))
     cols: dict[str, Any] = {"start_ns": start, "end_ns": end, "duration_ns": end - start,
-                            "name": evidence_names(name, n)}
+                            "name": _own(evidence_names(name, n))}
     for c in ("pid", "tid", "device_id", "stream_id"):
         cols[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():
-        cols[k] = v.to_numpy() if isinstance(v, pd.Series) else v
-    return pd.DataFrame(cols)
+        cols[k] = _extra_column(v)
+    return pd.DataFrame(cols, copy=False)
+
+
+def _own(v: Any) -> Any:
+    """A copy of an array (numpy's or pandas'), which may be another frame's column; anything else as it is."""
+    return v.copy() if isinstance(v, (np.ndarray, pd.api.extensions.ExtensionArray)) else v
 
 
 def where_words(ev: pd.DataFrame, share: float = 0.8) -> str:
