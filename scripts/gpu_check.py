@@ -40,7 +40,8 @@ Sections (pick with --only):
             timed on them: $OUT/job.tar.xz
   jobbench  benchmarks/job.py on the host's cores (NM_JOB_RANKS ranks, NM_JOB_WORKERS=2[,8...] workers)
   analysis  benchmarks/analysis.py on the host's cores (160k and 1M kernels made from a planted report:
-            NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings()
+            NM_ANALYSIS_SRC, NM_ANALYSIS_KERNELS): the cold read against bottleneck() + findings(), and against
+            the analysis's inputs read alone and its compute on them (--inputs)
   trace_cost  a planted cell (NM_TRACE_COST=name:variant) timed plain and under bare nsys with -t none, nvtx,
             cuda, cuda,nvtx and cuda,nvtx,osrt: what each part of the tracing costs it
   trace_phases  scripts/trace_phases.py (NM_TRACE_PHASES=name:variant,...): each phase of a planted step's host
@@ -939,7 +940,7 @@ def check_analysis(work: Path) -> None:
     say("analysis", "cores", len(os.sched_getaffinity(0)))
     for n in os.environ.get("NM_ANALYSIS_KERNELS", "160000,1000000").split(","):
         p = subprocess.run([sys.executable, str(repo / "benchmarks" / "analysis.py"), "--src", str(src), "--kernels",
-                            n, "--repeat", "3", "--workdir", str(work / "analysis")],
+                            n, "--repeat", "3", "--workdir", str(work / "analysis"), "--inputs"],
                            capture_output=True, text=True, timeout=900, cwd=work)
         say("analysis", f"kernels_{n}", "\n" + (p.stdout + p.stderr)[-1500:])
 
