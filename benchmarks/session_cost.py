@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -89,6 +90,24 @@ def _wait(path: Path, proc: subprocess.Popen, timeout: float = 300) -> None:
         time.sleep(0.01)
 
 
+def _end(nsys: str, session: str | None, proc: subprocess.Popen) -> None:
+    """What a run that failed leaves: the workload, and the agent of its nsys session (nsys 2022.4's launch that
+    ended with "End of file" left it running)."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(timeout=30)
+    if session is None:
+        return
+    subprocess.run([nsys, "shutdown", f"--session={session}", "--kill=sigkill"], capture_output=True, timeout=60)
+    mark = f"--session-name={session}".encode()
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and mark in (d / "cmdline").read_bytes():
+                os.kill(int(d.name), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def run(variant: str, nsys: str, trace: str, work: Path, script: Path, kind: str, steps: int, batch: int,
         device: str) -> dict:
     for f in ("ready", "go", "done", "stopped"):
@@ -105,16 +124,20 @@ def run(variant: str, nsys: str, trace: str, work: Path, script: Path, kind: str
     elif how == "launch":
         cmd = [nsys, "launch", f"--session-new={session}", f"--trace={trace}", *more, *cmd]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait(work / "ready", proc)
-    if how == "launch":
-        subprocess.run([nsys, "start", f"--session={session}", "--sample=none", "--cpuctxsw=none",
-                        "--force-overwrite=true", f"--output={report}"], check=True, capture_output=True)
-    (work / "go").touch()
-    _wait(work / "done", proc)
-    if how == "launch":
-        subprocess.run([nsys, "stop", f"--session={session}"], check=True, capture_output=True)
-    (work / "stopped").touch()
-    out, _ = proc.communicate(timeout=600)
+    try:
+        _wait(work / "ready", proc)
+        if how == "launch":
+            subprocess.run([nsys, "start", f"--session={session}", "--sample=none", "--cpuctxsw=none",
+                            "--force-overwrite=true", f"--output={report}"], check=True, capture_output=True)
+        (work / "go").touch()
+        _wait(work / "done", proc)
+        if how == "launch":
+            subprocess.run([nsys, "stop", f"--session={session}"], check=True, capture_output=True)
+        (work / "stopped").touch()
+        out, _ = proc.communicate(timeout=600)
+    except BaseException:
+        _end(nsys, session if how == "launch" else None, proc)
+        raise
     for line in out.splitlines():
         if line.startswith("STEPS "):
             return json.loads(line[6:])
