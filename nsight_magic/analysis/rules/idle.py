@@ -208,8 +208,8 @@ def _long_gaps(ops: GpuOps, thr: float) -> pd.DataFrame | None:
         s, order_s = _in_order(starts, rows)
         e, order_e = _in_order(ends, rows)
         # a gap longer than thr that is one (the ends before it all passed): integer ns, so one comparison with
-        # floor(thr) (13M operations: one temporary, not four)
-        hit = np.flatnonzero(np.subtract(s[1:], e[:-1]) > max(math.floor(thr), 0))
+        # floor(thr) (13M operations: one temporary, not four); a threshold of inf or NaN finds none, as before
+        hit = np.flatnonzero(np.subtract(s[1:], e[:-1]) > (max(math.floor(thr), 0) if math.isfinite(thr) else thr))
         del s, e
         if not len(hit):
             continue
