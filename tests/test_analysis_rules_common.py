@@ -140,18 +140,19 @@ def test_where_words_names_the_longest_events_ranges_in_time_order(durations):
     assert where_words(ev, share=1.0).startswith(" All") == (not np.isnan(durations).any())
 
 
-def test_an_idle_category_held_as_one_zero_is_known_without_a_pass():
-    from nsight_magic.analysis.rules.idle import _held_zero
-    from nsight_magic.readers.constant_columns import constant
+def test_a_column_held_once_gives_its_value_without_a_pass():
+    from nsight_magic.readers.constant_columns import constant, held_value
 
     n = 1000
     gaps = pd.DataFrame({"none": constant(0, n, np.int64), "zeros": np.zeros(n, np.int64),
                          "one": constant(1, n, np.int64),
-                         "masked": pd.arrays.IntegerArray(constant(0, n, np.int64), np.r_[True, np.zeros(n - 1, bool)])},
+                         "masked": pd.arrays.IntegerArray(constant(0, n, np.int64), np.r_[True, np.zeros(n - 1, bool)]),
+                         "missing": pd.arrays.IntegerArray(constant(0, n, np.int64), constant(True, n, bool))},
                         copy=False)
-    assert _held_zero(gaps["none"]) and _held_zero(gaps[gaps["one"] == 1]["none"])
-    assert not _held_zero(gaps["zeros"])  # zeros in full: summed as before
-    assert not _held_zero(gaps["one"]) and not _held_zero(gaps["masked"])
+    assert held_value(gaps["none"]) == 0 and held_value(gaps[gaps["one"] == 1]["none"]) == 0
+    assert held_value(gaps["one"]) == 1 and held_value(gaps["missing"]) is pd.NA
+    assert held_value(gaps["zeros"]) is None  # zeros in full: summed as before
+    assert held_value(gaps["masked"]) is None and held_value(np.zeros(0, np.int64)) is None
 
 
 def test_an_edit_of_the_evidence_leaves_the_report_and_its_sources_as_they_were():

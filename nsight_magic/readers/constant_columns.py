@@ -40,3 +40,20 @@ def one_value(x: Any) -> Any:
         d, m = compacted(data), compacted(mask)
         return x if d is data and m is mask else pd.arrays.IntegerArray(d, m)
     return compacted(x)
+
+
+def held_value(x: Any) -> Any:
+    """The value of a column of one value held once (a Series, a numpy array or a nullable integer array: as
+    compacted() or constant() made it; pd.NA where every row is missing), read without a pass over its rows; None
+    for any other column."""
+    if isinstance(x, pd.Series):
+        x = x.array if isinstance(x.array, pd.arrays.IntegerArray) else x.to_numpy()
+    if isinstance(x, pd.arrays.IntegerArray):
+        data, mask = x._data, x._mask  # noqa: SLF001 - as one_value reads them
+        if held_value(data) is None or held_value(mask) is None:
+            return None
+        return pd.NA if mask[0] else data[0]
+    if isinstance(x, np.ndarray) and x.ndim == 1 and len(x) and x.strides[0] == 0:
+        return x[0]
+    return None
+

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ...readers.constant_columns import held_value
 from .. import intervals as I
 from ..bottleneck import quiet_gaps
 from .common import Context, Finding, api_of, cpu_context, evidence, ranges_of
@@ -22,14 +23,6 @@ from .gpu_ops import GpuOps
 # host wait: host_code's inside its stretches when it counted them, else host_wait's)
 EXPLAINED_BY = {"input": "input_wait", "sync": "cuda_api_sync", "allocator": "allocator_churn",
                 "module load": "module_loading", "host wait": "host_wait", "launch": "launch_bound"}
-
-
-def _held_zero(col: pd.Series) -> bool:
-    """The column is 0 in every row, held as that one value (readers.constant_columns): known without a pass."""
-    a = col.array
-    data = a._data if isinstance(a, pd.arrays.IntegerArray) else col.to_numpy()  # noqa: SLF001
-    return isinstance(data, np.ndarray) and data.ndim == 1 and len(data) > 0 and data.strides[0] == 0 \
-        and data[0] == 0 and (not isinstance(a, pd.arrays.IntegerArray) or not a._mask.any())  # noqa: SLF001
 
 
 def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
@@ -115,7 +108,8 @@ def unexplained_idle(ctx: Context, ev: pd.DataFrame) -> tuple[int, str]:
         grown = dict(ctx.growth_idle.get((pid, dev), {})) if "growing_steps" in fired else {}
         for cat in EXPLAINED_BY:  # one category's weighted time at a time
             # a category no gap has is held as one 0 (constant_columns): its parts are 0, not a sum over every gap
-            none = cat != "launch" and _held_zero(gaps[cat])
+            one = None if cat == "launch" else held_value(gaps[cat])
+            none = one is not None and one is not pd.NA and one == 0
             weighted = None if none else (launch_ns if cat == "launch" else col(cat, float)) * weight
             for c, rule, m in parts:
                 if c != cat:
