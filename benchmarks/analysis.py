@@ -53,14 +53,14 @@ peak_read = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 if sys.argv[3] == "profile":
     import cProfile, pstats
     pr = cProfile.Profile(); pr.enable()
-inputs_s, inputs_cpu_s, t_in = None, None, t1
+inputs_s, inputs_cpu_s, t_in, c_in = None, None, t1, c1
 if sys.argv[3] == "inputs":  # what the analysis reads, read first (in threads where it prefetches them)
     reads = [f for f in sys.argv[4].split(",") if f]
     rep.prefetch(*reads)
     for f in reads:
         getattr(rep, f)
-    t_in = time.perf_counter()
-    inputs_s, inputs_cpu_s = t_in - t1, cpu() - c1
+    t_in, c_in = time.perf_counter(), cpu()
+    inputs_s, inputs_cpu_s = t_in - t1, c_in - c1
 b = rep.bottleneck()
 t2 = time.perf_counter()
 fs = rep.findings()
@@ -70,7 +70,8 @@ if sys.argv[3] == "profile":
 # the report's data that the analysis made it read (its frames and arrays, held once read)
 reads = [f for f in READS if f in rep.data.__dict__]
 print(json.dumps({"read_s": t1 - t0, "inputs_s": inputs_s, "inputs_cpu_s": inputs_cpu_s, "reads": reads,
-                  "read_cpu_s": c1 - c0, "analysis_cpu_s": c3 - c1, "bottleneck_s": t2 - t_in, "findings_s": t3 - t2, "kernels": len(rep.kernels), "verdict": b.kind, "findings": len(fs),
+                  "read_cpu_s": c1 - c0, "analysis_cpu_s": c3 - c_in, "bottleneck_s": t2 - t_in,
+                  "findings_s": t3 - t2, "kernels": len(rep.kernels), "verdict": b.kind, "findings": len(fs),
                   "peak_read_mb": peak_read, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 

@@ -364,8 +364,9 @@ def evidence_names(name: Any, n: int) -> Any:
     """The evidence's name column for n rows: a name per row (a Series or an array) or one for all."""
     if isinstance(name, pd.Series) and isinstance(name.dtype, pd.CategoricalDtype):
         # the readers' names are categoricals: a million kernels share a few hundred names, kept as codes (only
-        # the names present: counts and groups by name list no empty ones)
-        return tx.as_text_categories(_used_only(name)).array
+        # the names present: counts and groups by name list no empty ones); codes of its own (the frame's, where
+        # every name is in use, would be written into by an edit of the evidence)
+        return tx.as_text_categories(_used_only(name)).array.copy()
     if isinstance(name, pd.Series):
         name = name.to_numpy()
     return pd.Series(name if isinstance(name, (np.ndarray, list)) else [name] * n, dtype=object).astype(str).array
@@ -404,7 +405,7 @@ def evidence(df: pd.DataFrame, name: Any, extra: dict[str, Any] | None = None) -
     start = np.array(df["start_ns"].to_numpy(np.int64))
     end = np.array(pd.to_numeric(df["end_ns"]).to_numpy(np.int64))
     cols: dict[str, Any] = {"start_ns": start, "end_ns": end, "duration_ns": end - start,
-                            "name": _own(evidence_names(name, n))}
+                            "name": evidence_names(name, n)}
     for c in ("pid", "tid", "device_id", "stream_id"):
         cols[c] = _nullable_int(df[c]) if c in df else pd.arrays.IntegerArray(np.zeros(n, np.int64), np.ones(n, bool))
     for k, v in (extra or {}).items():
